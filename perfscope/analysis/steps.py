@@ -1,0 +1,182 @@
+"""Training steps in a trace: ``ProfilerStep#N`` ranges, the GPU work each launched, and windows.
+
+Definitions (also in ``docs/metrics.md``):
+
+- *CPU span* of step N: its ``ProfilerStep#N`` range on the main thread.
+- *GPU work of a step*: GPU events (kernels, memcpy, memset) whose runtime launch call (matched by
+  correlation id) lies in the step's CPU span; GPU events without a launch record belong to the
+  step whose CPU span holds their start.
+- *GPU-extended span*: from the CPU span's start to the later of its end and its GPU work's end.
+- *Step window*: what step time measures. It starts at the CPU span's start and ends at the
+  GPU-extended end, but never after the next step starts; so windows tile the run without overlap
+  and add up to the wall time of the profiled steps.
+- A trace without ``ProfilerStep#`` markers is one window from its first to its last event.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from perfscope.trace.kinds import (
+    GPU_KINDS,
+    EventKind,
+    is_optimizer_step_range,
+    profiler_step_numbers,
+)
+from perfscope.trace.table import TraceTable
+
+# A last step shorter than this fraction of the median of the others, ending where the CPU
+# activity of the trace ends, was cut off by the end of profiling (same idea as the TensorBoard
+# plugin dropping an incomplete last step).
+CUT_OFF_FRACTION = 0.5
+
+
+@dataclass
+class StepWindows:
+    """Steps of one trace (arrays of length ``n_steps``; times in ns relative to the trace origin).
+
+    Attributes:
+        step: Step numbers (``N`` of ``ProfilerStep#N``; 0 when the trace has no markers).
+        cpu_start, cpu_end: CPU span.
+        gpu_end: End of the GPU work the step launched (-1 if it launched none).
+        start, end: Step window (see module docstring).
+        complete: False for a last step cut off by the end of profiling.
+        main_thread: ``thread_id`` of the training loop's thread (-1 if the trace has no CPU events).
+        gpu_step: For every event row, index of the step that launched it (GPU rows) or -1.
+        has_markers: False when the trace had no ``ProfilerStep#`` markers.
+    """
+
+    step: np.ndarray
+    cpu_start: np.ndarray
+    cpu_end: np.ndarray
+    gpu_end: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    complete: np.ndarray
+    main_thread: int
+    gpu_step: np.ndarray
+    has_markers: bool
+
+    def __len__(self) -> int:
+        return int(self.step.shape[0])
+
+
+def main_thread_of(table: TraceTable, step_rows: np.ndarray) -> int:
+    """The training loop's thread: where ``ProfilerStep#`` ranges are, else the busiest CPU thread."""
+    if step_rows.size:
+        ids, counts = np.unique(table.thread_id[step_rows], return_counts=True)
+        return int(ids[np.argmax(counts)])
+    cpu = table.mask(EventKind.CPU_OP, EventKind.ANNOTATION)
+    if not cpu.any():
+        return -1
+    busy = np.bincount(table.thread_id[cpu], weights=table.dur_ns[cpu])
+    return int(np.argmax(busy))
+
+
+def _launch_times(table: TraceTable, gpu_rows: np.ndarray) -> np.ndarray:
+    """Start (ns) of the runtime call that launched each GPU row; -1 when not recorded."""
+    out = np.full(gpu_rows.size, -1, dtype=np.int64)
+    rt = np.flatnonzero((table.kind == EventKind.RUNTIME) & (table.correlation >= 0))
+    if rt.size == 0 or gpu_rows.size == 0:
+        return out
+    corr = table.correlation[rt]
+    order = np.argsort(corr, kind="stable")
+    corr_sorted, rt_sorted = corr[order], rt[order]
+    want = table.correlation[gpu_rows]
+    pos = np.clip(np.searchsorted(corr_sorted, want), 0, corr_sorted.size - 1)
+    found = (corr_sorted[pos] == want) & (want >= 0)
+    out[found] = table.ts_ns[rt_sorted[pos[found]]]
+    return out
+
+
+def launch_times(table: TraceTable) -> np.ndarray:
+    """Per event row: start (ns) of the runtime call that launched it; -1 for non-GPU rows."""
+    out = np.full(table.n_events, -1, dtype=np.int64)
+    gpu_rows = np.flatnonzero(table.mask(*GPU_KINDS))
+    out[gpu_rows] = _launch_times(table, gpu_rows)
+    return out
+
+
+def _locate(points: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Index of the span ``[starts[i], ends[i])`` holding each point (spans sorted, disjoint); -1 if none."""
+    idx = np.searchsorted(starts, points, side="right") - 1
+    ok = (idx >= 0) & (points < ends[np.clip(idx, 0, None)])
+    return np.where(ok, idx, -1)
+
+
+def find_steps(table: TraceTable, launch_ns: np.ndarray) -> StepWindows:
+    """Find the steps of one trace.
+
+    Args:
+        table: The trace.
+        launch_ns: Output of :func:`launch_times` for ``table``.
+
+    Returns:
+        The step windows; a single window covering the trace when it has no ``ProfilerStep#``.
+        Zero steps only when the trace has no duration events at all.
+    """
+    cpu_side = table.mask(EventKind.CPU_OP, EventKind.ANNOTATION)
+    step_no_by_name = profiler_step_numbers(table.names)
+    step_rows = np.flatnonzero(cpu_side & (step_no_by_name[table.name_id] >= 0))
+    main = main_thread_of(table, step_rows)
+    if step_rows.size:
+        # Keep one range per step number (a repeated marker keeps the earliest), ordered by time.
+        step_rows = step_rows[np.argsort(table.ts_ns[step_rows], kind="stable")]
+        nums = step_no_by_name[table.name_id[step_rows]]
+        _, first = np.unique(nums, return_index=True)
+        step_rows = step_rows[np.sort(first)]
+        step = step_no_by_name[table.name_id[step_rows]]
+        cpu_start = table.ts_ns[step_rows]
+        cpu_end = cpu_start + table.dur_ns[step_rows]
+        has_markers = True
+    else:
+        meaningful = table.kind != EventKind.OTHER
+        if not meaningful.any():
+            empty = np.zeros(0, np.int64)
+            return StepWindows(empty, empty, empty, empty, empty, empty, np.zeros(0, bool), main,
+                               np.full(table.n_events, -1, np.int64), False)
+        step = np.array([0], np.int64)
+        cpu_start = np.array([table.ts_ns[meaningful].min()], np.int64)
+        cpu_end = np.array([table.end_ns[meaningful].max()], np.int64)
+        has_markers = False
+
+    n = step.size
+    gpu_rows = np.flatnonzero(table.mask(*GPU_KINDS))
+    # Attribute GPU work to the step whose CPU span holds its launch (or, unlinked, its start).
+    anchor = np.where(launch_ns[gpu_rows] >= 0, launch_ns[gpu_rows], table.ts_ns[gpu_rows])
+    owner = _locate(anchor, cpu_start, cpu_end) if has_markers else np.zeros(gpu_rows.size, np.int64)
+    gpu_step = np.full(table.n_events, -1, dtype=np.int64)
+    gpu_step[gpu_rows] = owner
+    gpu_end = np.full(n, -1, dtype=np.int64)
+    linked = owner >= 0
+    np.maximum.at(gpu_end, owner[linked], table.end_ns[gpu_rows[linked]])
+
+    next_start = np.append(cpu_start[1:], np.iinfo(np.int64).max)
+    end = np.minimum(np.maximum(cpu_end, gpu_end), next_start)
+    complete = np.ones(n, dtype=bool)
+    if has_markers and n >= 2:
+        complete[-1] = not _last_step_cut_off(table, main, cpu_start, cpu_end)
+    return StepWindows(step, cpu_start, cpu_end, gpu_end, cpu_start.copy(), end, complete, main, gpu_step, has_markers)
+
+
+def _last_step_cut_off(table: TraceTable, main: int, cpu_start: np.ndarray, cpu_end: np.ndarray) -> bool:
+    """Whether the last step was cut off by the end of profiling.
+
+    Two signs, either suffices: every earlier step holds an ``Optimizer.step#`` range and the last
+    holds none; or the last step is much shorter than the others and ends where the trace's CPU
+    activity on the main thread ends.
+    """
+    opt = table.mask(EventKind.CPU_OP, EventKind.ANNOTATION) & table.name_flag(is_optimizer_step_range)
+    if opt.any():
+        where = _locate(table.ts_ns[opt], cpu_start, cpu_end)
+        has_opt = np.zeros(cpu_start.size, bool)
+        has_opt[where[where >= 0]] = True
+        if has_opt[:-1].all() and not has_opt[-1]:
+            return True
+    durations = cpu_end - cpu_start
+    short = durations[-1] < CUT_OFF_FRACTION * np.median(durations[:-1])
+    on_main = table.thread_id == main
+    last_cpu_end = table.end_ns[on_main].max() if on_main.any() else cpu_end[-1]
+    return bool(short and cpu_end[-1] >= last_cpu_end)

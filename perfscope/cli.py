@@ -1,0 +1,179 @@
+"""The ``perfscope`` command: a thin layer over the library.
+
+``perfscope profile SCRIPT [options] [-- script args]`` and ``perfscope analyze PATH [options]``.
+A user's mistake ends with one line on stderr (``perfscope: error: ...``) and a non-zero exit,
+never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import sys
+from pathlib import Path
+
+from perfscope import __version__
+from perfscope.errors import PerfscopeError
+
+EXIT_USAGE = 2  # bad input, as argparse uses
+DEFAULT_OUT_ROOT = Path("perfscope-out")
+
+
+def _default_out(name: str) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return DEFAULT_OUT_ROOT / f"{name}-{stamp}"
+
+
+def _nonneg(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def _positive(text: str) -> int:
+    value = _nonneg(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("must be 1 or more")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="perfscope",
+        description="Find what limits each PyTorch training step: io, compute, launch or communication.",
+    )
+    parser.add_argument("--version", action="version", version=f"perfscope {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser(
+        "profile",
+        help="run a training script under the PyTorch profiler and classify its steps",
+        description="Run SCRIPT as `python SCRIPT ARGS` would, profile a window of its training steps, "
+        "and write traces/, summary.json and report.html. Script arguments go after `--`.",
+        usage="perfscope profile SCRIPT [options] [-- script args]",
+    )
+    p.add_argument("script", help="the training script (.py)")
+    p.add_argument("--out", type=Path, help="output directory (default: perfscope-out/<script>-<time>)")
+    p.add_argument("--skip-first", type=_nonneg, default=3, help="steps run unprofiled first (default 3)")
+    p.add_argument("--warmup", type=_nonneg, default=2, help="steps traced then discarded (default 2)")
+    p.add_argument("--active", type=_positive, default=5, help="steps recorded (default 5)")
+    p.add_argument(
+        "--max-steps", type=_nonneg, default=None,
+        help="end the script after this many steps (default: once profiling is done; 0: run to the end)",
+    )
+    p.add_argument("--nproc-per-node", type=_positive, default=None, help="launch N ranks with torch.distributed.run")
+    p.add_argument("--rank-wait", type=float, default=120.0, metavar="S",
+                   help="under torchrun: seconds rank 0 waits for the other ranks' traces (default 120)")
+
+    a = sub.add_parser(
+        "analyze",
+        help="classify the steps of existing Kineto traces (a file or a directory of ranks)",
+        description="Analyze a .json/.json.gz trace or a directory of per-rank traces; write summary.json and report.html.",
+    )
+    a.add_argument("path", type=Path, help="trace file or directory")
+    a.add_argument("--out", type=Path, help="output directory (default: perfscope-out/<name>-<time>)")
+    return parser
+
+
+def _split_script_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    if "--" in argv:
+        i = argv.index("--")
+        return argv[:i], argv[i + 1 :]
+    return argv, []
+
+
+def _finish(analysis, out_dir: Path) -> None:
+    from perfscope.console import format_summary
+    from perfscope.outputs import write_outputs
+
+    paths = write_outputs(analysis, out_dir)
+    print(format_summary(analysis.summary()))
+    print(f"\nwrote {paths['summary']} and {paths['report']}")
+
+
+def cmd_analyze(args) -> int:
+    from perfscope.analysis.run import analyze
+    from perfscope.outputs import ensure_writable_dir
+
+    name = args.path.name.split(".")[0] or "trace"
+    out = ensure_writable_dir(args.out or _default_out(name))
+    analysis = analyze(args.path, run_info={"source": str(args.path)})
+    _finish(analysis, out)
+    return 0
+
+
+def cmd_profile(args, script_args: list[str]) -> int:
+    from perfscope import collect
+    from perfscope.analysis.run import analyze
+    from perfscope.outputs import ensure_writable_dir
+
+    out = ensure_writable_dir(args.out or _default_out(Path(args.script).stem))
+    schedule = collect.ProfileSchedule(
+        skip_first=args.skip_first, warmup=args.warmup, active=args.active, max_steps=args.max_steps
+    )
+    result = collect.collect(args.script, script_args, out_dir=out, schedule=schedule, nproc_per_node=args.nproc_per_node)
+    run_info = dict(result.run_info)
+    if result.error:
+        run_info["error"] = result.error
+    run_info["exit_code"] = result.exit_code
+
+    trace_files = result.trace_files
+    if args.nproc_per_node is None and collect.is_distributed_worker():
+        rank = int(os.environ.get("RANK", "0"))
+        if rank != 0:
+            print(f"perfscope: rank {rank}: wrote {', '.join(map(str, trace_files)) or 'no trace'}", file=sys.stderr)
+            return result.exit_code
+        world = int(os.environ.get("WORLD_SIZE", "1"))
+        trace_files = collect.wait_for_rank_traces(result.trace_dir, world, args.rank_wait)
+        if len(trace_files) < world:
+            print(f"perfscope: only {len(trace_files)} of {world} rank traces reached {result.trace_dir}; "
+                  f"analyzing those (run `perfscope analyze {result.trace_dir}` once all are there)", file=sys.stderr)
+
+    if not trace_files:
+        if result.error:
+            raise PerfscopeError(f"the script failed before any step was profiled: {result.error}")
+        raise PerfscopeError(
+            f"no steps were profiled: the script ran {result.steps_seen} steps, but profiling records steps "
+            f"{args.skip_first + args.warmup + 1} to {args.skip_first + args.warmup + args.active}; "
+            "lower --skip-first/--warmup, or mark steps with perfscope.step() if the loop uses no torch optimizer"
+        )
+    if result.error:
+        print(f"perfscope: the script failed ({result.error}); analyzing the steps captured before it did", file=sys.stderr)
+    analysis = analyze(result.trace_dir, run_info=run_info)
+    _finish(analysis, out)
+    return result.exit_code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``perfscope`` command; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    own, script_args = _split_script_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(own)
+    if unknown:
+        where = " (arguments for the script go after `--`)" if args.command == "profile" else ""
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}{where}")
+    if script_args and args.command != "profile":
+        parser.error("arguments after `--` are only for `perfscope profile`")
+    try:
+        if args.command == "profile":
+            return cmd_profile(args, script_args)
+        return cmd_analyze(args)
+    except PerfscopeError as e:
+        print(f"perfscope: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as e:  # missing or unreadable input files
+        print(f"perfscope: error: {e.strerror + ': ' + str(e.filename) if e.filename and e.strerror else e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("perfscope: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,18 @@
+"""The package's exceptions.
+
+Every error that a user's input can cause derives from :class:`PerfscopeError`; the CLI prints
+its message as one line on stderr and exits non-zero, so messages say what is wrong, why, and how
+to fix it. ``assert`` is kept for internal invariants.
+"""
+
+
+class PerfscopeError(Exception):
+    """Root of perfscope's errors: a problem with the user's input or environment."""
+
+
+class TraceFormatError(PerfscopeError, ValueError):
+    """A trace file is not a readable Kineto (PyTorch profiler) trace."""
+
+
+class AnalysisError(PerfscopeError, ValueError):
+    """Traces were read but cannot be analyzed together (e.g. ranks disagree on steps)."""
