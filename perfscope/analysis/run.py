@@ -98,13 +98,17 @@ class Analysis:
         return build_summary(self)
 
 
+# Time columns that are not parts of a step, so no share of it.
+_NOT_SHARES = ("step_time_us", "cpu_span_us", "gpu_extended_span_us", "median_kernel_us", "median_operator_us")
+
+
 def _with_fractions(metrics: pd.DataFrame) -> pd.DataFrame:
     step = metrics["step_time_us"].to_numpy(dtype=float)
     safe = np.where(step > 0, step, 1.0)
     fracs = {
         col[:-3] + "_frac": metrics[col].to_numpy(dtype=float) / safe
         for col in metrics.columns
-        if col.endswith("_us") and col not in ("step_time_us", "median_kernel_us", "median_operator_us")
+        if col.endswith("_us") and col not in _NOT_SHARES
     }
     return pd.concat([metrics, pd.DataFrame(fracs, index=metrics.index)], axis=1)
 
