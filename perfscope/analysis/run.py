@@ -18,6 +18,7 @@ from perfscope.analysis.steps import find_steps, launch_times
 from perfscope.analysis.verdict import RunVerdict, classify, cost_fractions, run_verdict
 from perfscope.errors import AnalysisError, TraceFormatError
 from perfscope.trace import TraceTable, build_table, find_trace_files, read_trace
+from perfscope.trace.reader import gc_paused
 from perfscope.trace.kinds import GPU_KINDS
 
 NO_MARKERS_NOTE = "no ProfilerStep# markers: analyzed the whole trace as one window (step 0)"
@@ -215,5 +216,10 @@ def analyze(path: str | Path, run_info: dict | None = None) -> Analysis:
         AnalysisError: ranks disagree on step numbers.
     """
     files = find_trace_files(Path(path))
-    tables = [build_table(read_trace(f)) for f in files]
+    tables = []
+    for f in files:
+        raw = read_trace(f)
+        with gc_paused():
+            tables.append(build_table(raw))
+        del raw  # free the parsed JSON before reading the next rank
     return analyze_tables(tables, run_info)

@@ -33,8 +33,8 @@ class TraceTable:
     - ``thread_id`` (int32): index into ``threads`` (a ``pid``/``tid`` pair).
     - ``device`` (int32): GPU index for GPU events, -1 elsewhere.
     - ``stream`` (int64): GPU stream id, -1 elsewhere. Streams are unique only with ``device``.
-    - ``correlation`` (int64): links a runtime call to the GPU event it launched; -1 if absent.
-    - ``external_id`` (int64): links GPU events and runtime calls to the CPU operator; -1 if absent.
+    - ``correlation`` (int64): links a runtime call to the GPU event it launched; -1 if absent
+      (and for rows that are neither).
 
     Attributes:
         names: Unique event names (object array of str).
@@ -58,7 +58,6 @@ class TraceTable:
     device: np.ndarray
     stream: np.ndarray
     correlation: np.ndarray
-    external_id: np.ndarray
     names: np.ndarray
     threads: pd.DataFrame
     origin_us: float = 0.0
@@ -101,8 +100,13 @@ class TraceTable:
         return self.base_time_ns + int(round(self.origin_us * 1000)) + ts_ns
 
 
-def _ints(values: list, default: int = _NO_ID) -> np.ndarray:
-    return np.array([v if isinstance(v, int) else default for v in values], dtype=np.int64)
+def _int_column(dicts: list[dict], key: str, default: int = _NO_ID) -> np.ndarray:
+    """``d[key]`` of every dict as int64; absent or non-integer values become ``default``."""
+    values = [d.get(key, default) for d in dicts]
+    try:  # fast path: every value is an int
+        return np.fromiter(values, dtype=np.int64, count=len(values))
+    except (TypeError, ValueError, OverflowError):
+        return np.array([v if type(v) is int else default for v in values], dtype=np.int64)
 
 
 def _stream_of(tid) -> int:
@@ -148,33 +152,38 @@ def build_table(raw: RawTrace) -> TraceTable:
     ts_ns = np.rint((ts - origin) * 1000.0).astype(np.int64)
     dur_ns = np.maximum(np.rint(dur * 1000.0), 0).astype(np.int64)
 
-    kind = kinds_of_categories(np.array([e.get("cat") for e in xs], dtype=object))
+    cat_codes, cat_uniques = pd.factorize(pd.Series([e.get("cat") for e in xs], dtype=object), use_na_sentinel=False)
+    kind = kinds_of_categories(np.asarray(cat_uniques, dtype=object))[cat_codes] if len(xs) else np.zeros(0, np.int8)
     name_id, names = pd.factorize(pd.Series([str(e.get("name", "")) for e in xs], dtype=object))
-    pids = [e.get("pid") for e in xs]
-    tids = [e.get("tid") for e in xs]
-    thread_keys = [f"{p}\x00{t}" for p, t in zip(pids, tids)]
-    thread_id, thread_uniques = pd.factorize(pd.Series(thread_keys, dtype=object))
-    split = [k.split("\x00", 1) for k in thread_uniques]
+    # pid and tid may be ints or strings ("stream 7"); intern each, then the pairs.
+    pid_codes, pid_uniques = pd.factorize(pd.Series([str(e.get("pid")) for e in xs], dtype=object))
+    tid_codes, tid_uniques = pd.factorize(pd.Series([str(e.get("tid")) for e in xs], dtype=object))
+    pair = pid_codes.astype(np.int64) * max(len(tid_uniques), 1) + tid_codes
+    pairs, thread_id = np.unique(pair, return_inverse=True)
+    n_tid = max(len(tid_uniques), 1)
+    pid_of = [str(pid_uniques[k // n_tid]) for k in pairs]
+    tid_of = [str(tid_uniques[k % n_tid]) for k in pairs]
     threads = pd.DataFrame(
-        {
-            "pid": [s[0] for s in split],
-            "tid": [s[1] for s in split],
-            "thread_name": [thread_names.get((s[0], s[1]), "") for s in split],
-        }
+        {"pid": pid_of, "tid": tid_of, "thread_name": [thread_names.get(k, "") for k in zip(pid_of, tid_of)]}
     )
 
-    args = [e.get("args") or {} for e in xs]
+    # args are read only where analysis needs them: GPU events and runtime calls.
     gpu = np.isin(kind, np.array([EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET, EventKind.GPU_ANNOTATION], dtype=np.int8))
-    device = _ints([a.get("device") for a in args])
-    device = np.where(gpu & (device < 0), _ints(pids), device)
-    device = np.where(gpu, device, _NO_ID).astype(np.int32)
-    stream = _ints([a.get("stream") for a in args])
-    gpu_rows = np.flatnonzero(gpu & (stream < 0))
-    for i in gpu_rows:
-        stream[i] = _stream_of(tids[i])
-    stream = np.where(gpu, stream, _NO_ID)
-    correlation = _ints([a.get("correlation") for a in args])
-    external_id = _ints([a.get("External id", a.get("external id")) for a in args])
+    gpu_rows = np.flatnonzero(gpu)
+    linked_rows = np.flatnonzero(gpu | (kind == EventKind.RUNTIME))
+    gpu_args = [xs[i].get("args") or {} for i in gpu_rows]
+    device = np.full(len(xs), _NO_ID, dtype=np.int32)
+    stream = np.full(len(xs), _NO_ID, dtype=np.int64)
+    correlation = np.full(len(xs), _NO_ID, dtype=np.int64)
+    device[gpu_rows] = _int_column(gpu_args, "device")
+    stream[gpu_rows] = _int_column(gpu_args, "stream")
+    correlation[linked_rows] = _int_column([xs[i].get("args") or {} for i in linked_rows], "correlation")
+    for i in gpu_rows[(device[gpu_rows] < 0) | (stream[gpu_rows] < 0)]:
+        # 2021 traces: the GPU index is the pid, the stream is in tid "stream 7".
+        if device[i] < 0 and type(xs[i].get("pid")) is int:
+            device[i] = xs[i]["pid"]
+        if stream[i] < 0:
+            stream[i] = _stream_of(xs[i].get("tid"))
 
     distributed = data.get("distributedInfo") or {}
     if not isinstance(distributed, dict):
@@ -191,7 +200,6 @@ def build_table(raw: RawTrace) -> TraceTable:
         device=device,
         stream=stream,
         correlation=correlation,
-        external_id=external_id,
         names=np.asarray(names, dtype=object),
         threads=threads,
         origin_us=origin,
