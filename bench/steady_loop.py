@@ -1,0 +1,37 @@
+"""A steady training loop that records its own step times (for bench_overhead.py).
+
+    python bench/steady_loop.py --steps 60 --timings out.json
+"""
+
+import argparse
+import json
+import time
+
+import torch
+from torch import nn
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--timings", required=True, help="where to write the per-step times (seconds, JSON list)")
+    args = ap.parse_args()
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    model = nn.Sequential(*[m for _ in range(6) for m in (nn.Linear(256, 256), nn.ReLU())])
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x, y = torch.randn(64, 256), torch.randn(64, 256)
+    times = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        loss = nn.functional.mse_loss(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        times.append(time.perf_counter() - t0)
+    with open(args.timings, "w") as f:
+        json.dump(times, f)
+
+
+if __name__ == "__main__":
+    main()

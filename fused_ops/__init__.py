@@ -1,0 +1,1 @@
+"""Fused operators applied by perfscope's acceleration runtime."""

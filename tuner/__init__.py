@@ -1,0 +1,1 @@
+"""perfscope's configuration search (``perfscope tune``), guided by the profile's verdict."""
