@@ -33,11 +33,13 @@ def format_summary(summary: dict) -> str:
     o = summary["overall"]
     if any(not s["complete"] for s in summary["steps"]):
         lines.append("(* step cut off by the end of profiling, not counted in the verdict)")
-    fr = ", ".join(f"{c} {100 * o['median_fractions'][c]:.0f}%" for c in CLASSES)
+    fr = ", ".join(f"{c} {100 * o['fractions'][c]:.0f}%" for c in CLASSES)
+    if o["fractions"].get("other", 0) >= 0.005:
+        fr += f", other idle {100 * o['fractions']['other']:.0f}%"
     lines += [
         "",
-        f"verdict: {o['verdict']} (runner-up {o['runner_up']}; median shares: {fr}; "
-        f"median step {o['median_step_time_us'] / 1000:.2f} ms)",
+        f"verdict: {o['verdict']} (runner-up {o['runner_up']}; share of step time: {fr}; "
+        f"mean step {o['mean_step_time_us'] / 1000:.2f} ms)",
         f"advice: {o['advice']}",
     ]
     lines += [f"note: {n}" for n in summary.get("notes", [])]

@@ -37,6 +37,8 @@ def build_summary(analysis: Analysis) -> dict:
     from perfscope import __version__
 
     v = analysis.verdict
+    frame = analysis.steps
+    counted = frame.loc[frame["complete"], "step_time_us"] if frame["complete"].any() else frame["step_time_us"]
     steps = [
         {k: _clean(val) for k, val in row.items()}
         for row in analysis.steps.to_dict(orient="records")
@@ -56,13 +58,12 @@ def build_summary(analysis: Analysis) -> dict:
         "overall": {
             "verdict": v.verdict,
             "runner_up": v.runner_up,
-            "median_fractions": v.median_fractions,
+            "fractions": v.fractions,
             "step_share": v.step_share,
             "advice": v.advice,
-            "steps_counted": int(analysis.steps["complete"].sum()) or len(analysis.steps),
-            "median_step_time_us": float(analysis.steps.loc[analysis.steps["complete"], "step_time_us"].median())
-            if analysis.steps["complete"].any()
-            else float(analysis.steps["step_time_us"].median()),
+            "steps_counted": int(counted.size),
+            "median_step_time_us": float(counted.median()),
+            "mean_step_time_us": float(counted.mean()),
         },
         "traces": analysis.traces,
         "notes": analysis.notes,

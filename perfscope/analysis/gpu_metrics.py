@@ -9,6 +9,7 @@ Every step window is cut into an exact partition (the lengths add up to the step
 ``exposed_other_mem_us``  another memcpy or a memset runs and nothing above
 ``input_wait_us``         GPU idle, nothing launched yet, main thread in a DataLoader fetch
 ``launch_wait_us``        GPU idle, nothing launched yet, host busy elsewhere
+``h2d_wait_us``           GPU idle, a host-to-device copy queued next (the host stages it)
 ``kernel_wait_us``        GPU idle for at most 10 us with the next work already queued
 ``other_idle_us``         GPU idle longer with the next work already queued
 ========================  ===========================================================
@@ -51,39 +52,45 @@ KERNEL_WAIT_NS = 10_000
 
 
 def idle_cause_intervals(
-    table: TraceTable, launch_ns: np.ndarray, busy: Intervals, horizon_ns: int
-) -> tuple[Intervals, Intervals]:
+    table: TraceTable, launch_ns: np.ndarray, is_h2d: np.ndarray, busy: Intervals, horizon_ns: int
+) -> tuple[Intervals, Intervals, Intervals]:
     """Split every GPU idle gap by what the GPU was waiting for.
 
     For a gap ending when GPU event *g* starts, the part before the runtime call that launched *g*
-    is host wait (nothing was queued); the rest is queued time, which counts as kernel wait when
-    no longer than :data:`KERNEL_WAIT_NS`.
+    is host wait (nothing was queued); the rest is queued time. Queued time before a host-to-device
+    copy is copy wait: the host is still staging the copy (a pageable ``cudaMemcpyAsync`` blocks
+    the host and the GPU alike). Other queued time counts as kernel wait when no longer than
+    :data:`KERNEL_WAIT_NS`.
 
     Args:
         table: The trace.
         launch_ns: Per row, start (ns) of the launching runtime call, -1 if unknown.
+        is_h2d: Per row, True for host-to-device memcpy events.
         busy: Union of all GPU events.
         horizon_ns: End of the trace (ns): the idle time after the last GPU event is host wait.
 
     Returns:
-        ``(host_wait, kernel_wait)`` interval sets (ns).
+        ``(host_wait, kernel_wait, copy_wait)`` interval sets (ns).
     """
     gpu_rows = np.flatnonzero(table.mask(*GPU_KINDS))
     if len(busy) == 0:
-        return union(np.array([0]), np.array([horizon_ns])), EMPTY
+        return union(np.array([0]), np.array([horizon_ns])), EMPTY, EMPTY
     order = np.argsort(table.ts_ns[gpu_rows], kind="stable")
     ts_sorted = table.ts_ns[gpu_rows][order]
     launch_sorted = launch_ns[gpu_rows][order]
+    h2d_sorted = is_h2d[gpu_rows][order]
     # The GPU event that ends each gap: the first one starting at each busy interval's start.
     first = np.searchsorted(ts_sorted, busy.starts, side="left")
     next_launch = launch_sorted[first]
+    next_is_copy = h2d_sorted[first]
     gap_start = np.concatenate([[min(0, int(busy.starts[0]))], busy.ends[:-1]])
     gap_end = busy.starts
     host_end = np.where(next_launch >= 0, np.minimum(np.maximum(next_launch, gap_start), gap_end), gap_start)
     host_wait = union(np.append(gap_start, busy.ends[-1]), np.append(host_end, max(horizon_ns, int(busy.ends[-1]))))
-    short = (gap_end - host_end) <= KERNEL_WAIT_NS
+    short = ((gap_end - host_end) <= KERNEL_WAIT_NS) & ~next_is_copy
     kernel_wait = union(host_end[short], gap_end[short])
-    return host_wait, kernel_wait
+    copy_wait = union(host_end[next_is_copy], gap_end[next_is_copy])
+    return host_wait, kernel_wait, copy_wait
 
 
 def dataloader_intervals(table: TraceTable, main_thread: int) -> Intervals:
@@ -123,7 +130,7 @@ def gpu_step_metrics(table: TraceTable, steps: StepWindows, launch_ns: np.ndarra
     }
     busy = _union_of(table, np.flatnonzero(gpu))
     horizon = int(table.end_ns.max()) if table.n_events else 0
-    sets["host_wait"], sets["kernel_wait"] = idle_cause_intervals(table, launch_ns, busy, horizon)
+    sets["host_wait"], sets["kernel_wait"], sets["copy_wait"] = idle_cause_intervals(table, launch_ns, h2d, busy, horizon)
     sets["dataloader"] = dataloader_intervals(table, steps.main_thread)
     order = list(sets)
     row = {name: i for i, name in enumerate(order)}
@@ -136,7 +143,7 @@ def gpu_step_metrics(table: TraceTable, steps: StepWindows, launch_ns: np.ndarra
         seg = segments([sets[k] for k in order], lo, hi)
         m, length = seg.member, seg.lengths
         C, M, H, O = m[row["compute"]], m[row["comm"]], m[row["h2d"]], m[row["other_mem"]]
-        HW, KW, DL = m[row["host_wait"]], m[row["kernel_wait"]], m[row["dataloader"]]
+        HW, KW, CW, DL = m[row["host_wait"]], m[row["kernel_wait"]], m[row["copy_wait"]], m[row["dataloader"]]
         busy_mask = C | M | H | O
         idle = ~busy_mask
 
@@ -163,8 +170,9 @@ def gpu_step_metrics(table: TraceTable, steps: StepWindows, launch_ns: np.ndarra
                 "gpu_idle_us": us(idle),
                 "input_wait_us": us(idle & HW & DL),
                 "launch_wait_us": us(idle & HW & ~DL),
-                "kernel_wait_us": us(idle & KW),
-                "other_idle_us": us(idle & ~HW & ~KW),
+                "h2d_wait_us": us(idle & ~HW & CW),
+                "kernel_wait_us": us(idle & ~HW & KW),
+                "other_idle_us": us(idle & ~HW & ~KW & ~CW),
                 "kernel_count": int(kernels_of_step.sum()),
                 "comm_kernel_count": int((launched & comm).sum()),
                 "median_kernel_us": float(np.median(kdur)) if kdur.size else 0.0,

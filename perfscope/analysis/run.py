@@ -72,7 +72,7 @@ class Analysis:
             metrics in microseconds (``*_us``) and as fractions of step time (``*_frac``), the
             class costs (``io_frac``, ``comm_frac``, ``launch_frac``, ``compute_frac``),
             ``verdict`` and ``runner_up``.
-        verdict: The run's verdict (over complete steps of all ranks).
+        verdict: The run's verdict (over the total time of complete steps of all ranks).
         mode: ``"gpu"`` or ``"cpu"``.
         traces: Per-file facts (path, worker, rank, mode, events, markers, devices, warnings).
         notes: Statements about how the traces were read (e.g. no step markers).
@@ -178,7 +178,14 @@ def analyze_tables(tables: list[TraceTable], run_info: dict | None = None) -> An
             cut = ", ".join(str(s) for s in rt.steps[~rt.complete])
             notes.append(f"{rt.table.worker}: step {cut} was cut off by the end of profiling; shown but not counted in the verdict")
     frame = pd.concat(frames, ignore_index=True)
-    if all(rt.has_markers for rt in rank_traces):
+    marked = {rank for rt, rank in zip(rank_traces, ranks) if rt.has_markers}
+    unmarked = set(ranks) - marked
+    if marked and unmarked:
+        raise AnalysisError(
+            f"rank {min(unmarked)} has no ProfilerStep# markers but rank {min(marked)} has; "
+            "steps cannot be matched across ranks, analyze them separately"
+        )
+    if marked:
         _check_steps(frame)
     frame = frame.sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
 
@@ -194,7 +201,7 @@ def analyze_tables(tables: list[TraceTable], run_info: dict | None = None) -> An
     if not counted.any():  # only cut-off steps: use them rather than nothing
         counted[:] = True
         notes.append("every step was cut off; the verdict uses them anyway")
-    rv = run_verdict(frame.loc[counted, "verdict"].to_numpy(), costs.loc[counted], mode)
+    rv = run_verdict(frame.loc[counted, "verdict"].to_numpy(), costs.loc[counted], frame.loc[counted, "step_time_us"].to_numpy(), mode)
     return Analysis(frame, rv, mode, traces, notes, warnings, dict(run_info or {}))
 
 

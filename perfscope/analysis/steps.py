@@ -27,12 +27,6 @@ from perfscope.trace.kinds import (
 )
 from perfscope.trace.table import TraceTable
 
-# A last step shorter than this fraction of the median of the others, ending where the CPU
-# activity of the trace ends, was cut off by the end of profiling (same idea as the TensorBoard
-# plugin dropping an incomplete last step).
-CUT_OFF_FRACTION = 0.5
-
-
 @dataclass
 class StepWindows:
     """Steps of one trace (arrays of length ``n_steps``; times in ns relative to the trace origin).
@@ -157,26 +151,21 @@ def find_steps(table: TraceTable, launch_ns: np.ndarray) -> StepWindows:
     end = np.minimum(np.maximum(cpu_end, gpu_end), next_start)
     complete = np.ones(n, dtype=bool)
     if has_markers and n >= 2:
-        complete[-1] = not _last_step_cut_off(table, main, cpu_start, cpu_end)
+        complete[-1] = not _last_step_cut_off(table, cpu_start, cpu_end)
     return StepWindows(step, cpu_start, cpu_end, gpu_end, cpu_start.copy(), end, complete, main, gpu_step, has_markers)
 
 
-def _last_step_cut_off(table: TraceTable, main: int, cpu_start: np.ndarray, cpu_end: np.ndarray) -> bool:
-    """Whether the last step was cut off by the end of profiling.
+def _last_step_cut_off(table: TraceTable, cpu_start: np.ndarray, cpu_end: np.ndarray) -> bool:
+    """Whether the last step was cut off by the end of profiling: every earlier step holds an
+    ``Optimizer.step#`` range and the last holds none.
 
-    Two signs, either suffices: every earlier step holds an ``Optimizer.step#`` range and the last
-    holds none; or the last step is much shorter than the others and ends where the trace's CPU
-    activity on the main thread ends.
+    Step length is no evidence: with DataLoader workers, steps that find a batch ready take a
+    fraction of those that wait for one.
     """
     opt = table.mask(EventKind.CPU_OP, EventKind.ANNOTATION) & table.name_flag(is_optimizer_step_range)
-    if opt.any():
-        where = _locate(table.ts_ns[opt], cpu_start, cpu_end)
-        has_opt = np.zeros(cpu_start.size, bool)
-        has_opt[where[where >= 0]] = True
-        if has_opt[:-1].all() and not has_opt[-1]:
-            return True
-    durations = cpu_end - cpu_start
-    short = durations[-1] < CUT_OFF_FRACTION * np.median(durations[:-1])
-    on_main = table.thread_id == main
-    last_cpu_end = table.end_ns[on_main].max() if on_main.any() else cpu_end[-1]
-    return bool(short and cpu_end[-1] >= last_cpu_end)
+    if not opt.any():
+        return False
+    where = _locate(table.ts_ns[opt], cpu_start, cpu_end)
+    has_opt = np.zeros(cpu_start.size, bool)
+    has_opt[where[where >= 0]] = True
+    return bool(has_opt[:-1].all() and not has_opt[-1])

@@ -5,7 +5,7 @@ Each step's time is split into four costs, as fractions of its step time (``docs
 ==============  =============================================  ===========================================
 class           GPU trace                                      CPU-only trace
 ==============  =============================================  ===========================================
-io              input_wait + exposed_h2d                       dataloader
+io              input_wait + exposed_h2d + h2d_wait            dataloader
 comm            exposed_comm                                   exposed_comm
 launch          launch_wait + kernel_wait                      framework_overhead
 compute         compute + exposed_other_mem                    operator
@@ -42,7 +42,7 @@ VERDICTS = {c: f"{c}-bound" for c in CLASSES}
 THRESHOLDS = {"io": 0.10, "comm": 0.10, "launch": 0.20}
 
 _GPU_COSTS = {
-    "io": ("input_wait_us", "exposed_h2d_us"),
+    "io": ("input_wait_us", "exposed_h2d_us", "h2d_wait_us"),
     "comm": ("exposed_comm_us",),
     "launch": ("launch_wait_us", "kernel_wait_us"),
     "compute": ("compute_us", "exposed_other_mem_us"),
@@ -126,27 +126,32 @@ class RunVerdict:
     """The run's verdict.
 
     Attributes:
-        verdict: Most common step verdict over complete steps of all ranks (ties go to the class
-            with the larger median cost).
-        runner_up: Second class by median cost.
-        median_fractions: Median cost fraction per class (and ``other``) over those steps.
-        step_share: Fraction of steps with each verdict.
+        verdict: The step rule applied to ``fractions``: what removing would save the most time
+            over the whole run.
+        runner_up: The next class by cost.
+        fractions: Each class's (and ``other``'s) share of the total time of the counted steps,
+            i.e. the step-time-weighted mean of the step costs.
+        step_share: Fraction of counted steps with each verdict.
         advice: One line naming the knobs that address the verdict.
     """
 
     verdict: str
     runner_up: str
-    median_fractions: dict
+    fractions: dict
     step_share: dict
     advice: str
 
 
-def run_verdict(verdicts: np.ndarray, costs: pd.DataFrame, mode: str) -> RunVerdict:
-    """Combine step verdicts into the run's verdict.
+def run_verdict(verdicts: np.ndarray, costs: pd.DataFrame, step_time_us: np.ndarray, mode: str) -> RunVerdict:
+    """Combine steps into the run's verdict.
+
+    The run is judged on its total time, not on a vote of steps: with DataLoader workers, most
+    steps find a batch ready and a few wait long for one, and those few decide the throughput.
 
     Args:
-        verdicts: Step verdicts of the steps that count (complete steps, all ranks).
+        verdicts: Verdicts of the steps that count (complete steps, all ranks).
         costs: Their :func:`cost_fractions` rows.
+        step_time_us: Their step times (microseconds), the weights.
         mode: ``"gpu"`` or ``"cpu"`` (selects the advice wording).
 
     Raises:
@@ -154,14 +159,17 @@ def run_verdict(verdicts: np.ndarray, costs: pd.DataFrame, mode: str) -> RunVerd
     """
     if len(verdicts) == 0:
         raise ValueError("no steps to classify")
-    median = {c: float(np.median(costs[f"{c}_cost_frac"])) for c in (*CLASSES, "other")}
-    share = {VERDICTS[c]: float(np.mean(verdicts == VERDICTS[c])) for c in CLASSES}
-    best = max(CLASSES, key=lambda c: (share[VERDICTS[c]], median[c]))
-    runner = max((c for c in CLASSES if c != best), key=lambda c: median[c])
+    weights = np.asarray(step_time_us, dtype=float)
+    if weights.sum() <= 0:
+        weights = np.ones_like(weights)
+    cols = [f"{c}_cost_frac" for c in (*CLASSES, "other")]
+    total = pd.DataFrame([np.average(costs[cols].to_numpy(dtype=float), axis=0, weights=weights)], columns=cols)
+    verdict, runner_up = classify(total)
+    best = verdict[0].removesuffix("-bound")
     return RunVerdict(
-        verdict=VERDICTS[best],
-        runner_up=VERDICTS[runner],
-        median_fractions=median,
-        step_share=share,
+        verdict=verdict[0],
+        runner_up=runner_up[0],
+        fractions={c: float(total[f"{c}_cost_frac"].iloc[0]) for c in (*CLASSES, "other")},
+        step_share={VERDICTS[c]: float(np.mean(verdicts == VERDICTS[c])) for c in CLASSES},
         advice=ADVICE[(best, mode)],
     )

@@ -21,6 +21,8 @@ import orjson
 from perfscope.errors import TraceFormatError
 
 TRACE_SUFFIXES = (".json", ".json.gz")
+# perfscope's own outputs, found when a whole output directory is analyzed again.
+NOT_TRACES = frozenset({"summary.json"})
 
 # TensorBoard's profiler plugin names files <worker>[.<span>].pt.trace.json[.gz].
 _WORKER_RE = re.compile(r"^(?P<worker>.+?)(?:\.(?P<span>\d+))?\.pt\.trace\.json(?:\.gz)?$")
@@ -94,7 +96,10 @@ def find_trace_files(path: Path) -> list[Path]:
     files = sorted(
         p
         for p in path.rglob("*")
-        if p.is_file() and p.name.endswith(TRACE_SUFFIXES) and not p.name.startswith(".")
+        if p.is_file()
+        and p.name.endswith(TRACE_SUFFIXES)
+        and not p.name.startswith(".")
+        and p.name not in NOT_TRACES
     )
     if not files:
         raise TraceFormatError(f"{path}: directory holds no trace files (*.json, *.json.gz)")

@@ -109,6 +109,21 @@ def _int_column(dicts: list[dict], key: str, default: int = _NO_ID) -> np.ndarra
         return np.array([v if type(v) is int else default for v in values], dtype=np.int64)
 
 
+def _is_number(v) -> bool:
+    return type(v) in (int, float) and v == v  # excludes bool, None, strings and NaN
+
+
+def _well_formed(xs: list[dict]) -> tuple[list[dict], int]:
+    """Drop events whose ``ts`` or ``dur`` is missing or not a number; return them and the count."""
+    good = [e for e in xs if _is_number(e.get("ts")) and _is_number(e.get("dur", 0))]
+    return good, len(xs) - len(good)
+
+
+def _args(event: dict) -> dict:
+    args = event.get("args")
+    return args if isinstance(args, dict) else {}
+
+
 def _stream_of(tid) -> int:
     """Stream id from a GPU thread id: ``7`` or ``"stream 7"`` (2021 traces)."""
     if isinstance(tid, int):
@@ -145,9 +160,14 @@ def build_table(raw: RawTrace) -> TraceTable:
         elif ph == "M" and e.get("name") == "thread_name":
             thread_names[(str(e.get("pid")), str(e.get("tid")))] = str((e.get("args") or {}).get("name", ""))
 
+    warnings = list(raw.warnings)
+    xs, dropped = _well_formed(xs)
+    if dropped:
+        warnings.append(f"{raw.path.name}: skipped {dropped} events with a missing or non-numeric ts/dur")
+
     # Columns by list comprehension: one pass per field, no per-event objects kept.
-    ts = np.array([e.get("ts", 0) for e in xs], dtype=np.float64)
-    dur = np.array([e.get("dur", 0) or 0 for e in xs], dtype=np.float64)
+    ts = np.array([e["ts"] for e in xs], dtype=np.float64)
+    dur = np.array([e.get("dur", 0) for e in xs], dtype=np.float64)
     origin = float(ts.min()) if len(ts) else 0.0
     ts_ns = np.rint((ts - origin) * 1000.0).astype(np.int64)
     dur_ns = np.maximum(np.rint(dur * 1000.0), 0).astype(np.int64)
@@ -171,13 +191,13 @@ def build_table(raw: RawTrace) -> TraceTable:
     gpu = np.isin(kind, np.array([EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET, EventKind.GPU_ANNOTATION], dtype=np.int8))
     gpu_rows = np.flatnonzero(gpu)
     linked_rows = np.flatnonzero(gpu | (kind == EventKind.RUNTIME))
-    gpu_args = [xs[i].get("args") or {} for i in gpu_rows]
+    gpu_args = [_args(xs[i]) for i in gpu_rows]
     device = np.full(len(xs), _NO_ID, dtype=np.int32)
     stream = np.full(len(xs), _NO_ID, dtype=np.int64)
     correlation = np.full(len(xs), _NO_ID, dtype=np.int64)
     device[gpu_rows] = _int_column(gpu_args, "device")
     stream[gpu_rows] = _int_column(gpu_args, "stream")
-    correlation[linked_rows] = _int_column([xs[i].get("args") or {} for i in linked_rows], "correlation")
+    correlation[linked_rows] = _int_column([_args(xs[i]) for i in linked_rows], "correlation")
     for i in gpu_rows[(device[gpu_rows] < 0) | (stream[gpu_rows] < 0)]:
         # 2021 traces: the GPU index is the pid, the stream is in tid "stream 7".
         if device[i] < 0 and type(xs[i].get("pid")) is int:
@@ -210,5 +230,5 @@ def build_table(raw: RawTrace) -> TraceTable:
         distributed_info=distributed,
         path=raw.path,
         worker=raw.worker,
-        warnings=list(raw.warnings),
+        warnings=warnings,
     )

@@ -1,0 +1,62 @@
+"""`perfscope profile` on each shipped example gives the class the example is built to show."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def profile(tmp_path: Path, *args: str) -> dict:
+    out = tmp_path / "out"
+    proc = subprocess.run(
+        [sys.executable, "-m", "perfscope", "profile", "--out", str(out), *args],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert "verdict:" in proc.stdout  # the terminal table was printed
+    assert (out / "report.html").is_file()
+    traces = sorted((out / "traces").glob("*.pt.trace.json.gz"))
+    assert traces, "no trace written"
+    return json.loads((out / "summary.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "script, verdict",
+    [
+        ("examples/io_bound.py", "io-bound"),
+        ("examples/compute_bound.py", "compute-bound"),
+        ("examples/launch_bound.py", "launch-bound"),
+    ],
+)
+def test_single_process_examples(tmp_path, script, verdict):
+    summary = profile(tmp_path, script)
+    assert summary["overall"]["verdict"] == verdict
+    assert summary["run"]["script"].endswith(script.split("/")[-1])
+    assert summary["run"]["world_size"] == 1
+    assert summary["overall"]["steps_counted"] == 5  # the default --active
+
+
+@pytest.mark.slow
+def test_comm_example_two_ranks(tmp_path):
+    summary = profile(tmp_path, "--nproc-per-node", "2", "examples/comm_bound.py")
+    assert summary["overall"]["verdict"] == "comm-bound"
+    assert sorted({s["rank"] for s in summary["steps"]}) == [0, 1]
+    assert summary["run"]["world_size"] == 2
+
+
+@pytest.mark.slow
+def test_io_example_workers_cut_input_wait(tmp_path):
+    """More DataLoader workers: shorter steps and a smaller io share (the knob the advice names)."""
+    base = profile(tmp_path / "w0", "examples/io_bound.py")
+    more = profile(tmp_path / "w4", "examples/io_bound.py", "--", "--num-workers", "4")
+    assert more["run"]["args"] == ["--num-workers", "4"]
+    assert more["overall"]["fractions"]["io"] < 0.8 * base["overall"]["fractions"]["io"]
+    assert more["overall"]["mean_step_time_us"] < base["overall"]["mean_step_time_us"]
