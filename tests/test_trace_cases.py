@@ -399,8 +399,9 @@ def test_old_capitalised_categories_parse_like_new_ones(tmp_path):
 
 # ---------------------------------------------------------------- idle gap causes
 
-# Common layout: step [0, 100); k1 launched at 0, runs [2, 20) (first gap [0, 2) queued: kernel
-# wait 2); k2 ends the step at 100. Only the gap before k2 differs between the cases.
+# Common layout: step [0, 100); k1's launch call runs [0, 2), k1 runs [2, 20) (first gap [0, 2):
+# host wait, the call had not returned); k2 (launch call 2 us long) ends the step at 100. Only the
+# gap before k2 differs between the cases.
 
 
 def _gap_trace(k2_launch, k2_start, extra=()):
@@ -413,10 +414,10 @@ def _gap_trace(k2_launch, k2_start, extra=()):
 
 
 def test_gap_before_a_late_launch_is_launch_wait(tmp_path):
-    # gap [20, 55); k2 launched at 50: host wait [20, 50) = 30, then queued [50, 55) = 5 <= 10
+    # gap [20, 55); k2's launch call [50, 52): host wait [20, 52) = 32, then queued [52, 55) = 3
     row = only_row(analyze(tmp_path, _gap_trace(50, 55, [cpu_op("aten::item", 20, 28)])))
-    assert row["launch_wait_us"] == pytest.approx(30)
-    assert row["kernel_wait_us"] == pytest.approx(7)  # 2 + 5
+    assert row["launch_wait_us"] == pytest.approx(34)  # 2 (first gap) + 32
+    assert row["kernel_wait_us"] == pytest.approx(3)
     assert row["input_wait_us"] == pytest.approx(0)
     assert row["other_idle_us"] == pytest.approx(0)
     assert row["compute_us"] == pytest.approx(63)  # 18 + 45
@@ -426,35 +427,67 @@ def test_gap_during_a_dataloader_fetch_is_input_wait(tmp_path):
     # same gap, the main thread in a DataLoader fetch for [20, 50)
     row = only_row(analyze(tmp_path, _gap_trace(50, 55, [dataloader(20, 30)])))
     assert row["input_wait_us"] == pytest.approx(30)
-    assert row["launch_wait_us"] == pytest.approx(0)
-    assert row["kernel_wait_us"] == pytest.approx(7)  # 2 + 5
+    assert row["launch_wait_us"] == pytest.approx(4)  # first gap [0, 2) + [50, 52) in the call
+    assert row["kernel_wait_us"] == pytest.approx(3)
     assert row["compute_us"] == pytest.approx(63)
 
 
 def test_partly_in_dataloader_splits_input_and_launch_wait(tmp_path):
-    # host wait [20, 50): fetch [20, 45) -> input 25, rest [45, 50) -> launch 5
+    # host wait [20, 52): fetch [20, 45) -> input 25, rest [45, 52) -> launch 7 (+ 2 first gap)
     row = only_row(analyze(tmp_path, _gap_trace(50, 55, [dataloader(20, 25)])))
     assert row["input_wait_us"] == pytest.approx(25)
-    assert row["launch_wait_us"] == pytest.approx(5)
+    assert row["launch_wait_us"] == pytest.approx(9)
 
 
 @pytest.mark.parametrize(
     "k2_start, kernel_wait, other_idle",
     [
-        (55, 2, 35),  # queued gap [20, 55) = 35 > 10: other idle
-        (31, 2, 11),  # 11 > 10: other idle
-        (30, 12, 0),  # exactly 10: kernel wait (2 + 10)
-        (28, 10, 0),  # 8: kernel wait (2 + 8)
+        (55, 0, 35),  # queued gap [20, 55) = 35 > 10: other idle
+        (31, 0, 11),  # 11 > 10: other idle
+        (30, 10, 0),  # exactly 10: kernel wait
+        (28, 8, 0),  # 8: kernel wait
     ],
 )
 def test_gap_with_work_already_queued(tmp_path, k2_start, kernel_wait, other_idle):
-    # k2 launched at 5, long before the gap [20, k2_start) begins: nothing is host wait
+    # k2's launch call [5, 7) returned long before the gap [20, k2_start) begins: the whole gap is
+    # queued; only the first gap [0, 2) (inside k1's launch call) is host wait
     row = only_row(analyze(tmp_path, _gap_trace(5, k2_start)))
     assert row["kernel_wait_us"] == pytest.approx(kernel_wait)
     assert row["other_idle_us"] == pytest.approx(other_idle)
-    assert row["launch_wait_us"] == pytest.approx(0)
+    assert row["launch_wait_us"] == pytest.approx(2)
     assert row["input_wait_us"] == pytest.approx(0)
     assert row["compute_us"] == pytest.approx(18 + 100 - k2_start)
+
+
+def test_blocking_launch_call_is_host_wait(tmp_path):
+    # k2's launch call blocks the host for [20, 60); k2 runs [62, 100): gap [20, 62) is host wait
+    # until the call returned (60), then queued 2 us
+    row = only_row(analyze(tmp_path, [
+        step(1, 0, 100),
+        *launch("k1", 0, 2, 18, correlation=1, call_dur=2),
+        *launch("k2", 20, 62, 38, correlation=2, call_dur=40),
+    ]))
+    assert row["launch_wait_us"] == pytest.approx(2 + 40)  # first gap [0, 2) + [20, 60)
+    assert row["kernel_wait_us"] == pytest.approx(2)
+    assert row["other_idle_us"] == pytest.approx(0)
+
+
+def test_pageable_copy_staging_is_h2d_wait(tmp_path):
+    # cudaMemcpyAsync from pageable memory blocks the host [20, 60); its copy runs [55, 60) on the
+    # GPU: from the call's start the GPU waits on the staging -> h2d wait [20, 55) = 35, io class
+    row = only_row(analyze(tmp_path, [
+        step(1, 0, 100),
+        *launch("k1", 0, 2, 18, correlation=1, call_dur=2),
+        runtime("cudaMemcpyAsync", 20, 40, correlation=2),
+        memcpy("Memcpy HtoD (Pageable -> Device)", 55, 5, correlation=2),
+        *launch("k2", 60, 62, 38, correlation=3, call_dur=1),
+    ]))
+    assert row["h2d_wait_us"] == pytest.approx(35)
+    assert row["h2d_us"] == pytest.approx(5)
+    assert row["exposed_h2d_us"] == pytest.approx(5)
+    assert row["launch_wait_us"] == pytest.approx(2 + 1)  # [0, 2) and [60, 61) in k2's call
+    assert row["kernel_wait_us"] == pytest.approx(1)  # [61, 62)
+    assert row["io_cost_frac"] == pytest.approx((35 + 5) / 100)
 
 
 # ---------------------------------------------------------------- truncated and garbage files

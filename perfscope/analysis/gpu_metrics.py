@@ -15,8 +15,8 @@ Every step window is cut into an exact partition (the lengths add up to the step
 ========================  ===========================================================
 
 "Nothing launched yet" uses the correlation id: for an idle gap ending when GPU event *g* starts,
-the part of the gap before the runtime call that launched *g* is host wait (the host had not
-asked for more work); the rest is launch latency (kernel wait) or waiting on a dependency (other).
+the part of the gap until the runtime call that launched *g* returned is host wait; the rest is
+launch latency (kernel wait) or waiting on a dependency (other). See :func:`idle_cause_intervals`.
 See ``docs/metrics.md`` for every column.
 """
 
@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.analysis.intervals import EMPTY, Intervals, segments, union
-from perfscope.analysis.steps import StepWindows
+from perfscope.analysis.steps import Launches, StepWindows
 from perfscope.trace.kinds import (
     GPU_KINDS,
     CopyKind,
@@ -52,19 +52,20 @@ KERNEL_WAIT_NS = 10_000
 
 
 def idle_cause_intervals(
-    table: TraceTable, launch_ns: np.ndarray, is_h2d: np.ndarray, busy: Intervals, horizon_ns: int
+    table: TraceTable, launches: Launches, is_h2d: np.ndarray, busy: Intervals, horizon_ns: int
 ) -> tuple[Intervals, Intervals, Intervals]:
     """Split every GPU idle gap by what the GPU was waiting for.
 
-    For a gap ending when GPU event *g* starts, the part before the runtime call that launched *g*
-    is host wait (nothing was queued); the rest is queued time. Queued time before a host-to-device
-    copy is copy wait: the host is still staging the copy (a pageable ``cudaMemcpyAsync`` blocks
-    the host and the GPU alike). Other queued time counts as kernel wait when no longer than
-    :data:`KERNEL_WAIT_NS`.
+    For a gap ending when GPU event *g* starts, the part until the runtime call that launched *g*
+    returned is host wait: nothing was queued, or the host was still inside a blocking launch.
+    The rest is queued time, which counts as kernel wait when no longer than
+    :data:`KERNEL_WAIT_NS`. A host-to-device copy is the exception: from the start of its
+    ``cudaMemcpy*`` call the wait is copy wait, since the host is staging the copy (a pageable
+    copy blocks the host and the GPU alike) and the input pipeline, not launch overhead, decides it.
 
     Args:
         table: The trace.
-        launch_ns: Per row, start (ns) of the launching runtime call, -1 if unknown.
+        launches: Per row, the launching runtime call (from ``launch_times``).
         is_h2d: Per row, True for host-to-device memcpy events.
         busy: Union of all GPU events.
         horizon_ns: End of the trace (ns): the idle time after the last GPU event is host wait.
@@ -77,11 +78,12 @@ def idle_cause_intervals(
         return union(np.array([0]), np.array([horizon_ns])), EMPTY, EMPTY
     order = np.argsort(table.ts_ns[gpu_rows], kind="stable")
     ts_sorted = table.ts_ns[gpu_rows][order]
-    launch_sorted = launch_ns[gpu_rows][order]
     h2d_sorted = is_h2d[gpu_rows][order]
+    # Copies wait on the host from their call's start, kernels until their launch call returned.
+    host_done = np.where(is_h2d[gpu_rows], launches.start_ns[gpu_rows], launches.end_ns[gpu_rows])[order]
     # The GPU event that ends each gap: the first one starting at each busy interval's start.
     first = np.searchsorted(ts_sorted, busy.starts, side="left")
-    next_launch = launch_sorted[first]
+    next_launch = host_done[first]
     next_is_copy = h2d_sorted[first]
     gap_start = np.concatenate([[min(0, int(busy.starts[0]))], busy.ends[:-1]])
     gap_end = busy.starts
@@ -103,13 +105,13 @@ def dataloader_intervals(table: TraceTable, main_thread: int) -> Intervals:
     return _union_of(table, rows)
 
 
-def gpu_step_metrics(table: TraceTable, steps: StepWindows, launch_ns: np.ndarray) -> pd.DataFrame:
+def gpu_step_metrics(table: TraceTable, steps: StepWindows, launches: Launches) -> pd.DataFrame:
     """Per-step metrics of a GPU trace.
 
     Args:
         table: The trace (must hold GPU events).
         steps: Its steps from :func:`perfscope.analysis.steps.find_steps`.
-        launch_ns: Per-row launch times from :func:`perfscope.analysis.steps.launch_times`.
+        launches: Per-row launch calls from :func:`perfscope.analysis.steps.launch_times`.
 
     Returns:
         One row per step; time columns in microseconds (float), see ``docs/metrics.md``.
@@ -130,7 +132,7 @@ def gpu_step_metrics(table: TraceTable, steps: StepWindows, launch_ns: np.ndarra
     }
     busy = _union_of(table, np.flatnonzero(gpu))
     horizon = int(table.end_ns.max()) if table.n_events else 0
-    sets["host_wait"], sets["kernel_wait"], sets["copy_wait"] = idle_cause_intervals(table, launch_ns, h2d, busy, horizon)
+    sets["host_wait"], sets["kernel_wait"], sets["copy_wait"] = idle_cause_intervals(table, launches, h2d, busy, horizon)
     sets["dataloader"] = dataloader_intervals(table, steps.main_thread)
     order = list(sets)
     row = {name: i for i, name in enumerate(order)}

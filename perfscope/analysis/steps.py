@@ -16,6 +16,7 @@ Definitions (also in ``docs/metrics.md``):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -69,28 +70,31 @@ def main_thread_of(table: TraceTable, step_rows: np.ndarray) -> int:
     return int(np.argmax(busy))
 
 
-def _launch_times(table: TraceTable, gpu_rows: np.ndarray) -> np.ndarray:
-    """Start (ns) of the runtime call that launched each GPU row; -1 when not recorded."""
-    out = np.full(gpu_rows.size, -1, dtype=np.int64)
+class Launches(NamedTuple):
+    """Per event row: start and end (ns) of the runtime call that launched it (matched by
+    correlation id); -1 for rows that are not GPU events or whose launch was not recorded."""
+
+    start_ns: np.ndarray
+    end_ns: np.ndarray
+
+
+def launch_times(table: TraceTable) -> Launches:
+    """The launching runtime call of every GPU event row (see :class:`Launches`)."""
+    start = np.full(table.n_events, -1, dtype=np.int64)
+    end = np.full(table.n_events, -1, dtype=np.int64)
+    gpu_rows = np.flatnonzero(table.mask(*GPU_KINDS))
     rt = np.flatnonzero((table.kind == EventKind.RUNTIME) & (table.correlation >= 0))
     if rt.size == 0 or gpu_rows.size == 0:
-        return out
-    corr = table.correlation[rt]
-    order = np.argsort(corr, kind="stable")
-    corr_sorted, rt_sorted = corr[order], rt[order]
+        return Launches(start, end)
+    order = np.argsort(table.correlation[rt], kind="stable")
+    corr_sorted, rt_sorted = table.correlation[rt][order], rt[order]
     want = table.correlation[gpu_rows]
     pos = np.clip(np.searchsorted(corr_sorted, want), 0, corr_sorted.size - 1)
     found = (corr_sorted[pos] == want) & (want >= 0)
-    out[found] = table.ts_ns[rt_sorted[pos[found]]]
-    return out
-
-
-def launch_times(table: TraceTable) -> np.ndarray:
-    """Per event row: start (ns) of the runtime call that launched it; -1 for non-GPU rows."""
-    out = np.full(table.n_events, -1, dtype=np.int64)
-    gpu_rows = np.flatnonzero(table.mask(*GPU_KINDS))
-    out[gpu_rows] = _launch_times(table, gpu_rows)
-    return out
+    call = rt_sorted[pos[found]]
+    start[gpu_rows[found]] = table.ts_ns[call]
+    end[gpu_rows[found]] = table.end_ns[call]
+    return Launches(start, end)
 
 
 def _locate(points: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -100,12 +104,12 @@ def _locate(points: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndar
     return np.where(ok, idx, -1)
 
 
-def find_steps(table: TraceTable, launch_ns: np.ndarray) -> StepWindows:
+def find_steps(table: TraceTable, launches: Launches) -> StepWindows:
     """Find the steps of one trace.
 
     Args:
         table: The trace.
-        launch_ns: Output of :func:`launch_times` for ``table``.
+        launches: Output of :func:`launch_times` for ``table``.
 
     Returns:
         The step windows; a single window covering the trace when it has no ``ProfilerStep#``.
@@ -139,7 +143,8 @@ def find_steps(table: TraceTable, launch_ns: np.ndarray) -> StepWindows:
     n = step.size
     gpu_rows = np.flatnonzero(table.mask(*GPU_KINDS))
     # Attribute GPU work to the step whose CPU span holds its launch (or, unlinked, its start).
-    anchor = np.where(launch_ns[gpu_rows] >= 0, launch_ns[gpu_rows], table.ts_ns[gpu_rows])
+    launched_at = launches.start_ns[gpu_rows]
+    anchor = np.where(launched_at >= 0, launched_at, table.ts_ns[gpu_rows])
     owner = _locate(anchor, cpu_start, cpu_end) if has_markers else np.zeros(gpu_rows.size, np.int64)
     gpu_step = np.full(table.n_events, -1, dtype=np.int64)
     gpu_step[gpu_rows] = owner
