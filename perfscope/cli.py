@@ -11,6 +11,7 @@ import argparse
 import datetime as _dt
 import os
 import sys
+import time
 from pathlib import Path
 
 from perfscope import __version__
@@ -109,27 +110,29 @@ def cmd_analyze(args) -> int:
 
 def cmd_profile(args, script_args: list[str]) -> int:
     from perfscope import collect
-    from perfscope.analysis.run import analyze
+    from perfscope.analysis.run import analyze_files
     from perfscope.outputs import ensure_writable_dir
 
     out = ensure_writable_dir(args.out or _default_out(Path(args.script).stem))
     schedule = collect.ProfileSchedule(
         skip_first=args.skip_first, warmup=args.warmup, active=args.active, max_steps=args.max_steps
     )
+    started = time.time()
     result = collect.collect(args.script, script_args, out_dir=out, schedule=schedule, nproc_per_node=args.nproc_per_node)
     run_info = dict(result.run_info)
     if result.error:
         run_info["error"] = result.error
     run_info["exit_code"] = result.exit_code
 
-    trace_files = result.trace_files
+    trace_files = list(result.trace_files)
     if args.nproc_per_node is None and collect.is_distributed_worker():
         rank = int(os.environ.get("RANK", "0"))
         if rank != 0:
             print(f"perfscope: rank {rank}: wrote {', '.join(map(str, trace_files)) or 'no trace'}", file=sys.stderr)
             return result.exit_code
+        # Rank 0 analyzes the whole job once the other ranks' traces of this run are there.
         world = int(os.environ.get("WORLD_SIZE", "1"))
-        trace_files = collect.wait_for_rank_traces(result.trace_dir, world, args.rank_wait)
+        trace_files = collect.wait_for_rank_traces(result.trace_dir, world, args.rank_wait, newer_than=started)
         if len(trace_files) < world:
             print(f"perfscope: only {len(trace_files)} of {world} rank traces reached {result.trace_dir}; "
                   f"analyzing those (run `perfscope analyze {result.trace_dir}` once all are there)", file=sys.stderr)
@@ -144,7 +147,8 @@ def cmd_profile(args, script_args: list[str]) -> int:
         )
     if result.error:
         print(f"perfscope: the script failed ({result.error}); analyzing the steps captured before it did", file=sys.stderr)
-    analysis = analyze(result.trace_dir, run_info=run_info)
+    # Only this run's traces: the directory may hold older ones from a run with more ranks.
+    analysis = analyze_files(trace_files, run_info=run_info)
     _finish(analysis, out)
     return result.exit_code
 

@@ -222,7 +222,16 @@ def analyze(path: str | Path, run_info: dict | None = None) -> Analysis:
         TraceFormatError: no trace files, an unreadable or empty trace.
         AnalysisError: ranks disagree on step numbers.
     """
-    files = find_trace_files(Path(path))
+    return analyze_files(find_trace_files(Path(path)), run_info)
+
+
+def analyze_files(files: list[Path], run_info: dict | None = None) -> Analysis:
+    """Analyze the given trace files as one run (see :func:`analyze`).
+
+    Raises:
+        TraceFormatError: an unreadable or empty trace.
+        AnalysisError: ranks disagree on step numbers.
+    """
     tables = []
     for f in files:
         raw = read_trace(f)

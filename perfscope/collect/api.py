@@ -1,0 +1,103 @@
+"""``collect()``: the entry point ``perfscope profile`` calls."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from collections.abc import Sequence
+
+from perfscope.collect.errors import CollectError
+from perfscope.collect.result import CollectResult
+from perfscope.collect.schedule import ProfileSchedule
+
+def is_distributed_worker() -> bool:
+    """True when this process is one rank of a job started by torchrun.
+
+    torchrun (and most cluster launchers built on it) set ``RANK`` and
+    ``WORLD_SIZE``; ``collect()`` then profiles only this rank.
+    """
+    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+
+
+def collect(
+    script: str | os.PathLike,
+    script_args: Sequence[str],
+    *,
+    out_dir: pathlib.Path,
+    schedule: ProfileSchedule = ProfileSchedule(),
+    nproc_per_node: int | None = None,
+) -> CollectResult:
+    """Run a training script under the PyTorch profiler and write its traces.
+
+    Three modes:
+
+    * plain: the script runs in this interpreter as ``python SCRIPT args``
+      would; one trace, ``traces/rank0.pt.trace.json.gz``;
+    * ``nproc_per_node=N``: N ranks through ``torch.distributed.run
+      --standalone``; one trace per rank;
+    * inside a torchrun job (``RANK``/``WORLD_SIZE`` set): this rank only,
+      into ``traces/rank<RANK>...``. ``collect()`` does not wait for the
+      other ranks; on rank 0 the caller does, with
+      :func:`perfscope.collect.wait_for_rank_traces` (the CLI's
+      ``--rank-wait``).
+
+    Args:
+        script: Path to the training script (a ``.py`` file).
+        script_args: Arguments passed to the script.
+        out_dir: Output directory (created if missing).
+        schedule: Which steps to record and when to end the script.
+        nproc_per_node: Ranks to launch on this node, or None for a plain run.
+
+    Returns:
+        What happened: trace files, exit status, one-line error, steps seen.
+        A failing script is reported in the result, not raised.
+
+    Raises:
+        CollectError: Bad script path, unwritable output directory, torch not
+            installed, invalid ``nproc_per_node``, or a trace write failure.
+    """
+    out_dir = pathlib.Path(out_dir)
+    if nproc_per_node is not None:
+        if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int) or nproc_per_node < 1:
+            raise CollectError(f"--nproc-per-node must be an integer >= 1, got {nproc_per_node!r}")
+        if is_distributed_worker():
+            raise CollectError(
+                "--nproc-per-node cannot be used inside a job started by torchrun "
+                "(RANK is set); run `torchrun ... -m perfscope profile SCRIPT` without it"
+            )
+        from perfscope.collect.session import import_torch
+
+        import_torch()
+        from perfscope.collect.launch import launch_workers
+
+        return launch_workers(
+            script, script_args, out_dir=out_dir, schedule=schedule, nproc_per_node=nproc_per_node
+        )
+
+    from perfscope.collect.session import profile_in_process
+
+    if not is_distributed_worker():
+        return profile_in_process(
+            script, script_args, out_dir=out_dir, schedule=schedule, clear_all_ranks=True
+        )
+
+    rank, world_size = _env_int("RANK"), _env_int("WORLD_SIZE")
+    local_world = os.environ.get("LOCAL_WORLD_SIZE")
+    return profile_in_process(
+        script,
+        script_args,
+        out_dir=out_dir,
+        schedule=schedule,
+        rank=rank,
+        world_size=world_size,
+        nproc_per_node=int(local_world) if local_world and local_world.isdigit() else None,
+        result_rank=rank,
+    )
+
+
+def _env_int(name: str) -> int:
+    value = os.environ[name]
+    try:
+        return int(value)
+    except ValueError:
+        raise CollectError(f"environment variable {name} must be an integer, got {value!r}") from None

@@ -1,0 +1,200 @@
+"""Profile a multi-process job through PyTorch's own launcher (torchrun).
+
+``collect(nproc_per_node=N)`` starts::
+
+    python -m torch.distributed.run --standalone --nproc-per-node N \\
+        -m perfscope.collect.worker <options> -- SCRIPT ARGS...
+
+in a new session, waits for it, and gathers the ranks' trace files. On
+Ctrl-C, SIGTERM or any error while waiting, the launcher is terminated (it
+stops the ranks and their DataLoader workers), then killed; ranks whose
+launcher is killed die with it, so nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+
+import perfscope.collect
+from perfscope.collect import traces
+from perfscope.collect.result import CollectResult, build_run_info, utc_now_iso
+from perfscope.collect.schedule import ProfileSchedule
+from perfscope.collect.script import check_script
+from perfscope.collect.worker import worker_argv
+
+_INTERRUPTED_EXIT_CODE = 130
+# Seconds the launcher gets to stop its ranks after SIGTERM before SIGKILL;
+# longer than torchrun's own 30 s grace for ranks that ignore SIGTERM.
+_TERMINATE_GRACE_S = 40.0
+
+
+def launch_workers(
+    script: str | os.PathLike,
+    script_args: Sequence[str],
+    *,
+    out_dir: pathlib.Path,
+    schedule: ProfileSchedule,
+    nproc_per_node: int,
+) -> CollectResult:
+    """Run ``nproc_per_node`` profiled ranks of ``script`` on this node.
+
+    Args:
+        script: Path to the script.
+        script_args: Its arguments.
+        out_dir: Output directory; traces go to ``<out_dir>/traces``.
+        schedule: Profiling window and stop rule (the same on every rank).
+        nproc_per_node: Number of ranks to start (>= 1).
+
+    Returns:
+        The result: ``exit_code`` is the launcher's, ``steps_seen`` and
+        ``stopped_early`` are rank 0's, ``error`` the first failing rank's.
+
+    Raises:
+        CollectError: Bad script path or unwritable output directory.
+    """
+    script = check_script(script)
+    trace_dir = traces.prepare_trace_dir(out_dir)
+    traces.remove_rank_traces(trace_dir)  # a previous run may have had more ranks
+    result_dir = pathlib.Path(tempfile.mkdtemp(prefix="perfscope-ranks-"))
+    command = [
+        sys.executable, "-m", "torch.distributed.run",
+        "--standalone", f"--nproc-per-node={nproc_per_node}",
+        "-m", "perfscope.collect.worker",
+        *worker_argv(out_dir=pathlib.Path(out_dir).resolve(), result_dir=result_dir,
+                     schedule=schedule),
+        "--", script, *script_args,
+    ]  # fmt: skip
+
+    started_at = utc_now_iso()
+    t0 = time.perf_counter()
+    try:
+        exit_code, interrupted = _run_group(command, _child_env())
+        ranks = _read_rank_results(result_dir, nproc_per_node)
+    finally:
+        shutil.rmtree(result_dir, ignore_errors=True)
+    duration_s = time.perf_counter() - t0
+
+    rank0 = ranks.get(0, {})
+    error = None
+    if interrupted:
+        error = f"{script} was interrupted (KeyboardInterrupt)"
+    elif exit_code != 0:
+        failed = [(d.get("ended_at", float("inf")), r, d["error"])
+                  for r, d in ranks.items() if d.get("error")]  # fmt: skip
+        if failed:
+            _, rank, message = min(failed)  # the first failure is the root cause
+            error = f"rank {rank}: {message}"
+        else:
+            error = f"the launcher (torch.distributed.run) exited with status {exit_code}"
+    return CollectResult(
+        trace_dir=trace_dir,
+        trace_files=traces.rank_traces(trace_dir),
+        exit_code=exit_code,
+        error=error,
+        steps_seen=int(rank0.get("steps_seen", 0)),
+        stopped_early=bool(rank0.get("stopped_early", False)),
+        run_info=build_run_info(
+            script=script,
+            args=script_args,
+            schedule=schedule,
+            world_size=nproc_per_node,
+            nproc_per_node=nproc_per_node,
+            rank=None,
+            started_at=started_at,
+            duration_s=duration_s,
+        ),
+    )
+
+
+def _child_env() -> dict[str, str]:
+    # The ranks must import the same perfscope as this process, also when it
+    # runs from a source checkout that is not installed. Appended, so the
+    # user's own PYTHONPATH entries keep precedence.
+    env = dict(os.environ)
+    root = str(pathlib.Path(perfscope.collect.__file__).resolve().parents[2])
+    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in parts:
+        parts.append(root)
+    env["PYTHONPATH"] = os.pathsep.join(parts)
+    return env
+
+
+def _run_group(command: list[str], env: dict[str, str]) -> tuple[int, bool]:
+    """Run the launcher in its own session; returns (exit code, interrupted).
+
+    Ctrl-C then reaches only perfscope, which stops the launcher in order:
+    torchrun forwards the SIGTERM to each rank's process group (ranks and
+    their DataLoader workers) and reaps them. SIGTERM sent to perfscope
+    itself (a batch scheduler ending the job) also stops the launcher first.
+    """
+    proc = subprocess.Popen(command, env=env, start_new_session=True)
+    interrupted = False
+    previous = _on_sigterm_exit()
+    try:
+        try:
+            exit_code = proc.wait()
+            if exit_code < 0:  # killed by a signal: report it as a shell would
+                exit_code = 128 - exit_code
+        except KeyboardInterrupt:
+            interrupted = True
+            _terminate(proc)
+            exit_code = _INTERRUPTED_EXIT_CODE
+    except BaseException:
+        _terminate(proc)
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        # Anything left in the launcher's group is a leak: kill it.
+        _signal_group(proc.pid, signal.SIGKILL)
+    return exit_code, interrupted
+
+
+def _on_sigterm_exit():
+    """While waiting, turn SIGTERM into SystemExit so the launcher is stopped too."""
+    if threading.current_thread() is not threading.main_thread():
+        return None  # signal handlers can only be set from the main thread
+
+    def handler(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    return signal.signal(signal.SIGTERM, handler)
+
+
+def _terminate(proc: subprocess.Popen) -> None:
+    # SIGTERM to the launcher only: it shuts its ranks down itself (SIGTERM to
+    # each rank's group, SIGKILL after 30 s). Ranks also die with the launcher
+    # if it has to be killed (the worker sets PR_SET_PDEATHSIG).
+    _signal_group(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=_TERMINATE_GRACE_S)
+    except subprocess.TimeoutExpired:
+        _signal_group(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass  # the group is already gone
+
+
+def _read_rank_results(result_dir: pathlib.Path, world_size: int) -> dict[int, dict]:
+    results = {}
+    for rank in range(world_size):
+        try:
+            results[rank] = json.loads((result_dir / f"rank{rank}.json").read_text())
+        except (OSError, ValueError):
+            continue  # the rank died before reporting (killed, os._exit, ...)
+    return results

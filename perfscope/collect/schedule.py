@@ -1,0 +1,75 @@
+"""Which training steps `perfscope profile` records, and when it ends the script."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from perfscope.collect.errors import ScheduleError
+
+
+def _check_int(name: str, value: object, minimum: int, allowed: str) -> None:
+    # bool is an int subclass; `active=True` is a typo, not a step count.
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ScheduleError(f"ProfileSchedule.{name} must be {allowed}, got {value!r}")
+
+
+@dataclasses.dataclass(kw_only=True, frozen=True)
+class ProfileSchedule:
+    """The profiling window, counted in training steps.
+
+    A step is one optimizer update (or one ``perfscope.step()`` call); see
+    ``docs/collection.md``. The window is: ``skip_first`` steps run without the
+    profiler tracing, then ``warmup`` steps traced and discarded, then ``active``
+    steps recorded into the trace.
+
+    Attributes:
+        skip_first: Steps run unprofiled first, so that DataLoader workers have
+            started, cuDNN autotuning and the caching allocator have warmed up.
+        warmup: Steps traced but discarded; the profiler's own start-up cost
+            lands in them instead of in the recorded steps.
+        active: Steps recorded in the trace (at least 1).
+        max_steps: End the script cleanly after this many steps. ``None``
+            (default) ends it once the window is recorded, i.e. after
+            ``skip_first + warmup + active`` steps; ``0`` lets the script run
+            to its own end. Any other value must be at least the window, since
+            stopping earlier would silently record fewer steps.
+
+    Raises:
+        ValueError: A field is not an integer in its allowed range; the message
+            names the field and the range. (A ``ScheduleError``, which is also
+            a ``PerfscopeError``, so the CLI prints it as a one-line error.)
+    """
+
+    skip_first: int = 3
+    warmup: int = 2
+    active: int = 5
+    max_steps: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_int("skip_first", self.skip_first, 0, "an integer >= 0")
+        _check_int("warmup", self.warmup, 0, "an integer >= 0")
+        _check_int("active", self.active, 1, "an integer >= 1")
+        if self.max_steps is not None and self.max_steps != 0:
+            window = self.window_steps
+            _check_int(
+                "max_steps",
+                self.max_steps,
+                window,
+                f"None, 0 (run to the end) or an integer >= skip_first + warmup + active = {window}",
+            )
+
+    @property
+    def window_steps(self) -> int:
+        """Steps from the script's start to the end of the recorded window."""
+        return self.skip_first + self.warmup + self.active
+
+    @property
+    def stop_after(self) -> int | None:
+        """Steps after which perfscope ends the script; ``None`` = never."""
+        if self.max_steps is None:
+            return self.window_steps
+        return self.max_steps or None
+
+    def to_dict(self) -> dict:
+        """The fields as a JSON-able dict (``max_steps`` as configured)."""
+        return dataclasses.asdict(self)

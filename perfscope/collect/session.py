@@ -1,0 +1,140 @@
+"""Profile a script in this process: one rank, one trace file."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import time
+import warnings
+from collections.abc import Sequence
+
+from perfscope.collect import traces
+from perfscope.collect.errors import CollectError
+from perfscope.collect.result import CollectResult, build_run_info, utc_now_iso
+from perfscope.collect.schedule import ProfileSchedule
+from perfscope.collect.script import check_script, run_script
+
+
+def import_torch():
+    """Import torch, or explain that ``perfscope profile`` needs it.
+
+    Raises:
+        CollectError: torch is not installed.
+    """
+    try:
+        import torch
+    except ImportError:
+        raise CollectError(
+            "perfscope profile needs PyTorch >= 2.4 in this environment "
+            "(pip install 'perfscope-torch[torch]'); analyzing existing traces does not"
+        ) from None
+    return torch
+
+
+def profile_in_process(
+    script: str | os.PathLike,
+    script_args: Sequence[str],
+    *,
+    out_dir: pathlib.Path,
+    schedule: ProfileSchedule,
+    rank: int = 0,
+    world_size: int = 1,
+    nproc_per_node: int | None = None,
+    result_rank: int | None = None,
+    clear_all_ranks: bool = False,
+) -> CollectResult:
+    """Run ``script`` under the profiler and write ``traces/rank<rank>...``.
+
+    Args:
+        script: Path to the script.
+        script_args: Its arguments.
+        out_dir: Output directory; traces go to ``<out_dir>/traces``.
+        schedule: Profiling window and stop rule.
+        rank: This process's rank (names the trace file).
+        world_size: Ranks in the job (for run_info).
+        nproc_per_node: Recorded in run_info.
+        result_rank: ``rank`` recorded in run_info (None for a plain run).
+        clear_all_ranks: Delete every old ``rank*`` trace first, not just this
+            rank's (only safe when no other rank writes concurrently).
+
+    Returns:
+        The result; ``trace_files`` holds this rank's trace if one was written.
+
+    Raises:
+        CollectError: Bad script path, unwritable output, torch missing, or the
+            trace could not be written.
+    """
+    script = check_script(script)
+    torch = import_torch()
+    from perfscope.collect.steps import StepTracker  # imports torch
+
+    trace_dir = traces.prepare_trace_dir(out_dir)
+    trace_path = trace_dir / traces.trace_file_name(rank)
+    # Never report a previous run's trace.
+    if clear_all_ranks:
+        traces.remove_rank_traces(trace_dir)
+    trace_path.unlink(missing_ok=True)
+    exporter = traces.TraceExporter(trace_path)
+
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with warnings.catch_warnings():
+        # warmup=0 is a legitimate choice; torch warns about it on every run.
+        warnings.filterwarnings("ignore", message=".*warmup.*")
+        torch_schedule = torch.profiler.schedule(
+            # +1: profiler step 0 is the script's setup, before the first step.
+            skip_first=schedule.skip_first + 1,
+            wait=0,
+            warmup=schedule.warmup,
+            active=schedule.active,
+            repeat=1,
+        )
+    prof = torch.profiler.profile(
+        activities=activities, schedule=torch_schedule, on_trace_ready=exporter
+    )
+    tracker = StepTracker(prof, schedule)
+
+    started_at = utc_now_iso()
+    t0 = time.perf_counter()
+    tracker.start()
+    try:
+        outcome = run_script(script, list(script_args))
+    finally:
+        tracker.close()
+    if outcome.stopped_early:
+        _destroy_process_group(torch)
+    duration_s = time.perf_counter() - t0
+
+    if exporter.error is not None:
+        raise CollectError(f"could not write trace {trace_path}: {exporter.error}")
+    return CollectResult(
+        trace_dir=trace_dir,
+        trace_files=[trace_path] if exporter.written else [],
+        exit_code=outcome.exit_code,
+        error=outcome.error,
+        steps_seen=tracker.steps_seen,
+        stopped_early=outcome.stopped_early,
+        run_info=build_run_info(
+            script=script,
+            args=script_args,
+            schedule=schedule,
+            world_size=world_size,
+            nproc_per_node=nproc_per_node,
+            rank=result_rank,
+            started_at=started_at,
+            duration_s=duration_s,
+        ),
+    )
+
+
+def _destroy_process_group(torch) -> None:
+    # The script was cut off before its own cleanup; a process group left
+    # alive makes NCCL warn at exit and can hold the rendezvous port. All ranks
+    # stop at the same step, so no collective is in flight.
+    dist = torch.distributed
+    try:
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception as exc:  # noqa: BLE001 - cleanup only
+        warnings.warn(f"perfscope: could not destroy the process group: {exc}", stacklevel=2)

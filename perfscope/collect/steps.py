@@ -1,0 +1,306 @@
+"""Finds training-step boundaries in an unmodified script and drives the profiler.
+
+A step ends when the script's (first) optimizer steps. The optimizer-step post
+hook runs *inside* the optimizer's ``Optimizer.step#...`` profiler range, so
+calling ``prof.step()`` there would make ``ProfilerStep#N`` straddle that
+range. The hook therefore only marks the boundary as pending; it is taken at
+the next *iteration point*, which lies outside any torch-opened range:
+
+* the next DataLoader fetch (before ``enumerate(DataLoader)#...`` opens),
+* the next module forward (global forward pre-hook),
+* the next ``torch.autograd.backward`` (loops built from plain tensors),
+* ``perfscope.step()``,
+* last resort: the next step of the same optimizer (its pre-hook, which *is*
+  inside ``Optimizer.step#``; only reached by loops with none of the above).
+
+The code before the first iteration point (imports, model construction) is
+the profiler's step 0 and is never traced: the torch schedule skips one more
+step than the user asked for. So profiler step ``N`` is training step ``N``.
+
+Every hook starts with O(1) flag checks, and the module forward hook is
+registered only while a boundary is pending, so outside the profiled window
+the cost is a Python function call per fetch / backward / optimizer step.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+import weakref
+from typing import Any, Callable
+
+import torch
+import torch.optim.optimizer as optim_mod
+import torch.utils.data.dataloader as dataloader_mod
+from torch.nn.modules import module as module_mod
+
+from perfscope.collect import control
+from perfscope.collect.schedule import ProfileSchedule
+
+_is_compiling: Callable[[], bool] = torch.compiler.is_compiling
+
+
+class StepTracker:
+    """Counts training steps and places ``prof.step()`` calls between them.
+
+    Args:
+        prof: A ``torch.profiler.profile`` built with a schedule that skips
+            ``schedule.skip_first + 1`` steps (step 0 is the script's setup).
+        schedule: The user's schedule; decides when the window is done and
+            when to end the script.
+
+    Attributes:
+        steps_seen: Training steps counted so far in this process.
+        stopped_early: True once perfscope raised its stop signal.
+        window_done: True once the active window was recorded (trace exported).
+    """
+
+    def __init__(self, prof: Any, schedule: ProfileSchedule) -> None:
+        self._prof = prof
+        self._stop_after = schedule.stop_after
+        # prof.step_num after the boundary that closes the last active step.
+        self._window_end = schedule.window_steps + 1
+        self._thread = threading.get_ident()
+        self.steps_seen = 0
+        self.stopped_early = False
+        self.window_done = False
+        self._setup_done = False
+        self._pending = False
+        self._explicit = False
+        self._lead: weakref.ref | None = None
+        self._optimizer_calls = 0  # every optimizer step, for the GradScaler check
+        self._undo: list[Callable[[], None]] = []
+        self._forward_hook: Any = None
+        # The one flag the per-fetch and per-backward hooks look at.
+        self.point_armed = False
+
+    # ----------------------------------------------------------------- life cycle
+    def start(self) -> None:
+        """Install the hooks and start the profiler (call right before the script)."""
+        if control.active is not None:
+            raise RuntimeError("another perfscope profiling session is active in this process")
+        control.active = self
+        self._undo.append(_restore_active)
+        handles = [
+            optim_mod.register_optimizer_step_pre_hook(_optimizer_pre_hook),
+            optim_mod.register_optimizer_step_post_hook(_optimizer_post_hook),
+        ]
+        self._undo.extend(h.remove for h in handles)
+        self._undo.append(self._disarm)
+        self._patch(dataloader_mod._BaseDataLoaderIter, "__next__", _wrap_fetch)
+        self._patch(torch.autograd, "backward", _wrap_backward)
+        self._patch(torch.amp.GradScaler, "step", _wrap_scaler_step)
+        self._arm()  # the first iteration point ends the setup
+        try:
+            self._prof.__enter__()
+        except BaseException:
+            self.window_done = True  # nothing to stop
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Remove the hooks and stop the profiler; exports a window cut short.
+
+        Stopping inside the active window makes the profiler hand the steps
+        recorded so far to its ``on_trace_ready`` callback.
+        """
+        while self._undo:
+            self._undo.pop()()
+        if not self.window_done:
+            self.window_done = True
+            self._prof.__exit__(None, None, None)
+
+    def _arm(self) -> None:
+        """Watch for the next iteration point.
+
+        The global forward pre-hook exists only while armed: with any global
+        module hook registered, every ``Module.__call__`` takes torch's slow
+        path (about 1 us per module call, 6% of a step of 400 tiny modules),
+        so it is added when a boundary is pending and removed once taken.
+        Removing it from inside the hook is safe: torch iterates a copy.
+        """
+        self.point_armed = True
+        if self._forward_hook is None:
+            self._forward_hook = module_mod.register_module_forward_pre_hook(_forward_pre_hook)
+
+    def _disarm(self) -> None:
+        self.point_armed = False
+        if self._forward_hook is not None:
+            self._forward_hook.remove()
+            self._forward_hook = None
+
+    def _patch(self, owner: Any, name: str, wrapper: Callable) -> None:
+        original = owner.__dict__[name]
+        setattr(owner, name, wrapper(original))
+        self._undo.append(lambda: setattr(owner, name, original))
+
+    # ----------------------------------------------------------------- events
+    def _acting(self) -> bool:
+        # Threads other than the script's main thread (DataParallel replicas,
+        # prefetch threads) must not move the step boundary.
+        return (
+            control.active is self
+            and not self.stopped_early
+            and threading.get_ident() == self._thread
+        )
+
+    def iteration_point(self) -> None:
+        """A fetch, forward or backward started: take a pending boundary."""
+        if not self._acting() or self.window_done:
+            return
+        if not self._setup_done:
+            self._end_setup()
+        elif self._pending:
+            self._boundary()
+
+    def optimizer_pre(self, optimizer: Any) -> None:
+        """Last-resort boundary for loops without fetch/forward/backward."""
+        if not self._acting() or self.window_done:
+            return
+        if not self._setup_done:
+            self._end_setup()
+        elif self._pending and self._is_lead(optimizer):
+            self._boundary()
+
+    def optimizer_stepped(self, optimizer: Any) -> None:
+        """An optimizer finished (or GradScaler skipped) its update."""
+        if not self._acting() or self._explicit:
+            return
+        lead = self._lead() if self._lead is not None else None
+        if lead is None:
+            # The first optimizer that steps defines the step; re-elected if
+            # it is garbage collected (e.g. a warm-up optimizer in setup).
+            self._lead = weakref.ref(optimizer)
+        elif lead is not optimizer:
+            return  # another optimizer in the same iteration: no new step
+        self._count()
+        if not self.window_done:
+            self._pending = True
+            self._arm()
+
+    def explicit_step(self) -> None:
+        """``perfscope.step()``: the step ends here."""
+        if not self._acting():
+            return
+        if not self._explicit:
+            self._explicit = True  # optimizer hooks stop counting from now on
+            if self._pending:
+                # This iteration was already counted by the optimizer hook.
+                self._boundary()
+                return
+            if not self._setup_done:
+                # No fetch/forward/backward seen: the first step cannot be
+                # told apart from the setup; it ends profiler step 0 (never
+                # traced), so profiler step N is training step N + 1 here.
+                self._end_setup()
+                self._count()
+                return
+        self._count()
+        if not self.window_done:
+            self._boundary()
+
+    # ----------------------------------------------------------------- internals
+    def _is_lead(self, optimizer: Any) -> bool:
+        return self._lead is not None and self._lead() is optimizer
+
+    def _count(self) -> None:
+        self.steps_seen += 1
+        if self.window_done:
+            self._maybe_stop()
+
+    def _end_setup(self) -> None:
+        self._setup_done = True
+        if not self._pending:
+            self._disarm()
+        self._prof.step()
+
+    def _boundary(self) -> None:
+        self._pending = False
+        self._disarm()
+        self._prof.step()  # exports the trace when this closes the window
+        if self._prof.step_num >= self._window_end:
+            self.window_done = True
+            # Stop now: the rest of the run costs only the counting hooks.
+            self._prof.__exit__(None, None, None)
+            self._maybe_stop()
+
+    def _maybe_stop(self) -> None:
+        if self._stop_after is not None and self.steps_seen >= self._stop_after:
+            self.stopped_early = True
+            self._disarm()
+            raise control._StopScript()
+
+
+def _restore_active() -> None:
+    control.active = None
+
+
+# Hooks are module-level functions that look up the active tracker, so the
+# same function objects can be registered and removed. Each begins with
+# is_compiling(): under torch.compile dynamo inlines module hooks, and a
+# constant-False branch keeps them from causing graph breaks.
+def _forward_pre_hook(module: Any, args: Any) -> None:
+    if _is_compiling():
+        return None
+    tracker = control.active
+    if tracker is not None and tracker.point_armed:
+        tracker.iteration_point()
+    return None
+
+
+def _optimizer_pre_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+    if _is_compiling():
+        return None
+    tracker = control.active
+    if tracker is not None and tracker.point_armed:
+        tracker.optimizer_pre(optimizer)
+    return None
+
+
+def _optimizer_post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
+    if _is_compiling():
+        return
+    tracker = control.active
+    if tracker is not None:
+        tracker._optimizer_calls += 1
+        tracker.optimizer_stepped(optimizer)
+
+
+def _wrap_fetch(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def __next__(self: Any) -> Any:
+        tracker = control.active
+        if tracker is not None and tracker.point_armed:
+            tracker.iteration_point()  # before the fetch opens its range
+        return original(self)
+
+    return __next__
+
+
+def _wrap_backward(original: Callable) -> Callable:
+    @functools.wraps(original)
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        tracker = control.active
+        if tracker is not None and tracker.point_armed and not _is_compiling():
+            tracker.iteration_point()
+        return original(*args, **kwargs)
+
+    return backward
+
+
+def _wrap_scaler_step(original: Callable) -> Callable:
+    # GradScaler.step skips optimizer.step() when the gradients hold inf/NaN,
+    # so the post hook does not run; without this the skipped iteration would
+    # merge into the next step and shift the window.
+    @functools.wraps(original)
+    def step(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
+        tracker = control.active
+        if tracker is None:
+            return original(self, optimizer, *args, **kwargs)
+        calls = tracker._optimizer_calls
+        result = original(self, optimizer, *args, **kwargs)
+        if tracker._optimizer_calls == calls:
+            tracker.optimizer_stepped(optimizer)
+        return result
+
+    return step

@@ -1,0 +1,519 @@
+"""Tests of the collection layer (perfscope.collect): scripts run under the profiler.
+
+Each test writes a tiny training script to tmp_path and profiles it in this
+process; traces are read with gzip + json directly.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from perfscope.collect import (  # noqa: E402
+    CollectError,
+    ProfileSchedule,
+    collect,
+    is_distributed_worker,
+    step,
+    wait_for_rank_traces,
+)
+from perfscope.errors import PerfscopeError  # noqa: E402
+
+SMALL = ProfileSchedule(skip_first=1, warmup=1, active=3)
+
+# A DataLoader + module + SGD loop; ITERATIONS and the body's extras are
+# filled in per test. Written so that each iteration is one training step.
+LOOP = """
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+torch.manual_seed(0)
+loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=4)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+it = 0
+while it < {iterations}:
+    for x, y in loader:
+        it += 1
+        opt.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        opt.step()
+        {extra}
+        if it >= {iterations}:
+            break
+"""
+
+
+def write_script(tmp_path: pathlib.Path, body: str, name: str = "train.py") -> pathlib.Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return path
+
+
+def loop_script(tmp_path: pathlib.Path, iterations: int | str = 10**6, extra: str = "pass") -> pathlib.Path:
+    return write_script(tmp_path, LOOP.format(iterations=iterations, extra=extra))
+
+
+def trace_events(path: pathlib.Path) -> list[dict]:
+    with gzip.open(path, "rt") as f:
+        return [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+
+
+def profiler_steps(events: list[dict]) -> list[dict]:
+    return sorted((e for e in events if e["name"].startswith("ProfilerStep#")), key=lambda e: e["ts"])
+
+
+def within(event: dict, span: dict) -> bool:
+    return span["ts"] <= event["ts"] and event["ts"] + event["dur"] <= span["ts"] + span["dur"]
+
+
+def assert_no_straddling(events: list[dict]) -> list[dict]:
+    steps = profiler_steps(events)
+    for a, b in zip(steps, steps[1:]):
+        assert a["ts"] + a["dur"] <= b["ts"], f"{a['name']} overlaps {b['name']}"
+    for e in events:
+        if e["name"].startswith(("Optimizer.step#", "enumerate(DataLoader)#")):
+            inside = [s["name"] for s in steps if within(e, s)]
+            assert len(inside) == 1, f"{e['name']} at {e['ts']} is not inside one step: {inside}"
+    return steps
+
+
+def count_in(events: list[dict], span: dict, prefix: str) -> int:
+    return sum(1 for e in events if e["name"].startswith(prefix) and within(e, span))
+
+
+# --------------------------------------------------------------------------- steps
+
+
+def test_steps_from_optimizer_hook(tmp_path):
+    result = collect(loop_script(tmp_path), [], out_dir=tmp_path / "out", schedule=SMALL)
+
+    assert result.exit_code == 0 and result.error is None
+    assert result.stopped_early and result.steps_seen == SMALL.window_steps
+    assert result.trace_files == [tmp_path / "out" / "traces" / "rank0.pt.trace.json.gz"]
+    events = trace_events(result.trace_files[0])
+    steps = assert_no_straddling(events)
+    # Profiler step N is training step N: skip 1, warm up 1, record 3..5.
+    assert [s["name"] for s in steps] == ["ProfilerStep#3", "ProfilerStep#4", "ProfilerStep#5"]
+    for s in steps:
+        assert count_in(events, s, "Optimizer.step#") == 1
+        assert count_in(events, s, "enumerate(DataLoader)#") == 1
+
+
+def test_steps_without_dataloader_use_forward_boundary(tmp_path):
+    script = write_script(
+        tmp_path,
+        """
+        import torch
+        model = torch.nn.Linear(8, 1)
+        opt = torch.optim.Adam(model.parameters())
+        x = torch.randn(4, 8)
+        while True:
+            opt.zero_grad()
+            model(x).sum().backward()
+            opt.step()
+        """,
+    )
+    result = collect(script, [], out_dir=tmp_path / "out", schedule=SMALL)
+    events = trace_events(result.trace_files[0])
+    steps = assert_no_straddling(events)
+    assert len(steps) == SMALL.active
+    for s in steps:
+        assert count_in(events, s, "Optimizer.step#") == 1
+        assert count_in(events, s, "aten::linear") == 1
+
+
+def test_explicit_step_marker_without_optimizer(tmp_path):
+    script = write_script(
+        tmp_path,
+        """
+        import torch
+        from perfscope.collect import step
+        w = torch.randn(8, 1, requires_grad=True)
+        x = torch.randn(4, 8)
+        for _ in range(10**6):
+            loss = (x @ w).square().sum()
+            loss.backward()
+            with torch.no_grad():
+                w -= 0.01 * w.grad
+                w.grad = None
+            with torch.profiler.record_function("my_update_done"):
+                pass
+            step()
+        """,
+    )
+    result = collect(script, [], out_dir=tmp_path / "out", schedule=SMALL)
+
+    assert result.exit_code == 0 and result.stopped_early
+    assert result.steps_seen == SMALL.window_steps
+    events = trace_events(result.trace_files[0])
+    steps = assert_no_straddling(events)
+    assert len(steps) == SMALL.active
+    for s in steps:
+        assert count_in(events, s, "my_update_done") == 1
+
+
+def test_explicit_marker_with_optimizer_is_not_double_counted(tmp_path):
+    script = loop_script(tmp_path, iterations=8, extra="perfscope_step()")
+    script.write_text("from perfscope.collect import step as perfscope_step\n" + script.read_text())
+    schedule = ProfileSchedule(skip_first=1, warmup=1, active=2, max_steps=0)
+    result = collect(script, [], out_dir=tmp_path / "out", schedule=schedule)
+
+    assert result.exit_code == 0 and not result.stopped_early
+    assert result.steps_seen == 8
+    steps = assert_no_straddling(trace_events(result.trace_files[0]))
+    assert len(steps) == 2
+
+
+def test_step_is_a_noop_when_not_profiling():
+    step()  # must not raise
+
+
+def test_gradient_accumulation_step_spans_micro_batches(tmp_path):
+    script = write_script(
+        tmp_path,
+        """
+        import torch
+        from torch.utils.data import DataLoader, TensorDataset
+        loader = DataLoader(TensorDataset(torch.randn(4096, 8)), batch_size=2)
+        model = torch.nn.Linear(8, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        for i, (x,) in enumerate(loader):
+            model(x).sum().backward()   # one micro-batch
+            if i % 2 == 1:              # update every 2 micro-batches
+                opt.step()
+                opt.zero_grad()
+        """,
+    )
+    result = collect(script, [], out_dir=tmp_path / "out", schedule=SMALL)
+
+    assert result.steps_seen == SMALL.window_steps
+    events = trace_events(result.trace_files[0])
+    steps = assert_no_straddling(events)
+    assert len(steps) == SMALL.active
+    for s in steps:
+        assert count_in(events, s, "aten::linear") == 2  # two forwards
+        assert count_in(events, s, "enumerate(DataLoader)#") == 2
+        assert count_in(events, s, "Optimizer.step#") == 1
+
+
+def test_several_optimizers_count_one_step_per_iteration(tmp_path):
+    script = write_script(
+        tmp_path,
+        """
+        import torch
+        body, head = torch.nn.Linear(8, 8), torch.nn.Linear(8, 1)
+        opt_body = torch.optim.SGD(body.parameters(), lr=0.01)
+        opt_head = torch.optim.Adam(head.parameters())
+        x = torch.randn(4, 8)
+        for _ in range(9):
+            head(body(x)).sum().backward()
+            opt_body.step()
+            opt_head.step()
+            opt_body.zero_grad(); opt_head.zero_grad()
+        """,
+    )
+    schedule = ProfileSchedule(skip_first=1, warmup=1, active=2, max_steps=0)
+    result = collect(script, [], out_dir=tmp_path / "out", schedule=schedule)
+
+    assert result.steps_seen == 9
+    events = trace_events(result.trace_files[0])
+    steps = assert_no_straddling(events)
+    for s in steps:
+        assert count_in(events, s, "Optimizer.step#SGD") == 1
+        assert count_in(events, s, "Optimizer.step#Adam") == 1
+
+
+def test_amp_skipped_steps_still_count(tmp_path):
+    script = write_script(
+        tmp_path,
+        """
+        import torch
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        scaler = torch.amp.GradScaler("cpu", init_scale=4.0)
+        stepped = 0
+        def count(*_):
+            global stepped
+            stepped += 1
+        opt.register_step_post_hook(count)
+        for i in range(10):
+            loss = model(torch.randn(2, 4)).sum()
+            if i in (2, 5):
+                loss = loss * float("inf")  # GradScaler skips optimizer.step()
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            opt.zero_grad()
+        assert stepped == 8, stepped
+        """,
+    )
+    schedule = ProfileSchedule(skip_first=1, warmup=1, active=2, max_steps=0)
+    result = collect(script, [], out_dir=tmp_path / "out", schedule=schedule)
+
+    assert result.error is None
+    assert result.steps_seen == 10  # the 2 skipped updates count as steps
+    assert len(profiler_steps(trace_events(result.trace_files[0]))) == 2
+
+
+# --------------------------------------------------------------------------- ending
+
+
+def test_max_steps_ends_an_endless_script(tmp_path):
+    script = write_script(
+        tmp_path,
+        """
+        import torch
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        while True:
+            try:  # perfscope's stop signal must get through `except Exception`
+                opt.zero_grad()
+                model(torch.randn(2, 4)).sum().backward()
+                opt.step()
+            except Exception:
+                pass
+        """,
+    )
+    schedule = ProfileSchedule(skip_first=1, warmup=1, active=2, max_steps=12)
+    result = collect(script, [], out_dir=tmp_path / "out", schedule=schedule)
+
+    assert result.exit_code == 0 and result.error is None
+    assert result.stopped_early and result.steps_seen == 12
+    assert len(profiler_steps(trace_events(result.trace_files[0]))) == 2
+
+
+def test_max_steps_zero_runs_to_the_end(tmp_path):
+    done = tmp_path / "done.txt"
+    script = loop_script(tmp_path, iterations=12)
+    script.write_text(script.read_text() + f"\nopen({str(done)!r}, 'w').write('finished')\n")
+    schedule = ProfileSchedule(skip_first=1, warmup=1, active=2, max_steps=0)
+    result = collect(script, [], out_dir=tmp_path / "out", schedule=schedule)
+
+    assert result.exit_code == 0 and not result.stopped_early
+    assert result.steps_seen == 12 and done.read_text() == "finished"
+    assert len(profiler_steps(trace_events(result.trace_files[0]))) == 2
+
+
+def test_script_sees_what_python_would_show(tmp_path):
+    sub = tmp_path / "proj"
+    sub.mkdir()
+    script = write_script(
+        sub,
+        """
+        import json, sys
+        json.dump({"name": __name__, "argv": sys.argv, "path0": sys.path[0]},
+                  open(sys.argv[1], "w"))
+        """,
+        name="show.py",
+    )
+    expected_file, seen_file = tmp_path / "python.json", tmp_path / "perfscope.json"
+    subprocess.run([sys.executable, str(script), str(expected_file), "--flag", "x"], check=True)
+    argv_before, path_before, main_before = list(sys.argv), list(sys.path), sys.modules["__main__"]
+
+    result = collect(str(script), [str(seen_file), "--flag", "x"], out_dir=tmp_path / "out")
+
+    assert result.exit_code == 0
+    expected, seen = json.loads(expected_file.read_text()), json.loads(seen_file.read_text())
+    seen["argv"][1] = expected["argv"][1] = "<file>"
+    assert seen == expected
+    assert seen["name"] == "__main__" and seen["path0"] == str(sub.resolve())
+    assert sys.argv == argv_before and sys.path == path_before
+    assert sys.modules["__main__"] is main_before
+
+
+def test_script_raising_mid_window_keeps_captured_steps(tmp_path, capfd):
+    script = loop_script(tmp_path, extra="if it == 5: raise ValueError('bad thing')")
+    schedule = ProfileSchedule(skip_first=1, warmup=1, active=5)
+    result = collect(script, [], out_dir=tmp_path / "out", schedule=schedule)
+
+    assert result.exit_code == 1 and not result.stopped_early
+    assert "ValueError: bad thing" in result.error and "(line " in result.error
+    assert result.error.startswith(str(script)) and "\n" not in result.error
+    names = [s["name"] for s in profiler_steps(trace_events(result.trace_files[0]))]
+    assert names[:2] == ["ProfilerStep#3", "ProfilerStep#4"]  # steps 3..5 recorded
+    err = capfd.readouterr().err
+    assert "Traceback (most recent call last)" in err and "ValueError: bad thing" in err
+    assert "runpy" not in err  # perfscope's own frames are not shown
+
+
+def test_sys_exit_code_is_reported(tmp_path):
+    script = loop_script(tmp_path, extra="if it == 4: raise SystemExit(3)")
+    result = collect(script, [], out_dir=tmp_path / "out", schedule=SMALL)
+
+    assert result.exit_code == 3 and "status 3" in result.error
+    assert len(result.trace_files) == 1
+
+
+def test_failure_before_the_window_writes_no_trace(tmp_path):
+    script = loop_script(tmp_path, extra="if it == 2: raise RuntimeError('early')")
+    result = collect(script, [], out_dir=tmp_path / "out", schedule=SMALL)
+
+    assert result.exit_code == 1 and "RuntimeError: early" in result.error
+    assert result.trace_files == []
+
+
+def test_hooks_and_patches_are_removed_afterwards(tmp_path):
+    import torch.optim.optimizer as optim_mod
+    import torch.utils.data.dataloader as dataloader_mod
+    from torch.nn.modules import module as module_mod
+
+    from perfscope.collect import control
+
+    def state():
+        return (
+            dataloader_mod._BaseDataLoaderIter.__next__,
+            torch.autograd.backward,
+            torch.amp.GradScaler.step,
+            len(optim_mod._global_optimizer_pre_hooks),
+            len(optim_mod._global_optimizer_post_hooks),
+            len(module_mod._global_forward_pre_hooks),
+        )
+
+    before = state()
+    collect(loop_script(tmp_path, extra="if it == 4: raise KeyError('x')"), [],
+            out_dir=tmp_path / "out", schedule=SMALL)  # fmt: skip
+    collect(loop_script(tmp_path), [], out_dir=tmp_path / "out", schedule=SMALL)
+    assert state() == before and control.active is None
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_bad_script_paths_raise_collect_error(tmp_path):
+    (tmp_path / "notes.txt").write_text("print(1)")
+    for bad in [tmp_path / "missing.py", tmp_path / "notes.txt", tmp_path]:
+        with pytest.raises(CollectError):
+            collect(bad, [], out_dir=tmp_path / "out")
+    assert issubclass(CollectError, PerfscopeError)
+
+
+def test_unwritable_out_dir_raises_before_running(tmp_path):
+    marker = tmp_path / "ran"
+    script = write_script(tmp_path, f"open({str(marker)!r}, 'w')\n")
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    with pytest.raises(CollectError, match="cannot write to output directory"):
+        collect(script, [], out_dir=blocker / "out")
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"active": 0}, {"skip_first": -1}, {"warmup": 1.5}, {"active": True}, {"max_steps": 3}],
+)
+def test_schedule_validation(kwargs):
+    field = next(iter(kwargs))
+    with pytest.raises(ValueError, match=f"ProfileSchedule.{field} must be") as info:
+        ProfileSchedule(**kwargs)
+    assert isinstance(info.value, PerfscopeError)  # the CLI prints it as one line
+
+
+def test_schedule_stop_rule():
+    assert ProfileSchedule().stop_after == 10
+    assert ProfileSchedule(max_steps=0).stop_after is None
+    assert ProfileSchedule(max_steps=50).stop_after == 50
+
+
+# --------------------------------------------------------------------------- distributed
+
+
+def test_torchrun_rank_profiles_itself(tmp_path, monkeypatch):
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert is_distributed_worker()
+    result = collect(loop_script(tmp_path), [], out_dir=tmp_path / "out", schedule=SMALL)
+
+    assert [p.name for p in result.trace_files] == ["rank1.pt.trace.json.gz"]
+    assert result.run_info["world_size"] == 2 and result.run_info["rank"] == 1
+
+    # Rank 0 writes its own trace and leaves rank 1's in place; the caller
+    # then waits for all ranks with wait_for_rank_traces.
+    monkeypatch.setenv("RANK", "0")
+    started = time.time()
+    result = collect(loop_script(tmp_path), [], out_dir=tmp_path / "out", schedule=SMALL)
+    assert [p.name for p in result.trace_files] == ["rank0.pt.trace.json.gz"]
+    both = wait_for_rank_traces(result.trace_dir, 2, timeout_s=5, newer_than=started - 60)
+    assert [p.name for p in both] == ["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]
+
+
+def test_wait_for_rank_traces(tmp_path):
+    (tmp_path / "rank0.pt.trace.json.gz").write_bytes(b"")
+    (tmp_path / "rank1.pt.trace.json.gz").write_bytes(b"")
+    start = time.monotonic()
+    assert len(wait_for_rank_traces(tmp_path, 3, timeout_s=0.3, poll_s=0.05)) == 2
+    assert time.monotonic() - start >= 0.3
+    assert len(wait_for_rank_traces(tmp_path, 2, timeout_s=60)) == 2  # returns at once
+    old = time.time() - 3600
+    os.utime(tmp_path / "rank1.pt.trace.json.gz", (old, old))
+    fresh = wait_for_rank_traces(tmp_path, 2, timeout_s=0, newer_than=time.time() - 60)
+    assert [p.name for p in fresh] == ["rank0.pt.trace.json.gz"]
+
+
+def test_is_distributed_worker(monkeypatch):
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    assert not is_distributed_worker()
+
+
+DDP_SCRIPT = """
+import os, sys, torch, torch.distributed as dist
+torch.set_num_threads(1)
+dist.init_process_group("gloo")
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(8, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for i in range(10**6):
+    if i == {fail_at} and dist.get_rank() == 1:
+        raise ValueError("rank one failed")
+    opt.zero_grad()
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+"""
+
+
+@pytest.mark.slow
+def test_nproc_per_node_two_ranks(tmp_path):
+    script = write_script(tmp_path, DDP_SCRIPT.format(fail_at=-1))
+    schedule = ProfileSchedule(skip_first=1, warmup=1, active=2)
+    result = collect(script, [], out_dir=tmp_path / "out", schedule=schedule, nproc_per_node=2)
+
+    assert result.exit_code == 0 and result.error is None
+    assert result.stopped_early and result.steps_seen == 4
+    assert [p.name for p in result.trace_files] == ["rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"]
+    for path in result.trace_files:
+        assert len(profiler_steps(trace_events(path))) == 2
+    assert result.run_info["world_size"] == 2 and result.run_info["nproc_per_node"] == 2
+
+
+@pytest.mark.slow
+def test_nproc_per_node_failing_rank(tmp_path):
+    script = write_script(tmp_path, DDP_SCRIPT.format(fail_at=1))
+    result = collect(script, [], out_dir=tmp_path / "out", schedule=SMALL, nproc_per_node=2)
+
+    assert result.exit_code != 0
+    assert "rank 1" in result.error and "ValueError: rank one failed" in result.error
+    assert result.trace_files == []
+    assert processes_running(script) == []  # no rank left behind
+
+
+def processes_running(script: pathlib.Path) -> list[str]:
+    found = []
+    for proc in pathlib.Path("/proc").glob("[0-9]*"):
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if str(script) in cmdline:
+            found.append(cmdline)
+    return found
