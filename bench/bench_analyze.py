@@ -34,6 +34,8 @@ def main() -> None:
     ap.add_argument("trace", nargs="?", type=Path, default=DEFAULT_TRACE)
     ap.add_argument("--repeat", type=int, default=7)
     args = ap.parse_args()
+    if not args.trace.is_file():
+        raise SystemExit(f"bench_analyze: {args.trace} not found (the default is the A100 trace in ../shared/traces; pass a trace path)")
     parse_s, analyze_s = [], []
     for _ in range(args.repeat):
         t0 = time.perf_counter()

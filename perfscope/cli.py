@@ -159,6 +159,11 @@ def main(argv: list[str] | None = None) -> int:
     own, script_args = _split_script_args(argv)
     parser = build_parser()
     args, unknown = parser.parse_known_args(own)
+    if args.command == "profile" and args.max_steps:
+        window = args.skip_first + args.warmup + args.active
+        if args.max_steps < window:
+            parser.error(f"--max-steps {args.max_steps} would end the script before profiling is done: "
+                         f"use 0 (run to the end) or at least --skip-first + --warmup + --active = {window}")
     if unknown:
         where = " (arguments for the script go after `--`)" if args.command == "profile" else ""
         parser.error(f"unrecognized arguments: {' '.join(unknown)}{where}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from perfscope.analysis.verdict import CLASSES
 
 MAX_ROWS = 24  # beyond this the table shows the first and last steps only
+# The cost columns add up to 100% of each step; "other" (GPU idle on dependencies) is GPU-only.
+COST_COLUMNS = {"gpu": (*CLASSES, "other"), "cpu": CLASSES}
 
 
 def _row(cells: list[str], widths: list[int]) -> str:
@@ -16,13 +18,14 @@ def format_summary(summary: dict) -> str:
 
     Times are shown in milliseconds and class costs as percentages of step time.
     """
-    head = ["rank", "step", "step ms"] + [f"{c} %" for c in CLASSES] + ["verdict"]
+    costs = COST_COLUMNS[summary.get("mode", "gpu")]
+    head = ["rank", "step", "step ms"] + [f"{c} %" for c in costs] + ["verdict"]
     rows = []
     for s in summary["steps"]:
         step = f"{s['step']}" + ("" if s["complete"] else "*")
         rows.append(
             [str(s["rank"]), step, f"{s['step_time_us'] / 1000:.2f}"]
-            + [f"{100 * s[f'{c}_cost_frac']:.1f}" for c in CLASSES]
+            + [f"{100 * s[f'{c}_cost_frac']:.1f}" for c in costs]
             + [s["verdict"]]
         )
     if len(rows) > MAX_ROWS:
@@ -33,10 +36,10 @@ def format_summary(summary: dict) -> str:
     o = summary["overall"]
     if any(not s["complete"] for s in summary["steps"]):
         lines.append("(* step cut off by the end of profiling, not counted in the verdict)")
-    fr = ", ".join(f"{c} {100 * o['fractions'][c]:.0f}%" for c in CLASSES)
-    if o["fractions"].get("other", 0) >= 0.005:
-        fr += f", other idle {100 * o['fractions']['other']:.0f}%"
+    fr = ", ".join(f"{c} {100 * o['fractions'][c]:.0f}%" for c in costs)
     lines += [
+        "(% of each step: io, comm and launch are the removable causes"
+        + ("; other is GPU idle time spent waiting on dependencies)" if summary.get("mode") == "gpu" else ")"),
         "",
         f"verdict: {o['verdict']} (runner-up {o['runner_up']}; share of step time: {fr}; "
         f"mean step {o['mean_step_time_us'] / 1000:.2f} ms)",

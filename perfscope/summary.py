@@ -46,6 +46,7 @@ def build_summary(analysis: Analysis) -> dict:
     devices = sorted({d for t in analysis.traces for d in t["devices"] if d})
     run = dict(analysis.run_info)
     run.setdefault("world_size", analysis.world_size)
+    run["ranks_analyzed"] = analysis.ranks_analyzed
     run.setdefault("devices", devices)
     return {
         "schema": SCHEMA,
@@ -54,7 +55,7 @@ def build_summary(analysis: Analysis) -> dict:
         "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "mode": analysis.mode,
         "run": run,
-        "units": {"*_us": "microseconds", "*_frac": "fraction of the step's step_time_us"},
+        "units": {"*_us": "microseconds", "*_frac": "fraction of the step's step_time_us", "*_s": "seconds"},
         "overall": {
             "verdict": v.verdict,
             "runner_up": v.runner_up,

@@ -14,12 +14,16 @@ import jinja2
 from perfscope.atomic import write_text_atomic
 
 # What the report shows per step, in order: (column, heading). Times in milliseconds on the page.
+# The columns of each mode are its partition of the step (docs/metrics.md): they add up to 100%.
 _GPU_COLUMNS = (
     ("compute_frac", "compute"),
     ("exposed_comm_frac", "exposed comm"),
     ("exposed_h2d_frac", "exposed H2D"),
+    ("exposed_other_mem_frac", "other copies"),
     ("input_wait_frac", "input wait"),
+    ("h2d_wait_frac", "H2D wait"),
     ("launch_wait_frac", "launch wait"),
+    ("kernel_wait_frac", "kernel wait"),
     ("other_idle_frac", "other idle"),
 )
 _CPU_COLUMNS = (
@@ -48,6 +52,17 @@ def _ms(value_us) -> str:
 
 _ENV.filters["pct"] = _pct
 _ENV.filters["ms"] = _ms
+
+
+def _counted(names) -> str:
+    """``["A100", "A100", "V100"]`` -> ``"2 x A100, V100"``."""
+    counts: dict[str, int] = {}
+    for n in names:
+        counts[n] = counts.get(n, 0) + 1
+    return ", ".join(f"{c} x {n}" if c > 1 else n for n, c in counts.items())
+
+
+_ENV.filters["counted"] = _counted
 
 
 def render_report(summary: dict) -> str:

@@ -53,10 +53,15 @@ def test_comm_example_two_ranks(tmp_path):
 
 
 @pytest.mark.slow
-def test_io_example_workers_cut_input_wait(tmp_path):
-    """More DataLoader workers: shorter steps and a smaller io share (the knob the advice names)."""
-    base = profile(tmp_path / "w0", "examples/io_bound.py")
-    more = profile(tmp_path / "w4", "examples/io_bound.py", "--", "--num-workers", "4")
+def test_io_example_workers_cut_step_time(tmp_path):
+    """More DataLoader workers (the knob the io advice names) make the io example's steps faster.
+
+    Decoding sleeps per sample, so 4 workers overlap it ~4x even on 2 cores; the bound below
+    leaves room for a noisy machine. Shares are not compared: on a loaded machine the compute of
+    either run can stretch, moving shares more than the workers do.
+    """
+    base = profile(tmp_path / "w0", "examples/io_bound.py", "--active", "8")
+    more = profile(tmp_path / "w4", "examples/io_bound.py", "--active", "8", "--", "--num-workers", "4")
     assert more["run"]["args"] == ["--num-workers", "4"]
-    assert more["overall"]["fractions"]["io"] < 0.8 * base["overall"]["fractions"]["io"]
-    assert more["overall"]["mean_step_time_us"] < base["overall"]["mean_step_time_us"]
+    assert base["overall"]["verdict"] == "io-bound"
+    assert more["overall"]["mean_step_time_us"] < 0.6 * base["overall"]["mean_step_time_us"]

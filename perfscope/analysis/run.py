@@ -89,8 +89,16 @@ class Analysis:
     run_info: dict = field(default_factory=dict)
 
     @property
-    def world_size(self) -> int:
+    def ranks_analyzed(self) -> int:
+        """Number of distinct ranks in the analysis."""
         return int(self.steps["rank"].nunique())
+
+    @property
+    def world_size(self) -> int:
+        """The job's world size as the traces record it (``distributedInfo``), else the ranks analyzed."""
+        recorded = [t["distributed_info"].get("world_size") for t in self.traces]
+        recorded = [w for w in recorded if isinstance(w, int)]
+        return max(recorded) if recorded else self.ranks_analyzed
 
     def summary(self) -> dict:
         """The versioned ``summary.json`` record (see ``docs/summary.md``)."""
