@@ -21,11 +21,6 @@ EXIT_USAGE = 2  # bad input, as argparse uses
 DEFAULT_OUT_ROOT = Path("perfscope-out")
 
 
-def _default_out(name: str) -> Path:
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return DEFAULT_OUT_ROOT / f"{name}-{stamp}"
-
-
 def _nonneg(text: str) -> int:
     try:
         value = int(text)
@@ -76,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="classify the steps of existing Kineto traces (a file or a directory of ranks)",
         description="Analyze a .json/.json.gz trace or a directory of per-rank traces; write summary.json and report.html.",
     )
-    a.add_argument("path", type=Path, help="trace file or directory")
+    a.add_argument("path", help="trace file or directory")
     a.add_argument("--out", type=Path, help="output directory (default: perfscope-out/<name>-<time>)")
     return parser
 
@@ -97,13 +92,40 @@ def _finish(analysis, out_dir: Path) -> None:
     print(f"\nwrote {paths['summary']} and {paths['report']}")
 
 
-def cmd_analyze(args) -> int:
-    from perfscope.analysis.run import analyze
+def _out_dir(explicit: Path | None, name: str) -> Path:
+    """The output directory, created: ``explicit`` as given, else a new one under perfscope-out/.
+
+    Absolute, so a script that changes directory still writes where the user looked. A default
+    directory is never shared: two runs started in the same second get ``-2``, ``-3``... suffixes.
+    """
     from perfscope.outputs import ensure_writable_dir
 
-    name = args.path.name.split(".")[0] or "trace"
-    out = ensure_writable_dir(args.out or _default_out(name))
-    analysis = analyze(args.path, run_info={"source": str(args.path)})
+    if explicit is not None:
+        return ensure_writable_dir(explicit.resolve())
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = (DEFAULT_OUT_ROOT / f"{name}-{stamp}").resolve()
+    for n in range(1, 1000):
+        candidate = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        try:
+            candidate.mkdir(parents=True, exist_ok=False)
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise PerfscopeError(f"cannot create output directory {candidate}: {e.strerror or e}") from None
+        return ensure_writable_dir(candidate)
+    raise PerfscopeError(f"too many output directories named {base}-N; pass --out")
+
+
+def cmd_analyze(args) -> int:
+    from perfscope.analysis.run import analyze_files
+    from perfscope.trace import find_trace_files
+
+    if not args.path:
+        raise PerfscopeError("no trace path given")
+    path = Path(args.path)
+    files = find_trace_files(path)  # validates the input before anything is written
+    out = _out_dir(args.out, path.name.split(".")[0] or "trace")
+    analysis = analyze_files(files, run_info={"source": str(path)}, skip_unreadable=path.is_dir())
     _finish(analysis, out)
     return 0
 
@@ -111,9 +133,10 @@ def cmd_analyze(args) -> int:
 def cmd_profile(args, script_args: list[str]) -> int:
     from perfscope import collect
     from perfscope.analysis.run import analyze_files
-    from perfscope.outputs import ensure_writable_dir
+    from perfscope.collect.script import check_script
 
-    out = ensure_writable_dir(args.out or _default_out(Path(args.script).stem))
+    check_script(args.script)  # before anything is created
+    out = _out_dir(args.out, Path(args.script).stem)
     schedule = collect.ProfileSchedule(
         skip_first=args.skip_first, warmup=args.warmup, active=args.active, max_steps=args.max_steps
     )
@@ -139,7 +162,8 @@ def cmd_profile(args, script_args: list[str]) -> int:
 
     if not trace_files:
         if result.error:
-            raise PerfscopeError(f"the script failed before any step was profiled: {result.error}")
+            print(f"perfscope: the script failed before a profiled step was recorded: {result.error}", file=sys.stderr)
+            return result.exit_code or 1
         raise PerfscopeError(
             f"no steps were profiled: the script ran {result.steps_seen} steps, but profiling records steps "
             f"{args.skip_first + args.warmup + 1} to {args.skip_first + args.warmup + args.active}; "
@@ -147,8 +171,9 @@ def cmd_profile(args, script_args: list[str]) -> int:
         )
     if result.error:
         print(f"perfscope: the script failed ({result.error}); analyzing the steps captured before it did", file=sys.stderr)
-    # Only this run's traces: the directory may hold older ones from a run with more ranks.
-    analysis = analyze_files(trace_files, run_info=run_info)
+    # Only this run's traces: the directory may hold older ones from a run with more ranks. When
+    # the script failed, ranks may have stopped at different steps: keep the ones all ranks hold.
+    analysis = analyze_files(trace_files, run_info=run_info, common_steps_only=result.error is not None)
     _finish(analysis, out)
     return result.exit_code
 
@@ -182,6 +207,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("perfscope: interrupted", file=sys.stderr)
         return 130
+    except Exception as e:  # a bug in perfscope, not the user's mistake: one line, traceback on request
+        if os.environ.get("PERFSCOPE_DEBUG"):
+            raise
+        print(f"perfscope: internal error: {type(e).__name__}: {e} (set PERFSCOPE_DEBUG=1 to see the traceback, "
+              "and please report it)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

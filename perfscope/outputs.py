@@ -8,6 +8,7 @@ from pathlib import Path
 
 from perfscope.analysis.run import Analysis
 from perfscope.errors import PerfscopeError
+from perfscope.siblings import import_sibling
 from perfscope.summary import write_summary
 
 
@@ -33,8 +34,7 @@ def write_outputs(analysis: Analysis, out_dir: str | os.PathLike) -> dict[str, P
     Returns:
         The written paths by name (``"summary"``, ``"report"``).
     """
-    from reports import write_report
-
+    write_report = import_sibling("reports").write_report
     out = ensure_writable_dir(out_dir)
     summary = analysis.summary()
     return {

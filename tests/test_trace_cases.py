@@ -176,7 +176,7 @@ def test_exactly_one_step_marker(tmp_path):
     assert a.verdict.step_share["compute-bound"] == pytest.approx(1.0)
 
 
-def _cpu_steps_with_cut_off_last(optimizer_in_last: bool):
+def _cpu_steps_with_cut_off_last(optimizer_in_last: bool, last_dur: int = 40):
     events = []
     for n, t0 in ((1, 0), (2, 100)):
         # ops cover [t0+2, t0+99): 97 of 100 -> compute-bound (framework overhead 3 % < 25 %)
@@ -186,10 +186,11 @@ def _cpu_steps_with_cut_off_last(optimizer_in_last: bool):
             annotation("Optimizer.step#SGD.step", t0 + 90, 9),
             cpu_op("aten::add_", t0 + 90, 9),
         ]
-    # Step 3 spends 60 of 100 in a DataLoader fetch: io-bound if it were counted.
-    events += [step(3, 200, 100), dataloader(200, 60), cpu_op("aten::mm", 260, 30)]
+    # Step 3 spends 24 of its first 40 us in a DataLoader fetch: io-bound if it were counted.
+    # Cut off at 40 us it is a partial iteration (< half the shortest other step, 100 us).
+    events += [step(3, 200, last_dur), dataloader(200, 24), cpu_op("aten::mm", 224, 12)]
     if optimizer_in_last:
-        events += [annotation("Optimizer.step#SGD.step", 291, 8), cpu_op("aten::add_", 291, 8)]
+        events += [annotation("Optimizer.step#SGD.step", 237, 2), cpu_op("aten::add_", 237, 2)]
     return events
 
 
@@ -205,8 +206,14 @@ def test_last_step_without_optimizer_is_cut_off(tmp_path):
     assert a.verdict.step_share["io-bound"] == pytest.approx(0.0)
     assert any("step 3" in n and "cut off" in n for n in a.notes)
     s3 = a.steps.iloc[2]
-    assert s3["dataloader_us"] == pytest.approx(60)
-    assert s3["operator_us"] == pytest.approx(30)
+    assert s3["dataloader_us"] == pytest.approx(24)
+    assert s3["operator_us"] == pytest.approx(12)
+
+
+def test_whole_last_step_without_optimizer_is_complete(tmp_path):
+    # e.g. GradScaler skipped the update: no Optimizer.step# range, but a whole-length step
+    a = analyze(tmp_path, _cpu_steps_with_cut_off_last(optimizer_in_last=False, last_dur=100))
+    assert list(a.steps["complete"]) == [True, True, True]
 
 
 def test_last_step_with_optimizer_is_complete(tmp_path):
@@ -695,3 +702,56 @@ def test_rank_without_markers_next_to_marked_rank_is_an_error(tmp_path):
                 distributedInfo={"backend": "nccl", "rank": 1, "world_size": 2})
     with pytest.raises(AnalysisError):
         perfscope.analyze(tmp_path)
+
+
+# ---------------------------------------------------------------- odd markers and values
+
+
+def test_repeated_and_overlapping_step_markers_warn(tmp_path):
+    events = [step(1, 0, 120), step(1, 300, 50), step(2, 100, 100), cpu_op("aten::mm", 10, 50)]
+    a = analyze(tmp_path, events)
+    assert list(a.steps["step"]) == [1, 2]
+    assert any("repeated for step 1" in w for w in a.warnings)
+    assert any("overlap" in w for w in a.warnings)
+    assert a.steps.iloc[0]["step_time_us"] == pytest.approx(100)  # cut where step 2 starts
+
+
+def test_out_of_range_values_are_skipped_not_overflowed(tmp_path):
+    events = [
+        step(1, 0, 100), cpu_op("aten::mm", 10, 50),
+        cpu_op("aten::huge_dur", 20, 1e17), cpu_op("aten::far_future", 1e16, 5),
+        annotation("ProfilerStep#99999999999999999999", 0, 10),  # not an int64 step number
+        {"ph": "X", "cat": ["odd"], "name": ["odd"], "pid": 100, "tid": 1, "ts": 30, "dur": 5},
+    ]
+    a = analyze(tmp_path, events)
+    row = only_row(a)
+    assert row["step"] == 1
+    assert row["step_time_us"] == pytest.approx(100)
+    assert any("skipped 2 events" in w for w in a.warnings)
+
+
+@pytest.mark.parametrize(
+    "name, rank",
+    [("trace_rank1_20240101.json", 1), ("rank-3.json", 3), ("rank_12.pt.trace.json", 12), ("frankfurt-node3_1234.json", None)],
+)
+def test_rank_from_file_name(tmp_path, name, rank):
+    from perfscope.trace import build_table, read_trace
+
+    table = build_table(read_trace(write_trace(tmp_path / name, [step(1, 0, 10)])))
+    assert table.rank == rank
+
+
+def test_ranks_that_stopped_at_different_steps_keep_the_common_ones(tmp_path):
+    from perfscope.analysis.run import analyze_files
+
+    def rank_trace(rank, steps):
+        events = [e for n in steps for e in (step(n, 100 * n, 100), cpu_op("aten::mm", 100 * n + 5, 90))]
+        return write_trace(tmp_path / f"rank{rank}.json", events, distributedInfo={"rank": rank, "world_size": 2})
+
+    files = [rank_trace(0, [6, 7, 8, 9]), rank_trace(1, [6, 7, 8])]
+    with pytest.raises(AnalysisError):
+        analyze_files(files)
+    a = analyze_files(files, common_steps_only=True)
+    assert sorted(set(a.steps["step"])) == [6, 7, 8]
+    assert len(a.steps) == 6
+    assert any("different steps" in n for n in a.notes)

@@ -35,6 +35,7 @@ class RankTrace:
         steps: Step numbers, in row order.
         complete: Per-step completeness (False: cut off by the end of profiling).
         has_markers: Whether ``ProfilerStep#`` markers were found.
+        warnings: Problems with the step markers (duplicates, overlaps).
     """
 
     table: TraceTable
@@ -43,6 +44,7 @@ class RankTrace:
     steps: np.ndarray
     complete: np.ndarray
     has_markers: bool
+    warnings: list[str] = field(default_factory=list)
 
 
 def analyze_table(table: TraceTable) -> RankTrace:
@@ -60,7 +62,9 @@ def analyze_table(table: TraceTable) -> RankTrace:
         raise TraceFormatError(f"{table.path}: trace holds no events to analyze (empty or metadata only)")
     mode = "gpu" if table.mask(*GPU_KINDS).any() else "cpu"
     metrics = gpu_step_metrics(table, windows, launch) if mode == "gpu" else cpu_step_metrics(table, windows)
-    return RankTrace(table, mode, metrics, windows.step, windows.complete, windows.has_markers)
+    where = table.path.name if table.path else table.worker
+    return RankTrace(table, mode, metrics, windows.step, windows.complete, windows.has_markers,
+                     [f"{where}: {w}" for w in windows.warnings])
 
 
 @dataclass
@@ -132,23 +136,38 @@ def _assign_ranks(rank_traces: list[RankTrace]) -> list[int]:
     return [r if r is not None else by_worker[rt.table.worker] for rt, r in zip(rank_traces, known)]
 
 
-def _check_steps(frame: pd.DataFrame) -> None:
+def _check_steps(frame: pd.DataFrame, common_steps_only: bool, notes: list[str]) -> pd.DataFrame:
+    """Check that ranks hold the same steps; returns the frame (restricted to the common steps
+    when ``common_steps_only`` and they differ)."""
     dup = frame.duplicated(["rank", "step"])
     if dup.any():
         r, s = frame.loc[dup, ["rank", "step"]].iloc[0]
         raise AnalysisError(f"two traces of rank {r} both hold step {s}: analyze them separately")
     per_rank = frame.groupby("rank")["step"].apply(lambda s: tuple(sorted(s)))
-    if per_rank.nunique() > 1:
-        desc = "; ".join(f"rank {r}: steps {_span(v)}" for r, v in per_rank.items())
+    if per_rank.nunique() <= 1:
+        return frame
+    desc = "; ".join(f"rank {r}: steps {_span(v)}" for r, v in per_rank.items())
+    common = set.intersection(*(set(v) for v in per_rank))
+    if not common_steps_only or not common:
         raise AnalysisError(f"ranks disagree on step numbers ({desc}); profile all ranks with the same schedule or analyze them separately")
+    notes.append(f"ranks captured different steps ({desc}); analyzed the {len(common)} steps all ranks hold")
+    return frame[frame["step"].isin(common)]
 
 
 def _span(steps: tuple) -> str:
     return f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else str(steps[0])
 
 
-def analyze_tables(tables: list[TraceTable], run_info: dict | None = None) -> Analysis:
+def analyze_tables(
+    tables: list[TraceTable], run_info: dict | None = None, *, common_steps_only: bool = False
+) -> Analysis:
     """Analyze already-loaded traces of one run (one or more ranks, one or more windows each).
+
+    Args:
+        tables: One table per trace file.
+        run_info: Run metadata for the summary.
+        common_steps_only: When ranks hold different steps (a run that failed on one rank),
+            analyze the steps all ranks hold instead of raising.
 
     Raises:
         TraceFormatError: a trace holds no events.
@@ -176,10 +195,10 @@ def analyze_tables(tables: list[TraceTable], run_info: dict | None = None) -> An
                 "has_step_markers": rt.has_markers,
                 "devices": devices,
                 "distributed_info": {k: v for k, v in rt.table.distributed_info.items() if k in ("backend", "rank", "world_size", "nccl_version")},
-                "warnings": rt.table.warnings,
+                "warnings": rt.table.warnings + rt.warnings,
             }
         )
-        warnings.extend(rt.table.warnings)
+        warnings.extend(rt.table.warnings + rt.warnings)
         if not rt.has_markers:
             notes.append(f"{rt.table.worker}: {NO_MARKERS_NOTE}")
         if not rt.complete.all():
@@ -194,7 +213,7 @@ def analyze_tables(tables: list[TraceTable], run_info: dict | None = None) -> An
             "steps cannot be matched across ranks, analyze them separately"
         )
     if marked:
-        _check_steps(frame)
+        frame = _check_steps(frame, common_steps_only, notes)
     frame = frame.sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
 
     mode = "gpu" if (frame["mode"] == "gpu").any() else "cpu"
@@ -219,6 +238,7 @@ def analyze(path: str | Path, run_info: dict | None = None) -> Analysis:
     Args:
         path: A ``.json`` / ``.json.gz`` Kineto trace, or a directory searched recursively for
             them (one file per rank, TensorBoard layout ``<worker>[.<span>].pt.trace.json.gz``).
+            In a directory, files that turn out not to be traces are skipped with a warning.
         run_info: Metadata of the run when perfscope profiled it (stored in the summary).
 
     Returns:
@@ -230,20 +250,47 @@ def analyze(path: str | Path, run_info: dict | None = None) -> Analysis:
         TraceFormatError: no trace files, an unreadable or empty trace.
         AnalysisError: ranks disagree on step numbers.
     """
-    return analyze_files(find_trace_files(Path(path)), run_info)
+    path = Path(path)
+    return analyze_files(find_trace_files(path), run_info, skip_unreadable=path.is_dir())
 
 
-def analyze_files(files: list[Path], run_info: dict | None = None) -> Analysis:
+def analyze_files(
+    files: list[Path],
+    run_info: dict | None = None,
+    *,
+    skip_unreadable: bool = False,
+    common_steps_only: bool = False,
+) -> Analysis:
     """Analyze the given trace files as one run (see :func:`analyze`).
 
+    Args:
+        files: Trace files, one or more per rank.
+        run_info: Run metadata for the summary.
+        skip_unreadable: Skip files that are not readable traces (with a warning) as long as one
+            readable trace remains; otherwise such a file is an error.
+        common_steps_only: See :func:`analyze_tables`.
+
     Raises:
-        TraceFormatError: an unreadable or empty trace.
+        TraceFormatError: an unreadable or empty trace (every one, with ``skip_unreadable``).
         AnalysisError: ranks disagree on step numbers.
     """
-    tables = []
+    tables, skipped = [], []
     for f in files:
-        raw = read_trace(f)
-        with gc_paused():
-            tables.append(build_table(raw))
-        del raw  # free the parsed JSON before reading the next rank
-    return analyze_tables(tables, run_info)
+        try:
+            raw = read_trace(f)
+            with gc_paused():
+                table = build_table(raw)
+            del raw  # free the parsed JSON before reading the next rank
+            if table.n_events == 0:
+                raise TraceFormatError(f"{f}: trace holds no events to analyze (empty or metadata only)")
+        except TraceFormatError as e:
+            if not skip_unreadable:
+                raise
+            skipped.append(str(e))
+            continue
+        tables.append(table)
+    if not tables:
+        raise TraceFormatError(skipped[0] if len(skipped) == 1 else f"no readable trace among {len(files)} files ({skipped[0]}, ...)")
+    analysis = analyze_tables(tables, run_info, common_steps_only=common_steps_only)
+    analysis.warnings[:0] = [f"skipped {s}" for s in skipped]
+    return analysis

@@ -15,7 +15,7 @@ Definitions (also in ``docs/metrics.md``):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import numpy as np
@@ -27,6 +27,10 @@ from perfscope.trace.kinds import (
     profiler_step_numbers,
 )
 from perfscope.trace.table import TraceTable
+
+# A last step without its optimizer update and shorter than this fraction of the shortest other
+# step was cut off by the end of profiling (the TensorBoard plugin likewise drops such a step).
+CUT_OFF_FRACTION = 0.5
 
 @dataclass
 class StepWindows:
@@ -41,6 +45,7 @@ class StepWindows:
         main_thread: ``thread_id`` of the training loop's thread (-1 if the trace has no CPU events).
         gpu_step: For every event row, index of the step that launched it (GPU rows) or -1.
         has_markers: False when the trace had no ``ProfilerStep#`` markers.
+        warnings: Problems with the markers: repeated step numbers, overlapping steps.
     """
 
     step: np.ndarray
@@ -53,6 +58,7 @@ class StepWindows:
     main_thread: int
     gpu_step: np.ndarray
     has_markers: bool
+    warnings: list[str] = field(default_factory=list)
 
     def __len__(self) -> int:
         return int(self.step.shape[0])
@@ -115,6 +121,7 @@ def find_steps(table: TraceTable, launches: Launches) -> StepWindows:
         The step windows; a single window covering the trace when it has no ``ProfilerStep#``.
         Zero steps only when the trace has no duration events at all.
     """
+    warnings: list[str] = []
     cpu_side = table.mask(EventKind.CPU_OP, EventKind.ANNOTATION)
     step_no_by_name = profiler_step_numbers(table.names)
     step_rows = np.flatnonzero(cpu_side & (step_no_by_name[table.name_id] >= 0))
@@ -123,7 +130,10 @@ def find_steps(table: TraceTable, launches: Launches) -> StepWindows:
         # Keep one range per step number (a repeated marker keeps the earliest), ordered by time.
         step_rows = step_rows[np.argsort(table.ts_ns[step_rows], kind="stable")]
         nums = step_no_by_name[table.name_id[step_rows]]
-        _, first = np.unique(nums, return_index=True)
+        values, first, counts = np.unique(nums, return_index=True, return_counts=True)
+        if (counts > 1).any():
+            repeated = ", ".join(str(v) for v in values[counts > 1])
+            warnings.append(f"step marker repeated for step {repeated}; kept the earliest range")
         step_rows = step_rows[np.sort(first)]
         step = step_no_by_name[table.name_id[step_rows]]
         cpu_start = table.ts_ns[step_rows]
@@ -153,19 +163,25 @@ def find_steps(table: TraceTable, launches: Launches) -> StepWindows:
     np.maximum.at(gpu_end, owner[linked], table.end_ns[gpu_rows[linked]])
 
     next_start = np.append(cpu_start[1:], np.iinfo(np.int64).max)
+    overlap = cpu_end[:-1] - next_start[:-1]
+    if (overlap > 0).any():
+        k = int(np.argmax(overlap))
+        warnings.append(f"{int((overlap > 0).sum())} step ranges overlap the next one (most: step {step[k]} by "
+                        f"{overlap[k] / 1000:.1f} us); each window ends where the next step starts")
     end = np.minimum(np.maximum(cpu_end, gpu_end), next_start)
     complete = np.ones(n, dtype=bool)
     if has_markers and n >= 2:
         complete[-1] = not _last_step_cut_off(table, cpu_start, cpu_end)
-    return StepWindows(step, cpu_start, cpu_end, gpu_end, cpu_start.copy(), end, complete, main, gpu_step, has_markers)
+    return StepWindows(step, cpu_start, cpu_end, gpu_end, cpu_start.copy(), end, complete, main, gpu_step,
+                       has_markers, warnings)
 
 
 def _last_step_cut_off(table: TraceTable, cpu_start: np.ndarray, cpu_end: np.ndarray) -> bool:
-    """Whether the last step was cut off by the end of profiling: every earlier step holds an
-    ``Optimizer.step#`` range and the last holds none.
+    """Whether the last step was cut off by the end of profiling.
 
-    Step length is no evidence: with DataLoader workers, steps that find a batch ready take a
-    fraction of those that wait for one.
+    Both must hold: every earlier step holds an ``Optimizer.step#`` range and the last holds none
+    (a loop with a skipped AMP step also lacks it, but is a whole step), and the last step is
+    shorter than half the shortest earlier one (a partial iteration).
     """
     opt = table.mask(EventKind.CPU_OP, EventKind.ANNOTATION) & table.name_flag(is_optimizer_step_range)
     if not opt.any():
@@ -173,4 +189,5 @@ def _last_step_cut_off(table: TraceTable, cpu_start: np.ndarray, cpu_end: np.nda
     where = _locate(table.ts_ns[opt], cpu_start, cpu_end)
     has_opt = np.zeros(cpu_start.size, bool)
     has_opt[where[where >= 0]] = True
-    return bool(has_opt[:-1].all() and not has_opt[-1])
+    durations = cpu_end - cpu_start
+    return bool(has_opt[:-1].all() and not has_opt[-1] and durations[-1] < CUT_OFF_FRACTION * durations[:-1].min())

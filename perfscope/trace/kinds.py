@@ -53,7 +53,8 @@ CPU_RANGE_KINDS = (EventKind.CPU_OP, EventKind.ANNOTATION)
 def kinds_of_categories(categories: np.ndarray) -> np.ndarray:
     """Map category strings (any case; ``None`` allowed) to :class:`EventKind` codes (int8)."""
     return np.array(
-        [_CATEGORY_KIND.get(str(c).lower(), EventKind.OTHER) for c in categories], dtype=np.int8
+        [_CATEGORY_KIND.get(c.lower() if isinstance(c, str) else None, EventKind.OTHER) for c in categories],
+        dtype=np.int8,
     )
 
 
@@ -61,7 +62,7 @@ def kinds_of_categories(categories: np.ndarray) -> np.ndarray:
 _COMM_KERNEL_RE = re.compile(r"nccl|rccl", re.IGNORECASE)
 # Collective record functions as PyTorch names them: nccl:all_reduce, gloo:all_reduce, ...
 _COLLECTIVE_RANGE_RE = re.compile(r"^(nccl|gloo|mpi|ucc|xccl|rccl):", re.IGNORECASE)
-_STEP_RE = re.compile(r"^ProfilerStep#(\d+)$")
+_STEP_RE = re.compile(r"^ProfilerStep#(\d{1,18})$")  # at most 18 digits: fits int64
 _DATALOADER_RE = re.compile(r"DataLoader.*__next__|DataLoaderIter.*__next__")
 _OPTIMIZER_STEP_RE = re.compile(r"^Optimizer\.step#")
 

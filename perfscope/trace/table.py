@@ -8,6 +8,7 @@ are dropped, metadata events fill the thread-name table.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,14 +110,30 @@ def _int_column(dicts: list[dict], key: str, default: int = _NO_ID) -> np.ndarra
         return np.array([v if type(v) is int else default for v in values], dtype=np.int64)
 
 
+# Plausible magnitudes (microseconds): epoch timestamps are ~1.7e15 today; beyond these bounds the
+# nanosecond columns could overflow int64, and no real trace comes near them.
+MAX_ABS_TS_US = 4e15
+MAX_DUR_US = 1e15
+
+
 def _is_number(v) -> bool:
     return type(v) in (int, float) and v == v  # excludes bool, None, strings and NaN
 
 
 def _well_formed(xs: list[dict]) -> tuple[list[dict], int]:
-    """Drop events whose ``ts`` or ``dur`` is missing or not a number; return them and the count."""
-    good = [e for e in xs if _is_number(e.get("ts")) and _is_number(e.get("dur", 0))]
+    """Keep events with a numeric ``ts`` and ``dur`` in plausible ranges; return them and how many
+    were dropped."""
+    good = [
+        e for e in xs
+        if _is_number(ts := e.get("ts")) and -MAX_ABS_TS_US <= ts <= MAX_ABS_TS_US
+        and _is_number(dur := e.get("dur", 0)) and dur <= MAX_DUR_US
+    ]  # fmt: skip
     return good, len(xs) - len(good)
+
+
+def _text(value) -> str:
+    """A category or name as text; anything that is not a string (a list...) becomes its JSON-ish repr."""
+    return value if isinstance(value, str) else ("" if value is None else str(value))
 
 
 def _args(event: dict) -> dict:
@@ -132,12 +149,16 @@ def _stream_of(tid) -> int:
     return int(digits) if digits else _NO_ID
 
 
+_RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?(\d+)(?:\D|$)", re.IGNORECASE)
+
+
 def _rank_from(raw: RawTrace, distributed: dict) -> int | None:
+    """Rank from ``distributedInfo``, else from a ``rank<N>`` / ``rank-N`` / ``rank_N`` file name."""
     rank = distributed.get("rank")
     if isinstance(rank, int):
         return rank
-    digits = "".join(ch for ch in raw.worker.rsplit("rank", 1)[-1] if ch.isdigit()) if "rank" in raw.worker else ""
-    return int(digits) if digits else None
+    m = _RANK_IN_NAME.search(raw.worker)
+    return int(m.group(1)) if m else None
 
 
 def build_table(raw: RawTrace) -> TraceTable:
@@ -163,7 +184,7 @@ def build_table(raw: RawTrace) -> TraceTable:
     warnings = list(raw.warnings)
     xs, dropped = _well_formed(xs)
     if dropped:
-        warnings.append(f"{raw.path.name}: skipped {dropped} events with a missing or non-numeric ts/dur")
+        warnings.append(f"{raw.path.name}: skipped {dropped} events with a missing, non-numeric or out-of-range ts/dur")
 
     # Columns by list comprehension: one pass per field, no per-event objects kept.
     ts = np.array([e["ts"] for e in xs], dtype=np.float64)
@@ -172,9 +193,9 @@ def build_table(raw: RawTrace) -> TraceTable:
     ts_ns = np.rint((ts - origin) * 1000.0).astype(np.int64)
     dur_ns = np.maximum(np.rint(dur * 1000.0), 0).astype(np.int64)
 
-    cat_codes, cat_uniques = pd.factorize(pd.Series([e.get("cat") for e in xs], dtype=object), use_na_sentinel=False)
+    cat_codes, cat_uniques = pd.factorize(pd.Series([_text(e.get("cat")) for e in xs], dtype=object), use_na_sentinel=False)
     kind = kinds_of_categories(np.asarray(cat_uniques, dtype=object))[cat_codes] if len(xs) else np.zeros(0, np.int8)
-    name_id, names = pd.factorize(pd.Series([str(e.get("name", "")) for e in xs], dtype=object))
+    name_id, names = pd.factorize(pd.Series([_text(e.get("name", "")) for e in xs], dtype=object))
     # pid and tid may be ints or strings ("stream 7"); intern each, then the pairs.
     pid_codes, pid_uniques = pd.factorize(pd.Series([str(e.get("pid")) for e in xs], dtype=object))
     tid_codes, tid_uniques = pd.factorize(pd.Series([str(e.get("tid")) for e in xs], dtype=object))
