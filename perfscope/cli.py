@@ -175,6 +175,8 @@ def cmd_profile(args, script_args: list[str]) -> int:
     # the script failed, ranks may have stopped at different steps: keep the ones all ranks hold.
     analysis = analyze_files(trace_files, run_info=run_info, common_steps_only=result.error is not None)
     _finish(analysis, out)
+    # The outputs now describe this run: rank traces left from an earlier one would contradict them.
+    collect.remove_stale_rank_traces(result.trace_dir, trace_files)
     return result.exit_code
 
 

@@ -10,6 +10,7 @@ import gzip
 import json
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 import textwrap
@@ -24,9 +25,11 @@ from perfscope.collect import (  # noqa: E402
     ProfileSchedule,
     collect,
     is_distributed_worker,
+    remove_stale_rank_traces,
     step,
     wait_for_rank_traces,
 )
+from perfscope.collect import traces  # noqa: E402
 from perfscope.errors import PerfscopeError  # noqa: E402
 
 SMALL = ProfileSchedule(skip_first=1, warmup=1, active=3)
@@ -267,6 +270,66 @@ def test_amp_skipped_steps_still_count(tmp_path):
     assert len(profiler_steps(trace_events(result.trace_files[0]))) == 2
 
 
+def test_warm_up_optimizer_still_alive_hands_over_the_lead(tmp_path):
+    # A warm-up optimizer kept in a module global steps first; the training
+    # optimizer must take over once it steps twice with no warm-up step between.
+    script = write_script(
+        tmp_path,
+        """
+        import torch
+        model = torch.nn.Linear(8, 8)
+        warm = torch.optim.SGD(model.parameters(), lr=1e-4)
+        for _ in range(2):
+            model(torch.randn(4, 8)).sum().backward(); warm.step(); warm.zero_grad()
+        opt = torch.optim.Adam(model.parameters())
+        for _ in range(12):
+            model(torch.randn(4, 8)).sum().backward(); opt.step(); opt.zero_grad()
+        """,
+    )
+    schedule = ProfileSchedule(skip_first=3, warmup=1, active=3, max_steps=0)
+    result = collect(script, [], out_dir=tmp_path / "out", schedule=schedule)
+
+    # 2 warm-up steps, then Adam's from its 2nd step (the one that took over;
+    # step 3 holds Adam's first two updates, and is skipped here).
+    assert result.error is None and result.steps_seen == 2 + 11
+    events = trace_events(result.trace_files[0])
+    steps = assert_no_straddling(events)
+    assert len(steps) == 3
+    for s in steps:
+        assert count_in(events, s, "Optimizer.step#Adam") == 1
+
+
+def test_closure_optimizer_step_is_never_cut(tmp_path):
+    # LBFGS runs forward and backward inside optimizer.step(closure), and the
+    # loop has nothing else: the boundary must fall after the step's range.
+    script = write_script(
+        tmp_path,
+        """
+        import torch
+        model = torch.nn.Linear(8, 1)
+        opt = torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=3)
+        x, y = torch.randn(32, 8), torch.randn(32, 1)
+        def closure():
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            return loss
+        for _ in range(10**6):
+            opt.step(closure)
+        """,
+    )
+    result = collect(script, [], out_dir=tmp_path / "out", schedule=SMALL)
+
+    assert result.error is None and result.stopped_early
+    assert result.steps_seen == SMALL.window_steps
+    events = trace_events(result.trace_files[0])
+    steps = assert_no_straddling(events)  # every Optimizer.step# inside one step
+    assert len(steps) == SMALL.active
+    for s in steps:
+        assert count_in(events, s, "Optimizer.step#LBFGS") == 1
+        assert count_in(events, s, "aten::linear") >= 1  # the closure's forwards
+
+
 # --------------------------------------------------------------------------- ending
 
 
@@ -306,6 +369,33 @@ def test_max_steps_zero_runs_to_the_end(tmp_path):
     assert len(profiler_steps(trace_events(result.trace_files[0]))) == 2
 
 
+def test_max_steps_lets_the_last_iteration_finish(tmp_path):
+    # The N-th step is counted inside optimizer.step(); the script must still
+    # run that iteration's zero_grad, scheduler step and logging.
+    log = tmp_path / "log.txt"
+    script = write_script(
+        tmp_path,
+        f"""
+        import torch
+        model = torch.nn.Linear(4, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        sched = torch.optim.lr_scheduler.StepLR(opt, 1)
+        for i in range(1, 10**6):
+            model(torch.randn(2, 4)).sum().backward()
+            opt.step()
+            opt.zero_grad()
+            sched.step()
+            with open({str(log)!r}, "a") as f:
+                f.write(f"{{i}} {{sched.last_epoch}}\\n")
+        """,
+    )
+    schedule = ProfileSchedule(skip_first=1, warmup=1, active=2, max_steps=12)
+    result = collect(script, [], out_dir=tmp_path / "out", schedule=schedule)
+
+    assert result.exit_code == 0 and result.stopped_early and result.steps_seen == 12
+    assert log.read_text().splitlines() == [f"{i} {i}" for i in range(1, 13)]
+
+
 def test_script_sees_what_python_would_show(tmp_path):
     sub = tmp_path / "proj"
     sub.mkdir()
@@ -331,6 +421,117 @@ def test_script_sees_what_python_would_show(tmp_path):
     assert seen["name"] == "__main__" and seen["path0"] == str(sub.resolve())
     assert sys.argv == argv_before and sys.path == path_before
     assert sys.modules["__main__"] is main_before
+
+
+def test_relative_out_dir_survives_a_script_that_changes_directory(tmp_path, monkeypatch):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    script = loop_script(tmp_path, extra="pass")
+    script.write_text(f"import os\nos.chdir({str(elsewhere)!r})\n" + script.read_text())
+    monkeypatch.chdir(tmp_path)
+    result = collect(script, [], out_dir=pathlib.Path("out"), schedule=SMALL)
+
+    assert result.error is None
+    assert result.trace_files == [tmp_path / "out" / "traces" / "rank0.pt.trace.json.gz"]
+    assert result.trace_files[0].is_file() and not (elsewhere / "out").exists()
+    assert result.run_info["cwd"] == str(tmp_path)  # read before the script ran
+    assert os.getcwd() == str(tmp_path)  # and put back after it
+
+
+def test_script_stream_changes_do_not_leak(tmp_path, monkeypatch):
+    # Our own stdout/stderr on files, so the script may close them safely.
+    out_file, err_file, log = tmp_path / "stdout.txt", tmp_path / "stderr.txt", tmp_path / "user.log"
+    out_fd = os.open(out_file, os.O_WRONLY | os.O_CREAT)
+    err_fd = os.open(err_file, os.O_WRONLY | os.O_CREAT)
+    out = open(out_fd, "w", closefd=False)
+    err = open(err_fd, "w", closefd=False)
+    stdin = sys.stdin
+    monkeypatch.setattr(sys, "stdout", out)
+    monkeypatch.setattr(sys, "stderr", err)
+    script = write_script(
+        tmp_path,
+        f"""
+        import io, sys
+        sys.stdout = open({str(log)!r}, "w")   # redirected for good
+        sys.stdin = io.StringIO("")
+        print("to the user's log")
+        sys.stderr.close()                     # and the real stderr closed
+        raise ValueError("after closing stderr")
+        """,
+    )
+    try:
+        result = collect(script, [], out_dir=tmp_path / "out")
+        assert sys.stdout is out and sys.stdin is stdin
+        assert sys.stderr is not err and not sys.stderr.closed
+        print("perfscope's report")
+        print("perfscope's error", file=sys.stderr)
+        sys.stdout.flush(); sys.stderr.flush()
+    finally:
+        for stream in (out, sys.stderr):
+            stream.close()
+        os.close(out_fd); os.close(err_fd)
+    assert result.exit_code == 1 and "ValueError: after closing stderr" in result.error
+    assert "perfscope" not in log.read_text()
+    assert out_file.read_text() == "perfscope's report\n"
+    # The script's traceback and perfscope's message reach the same file.
+    err_text = err_file.read_text()
+    assert "ValueError: after closing stderr" in err_text and err_text.endswith("perfscope's error\n")
+
+
+@pytest.mark.parametrize(
+    "body, exit_code, expected",
+    [
+        ("class E(Exception):\n    def __str__(self): raise RuntimeError\nraise E()\n",
+         1, "raised E: <exception str() failed> (line 3)"),
+        ("import sys\nclass O:\n    def __str__(self): raise RuntimeError\nsys.exit(O())\n",
+         1, "exited: <exception str() failed>"),
+        ("import sys\nsys.exit(0.0)\n", 1, "exited: 0.0"),  # Python: not an int, exit 1
+        ("def f(:\n", 1, "raised SyntaxError: invalid syntax (train.py, line 1)"),
+    ],
+)  # fmt: skip
+def test_odd_failures_give_one_line(tmp_path, body, exit_code, expected):
+    script = write_script(tmp_path, body)
+    result = collect(script, [], out_dir=tmp_path / "out")
+
+    assert result.exit_code == exit_code
+    assert result.error == f"{script} {expected}"  # no "(line 1)" repeated
+
+
+def test_failed_rerun_keeps_the_previous_trace(tmp_path):
+    first = collect(loop_script(tmp_path), [], out_dir=tmp_path / "out", schedule=SMALL)
+    assert len(first.trace_files) == 1
+    old = first.trace_files[0].read_bytes()
+
+    script = loop_script(tmp_path, extra="if it == 2: raise RuntimeError('early')")
+    result = collect(script, [], out_dir=tmp_path / "out", schedule=SMALL)
+
+    assert result.exit_code == 1 and result.trace_files == []  # nothing of this run
+    assert first.trace_files[0].read_bytes() == old  # the earlier run's data is kept
+
+
+def test_remove_stale_rank_traces(tmp_path):
+    for rank in range(3):
+        (tmp_path / f"rank{rank}.pt.trace.json.gz").write_bytes(b"")
+    (tmp_path / "other.json").write_bytes(b"")
+    removed = remove_stale_rank_traces(tmp_path, [tmp_path / "rank0.pt.trace.json.gz"])
+
+    assert [p.name for p in removed] == ["rank1.pt.trace.json.gz", "rank2.pt.trace.json.gz"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["other.json", "rank0.pt.trace.json.gz"]
+
+
+def test_launch_reports_only_the_traces_it_wrote(tmp_path):
+    # The launcher compares the rank files before and after: a trace is
+    # written to a temporary file and renamed over the old one.
+    for rank in range(3):
+        (tmp_path / f"rank{rank}.pt.trace.json.gz").write_bytes(b"old")
+    before = traces.rank_trace_stamps(tmp_path)
+    tmp = tmp_path / ".rank1.tmp.gz"
+    tmp.write_bytes(b"old")  # same content and size as before
+    os.replace(tmp, tmp_path / "rank1.pt.trace.json.gz")
+    (tmp_path / "rank3.pt.trace.json.gz").write_bytes(b"new")  # beyond this run's ranks
+
+    written = traces.rank_traces_written_since(tmp_path, 2, before)
+    assert [p.name for p in written] == ["rank1.pt.trace.json.gz"]
 
 
 def test_script_raising_mid_window_keeps_captured_steps(tmp_path, capfd):
@@ -467,6 +668,24 @@ def test_is_distributed_worker(monkeypatch):
     assert not is_distributed_worker()
 
 
+@pytest.mark.parametrize(
+    "rank, world_size, message",
+    [("0", "0", "WORLD_SIZE must be >= 1"), ("x", "2", "RANK must be an integer"),
+     ("0", "two", "WORLD_SIZE must be an integer"), ("2", "2", "RANK must be in 0..1"),
+     ("-1", "2", "RANK must be in 0..1"), ("", "1", "RANK must be an integer")],
+)  # fmt: skip
+def test_invalid_torchrun_environment_is_an_error(tmp_path, monkeypatch, rank, world_size, message):
+    monkeypatch.setenv("RANK", rank)
+    monkeypatch.setenv("WORLD_SIZE", world_size)
+    with pytest.raises(CollectError, match=message):
+        is_distributed_worker()
+    marker = tmp_path / "ran"
+    script = write_script(tmp_path, f"open({str(marker)!r}, 'w')\n")
+    with pytest.raises(CollectError, match=message):
+        collect(script, [], out_dir=tmp_path / "out")
+    assert not marker.exists()  # refused before the script started
+
+
 DDP_SCRIPT = """
 import os, sys, torch, torch.distributed as dist
 torch.set_num_threads(1)
@@ -486,6 +705,11 @@ for i in range(10**6):
 def test_nproc_per_node_two_ranks(tmp_path):
     script = write_script(tmp_path, DDP_SCRIPT.format(fail_at=-1))
     schedule = ProfileSchedule(skip_first=1, warmup=1, active=2)
+    # Left by an earlier run with 3 ranks: replaced or kept, never reported.
+    old_dir = tmp_path / "out" / "traces"
+    old_dir.mkdir(parents=True)
+    for rank in range(3):
+        (old_dir / f"rank{rank}.pt.trace.json.gz").write_bytes(b"old")
     result = collect(script, [], out_dir=tmp_path / "out", schedule=schedule, nproc_per_node=2)
 
     assert result.exit_code == 0 and result.error is None
@@ -494,6 +718,8 @@ def test_nproc_per_node_two_ranks(tmp_path):
     for path in result.trace_files:
         assert len(profiler_steps(trace_events(path))) == 2
     assert result.run_info["world_size"] == 2 and result.run_info["nproc_per_node"] == 2
+    assert (old_dir / "rank2.pt.trace.json.gz").exists()
+    assert remove_stale_rank_traces(old_dir, result.trace_files) == [old_dir / "rank2.pt.trace.json.gz"]
 
 
 @pytest.mark.slow
@@ -505,6 +731,57 @@ def test_nproc_per_node_failing_rank(tmp_path):
     assert "rank 1" in result.error and "ValueError: rank one failed" in result.error
     assert result.trace_files == []
     assert processes_running(script) == []  # no rank left behind
+
+
+@pytest.mark.slow
+def test_nproc_per_node_ctrl_c_gives_130(tmp_path):
+    # Ranks that ignore SIGTERM keep the launcher waiting; a second Ctrl-C
+    # then must kill them at once and still give the interrupted result.
+    script = write_script(
+        tmp_path,
+        f"""
+        import os, signal, time, torch.distributed as dist
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        dist.init_process_group("gloo")
+        open(os.path.join({str(tmp_path)!r}, f"started{{dist.get_rank()}}"), "w").close()
+        while True:
+            time.sleep(0.1)
+        """,
+    )
+    driver = textwrap.dedent(
+        f"""
+        import json, pathlib, signal
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # even if the runner ignores it
+        from perfscope.collect import collect
+        result = collect({str(script)!r}, [], out_dir=pathlib.Path({str(tmp_path / "out")!r}),
+                         nproc_per_node=2)
+        print(json.dumps({{"exit_code": result.exit_code, "error": result.error}}))
+        """
+    )
+    root = str(pathlib.Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.Popen([sys.executable, "-c", driver], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not all((tmp_path / f"started{r}").exists() for r in range(2)):
+            assert proc.poll() is None and time.monotonic() < deadline, "ranks did not start"
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        out, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert time.monotonic() - started < 20  # not the launcher's 30 s grace
+    assert proc.returncode == 0, out
+    result = json.loads(out.strip().splitlines()[-1])
+    assert result["exit_code"] == 130 and "interrupted" in result["error"]
+    deadline = time.monotonic() + 10
+    while processes_running(script) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert processes_running(script) == []
 
 
 def processes_running(script: pathlib.Path) -> list[str]:

@@ -9,7 +9,7 @@ from perfscope.collect.control import step
 from perfscope.collect.errors import CollectError
 from perfscope.collect.result import CollectResult
 from perfscope.collect.schedule import ProfileSchedule
-from perfscope.collect.traces import wait_for_rank_traces
+from perfscope.collect.traces import remove_stale_rank_traces, wait_for_rank_traces
 
 __all__ = [
     "CollectError",
@@ -17,6 +17,7 @@ __all__ = [
     "ProfileSchedule",
     "collect",
     "is_distributed_worker",
+    "remove_stale_rank_traces",
     "step",
     "wait_for_rank_traces",
 ]

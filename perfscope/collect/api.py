@@ -6,17 +6,34 @@ import os
 import pathlib
 from collections.abc import Sequence
 
+from perfscope.collect import traces
 from perfscope.collect.errors import CollectError
 from perfscope.collect.result import CollectResult
 from perfscope.collect.schedule import ProfileSchedule
+
 
 def is_distributed_worker() -> bool:
     """True when this process is one rank of a job started by torchrun.
 
     torchrun (and most cluster launchers built on it) set ``RANK`` and
     ``WORLD_SIZE``; ``collect()`` then profiles only this rank.
+
+    Raises:
+        CollectError: Both are set but not a valid pair: not integers,
+            ``WORLD_SIZE < 1``, or ``RANK`` outside ``0 .. WORLD_SIZE-1``
+            (a hand-set or stale environment; profiling as some other rank
+            would write or wait for the wrong trace files).
     """
-    return "RANK" in os.environ and "WORLD_SIZE" in os.environ
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        return False
+    rank, world_size = _env_int("RANK"), _env_int("WORLD_SIZE")
+    if world_size < 1:
+        raise CollectError(f"environment variable WORLD_SIZE must be >= 1, got {world_size}")
+    if not 0 <= rank < world_size:
+        raise CollectError(
+            f"environment variable RANK must be in 0..{world_size - 1} (WORLD_SIZE={world_size}), got {rank}"
+        )
+    return True
 
 
 def collect(
@@ -44,7 +61,9 @@ def collect(
     Args:
         script: Path to the training script (a ``.py`` file).
         script_args: Arguments passed to the script.
-        out_dir: Output directory (created if missing).
+        out_dir: Output directory (created if missing). A relative path is
+            taken relative to the current directory at the call, whatever
+            directory the script changes to.
         schedule: Which steps to record and when to end the script.
         nproc_per_node: Ranks to launch on this node, or None for a plain run.
 
@@ -54,9 +73,11 @@ def collect(
 
     Raises:
         CollectError: Bad script path, unwritable output directory, torch not
-            installed, invalid ``nproc_per_node``, or a trace write failure.
+            installed, invalid ``nproc_per_node``, an invalid torchrun
+            environment (see :func:`is_distributed_worker`), or a trace write
+            failure.
     """
-    out_dir = pathlib.Path(out_dir)
+    out_dir = traces.absolute_out_dir(out_dir)
     if nproc_per_node is not None:
         if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int) or nproc_per_node < 1:
             raise CollectError(f"--nproc-per-node must be an integer >= 1, got {nproc_per_node!r}")
@@ -77,11 +98,9 @@ def collect(
     from perfscope.collect.session import profile_in_process
 
     if not is_distributed_worker():
-        return profile_in_process(
-            script, script_args, out_dir=out_dir, schedule=schedule, clear_all_ranks=True
-        )
+        return profile_in_process(script, script_args, out_dir=out_dir, schedule=schedule)
 
-    rank, world_size = _env_int("RANK"), _env_int("WORLD_SIZE")
+    rank, world_size = _env_int("RANK"), _env_int("WORLD_SIZE")  # checked above
     local_world = os.environ.get("LOCAL_WORLD_SIZE")
     return profile_in_process(
         script,

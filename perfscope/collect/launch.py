@@ -56,22 +56,25 @@ def launch_workers(
         nproc_per_node: Number of ranks to start (>= 1).
 
     Returns:
-        The result: ``exit_code`` is the launcher's, ``steps_seen`` and
-        ``stopped_early`` are rank 0's, ``error`` the first failing rank's.
+        The result: ``exit_code`` is the launcher's (130 after Ctrl-C),
+        ``steps_seen`` and ``stopped_early`` are rank 0's, ``error`` the first
+        failing rank's; ``trace_files`` are the rank traces this launch wrote.
 
     Raises:
         CollectError: Bad script path or unwritable output directory.
     """
     script = check_script(script)
-    trace_dir = traces.prepare_trace_dir(out_dir)
-    traces.remove_rank_traces(trace_dir)  # a previous run may have had more ranks
+    cwd = os.getcwd()
+    trace_dir = traces.prepare_trace_dir(out_dir)  # absolute: the ranks may chdir
+    # Old traces stay until replaced: a launch that fails early must not lose
+    # them. What this launch wrote is told apart by comparing with these.
+    old_traces = traces.rank_trace_stamps(trace_dir)
     result_dir = pathlib.Path(tempfile.mkdtemp(prefix="perfscope-ranks-"))
     command = [
         sys.executable, "-m", "torch.distributed.run",
         "--standalone", f"--nproc-per-node={nproc_per_node}",
         "-m", "perfscope.collect.worker",
-        *worker_argv(out_dir=pathlib.Path(out_dir).resolve(), result_dir=result_dir,
-                     schedule=schedule),
+        *worker_argv(out_dir=trace_dir.parent, result_dir=result_dir, schedule=schedule),
         "--", script, *script_args,
     ]  # fmt: skip
 
@@ -98,7 +101,7 @@ def launch_workers(
             error = f"the launcher (torch.distributed.run) exited with status {exit_code}"
     return CollectResult(
         trace_dir=trace_dir,
-        trace_files=traces.rank_traces(trace_dir),
+        trace_files=traces.rank_traces_written_since(trace_dir, nproc_per_node, old_traces),
         exit_code=exit_code,
         error=error,
         steps_seen=int(rank0.get("steps_seen", 0)),
@@ -110,6 +113,7 @@ def launch_workers(
             world_size=nproc_per_node,
             nproc_per_node=nproc_per_node,
             rank=None,
+            cwd=cwd,
             started_at=started_at,
             duration_s=duration_s,
         ),
@@ -178,7 +182,10 @@ def _terminate(proc: subprocess.Popen) -> None:
     _signal_group(proc.pid, signal.SIGTERM)
     try:
         proc.wait(timeout=_TERMINATE_GRACE_S)
-    except subprocess.TimeoutExpired:
+    except (subprocess.TimeoutExpired, KeyboardInterrupt):
+        # Out of time, or a second Ctrl-C from a user who will not wait for
+        # ranks that ignore SIGTERM: kill now. Swallowing that Ctrl-C keeps
+        # the interrupted run's result (exit code 130, traces written).
         _signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
 

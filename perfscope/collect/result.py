@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import os
 import pathlib
 import socket
 import sys
@@ -52,6 +51,7 @@ def build_run_info(
     world_size: int,
     nproc_per_node: int | None,
     rank: int | None,
+    cwd: str,
     started_at: str,
     duration_s: float,
 ) -> dict:
@@ -65,6 +65,8 @@ def build_run_info(
         nproc_per_node: Processes launched per node, or None when perfscope
             did not launch them (single process / torchrun-started job).
         rank: This process's rank, or None for a single process / launcher.
+        cwd: The working directory at launch, read before the script ran
+            (a script may ``os.chdir``).
         started_at: ISO 8601 UTC start time.
         duration_s: Wall time of the whole run, in seconds.
 
@@ -85,7 +87,7 @@ def build_run_info(
     return {
         "script": script,
         "args": list(args),
-        "cwd": os.getcwd(),
+        "cwd": cwd,
         "host": socket.gethostname(),
         "python": sys.version.split()[0],
         "torch_version": torch.__version__,

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import runpy
 import sys
 import traceback
 from collections.abc import Sequence
 from types import TracebackType
+from typing import Any
 
 from perfscope.collect import control
 from perfscope.collect.errors import CollectError
@@ -61,7 +63,10 @@ def run_script(script: str, args: Sequence[str]) -> ScriptOutcome:
     """Run ``script`` as ``__main__`` with ``sys.argv = [script, *args]``.
 
     ``sys.path[0]`` becomes the script's (symlink-resolved) directory, as
-    Python sets it; ``sys.argv`` and ``sys.path`` are restored afterwards.
+    Python sets it. What the script changes of this process's global state is
+    put back afterwards, since perfscope carries on in the same process:
+    ``sys.argv``, ``sys.path``, ``sys.stdin``/``sys.stdout``/``sys.stderr``
+    (see :class:`_StdStreams`) and the working directory.
     Exceptions from the script are reported, not raised: the traceback goes to
     stderr as Python would print it, and the outcome carries a one-line error.
 
@@ -74,6 +79,8 @@ def run_script(script: str, args: Sequence[str]) -> ScriptOutcome:
     """
     saved_argv = sys.argv
     saved_path = list(sys.path)
+    saved_cwd = os.getcwd()
+    streams = _StdStreams()
     script_dir = os.path.dirname(os.path.realpath(script))
     sys.argv = [script, *args]
     if sys.path:
@@ -85,38 +92,147 @@ def run_script(script: str, args: Sequence[str]) -> ScriptOutcome:
     except control._StopScript:
         return ScriptOutcome(stopped_early=True)
     except SystemExit as exc:
-        return _outcome_of_exit(script, exc)
+        return _outcome_of_exit(script, exc, streams.stderr_for_report())
     except KeyboardInterrupt as exc:
-        _print_traceback(script, exc)
+        _print_traceback(script, exc, streams.stderr_for_report())
         return ScriptOutcome(_INTERRUPTED_EXIT_CODE, _describe(script, exc, "was interrupted by"))
     except BaseException as exc:  # noqa: BLE001 - report whatever the script raised
-        _print_traceback(script, exc)
+        _print_traceback(script, exc, streams.stderr_for_report())
         return ScriptOutcome(1, _describe(script, exc, "raised"))
     finally:
         sys.argv = saved_argv
         sys.path[:] = saved_path
+        streams.restore()
+        _chdir_back(saved_cwd)
     return ScriptOutcome()
 
 
-def _outcome_of_exit(script: str, exc: SystemExit) -> ScriptOutcome:
+class _StdStreams:
+    """``sys.stdin``, ``sys.stdout`` and ``sys.stderr`` as they were; put back later.
+
+    A script may point them elsewhere (``sys.stdout = open("train.log", "w")``)
+    or close them; either would leak into perfscope, which prints its report
+    and errors after the script. A stream the script closed is replaced by a
+    new one on the same file descriptor, provided the descriptor still refers
+    to the same file (it may have been closed and reused for something else);
+    otherwise by ``sys.__stdout__`` & co., or by ``os.devnull`` as a last resort.
+    """
+
+    _NAMES = ("stdin", "stdout", "stderr")
+
+    def __init__(self) -> None:
+        self._saved = {name: getattr(sys, name) for name in self._NAMES}
+        self._files = {name: _open_file_id(stream) for name, stream in self._saved.items()}
+
+    def restore(self) -> None:
+        """Put the saved streams back, replacing any the script closed."""
+        for name, stream in self._saved.items():
+            if _is_closed(stream):
+                fresh = self._reopen(name, stream)
+                if getattr(sys, f"__{name}__") is stream:
+                    setattr(sys, f"__{name}__", fresh)
+                self._saved[name] = stream = fresh  # restore() may run twice
+            setattr(sys, name, stream)
+
+    def stderr_for_report(self) -> Any:
+        """Where the script's traceback goes: its ``sys.stderr``, as in Python.
+
+        Unless the script closed it (or set it to None): then the restored one.
+        """
+        err = sys.stderr
+        if err is None or _is_closed(err):
+            self.restore()
+            err = sys.stderr
+        return err
+
+    def _reopen(self, name: str, stream: object) -> object:
+        mode = "r" if name == "stdin" else "w"
+        file_id = self._files[name]
+        if file_id is not None and _open_file_id_of_fd(file_id[0]) == file_id:
+            try:
+                return open(  # noqa: SIM115 - lives as long as the stream it replaces
+                    file_id[0],
+                    mode,
+                    encoding=getattr(stream, "encoding", None),
+                    errors=getattr(stream, "errors", None),
+                    buffering=1 if getattr(stream, "line_buffering", False) else -1,
+                    closefd=False,  # the descriptor is not ours to close
+                )
+            except (OSError, ValueError, LookupError):
+                pass
+        original = getattr(sys, f"__{name}__")
+        if original is not None and not _is_closed(original):
+            return original
+        return open(os.devnull, mode)  # noqa: SIM115
+
+
+def _is_closed(stream: object) -> bool:
+    try:
+        return bool(getattr(stream, "closed", False))
+    except Exception:  # noqa: BLE001 - a broken stream counts as closed
+        return True
+
+
+def _open_file_id(stream: object) -> tuple[int, int, int] | None:
+    """(fd, device, inode) of a stream's descriptor, or None if it has none."""
+    try:
+        fd = stream.fileno()  # type: ignore[attr-defined]
+    except Exception:  # noqa: BLE001 - io.StringIO, pytest capture, closed ...
+        return None
+    return _open_file_id_of_fd(fd)
+
+
+def _open_file_id_of_fd(fd: int) -> tuple[int, int, int] | None:
+    try:
+        st = os.fstat(fd)
+    except OSError:
+        return None
+    return fd, st.st_dev, st.st_ino
+
+
+def _chdir_back(cwd: str) -> None:
+    try:
+        os.chdir(cwd)
+    except OSError as exc:  # the script removed it: stay where it left us
+        print(f"perfscope: cannot return to directory {cwd}: {exc.strerror}", file=sys.stderr)
+
+
+def _safe_str(obj: object) -> str:
+    # str() runs the script's code (__str__), which may itself raise; Python
+    # prints this placeholder in that case.
+    try:
+        return str(obj)
+    except Exception:  # noqa: BLE001
+        return "<exception str() failed>"
+
+
+def _outcome_of_exit(script: str, exc: SystemExit, err: Any) -> ScriptOutcome:
+    # As Python: None is 0, an int is the status, anything else (a message)
+    # is printed and gives status 1 (so sys.exit(0.0) fails, like in Python).
     code = exc.code
-    if code is None or code == 0:
+    if code is None:
         return ScriptOutcome()
     if isinstance(code, int):
-        return ScriptOutcome(code, f"{script} exited with status {code}")
-    # sys.exit("message") prints the message and exits 1, like Python does.
-    print(code, file=sys.stderr)
-    return ScriptOutcome(1, f"{script} exited: {_first_line(str(code))}")
+        if code == 0:
+            return ScriptOutcome()
+        return ScriptOutcome(int(code), f"{script} exited with status {int(code)}")
+    message = _safe_str(code)
+    try:
+        print(message, file=err, flush=True)
+    except Exception:  # noqa: BLE001 - a broken stream of the script's; Python ignores it too
+        pass
+    return ScriptOutcome(1, f"{script} exited: {_first_line(message)}")
 
 
 def _describe(script: str, exc: BaseException, verb: str) -> str:
     """One line like ``train.py raised ValueError: bad thing (line 42)``."""
-    message = _first_line(str(exc))
+    message = _first_line(_safe_str(exc))
     text = f"{script} {verb} {type(exc).__name__}"
     if message:
         text += f": {message}"
     line = _script_line(script, exc)
-    if line is not None:
+    # A SyntaxError's message already ends in "(train.py, line 3)".
+    if line is not None and not re.search(rf"\bline {line}\b", message):
         text += f" (line {line})"
     return text
 
@@ -141,13 +257,16 @@ def _script_line(script: str, exc: BaseException) -> int | None:
     return line
 
 
-def _print_traceback(script: str, exc: BaseException) -> None:
+def _print_traceback(script: str, exc: BaseException, err: Any) -> None:
     # Drop perfscope's and runpy's frames so the output matches `python SCRIPT`.
     tb: TracebackType | None = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename != script:
         tb = tb.tb_next
     if tb is None and not isinstance(exc, SyntaxError):
         tb = exc.__traceback__  # not raised from the script's code: show all
-    sys.stderr.flush()
-    traceback.print_exception(type(exc), exc, tb, file=sys.stderr)
-    sys.stderr.flush()
+    try:
+        err.flush()
+        traceback.print_exception(type(exc), exc, tb, file=err)
+        err.flush()
+    except Exception:  # noqa: BLE001 - a broken stream of the script's; Python ignores it too
+        pass

@@ -41,24 +41,27 @@ def profile_in_process(
     world_size: int = 1,
     nproc_per_node: int | None = None,
     result_rank: int | None = None,
-    clear_all_ranks: bool = False,
 ) -> CollectResult:
     """Run ``script`` under the profiler and write ``traces/rank<rank>...``.
+
+    An old trace of this rank is not deleted up front: the new one replaces it
+    atomically once written, so a run that fails before its window keeps the
+    previous run's trace (it is just not reported in ``trace_files``).
 
     Args:
         script: Path to the script.
         script_args: Its arguments.
-        out_dir: Output directory; traces go to ``<out_dir>/traces``.
+        out_dir: Output directory; traces go to ``<out_dir>/traces``. A
+            relative one is taken relative to the current directory now.
         schedule: Profiling window and stop rule.
         rank: This process's rank (names the trace file).
         world_size: Ranks in the job (for run_info).
         nproc_per_node: Recorded in run_info.
         result_rank: ``rank`` recorded in run_info (None for a plain run).
-        clear_all_ranks: Delete every old ``rank*`` trace first, not just this
-            rank's (only safe when no other rank writes concurrently).
 
     Returns:
-        The result; ``trace_files`` holds this rank's trace if one was written.
+        The result; ``trace_files`` holds this rank's trace if this run wrote
+        one.
 
     Raises:
         CollectError: Bad script path, unwritable output, torch missing, or the
@@ -68,12 +71,9 @@ def profile_in_process(
     torch = import_torch()
     from perfscope.collect.steps import StepTracker  # imports torch
 
-    trace_dir = traces.prepare_trace_dir(out_dir)
+    cwd = os.getcwd()  # before the script, which may chdir
+    trace_dir = traces.prepare_trace_dir(out_dir)  # absolute
     trace_path = trace_dir / traces.trace_file_name(rank)
-    # Never report a previous run's trace.
-    if clear_all_ranks:
-        traces.remove_rank_traces(trace_dir)
-    trace_path.unlink(missing_ok=True)
     exporter = traces.TraceExporter(trace_path)
 
     activities = [torch.profiler.ProfilerActivity.CPU]
@@ -122,6 +122,7 @@ def profile_in_process(
             world_size=world_size,
             nproc_per_node=nproc_per_node,
             rank=result_rank,
+            cwd=cwd,
             started_at=started_at,
             duration_s=duration_s,
         ),

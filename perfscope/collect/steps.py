@@ -1,17 +1,31 @@
 """Finds training-step boundaries in an unmodified script and drives the profiler.
 
-A step ends when the script's (first) optimizer steps. The optimizer-step post
-hook runs *inside* the optimizer's ``Optimizer.step#...`` profiler range, so
-calling ``prof.step()`` there would make ``ProfilerStep#N`` straddle that
-range. The hook therefore only marks the boundary as pending; it is taken at
-the next *iteration point*, which lies outside any torch-opened range:
+A step ends when the script's leading optimizer steps (the first one that
+steps; see :meth:`StepTracker._leads` for when another takes over). The
+optimizer-step post hook runs *inside* the optimizer's ``Optimizer.step#...``
+profiler range, so calling ``prof.step()`` there would make ``ProfilerStep#N``
+straddle that range. The hook therefore only marks the boundary as pending; it
+is taken at the next *iteration point*, which lies outside any torch-opened
+range:
 
 * the next DataLoader fetch (before ``enumerate(DataLoader)#...`` opens),
 * the next module forward (global forward pre-hook),
 * the next ``torch.autograd.backward`` (loops built from plain tensors),
 * ``perfscope.step()``,
+* the end of an ``optimizer.step(closure)`` call's range (LBFGS and other
+  closure optimizers run forward and backward *inside* their step, so the
+  loop may have no other point outside it),
 * last resort: the next step of the same optimizer (its pre-hook, which *is*
   inside ``Optimizer.step#``; only reached by loops with none of the above).
+
+Fetches, forwards and backwards *inside* an optimizer step (a closure's) are
+not iteration points. Inside-ness is counted from the global pre hook (which
+runs inside the range) to the range's end, seen by wrapping
+``record_function.__exit__``: unlike the post hook, that also runs when the
+step raises.
+
+Ending the script at ``max_steps`` waits for the same kind of point after the
+last step, so that step's ``zero_grad``, scheduler and logging still run.
 
 The code before the first iteration point (imports, model construction) is
 the profiler's step 0 and is never traced: the torch schedule skips one more
@@ -19,7 +33,8 @@ step than the user asked for. So profiler step ``N`` is training step ``N``.
 
 Every hook starts with O(1) flag checks, and the module forward hook is
 registered only while a boundary is pending, so outside the profiled window
-the cost is a Python function call per fetch / backward / optimizer step.
+the cost is a Python function call per fetch / backward / optimizer step /
+``record_function`` range.
 """
 
 from __future__ import annotations
@@ -30,6 +45,7 @@ import weakref
 from typing import Any, Callable
 
 import torch
+import torch.autograd.profiler as profiler_mod
 import torch.optim.optimizer as optim_mod
 import torch.utils.data.dataloader as dataloader_mod
 from torch.nn.modules import module as module_mod
@@ -66,8 +82,15 @@ class StepTracker:
         self.window_done = False
         self._setup_done = False
         self._pending = False
+        self._stop_pending = False
         self._explicit = False
         self._lead: weakref.ref | None = None
+        # Another optimizer that stepped since the leader last did (see _leads).
+        self._challenger: weakref.ref | None = None
+        # Optimizer steps in progress on the script's thread (nested ones
+        # count), and whether the outermost was called with a closure.
+        self.step_depth = 0
+        self._closure_step = False
         self._optimizer_calls = 0  # every optimizer step, for the GradScaler check
         self._undo: list[Callable[[], None]] = []
         self._forward_hook: Any = None
@@ -90,6 +113,7 @@ class StepTracker:
         self._patch(dataloader_mod._BaseDataLoaderIter, "__next__", _wrap_fetch)
         self._patch(torch.autograd, "backward", _wrap_backward)
         self._patch(torch.amp.GradScaler, "step", _wrap_scaler_step)
+        self._patch(profiler_mod.record_function, "__exit__", _wrap_range_exit)
         self._arm()  # the first iteration point ends the setup
         try:
             self._prof.__enter__()
@@ -135,45 +159,65 @@ class StepTracker:
         self._undo.append(lambda: setattr(owner, name, original))
 
     # ----------------------------------------------------------------- events
-    def _acting(self) -> bool:
+    def _on_script_thread(self) -> bool:
         # Threads other than the script's main thread (DataParallel replicas,
         # prefetch threads) must not move the step boundary.
-        return (
-            control.active is self
-            and not self.stopped_early
-            and threading.get_ident() == self._thread
-        )
+        return control.active is self and threading.get_ident() == self._thread
+
+    def _acting(self) -> bool:
+        return not self.stopped_early and self._on_script_thread()
 
     def iteration_point(self) -> None:
-        """A fetch, forward or backward started: take a pending boundary."""
-        if not self._acting() or self.window_done:
-            return
-        if not self._setup_done:
-            self._end_setup()
-        elif self._pending:
-            self._boundary()
+        """A fetch, forward or backward started: take a pending boundary.
 
-    def optimizer_pre(self, optimizer: Any) -> None:
-        """Last-resort boundary for loops without fetch/forward/backward."""
-        if not self._acting() or self.window_done:
+        Ignored inside an optimizer step: there it is a closure's forward or
+        backward, and a boundary would cut the ``Optimizer.step#`` range.
+        """
+        if self.step_depth or not self._acting():
+            return
+        self._take_point()
+
+    def optimizer_entered(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """An optimizer step started (its pre hook, inside its range).
+
+        Also the last-resort boundary for loops without any other point.
+        """
+        if not self._on_script_thread():
+            return
+        self.step_depth += 1
+        if self.step_depth == 1:
+            self._closure_step = _has_closure(args, kwargs)
+        if not self.point_armed or not self._acting():
             return
         if not self._setup_done:
             self._end_setup()
-        elif self._pending and self._is_lead(optimizer):
-            self._boundary()
+        elif self._is_lead(optimizer):
+            # Only the leader's: another optimizer stepping later in the same
+            # iteration (a head after the backbone) still belongs to it.
+            if self._stop_pending:
+                self._stop()
+            if self._pending and not self.window_done:
+                self._boundary()
+
+    def optimizer_range_closed(self, failed: bool) -> None:
+        """An ``Optimizer.step#`` range ended (normally or by an exception)."""
+        if not self._on_script_thread() or not self.step_depth:
+            return  # a step whose pre hook did not run (another thread, ...)
+        self.step_depth -= 1
+        if self.step_depth:
+            return
+        closure, self._closure_step = self._closure_step, False
+        # A closure step ran the model inside: right after it is the only
+        # place between iterations the loop may offer. Not while an exception
+        # propagates: the stop signal must not replace the script's error.
+        if closure and not failed and self.point_armed and self._acting():
+            self._take_point()
 
     def optimizer_stepped(self, optimizer: Any) -> None:
         """An optimizer finished (or GradScaler skipped) its update."""
-        if not self._acting() or self._explicit:
+        if not self._acting() or self._explicit or not self._leads(optimizer):
             return
-        lead = self._lead() if self._lead is not None else None
-        if lead is None:
-            # The first optimizer that steps defines the step; re-elected if
-            # it is garbage collected (e.g. a warm-up optimizer in setup).
-            self._lead = weakref.ref(optimizer)
-        elif lead is not optimizer:
-            return  # another optimizer in the same iteration: no new step
-        self._count()
+        self._count(at_boundary=False)
         if not self.window_done:
             self._pending = True
             self._arm()
@@ -182,6 +226,8 @@ class StepTracker:
         """``perfscope.step()``: the step ends here."""
         if not self._acting():
             return
+        if self._stop_pending:
+            self._stop()  # the optimizer hook already counted the last step
         if not self._explicit:
             self._explicit = True  # optimizer hooks stop counting from now on
             if self._pending:
@@ -193,20 +239,57 @@ class StepTracker:
                 # told apart from the setup; it ends profiler step 0 (never
                 # traced), so profiler step N is training step N + 1 here.
                 self._end_setup()
-                self._count()
+                self._count(at_boundary=True)
                 return
-        self._count()
+        self._count(at_boundary=True)
         if not self.window_done:
             self._boundary()
 
     # ----------------------------------------------------------------- internals
+    def _take_point(self) -> None:
+        if self._stop_pending:
+            self._stop()
+        if self.window_done:
+            return
+        if not self._setup_done:
+            self._end_setup()
+        elif self._pending:
+            self._boundary()
+
+    def _leads(self, optimizer: Any) -> bool:
+        """Whether a step of ``optimizer`` is a training step; elects the leader.
+
+        The first optimizer that steps leads. Another one takes over when it
+        steps twice with no step of the leader in between: the leader was a
+        warm-up optimizer of the setup (alive or garbage collected), not one
+        of several optimizers updated in turn each iteration (backbone and
+        head, a GAN's D and G), which alternate with the leader. The new
+        leader's steps count from the one that made it take over.
+        """
+        lead = self._lead() if self._lead is not None else None
+        challenger = self._challenger() if self._challenger is not None else None
+        if lead is optimizer:
+            self._challenger = None
+            return True
+        if lead is None or challenger is optimizer:
+            self._lead, self._challenger = weakref.ref(optimizer), None
+            return True
+        self._challenger = weakref.ref(optimizer)
+        return False
+
     def _is_lead(self, optimizer: Any) -> bool:
         return self._lead is not None and self._lead() is optimizer
 
-    def _count(self) -> None:
+    def _count(self, *, at_boundary: bool) -> None:
         self.steps_seen += 1
-        if self.window_done:
-            self._maybe_stop()
+        if self.window_done and self._stop_reached():
+            if at_boundary:
+                self._stop()
+            else:
+                # Counted from inside optimizer.step(): end the script at the
+                # next point instead, after the rest of this iteration.
+                self._stop_pending = True
+                self._arm()
 
     def _end_setup(self) -> None:
         self._setup_done = True
@@ -222,13 +305,17 @@ class StepTracker:
             self.window_done = True
             # Stop now: the rest of the run costs only the counting hooks.
             self._prof.__exit__(None, None, None)
-            self._maybe_stop()
+            if self._stop_reached():
+                self._stop()
 
-    def _maybe_stop(self) -> None:
-        if self._stop_after is not None and self.steps_seen >= self._stop_after:
-            self.stopped_early = True
-            self._disarm()
-            raise control._StopScript()
+    def _stop_reached(self) -> bool:
+        return self._stop_after is not None and self.steps_seen >= self._stop_after
+
+    def _stop(self) -> None:
+        self.stopped_early = True
+        self._stop_pending = False
+        self._disarm()
+        raise control._StopScript()
 
 
 def _restore_active() -> None:
@@ -252,9 +339,16 @@ def _optimizer_pre_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
     if _is_compiling():
         return None
     tracker = control.active
-    if tracker is not None and tracker.point_armed:
-        tracker.optimizer_pre(optimizer)
+    if tracker is not None:
+        tracker.optimizer_entered(optimizer, args, kwargs)
     return None
+
+
+def _has_closure(args: Any, kwargs: Any) -> bool:
+    # The hooks get step()'s arguments with the optimizer first:
+    # ``opt.step(closure)`` -> args (opt, closure).
+    closure = args[1] if len(args) > 1 else kwargs.get("closure")
+    return callable(closure)
 
 
 def _optimizer_post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
@@ -286,6 +380,24 @@ def _wrap_backward(original: Callable) -> Callable:
         return original(*args, **kwargs)
 
     return backward
+
+
+def _wrap_range_exit(original: Callable) -> Callable:
+    # Every record_function range passes here; only the end of an optimizer
+    # step that the pre hook saw (step_depth > 0) does more than two checks.
+    @functools.wraps(original)
+    def __exit__(self: Any, exc_type: Any, exc_value: Any, tb: Any) -> Any:
+        result = original(self, exc_type, exc_value, tb)
+        tracker = control.active
+        if (
+            tracker is not None
+            and tracker.step_depth
+            and str(getattr(self, "name", "")).startswith("Optimizer.step#")
+        ):
+            tracker.optimizer_range_closed(failed=exc_type is not None)
+        return result
+
+    return __exit__
 
 
 def _wrap_scaler_step(original: Callable) -> Callable:

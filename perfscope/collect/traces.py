@@ -12,6 +12,7 @@ import pathlib
 import re
 import tempfile
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from perfscope.collect.errors import CollectError
@@ -25,6 +26,16 @@ def trace_file_name(rank: int) -> str:
     return f"rank{rank}{TRACE_SUFFIX}"
 
 
+def absolute_out_dir(out_dir: os.PathLike | str) -> pathlib.Path:
+    """``out_dir`` made absolute against the current directory, now.
+
+    Taken before the script runs: a script that calls ``os.chdir`` must not
+    move the traces written at the end of its window (symlinks are kept as
+    typed, unlike ``resolve()``, so paths shown to the user stay recognizable).
+    """
+    return pathlib.Path(os.path.abspath(os.fspath(out_dir)))
+
+
 def prepare_trace_dir(out_dir: os.PathLike | str) -> pathlib.Path:
     """Create ``<out_dir>/traces`` and check that files can be written there.
 
@@ -32,15 +43,16 @@ def prepare_trace_dir(out_dir: os.PathLike | str) -> pathlib.Path:
     network file systems, permission bits do not tell.
 
     Args:
-        out_dir: The output directory (created with parents if missing).
+        out_dir: The output directory (created with parents if missing);
+            a relative one is taken relative to the current directory.
 
     Returns:
-        The trace directory.
+        The trace directory, as an absolute path.
 
     Raises:
         CollectError: The directory cannot be created or written to.
     """
-    trace_dir = pathlib.Path(out_dir) / "traces"
+    trace_dir = absolute_out_dir(out_dir) / "traces"
     try:
         trace_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=trace_dir, prefix=".perfscope-probe-"):
@@ -61,10 +73,67 @@ def rank_traces(trace_dir: pathlib.Path) -> list[pathlib.Path]:
     return [path for _, path in sorted(found)]
 
 
-def remove_rank_traces(trace_dir: pathlib.Path) -> None:
-    """Delete old ``rank<R>`` traces so a new run never reports stale ones."""
+def remove_stale_rank_traces(
+    trace_dir: os.PathLike | str, keep: Iterable[os.PathLike | str]
+) -> list[pathlib.Path]:
+    """Delete the ``rank<R>`` traces in ``trace_dir`` that are not in ``keep``.
+
+    A run never deletes old traces before it has written its own (a failed
+    rerun must not lose the previous run's data); each rank's file is replaced
+    atomically instead. Traces of ranks the new run did not have (an earlier
+    run with more ranks) stay behind; call this once the new run's traces have
+    been analyzed, with ``keep=result.trace_files``.
+
+    Args:
+        trace_dir: The trace directory (``<out_dir>/traces``).
+        keep: Trace files to keep, e.g. ``CollectResult.trace_files``.
+
+    Returns:
+        The files deleted, in rank order.
+    """
+    kept = {pathlib.Path(path).resolve() for path in keep}
+    removed = []
+    for path in rank_traces(pathlib.Path(trace_dir)):
+        if path.resolve() not in kept:
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
+def rank_trace_stamps(trace_dir: pathlib.Path) -> dict[str, tuple[int, int, int]]:
+    """Identify the ``rank<R>`` traces present now: file name -> (inode, mtime ns, size).
+
+    Taken before a launch, it tells afterwards which traces the launch wrote
+    (:func:`rank_traces_written_since`). Exact where modification times are
+    not: a trace is written to a new file and renamed over the old one, so
+    its inode always differs from the file it replaced.
+    """
+    stamps = {}
     for path in rank_traces(trace_dir):
-        path.unlink(missing_ok=True)
+        try:
+            st = path.stat()
+        except OSError:
+            continue
+        stamps[path.name] = (st.st_ino, st.st_mtime_ns, st.st_size)
+    return stamps
+
+
+def rank_traces_written_since(
+    trace_dir: pathlib.Path, world_size: int, before: dict[str, tuple[int, int, int]]
+) -> list[pathlib.Path]:
+    """Traces of ranks ``0 .. world_size-1`` that are new or replaced since ``before``.
+
+    Args:
+        trace_dir: The trace directory.
+        world_size: Ranks of the run; higher-numbered files are an older run's.
+        before: :func:`rank_trace_stamps` taken before the run started.
+
+    Returns:
+        This run's trace files, in rank order.
+    """
+    now = rank_trace_stamps(trace_dir)
+    names = [trace_file_name(rank) for rank in range(world_size)]
+    return [trace_dir / name for name in names if name in now and now[name] != before.get(name)]
 
 
 class TraceExporter:
@@ -77,7 +146,8 @@ class TraceExporter:
     disk must not look like a crash of their script.
 
     Args:
-        path: The final trace path.
+        path: The final trace path; made absolute now, since the export runs
+            inside the script, which may have changed directory by then.
 
     Attributes:
         written: True once the trace file exists.
@@ -85,7 +155,7 @@ class TraceExporter:
     """
 
     def __init__(self, path: pathlib.Path) -> None:
-        self.path = path
+        self.path = pathlib.Path(os.path.abspath(path))
         self.written = False
         self.error: Exception | None = None
 
