@@ -32,6 +32,14 @@ def _clean(value):
     return value
 
 
+def _clean_tree(value):
+    if isinstance(value, dict):
+        return {k: _clean_tree(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean_tree(v) for v in value]
+    return _clean(value)
+
+
 def build_summary(analysis: Analysis) -> dict:
     """The summary record of an :class:`~perfscope.analysis.run.Analysis` (a JSON-able dict)."""
     from perfscope import __version__
@@ -66,6 +74,7 @@ def build_summary(analysis: Analysis) -> dict:
             "median_step_time_us": float(counted.median()),
             "mean_step_time_us": float(counted.mean()),
         },
+        "details": _clean_tree(analysis.details),
         "traces": analysis.traces,
         "notes": analysis.notes,
         "warnings": analysis.warnings,

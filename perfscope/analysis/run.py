@@ -13,8 +13,9 @@ import numpy as np
 import pandas as pd
 
 from perfscope.analysis.cpu_metrics import cpu_step_metrics
+from perfscope.analysis.details import build_details
 from perfscope.analysis.gpu_metrics import gpu_step_metrics
-from perfscope.analysis.steps import find_steps, launch_times
+from perfscope.analysis.steps import Launches, StepWindows, find_steps, launch_times
 from perfscope.analysis.verdict import RunVerdict, classify, cost_fractions, run_verdict
 from perfscope.errors import AnalysisError, TraceFormatError
 from perfscope.trace import TraceTable, build_table, find_trace_files, read_trace
@@ -32,19 +33,31 @@ class RankTrace:
         table: The columnar trace.
         mode: ``"gpu"`` when it holds GPU events, else ``"cpu"``.
         metrics: Per-step metrics (``*_us``), one row per step.
-        steps: Step numbers, in row order.
-        complete: Per-step completeness (False: cut off by the end of profiling).
-        has_markers: Whether ``ProfilerStep#`` markers were found.
+        windows: The steps and their windows.
+        launches: The launching runtime call of every GPU event.
         warnings: Problems with the step markers (duplicates, overlaps).
     """
 
     table: TraceTable
     mode: str
     metrics: pd.DataFrame
-    steps: np.ndarray
-    complete: np.ndarray
-    has_markers: bool
+    windows: StepWindows
+    launches: Launches
     warnings: list[str] = field(default_factory=list)
+
+    @property
+    def steps(self) -> np.ndarray:
+        """Step numbers, in row order."""
+        return self.windows.step
+
+    @property
+    def complete(self) -> np.ndarray:
+        """Per-step completeness (False: cut off by the end of profiling)."""
+        return self.windows.complete
+
+    @property
+    def has_markers(self) -> bool:
+        return self.windows.has_markers
 
 
 def analyze_table(table: TraceTable) -> RankTrace:
@@ -63,8 +76,7 @@ def analyze_table(table: TraceTable) -> RankTrace:
     mode = "gpu" if table.mask(*GPU_KINDS).any() else "cpu"
     metrics = gpu_step_metrics(table, windows, launch) if mode == "gpu" else cpu_step_metrics(table, windows)
     where = table.path.name if table.path else table.worker
-    return RankTrace(table, mode, metrics, windows.step, windows.complete, windows.has_markers,
-                     [f"{where}: {w}" for w in windows.warnings])
+    return RankTrace(table, mode, metrics, windows, launch, [f"{where}: {w}" for w in windows.warnings])
 
 
 @dataclass
@@ -82,6 +94,7 @@ class Analysis:
         notes: Statements about how the traces were read (e.g. no step markers).
         warnings: Problems that did not stop the analysis (truncated files...).
         run_info: Metadata of the profiled run when perfscope recorded it, else ``{}``.
+        details: Run-level detail for the report (:func:`perfscope.analysis.details.build_details`).
     """
 
     steps: pd.DataFrame
@@ -91,6 +104,7 @@ class Analysis:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     run_info: dict = field(default_factory=dict)
+    details: dict = field(default_factory=dict)
 
     @property
     def ranks_analyzed(self) -> int:
@@ -229,7 +243,8 @@ def analyze_tables(
         counted[:] = True
         notes.append("every step was cut off; the verdict uses them anyway")
     rv = run_verdict(frame.loc[counted, "verdict"].to_numpy(), costs.loc[counted], frame.loc[counted, "step_time_us"].to_numpy(), mode)
-    return Analysis(frame, rv, mode, traces, notes, warnings, dict(run_info or {}))
+    details = build_details(rank_traces, ranks, frame.loc[counted], mode)
+    return Analysis(frame, rv, mode, traces, notes, warnings, dict(run_info or {}), details)
 
 
 def analyze(path: str | Path, run_info: dict | None = None) -> Analysis:

@@ -36,6 +36,7 @@ class TraceTable:
     - ``stream`` (int64): GPU stream id, -1 elsewhere. Streams are unique only with ``device``.
     - ``correlation`` (int64): links a runtime call to the GPU event it launched; -1 if absent
       (and for rows that are neither).
+    - ``copy_bytes`` (int64): bytes moved by a memcpy (``args.bytes``); -1 elsewhere or unknown.
 
     Attributes:
         names: Unique event names (object array of str).
@@ -59,6 +60,7 @@ class TraceTable:
     device: np.ndarray
     stream: np.ndarray
     correlation: np.ndarray
+    copy_bytes: np.ndarray
     names: np.ndarray
     threads: pd.DataFrame
     origin_us: float = 0.0
@@ -219,6 +221,9 @@ def build_table(raw: RawTrace) -> TraceTable:
     device[gpu_rows] = _int_column(gpu_args, "device")
     stream[gpu_rows] = _int_column(gpu_args, "stream")
     correlation[linked_rows] = _int_column([_args(xs[i]) for i in linked_rows], "correlation")
+    copy_bytes = np.full(len(xs), _NO_ID, dtype=np.int64)
+    copy_rows = np.flatnonzero(kind == EventKind.MEMCPY)
+    copy_bytes[copy_rows] = _int_column([_args(xs[i]) for i in copy_rows], "bytes")
     for i in gpu_rows[(device[gpu_rows] < 0) | (stream[gpu_rows] < 0)]:
         # 2021 traces: the GPU index is the pid, the stream is in tid "stream 7".
         if device[i] < 0 and type(xs[i].get("pid")) is int:
@@ -241,6 +246,7 @@ def build_table(raw: RawTrace) -> TraceTable:
         device=device,
         stream=stream,
         correlation=correlation,
+        copy_bytes=copy_bytes,
         names=np.asarray(names, dtype=object),
         threads=threads,
         origin_us=origin,

@@ -1,0 +1,190 @@
+"""Run-level detail for the report: what-if estimates, top kernels, launch statistics, memcpy by
+kind, the idle-gap histogram and the per-rank view.
+
+Everything is taken over the *counted* steps (complete steps that every rank holds) so that it
+agrees with the verdict. Times are microseconds. Definitions are in ``docs/metrics.md``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from perfscope.analysis.intervals import clip, gaps, union
+from perfscope.trace.kinds import GPU_KINDS, CopyKind, EventKind, copy_kind_of_names, is_pageable_copy
+
+if TYPE_CHECKING:
+    from perfscope.analysis.run import RankTrace
+
+TOP_N = 20
+SHORT_KERNEL_US = 10.0  # a kernel this short costs about what launching it does
+LONG_LAUNCH_DELAY_US = 100.0  # a kernel starting this long after its launch call waited in a queue
+IDLE_GAP_EDGES_US = (0.0, 1.0, 10.0, 100.0, 1_000.0, 10_000.0, 100_000.0, np.inf)
+_DIRECTION = {CopyKind.HTOD: "HtoD", CopyKind.DTOH: "DtoH", CopyKind.DTOD: "DtoD", CopyKind.PTOP: "PtoP", CopyKind.OTHER: "other"}
+
+
+def what_if(frame: pd.DataFrame) -> list[dict]:
+    """Upper bounds of the gain from removing each removable cause entirely.
+
+    Args:
+        frame: Counted steps with ``step_time_us`` and ``<class>_cost_frac`` columns.
+
+    Returns:
+        One entry per class with a cost: the median step now and without that cost, and their
+        ratio; the largest saving first.
+    """
+    step = frame["step_time_us"].to_numpy(dtype=float)
+    now = float(np.median(step))
+    out = []
+    for c in ("io", "comm", "launch"):
+        cost = frame[f"{c}_cost_frac"].to_numpy(dtype=float) * step
+        if cost.sum() <= 0:
+            continue
+        without = float(np.median(step - cost))
+        out.append({"class": c, "median_step_us": now, "median_step_without_us": without,
+                    "speedup": now / without if without > 0 else None})
+    return sorted(out, key=lambda e: e["median_step_without_us"])
+
+
+def _top(names: np.ndarray, durations_us: np.ndarray) -> list[dict]:
+    if names.size == 0:
+        return []
+    df = pd.DataFrame({"name": names, "dur": durations_us})
+    g = df.groupby("name", sort=False)["dur"].agg(["count", "sum"]).sort_values("sum", ascending=False)
+    total = float(df["dur"].sum()) or 1.0
+    return [
+        {"name": str(n), "count": int(r["count"]), "total_us": float(r["sum"]),
+         "mean_us": float(r["sum"]) / int(r["count"]), "share": float(r["sum"]) / total}
+        for n, r in g.head(TOP_N).iterrows()
+    ]
+
+
+def _counted_rows(rt: RankTrace, counted_steps: set) -> np.ndarray:
+    """Event rows that are GPU work of a counted step."""
+    idx = np.flatnonzero(np.isin(rt.windows.step, list(counted_steps)))
+    return np.isin(rt.windows.gpu_step, idx) & (rt.windows.gpu_step >= 0)
+
+
+def _top_level_ops(rt: RankTrace, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Rows of operators on the main thread not nested in another one, inside the windows."""
+    t = rt.table
+    rows = np.flatnonzero((t.kind == EventKind.CPU_OP) & (t.thread_id == rt.windows.main_thread))
+    rows = rows[np.argsort(t.ts_ns[rows], kind="stable")]
+    ends = t.end_ns[rows]
+    reach = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(ends)[:-1]])
+    rows = rows[t.ts_ns[rows] >= reach]
+    inside = np.zeros(rows.size, bool)
+    for a, b in zip(lo, hi):
+        inside |= (t.ts_ns[rows] >= a) & (t.ts_ns[rows] < b)
+    return rows[inside]
+
+
+def _launch_stats(parts: list[tuple[np.ndarray, np.ndarray]]) -> dict | None:
+    dur = np.concatenate([d for d, _ in parts]) if parts else np.zeros(0)
+    delay = np.concatenate([x for _, x in parts]) if parts else np.zeros(0)
+    if dur.size == 0:
+        return None
+    known = delay[delay >= 0]
+    return {
+        "kernels": int(dur.size),
+        "short_kernels": int((dur < SHORT_KERNEL_US).sum()),
+        "short_kernel_us": SHORT_KERNEL_US,
+        "median_launch_delay_us": float(np.median(known)) if known.size else None,
+        "p90_launch_delay_us": float(np.percentile(known, 90)) if known.size else None,
+        "long_delay_kernels": int((known > LONG_LAUNCH_DELAY_US).sum()),
+        "long_delay_us": LONG_LAUNCH_DELAY_US,
+    }
+
+
+def _memcpy(frames: list[pd.DataFrame]) -> list[dict]:
+    if not frames:
+        return []
+    df = pd.concat(frames)
+    out = []
+    for (direction, pageable), g in df.groupby(["direction", "pageable"], sort=True):
+        known = g[g["bytes"] >= 0]
+        total_bytes = int(known["bytes"].sum()) if len(known) else None
+        seconds = known["dur_us"].sum() / 1e6
+        out.append({"direction": direction, "pageable": bool(pageable), "count": int(len(g)),
+                    "total_us": float(g["dur_us"].sum()), "bytes": total_bytes,
+                    "gb_per_s": total_bytes / 1e9 / seconds if total_bytes and seconds > 0 else None})
+    return sorted(out, key=lambda e: -e["total_us"])
+
+
+def _idle_histogram(gap_lengths_us: np.ndarray) -> dict:
+    edges = np.array(IDLE_GAP_EDGES_US)
+    which = np.digitize(gap_lengths_us, edges[1:-1])
+    count = np.bincount(which, minlength=edges.size - 1)
+    total = np.bincount(which, weights=gap_lengths_us, minlength=edges.size - 1)
+    return {"edges_us": [None if np.isinf(e) else float(e) for e in edges],
+            "count": count.astype(int).tolist(), "total_us": total.astype(float).tolist()}
+
+
+def _ranks(frame: pd.DataFrame, mode: str) -> tuple[list[dict], int | None]:
+    compute = "compute_us" if mode == "gpu" else "operator_us"
+    per_step_max = frame.groupby("step")[compute].transform("max")
+    frame = frame.assign(_wait=per_step_max - frame[compute])
+    rows = []
+    for rank, g in frame.groupby("rank", sort=True):
+        rows.append({"rank": int(rank), "median_step_time_us": float(g["step_time_us"].median()),
+                     "median_compute_us": float(g[compute].median()),
+                     "median_comm_us": float(g["comm_us"].median()) if "comm_us" in g else 0.0,
+                     "wait_for_slowest_us": float(g["_wait"].median())})
+    slowest = max(rows, key=lambda r: r["median_compute_us"])["rank"] if len(rows) > 1 else None
+    return rows, slowest
+
+
+def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.DataFrame, mode: str) -> dict:
+    """The ``details`` section of the summary.
+
+    Args:
+        rank_traces: Every analyzed trace.
+        ranks: The rank of each trace.
+        frame: The counted steps (rows of the analysis frame that enter the verdict).
+        mode: ``"gpu"`` or ``"cpu"``.
+    """
+    kernels, operators, launch_parts, copies, idle = [], [], [], [], []
+    for rt, rank in zip(rank_traces, ranks):
+        counted = set(frame.loc[(frame["rank"] == rank) & (frame["worker"] == rt.table.worker), "step"].tolist())
+        if not counted:
+            continue
+        t = rt.table
+        w = rt.windows
+        sel = np.isin(w.step, list(counted))
+        lo, hi = w.start[sel], w.end[sel]
+        if rt.mode == "cpu":
+            rows = _top_level_ops(rt, lo, hi)
+            operators.append((t.name_of(rows), t.dur_ns[rows] / 1000.0))
+            continue
+        mine = _counted_rows(rt, counted)
+        k = np.flatnonzero(mine & (t.kind == EventKind.KERNEL))
+        kernels.append((t.name_of(k), t.dur_ns[k] / 1000.0))
+        launched = rt.launches.start_ns[k]
+        launch_parts.append((t.dur_ns[k] / 1000.0, np.where(launched >= 0, (t.ts_ns[k] - launched) / 1000.0, -1.0)))
+        m = np.flatnonzero(mine & (t.kind == EventKind.MEMCPY))
+        direction = copy_kind_of_names(t.names)[t.name_id[m]]
+        copies.append(pd.DataFrame({
+            "direction": [_DIRECTION[CopyKind(d)] for d in direction],
+            "pageable": is_pageable_copy(t.names)[t.name_id[m]],
+            "dur_us": t.dur_ns[m] / 1000.0, "bytes": t.copy_bytes[m]}))
+        busy = union(t.ts_ns[t.mask(*GPU_KINDS)], t.end_ns[t.mask(*GPU_KINDS)])
+        for a, b in zip(lo, hi):
+            g = gaps(clip(busy, int(a), int(b)), int(a), int(b))
+            idle.append((g.ends - g.starts) / 1000.0)
+
+    def joined(parts):
+        return (np.concatenate([n for n, _ in parts]), np.concatenate([d for _, d in parts])) if parts else (np.zeros(0, object), np.zeros(0))
+
+    rank_rows, slowest = _ranks(frame, mode)
+    return {
+        "what_if": what_if(frame),
+        "top_kernels": _top(*joined(kernels)),
+        "top_operators": _top(*joined(operators)),
+        "launch_stats": _launch_stats(launch_parts),
+        "memcpy": _memcpy(copies),
+        "idle_gaps": _idle_histogram(np.concatenate(idle)) if idle else None,
+        "ranks": rank_rows,
+        "slowest_rank": slowest,
+    }
