@@ -1,6 +1,7 @@
 """The ``perfscope`` command: a thin layer over the library.
 
-``perfscope profile SCRIPT [options] [-- script args]`` and ``perfscope analyze PATH [options]``.
+``perfscope profile SCRIPT [options] [-- script args]``, ``perfscope analyze PATH [options]``,
+``perfscope report SUMMARY_OR_OUT_DIR [options]`` and ``perfscope diff A B [options]``.
 A user's mistake ends with one line on stderr (``perfscope: error: ...``) and a non-zero exit,
 never a traceback.
 """
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from perfscope import __version__
 from perfscope.errors import PerfscopeError
+from perfscope.siblings import import_sibling
 
 EXIT_USAGE = 2  # bad input, as argparse uses
 DEFAULT_OUT_ROOT = Path("perfscope-out")
@@ -65,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nproc-per-node", type=_positive, default=None, help="launch N ranks with torch.distributed.run")
     p.add_argument("--rank-wait", type=float, default=120.0, metavar="S",
                    help="under torchrun: seconds rank 0 waits for the other ranks' traces (default 120)")
+    p.add_argument("--open", action="store_true", help="open report.html in the web browser when done")
 
     a = sub.add_parser(
         "analyze",
@@ -73,6 +76,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a.add_argument("path", help="trace file or directory")
     a.add_argument("--out", type=Path, help="output directory (default: perfscope-out/<name>-<time>)")
+    a.add_argument("--open", action="store_true", help="open report.html in the web browser when done")
+
+    r = sub.add_parser(
+        "report",
+        help="render report.html again from a summary.json (and the traces, for the timeline)",
+        description="Render the HTML report from SUMMARY (a summary.json or the output directory holding it). "
+        "The timeline reads the traces from the output directory's traces/ folder or the paths the summary records.",
+    )
+    r.add_argument("summary", metavar="SUMMARY_OR_OUT_DIR", help="summary.json, or the output directory holding it")
+    r.add_argument("--out", type=Path, help="HTML file to write (default: report.html beside the summary)")
+    r.add_argument("--step", type=int, default=None, metavar="N", help="step the timeline shows first (default: the median step)")
+    r.add_argument("--open", action="store_true", help="open the report in the web browser")
+
+    d = sub.add_parser(
+        "diff",
+        help="compare two analyses (before/after): metric changes, verdict change, step time ratio",
+        description="Compare two analyses A (before) and B (after), each a summary.json or an output directory: "
+        "print a short comparison and write an HTML page with both side by side.",
+    )
+    d.add_argument("a", metavar="A", help="summary.json or output directory of the first run")
+    d.add_argument("b", metavar="B", help="summary.json or output directory of the second run")
+    d.add_argument("--out", type=Path, help="HTML file to write (default: perfscope-out/diff-<time>.html)")
+    d.add_argument("--open", action="store_true", help="open the comparison in the web browser")
     return parser
 
 
@@ -83,13 +109,91 @@ def _split_script_args(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
-def _finish(analysis, out_dir: Path) -> None:
+def _finish(analysis, out_dir: Path, open_report: bool = False) -> None:
     from perfscope.console import format_summary
     from perfscope.outputs import write_outputs
 
     paths = write_outputs(analysis, out_dir)
     print(format_summary(analysis.summary()))
     print(f"\nwrote {paths['summary']} and {paths['report']}")
+    if open_report:
+        _open_in_browser(paths["report"])
+
+
+def _open_in_browser(path: Path) -> None:
+    """Open a written page in the user's browser; never fails the command (no browser, no display)."""
+    import webbrowser
+
+    try:
+        opened = webbrowser.open(Path(path).resolve().as_uri())
+    except Exception:  # noqa: BLE001 - a missing or broken browser must not fail the analysis
+        opened = False
+    if not opened:
+        print(f"perfscope: could not open a web browser; open {path} yourself", file=sys.stderr)
+
+
+def _summary_path(text: str) -> Path:
+    """The summary.json named by a file or an output directory (checked to exist)."""
+    path = Path(text)
+    if path.is_dir():
+        path = path / "summary.json"
+        if not path.is_file():
+            raise PerfscopeError(f"{text}: directory holds no summary.json (pass a summary.json or an output directory)")
+    elif not path.exists():
+        raise PerfscopeError(f"{text}: no such file or directory")
+    return path
+
+
+def _load(text: str) -> tuple[Path, dict]:
+    from perfscope.summary import load_summary
+
+    path = _summary_path(text)
+    summary = load_summary(path)
+    if not isinstance(summary.get("steps"), list) or not isinstance(summary.get("overall"), dict):
+        raise PerfscopeError(f"{path}: summary lacks its steps or overall sections")
+    return path, summary
+
+
+def cmd_report(args) -> int:
+    path, summary = _load(args.summary)
+    if args.step is not None:
+        steps = sorted({s.get("step") for s in summary["steps"] if isinstance(s, dict) and isinstance(s.get("step"), int)})
+        if args.step not in steps:
+            have = f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else (str(steps[0]) if steps else "none")
+            raise PerfscopeError(f"--step {args.step} is not a step of this run (steps {have})")
+    out = (args.out if args.out is not None else path.parent / "report.html").resolve()
+    if out.is_dir():
+        raise PerfscopeError(f"--out {args.out}: is a directory; give the HTML file to write")
+    write_report = import_sibling("reports").write_report
+    try:
+        written = write_report(summary, out, base_dir=path.parent, step=args.step)
+    except (KeyError, TypeError, AttributeError) as e:
+        raise PerfscopeError(f"{path}: malformed summary ({type(e).__name__}: {e})") from None
+    print(f"wrote {written}")
+    if args.open:
+        _open_in_browser(written)
+    return 0
+
+
+def cmd_diff(args) -> int:
+    reports = import_sibling("reports")
+    path_a, a = _load(args.a)
+    path_b, b = _load(args.b)
+    if args.out is not None:
+        out = args.out.resolve()
+        if out.is_dir():
+            raise PerfscopeError(f"--out {args.out}: is a directory; give the HTML file to write")
+    else:
+        out = (DEFAULT_OUT_ROOT / f"diff-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.html").resolve()
+    try:
+        print(reports.text_diff(a, b, str(args.a), str(args.b)))
+        written = reports.write_diff(a, b, out, str(args.a), str(args.b))
+    except (KeyError, TypeError, AttributeError) as e:
+        raise PerfscopeError(f"malformed summary ({type(e).__name__}: {e})") from None
+    print(f"\nwrote {written}")
+    if args.open:
+        _open_in_browser(written)
+    return 0
 
 
 def _out_dir(explicit: Path | None, name: str) -> Path:
@@ -126,7 +230,7 @@ def cmd_analyze(args) -> int:
     files = find_trace_files(path)  # validates the input before anything is written
     out = _out_dir(args.out, path.name.split(".")[0] or "trace")
     analysis = analyze_files(files, run_info={"source": str(path)}, skip_unreadable=path.is_dir())
-    _finish(analysis, out)
+    _finish(analysis, out, args.open)
     return 0
 
 
@@ -174,7 +278,7 @@ def cmd_profile(args, script_args: list[str]) -> int:
     # Only this run's traces: the directory may hold older ones from a run with more ranks. When
     # the script failed, ranks may have stopped at different steps: keep the ones all ranks hold.
     analysis = analyze_files(trace_files, run_info=run_info, common_steps_only=result.error is not None)
-    _finish(analysis, out)
+    _finish(analysis, out, args.open)
     # The outputs now describe this run: rank traces left from an earlier one would contradict them.
     collect.remove_stale_rank_traces(result.trace_dir, trace_files)
     return result.exit_code
@@ -199,6 +303,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "profile":
             return cmd_profile(args, script_args)
+        if args.command == "report":
+            return cmd_report(args)
+        if args.command == "diff":
+            return cmd_diff(args)
         return cmd_analyze(args)
     except PerfscopeError as e:
         print(f"perfscope: error: {e}", file=sys.stderr)

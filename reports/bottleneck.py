@@ -1,80 +1,77 @@
-"""The bottleneck report page (``report.html``), rendered from a summary record with Jinja2.
+"""The bottleneck report page (``report.html``): one self-contained file, rendered from a summary.
 
-Jinja2's autoescaping escapes every value placed in the page; the page loads nothing from outside
-(a Content-Security-Policy forbids it), so a hostile kernel or file name can neither break out of
-the markup nor make the page call home.
+Sections, verdict first: verdict and recommendations, per-step breakdown, timeline of a
+representative step (needs the traces), idle gaps, top kernels, launch statistics, memory copies,
+ranks, run facts. Every section renders from the summary record alone except the timeline, which
+reads the traces of one rank when they can be found (``reports.traces``) and otherwise says so.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import jinja2
-
 from perfscope.atomic import write_text_atomic
+from reports import traces as _traces
+from reports.html import esc, page
+from reports.sections import facts, gaps, kernels, memcpy, ranks, steps, timeline, verdict
 
-# What the report shows per step, in order: (column, heading). Times in milliseconds on the page.
-# The columns of each mode are its partition of the step (docs/metrics.md): they add up to 100%.
-_GPU_COLUMNS = (
-    ("compute_frac", "compute"),
-    ("exposed_comm_frac", "exposed comm"),
-    ("exposed_h2d_frac", "exposed H2D"),
-    ("exposed_other_mem_frac", "other copies"),
-    ("input_wait_frac", "input wait"),
-    ("h2d_wait_frac", "H2D wait"),
-    ("launch_wait_frac", "launch wait"),
-    ("kernel_wait_frac", "kernel wait"),
-    ("other_idle_frac", "other idle"),
-)
-_CPU_COLUMNS = (
-    ("operator_frac", "operators"),
-    ("exposed_comm_frac", "exposed comm"),
-    ("dataloader_frac", "DataLoader"),
-    ("framework_overhead_frac", "framework overhead"),
-)
-
-_ENV = jinja2.Environment(
-    loader=jinja2.PackageLoader("reports", "templates"),
-    autoescape=True,
-    undefined=jinja2.StrictUndefined,
-    trim_blocks=True,
-    lstrip_blocks=True,
-)
+NAV = (("verdict", "Verdict"), ("steps", "Steps"), ("timeline", "Timeline"), ("gaps", "Idle gaps"),
+       ("kernels", "Top kernels"), ("launch", "Launches"), ("memcpy", "Copies"), ("ranks", "Ranks"), ("facts", "Run facts"))
 
 
-def _pct(value) -> str:
-    return "-" if value is None else f"{100.0 * value:.1f}%"
+def header(summary: dict, heading: str = "perfscope bottleneck report") -> str:
+    run = summary.get("run") if isinstance(summary.get("run"), dict) else {}
+    what = run.get("script") or run.get("source") or "analyzed traces"
+    world = run.get("world_size")
+    ranks_ = run.get("ranks_analyzed")
+    bits = [str(what), f"{str(summary.get('mode', '-')).upper()} trace"]
+    if world is not None:
+        bits.append(f"world size {world}" + (f" ({ranks_} analyzed)" if ranks_ not in (None, world) else ""))
+    bits.append(f"analyzed {summary.get('generated_at', '-')}")
+    return f'<h1>{esc(heading)}</h1>\n<p class="muted">{" · ".join(esc(b) for b in bits)}</p>'
 
 
-def _ms(value_us) -> str:
-    return "-" if value_us is None else f"{value_us / 1000.0:.2f}"
-
-
-_ENV.filters["pct"] = _pct
-_ENV.filters["ms"] = _ms
-
-
-def _counted(names) -> str:
-    """``["A100", "A100", "V100"]`` -> ``"2 x A100, V100"``."""
-    counts: dict[str, int] = {}
-    for n in names:
-        counts[n] = counts.get(n, 0) + 1
-    return ", ".join(f"{c} x {n}" if c > 1 else n for n, c in counts.items())
-
-
-_ENV.filters["counted"] = _counted
-
-
-def render_report(summary: dict) -> str:
+def render_report(summary: dict, *, base_dir: str | Path | None = None, step=None, find_traces: bool = True) -> str:
     """The report page for a summary record (as from :func:`perfscope.summary.build_summary`).
+
+    Args:
+        summary: The record.
+        base_dir: The output directory the summary belongs to: its ``traces/`` folder is searched
+            first for the trace files (then the paths the summary records).
+        step: Step number the timeline shows first (default: the median step).
+        find_traces: False renders from the summary alone (the timeline then says it needs traces).
 
     Returns:
         One self-contained HTML document (str).
     """
-    columns = _GPU_COLUMNS if summary.get("mode") == "gpu" else _CPU_COLUMNS
-    return _ENV.get_template("bottleneck.html").render(s=summary, columns=columns)
+    found = None
+    if find_traces:
+        found = _traces.load(_traces.locate(summary, Path(base_dir) if base_dir is not None else None))
+    nav = list(NAV)
+    if summary.get("mode") != "gpu":
+        nav[4] = ("kernels", "Top operators")
+    body = "".join([
+        verdict.render(summary),
+        steps.render(summary),
+        timeline.render(summary, found, step),
+        gaps.render(summary),
+        kernels.render_top(summary),
+        kernels.render_launch(summary),
+        memcpy.render(summary),
+        ranks.render(summary),
+        facts.render(summary),
+    ])
+    title = f"perfscope: {(summary.get('overall') or {}).get('verdict', 'report')}"
+    return page(title, header(summary), nav, body)
 
 
-def write_report(summary: dict, path: str | Path) -> Path:
-    """Render the report and write it to ``path`` atomically."""
-    return write_text_atomic(path, render_report(summary))
+def write_report(summary: dict, path: str | Path, *, base_dir: str | Path | None = None, step=None,
+                 find_traces: bool = True) -> Path:
+    """Render the report and write it to ``path`` atomically.
+
+    ``base_dir`` defaults to the directory of ``path`` (the output directory).
+    """
+    path = Path(path)
+    html = render_report(summary, base_dir=path.parent if base_dir is None else base_dir, step=step,
+                         find_traces=find_traces)
+    return write_text_atomic(path, html)

@@ -65,7 +65,7 @@ def test_default_output_directories_are_never_shared(tmp_path):
 
 def test_relative_out_survives_a_script_changing_directory(tmp_path):
     (tmp_path / "elsewhere").mkdir()
-    script = write_script(tmp_path / "train.py", "import os\nos.chdir('elsewhere')\n" + TRAIN)
+    write_script(tmp_path / "train.py", "import os\nos.chdir('elsewhere')\n" + TRAIN)
     r = run_cli(tmp_path, "profile", "train.py", "--out", "rel")
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "rel" / "summary.json").is_file()

@@ -39,7 +39,6 @@ the cost is a Python function call per fetch / backward / optimizer step /
 
 from __future__ import annotations
 
-import functools
 import threading
 import weakref
 from typing import Any, Callable
@@ -51,9 +50,17 @@ import torch.utils.data.dataloader as dataloader_mod
 from torch.nn.modules import module as module_mod
 
 from perfscope.collect import control
+from perfscope.collect.hooks import (
+    _forward_pre_hook,
+    _optimizer_pre_hook,
+    _has_closure,
+    _optimizer_post_hook,
+    _wrap_fetch,
+    _wrap_backward,
+    _wrap_range_exit,
+    _wrap_scaler_step,
+)
 from perfscope.collect.schedule import ProfileSchedule
-
-_is_compiling: Callable[[], bool] = torch.compiler.is_compiling
 
 
 class StepTracker:
@@ -320,99 +327,3 @@ class StepTracker:
 
 def _restore_active() -> None:
     control.active = None
-
-
-# Hooks are module-level functions that look up the active tracker, so the
-# same function objects can be registered and removed. Each begins with
-# is_compiling(): under torch.compile dynamo inlines module hooks, and a
-# constant-False branch keeps them from causing graph breaks.
-def _forward_pre_hook(module: Any, args: Any) -> None:
-    if _is_compiling():
-        return None
-    tracker = control.active
-    if tracker is not None and tracker.point_armed:
-        tracker.iteration_point()
-    return None
-
-
-def _optimizer_pre_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
-    if _is_compiling():
-        return None
-    tracker = control.active
-    if tracker is not None:
-        tracker.optimizer_entered(optimizer, args, kwargs)
-    return None
-
-
-def _has_closure(args: Any, kwargs: Any) -> bool:
-    # The hooks get step()'s arguments with the optimizer first:
-    # ``opt.step(closure)`` -> args (opt, closure).
-    closure = args[1] if len(args) > 1 else kwargs.get("closure")
-    return callable(closure)
-
-
-def _optimizer_post_hook(optimizer: Any, args: Any, kwargs: Any) -> None:
-    if _is_compiling():
-        return
-    tracker = control.active
-    if tracker is not None:
-        tracker._optimizer_calls += 1
-        tracker.optimizer_stepped(optimizer)
-
-
-def _wrap_fetch(original: Callable) -> Callable:
-    @functools.wraps(original)
-    def __next__(self: Any) -> Any:
-        tracker = control.active
-        if tracker is not None and tracker.point_armed:
-            tracker.iteration_point()  # before the fetch opens its range
-        return original(self)
-
-    return __next__
-
-
-def _wrap_backward(original: Callable) -> Callable:
-    @functools.wraps(original)
-    def backward(*args: Any, **kwargs: Any) -> Any:
-        tracker = control.active
-        if tracker is not None and tracker.point_armed and not _is_compiling():
-            tracker.iteration_point()
-        return original(*args, **kwargs)
-
-    return backward
-
-
-def _wrap_range_exit(original: Callable) -> Callable:
-    # Every record_function range passes here; only the end of an optimizer
-    # step that the pre hook saw (step_depth > 0) does more than two checks.
-    @functools.wraps(original)
-    def __exit__(self: Any, exc_type: Any, exc_value: Any, tb: Any) -> Any:
-        result = original(self, exc_type, exc_value, tb)
-        tracker = control.active
-        if (
-            tracker is not None
-            and tracker.step_depth
-            and str(getattr(self, "name", "")).startswith("Optimizer.step#")
-        ):
-            tracker.optimizer_range_closed(failed=exc_type is not None)
-        return result
-
-    return __exit__
-
-
-def _wrap_scaler_step(original: Callable) -> Callable:
-    # GradScaler.step skips optimizer.step() when the gradients hold inf/NaN,
-    # so the post hook does not run; without this the skipped iteration would
-    # merge into the next step and shift the window.
-    @functools.wraps(original)
-    def step(self: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
-        tracker = control.active
-        if tracker is None:
-            return original(self, optimizer, *args, **kwargs)
-        calls = tracker._optimizer_calls
-        result = original(self, optimizer, *args, **kwargs)
-        if tracker._optimizer_calls == calls:
-            tracker.optimizer_stepped(optimizer)
-        return result
-
-    return step

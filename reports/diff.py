@@ -1,0 +1,171 @@
+"""``perfscope diff A B``: two analyses side by side, the change of each metric, the verdict change and
+the step time ratio; plus a short text version for the terminal.
+
+The tuner uses it for before/after comparisons, so every number is taken the same way as in the
+report: over each run's counted steps, all ranks.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from perfscope.atomic import write_text_atomic
+from reports import model
+from reports.html import esc, figure, legend, ms, num, page, pct, section, table
+from reports.palette import CLASS_ORDER, part_us, parts
+from reports.sections import steps as steps_section
+from reports.sections import verdict as verdict_section
+from reports.svg import open_svg, rect, text
+
+
+def _median(summary: dict) -> float | None:
+    return num((summary.get("overall") or {}).get("median_step_time_us"))
+
+
+def _frac(summary: dict, c: str) -> float | None:
+    return num(((summary.get("overall") or {}).get("fractions") or {}).get(c))
+
+
+def _verdict(summary: dict) -> str:
+    return str((summary.get("overall") or {}).get("verdict", "-"))
+
+
+def ratio(a: dict, b: dict) -> float | None:
+    """B's median step time over A's (below 1: B is faster)."""
+    ma, mb = _median(a), _median(b)
+    return mb / ma if ma and mb is not None else None
+
+
+def ratio_words(r: float | None) -> str:
+    if r is None:
+        return "step time ratio unknown"
+    if abs(r - 1) < 0.005:
+        return f"B/A {r:.2f}x: no change"
+    return f"B/A {r:.2f}x: B is {1 / r:.2f}x faster" if r < 1 else f"B/A {r:.2f}x: B is {r:.2f}x slower"
+
+
+def _mean_part(summary: dict, columns) -> float | None:
+    vals = [part_us(s, columns) for s in model.counted_steps(summary)]
+    return statistics.fmean(vals) if vals else None
+
+
+def _median_col(summary: dict, col: str) -> float | None:
+    vals = [v for v in (num(s.get(col)) for s in model.counted_steps(summary)) if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def metric_rows(a: dict, b: dict) -> list[tuple[str, str, str, str]]:
+    """(metric, A, B, change) rows, already formatted (plain text)."""
+    rows = [("verdict", _verdict(a), _verdict(b), "unchanged" if _verdict(a) == _verdict(b) else "changed")]
+
+    def time_row(label, va, vb):
+        change = "-"
+        if va is not None and vb is not None:
+            change = f"{(vb - va) / 1000:+.2f} ms" + (f" ({vb / va:.2f}x)" if va else "")
+        rows.append((label, ms(va), ms(vb), change))
+
+    time_row("median step time", _median(a), _median(b))
+    time_row("mean step time", num((a.get("overall") or {}).get("mean_step_time_us")), num((b.get("overall") or {}).get("mean_step_time_us")))
+    for c in CLASS_ORDER:
+        fa, fb = _frac(a, c), _frac(b, c)
+        change = f"{100 * (fb - fa):+.1f} pt" if fa is not None and fb is not None else "-"
+        rows.append((f"{c} share of step time", pct(fa), pct(fb), change))
+    if a.get("mode") == b.get("mode"):
+        for _, label, _, cols in parts(str(a.get("mode"))):
+            time_row(f"{label} per step (mean)", _mean_part(a, cols), _mean_part(b, cols))
+        count_col = "kernel_count" if a.get("mode") == "gpu" else "operator_count"
+        ka, kb = _median_col(a, count_col), _median_col(b, count_col)
+        rows.append((f"{'kernels' if a.get('mode') == 'gpu' else 'operators'} per step (median)",
+                     "-" if ka is None else f"{ka:,.0f}", "-" if kb is None else f"{kb:,.0f}",
+                     f"{kb - ka:+,.0f}" if ka is not None and kb is not None else "-"))
+    for key, label in (("steps_counted", "steps counted"),):
+        va, vb = (a.get("overall") or {}).get(key), (b.get("overall") or {}).get(key)
+        rows.append((label, str(va), str(vb), "-"))
+    for key, label in (("ranks_analyzed", "ranks analyzed"), ("world_size", "world size")):
+        rows.append((label, str((a.get("run") or {}).get(key, "-")), str((b.get("run") or {}).get(key, "-")), "-"))
+    rows.append(("mode", str(a.get("mode", "-")), str(b.get("mode", "-")), "-"))
+    return rows
+
+
+def text_diff(a: dict, b: dict, label_a: str = "A", label_b: str = "B") -> str:
+    """A few lines for the terminal: both runs, the verdict change, the step time ratio, the shares."""
+    va, vb = _verdict(a), _verdict(b)
+    shares = ", ".join(
+        f"{c} {pct(_frac(a, c), 0)} -> {pct(_frac(b, c), 0)}" for c in CLASS_ORDER if c != "other" or a.get("mode") == "gpu"
+    )
+    return "\n".join([
+        f"A: {label_a}  {va}, median step {ms(_median(a))}",
+        f"B: {label_b}  {vb}, median step {ms(_median(b))}",
+        f"verdict: {va} -> {vb}" if va != vb else f"verdict: unchanged ({va})",
+        f"median step: {ms(_median(a))} -> {ms(_median(b))} ({ratio_words(ratio(a, b))})",
+        f"share of step time: {shares}",
+    ])
+
+
+def _composition(a: dict, b: dict) -> str:
+    """Two horizontal bars on one ms scale: the mean step of A and B split into the partition."""
+    mode = str(a.get("mode"))
+    groups = parts(mode) if a.get("mode") == b.get("mode") else ()
+    if not groups:
+        return ""
+    vals = {k: [(_mean_part(s, cols) or 0.0) / 1000 for _, _, _, cols in groups] for k, s in (("A", a), ("B", b))}
+    peak = max(sum(v) for v in vals.values()) or 1.0
+    left, width, h = 30, 860, 22
+    out = [open_svg(left + width + 80, 2 * (h + 8) + 26, "mean step time of A and B by part")]
+    for k, key in enumerate(("A", "B")):
+        y, x = 6 + k * (h + 8), float(left)
+        out.append(text(left - 8, y + h - 6, key, "end"))
+        for v, (_, label, colour, _) in zip(vals[key], groups):
+            w = v / peak * width
+            if w > 0:
+                out.append(rect(x, y, w, h, colour, f"{key}: {label} {v:.2f} ms"))
+            x += w
+        out.append(text(x + 4, y + h - 6, f"{sum(vals[key]):.2f} ms", "start", "lbl"))
+    out.append(text(left + width / 2, 2 * (h + 8) + 20, "mean time per step (ms), same scale for both runs", "middle"))
+    out.append("</svg>")
+    return figure("".join(out), "Mean step time of each run (counted steps, all ranks) split into the step "
+                  "partition (ms).") + legend([(label, colour) for _, label, colour, _ in groups])
+
+
+def _side(summary: dict, key: str, label: str, y_max: float) -> str:
+    o = summary.get("overall") or {}
+    f = o.get("fractions") or {}
+    head = (f'<h3>{esc(key)}: {esc(label)}</h3><p class="verdict"><strong>{esc(_verdict(summary))}</strong>'
+            f"<small>median step {ms(o.get('median_step_time_us'))}; "
+            + ", ".join(f"{esc(c)} {pct(f.get(c), 0)}" for c in CLASS_ORDER) + "</small></p>")
+    steps = model.steps_of(summary)
+    chart = steps_section.chart(summary, steps, "gpu" if summary.get("mode") == "gpu" else "cpu", y_max) if steps else ""
+    wif = model.what_if(summary)
+    mode = "gpu" if summary.get("mode") == "gpu" else "cpu"
+    lis = "".join(f"<li>{esc(verdict_section.what_if_sentence(c, wif[c], mode))}</li>" for c in wif)
+    return head + chart + (f"<h3>What-if bounds</h3><ul>{lis}</ul>" if lis else "")
+
+
+def render_diff(a: dict, b: dict, label_a: str = "A", label_b: str = "B") -> str:
+    """The comparison page of two summary records (A before, B after)."""
+    va, vb = _verdict(a), _verdict(b)
+    change = (f"The verdict changed from <strong>{esc(va)}</strong> to <strong>{esc(vb)}</strong>." if va != vb
+              else f"The verdict is unchanged: <strong>{esc(va)}</strong>.")
+    r = ratio(a, b)
+    lead = (f'<p class="verdict">{change}<small>Median step {ms(_median(a))} → {ms(_median(b))} '
+            f"({esc(ratio_words(r))}).</small></p>")
+    if a.get("mode") != b.get("mode"):
+        lead += '<p class="warn">The runs are of different modes (GPU and CPU-only): only the shares compare.</p>'
+    rows = [("", [esc(m), esc(x), esc(y), esc(c)]) for m, x, y, c in metric_rows(a, b)]
+    tab = table([("metric", "l"), ("A", ""), ("B", ""), ("change (B - A)", "")], rows,
+                "Over each run's counted steps, all ranks. Shares change in percentage points (pt).")
+    summary_sec = section("summary", "Change", lead + _composition(a, b))
+    metrics_sec = section("metrics", "Metrics", tab)
+    y_max = max([(num(s.get("step_time_us")) or 0.0) / 1000 for s in model.steps_of(a) + model.steps_of(b)] + [0.0])
+    sides = section("sides", "Side by side", f'<div class="cols"><div>{_side(a, "A", label_a, y_max)}</div>'
+                    f'<div>{_side(b, "B", label_b, y_max)}</div></div>')
+    header = (f'<h1>perfscope diff</h1><p class="muted">A: {esc(label_a)} (analyzed {esc(a.get("generated_at", "-"))}) · '
+              f'B: {esc(label_b)} (analyzed {esc(b.get("generated_at", "-"))})</p>')
+    nav = [("summary", "Change"), ("metrics", "Metrics"), ("sides", "Side by side")]
+    return page(f"perfscope diff: {va} -> {vb}", header, nav, summary_sec + metrics_sec + sides)
+
+
+def write_diff(a: dict, b: dict, path: str | Path, label_a: str = "A", label_b: str = "B") -> Path:
+    """Render the comparison and write it to ``path`` atomically."""
+    return write_text_atomic(path, render_diff(a, b, label_a, label_b))

@@ -1,0 +1,53 @@
+"""Colours and the groups of the step partition the charts draw.
+
+The colours are the Okabe-Ito palette, distinguishable with the common forms of colour blindness.
+A part keeps its colour everywhere: in the evidence bar, the per-step bars, the timeline.
+"""
+
+from __future__ import annotations
+
+ORANGE = "#E69F00"
+SKY = "#56B4E9"
+GREEN = "#009E73"
+YELLOW = "#F0E442"
+BLUE = "#0072B2"
+VERMILLION = "#D55E00"
+PURPLE = "#CC79A7"
+GREY = "#999999"
+DARK = "#4D4D4D"
+
+# The run's classes (docs/metrics.md, Classification).
+CLASS_COLOURS = {"io": ORANGE, "comm": PURPLE, "launch": SKY, "compute": GREEN, "other": GREY}
+CLASS_ORDER = ("compute", "comm", "io", "launch", "other")
+
+# Per-step partition, grouped for the stacked bars: (key, label, colour, summary columns).
+# Each mode's groups add up to the step time (docs/metrics.md).
+GPU_PARTS = (
+    ("compute", "compute", GREEN, ("compute_us",)),
+    ("other_mem", "other copies / memset", BLUE, ("exposed_other_mem_us",)),
+    ("comm", "exposed communication", PURPLE, ("exposed_comm_us",)),
+    ("h2d", "exposed H2D copy + H2D wait", VERMILLION, ("exposed_h2d_us", "h2d_wait_us")),
+    ("input", "input wait", ORANGE, ("input_wait_us",)),
+    ("launch", "launch wait + kernel wait", SKY, ("launch_wait_us", "kernel_wait_us")),
+    ("other_idle", "other idle", GREY, ("other_idle_us",)),
+)
+CPU_PARTS = (
+    ("operators", "operators", GREEN, ("operator_us",)),
+    ("comm", "exposed communication", PURPLE, ("exposed_comm_us",)),
+    ("dataloader", "DataLoader", ORANGE, ("dataloader_us",)),
+    ("overhead", "framework overhead", SKY, ("framework_overhead_us",)),
+)
+
+
+def parts(mode: str):
+    return GPU_PARTS if mode == "gpu" else CPU_PARTS
+
+
+def part_us(step: dict, columns) -> float:
+    """Sum of a step's ``columns`` (microseconds); missing or null values count as 0."""
+    total = 0.0
+    for c in columns:
+        v = step.get(c)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and v == v:
+            total += float(v)
+    return total

@@ -1,0 +1,58 @@
+"""Run facts: what ran, where, with which versions and schedule; the traces read; notes and warnings."""
+
+from __future__ import annotations
+
+import shlex
+
+from reports.html import esc, note, section, table
+
+# (run field, label) in display order; any other field is listed after them.
+FIELDS = (
+    ("script", "script"), ("args", "arguments"), ("source", "traces analyzed"), ("cwd", "working directory"),
+    ("host", "host"), ("python", "Python"), ("torch_version", "torch"), ("cuda_version", "CUDA"),
+    ("devices", "devices"), ("world_size", "world size"), ("ranks_analyzed", "ranks analyzed"),
+    ("nproc_per_node", "processes per node"), ("rank", "rank (torchrun)"), ("schedule", "schedule"),
+    ("started_at", "started"), ("duration_s", "duration"), ("exit_code", "exit code"), ("error", "error"),
+)
+
+
+def counted(names) -> str:
+    """``["A100", "A100", "V100"]`` -> ``"2 x A100, V100"``."""
+    counts: dict = {}
+    for n in names:
+        counts[str(n)] = counts.get(str(n), 0) + 1
+    return ", ".join(f"{c} x {n}" if c > 1 else n for n, c in counts.items())
+
+
+def _value(key: str, v) -> str:
+    if v is None:
+        return "-"
+    if key == "args" and isinstance(v, list):
+        return shlex.join(str(a) for a in v) or "(none)"
+    if key == "devices" and isinstance(v, list):
+        return counted(v) or "-"
+    if key == "schedule" and isinstance(v, dict):
+        return ", ".join(f"{k} {'-' if v[k] is None else v[k]}" for k in v)
+    if key == "duration_s" and isinstance(v, (int, float)):
+        return f"{v:.1f} s"
+    return str(v)
+
+
+def render(summary: dict) -> str:
+    run = summary.get("run") if isinstance(summary.get("run"), dict) else {}
+    known = [k for k, _ in FIELDS]
+    items = [(label, _value(k, run[k])) for k, label in FIELDS if k in run]
+    items += [(k, _value(k, run[k])) for k in run if k not in known]
+    items += [("mode", f"{summary.get('mode', '-')} trace"), ("perfscope", str(summary.get("perfscope_version", "-"))),
+              ("analyzed at", str(summary.get("generated_at", "-")))]
+    facts = '<dl class="facts">' + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items) + "</dl>"
+    rows = []
+    for t in summary.get("traces") or []:
+        if isinstance(t, dict):
+            rows.append(("", [esc(t.get("path")), esc(t.get("rank")), esc(t.get("mode")), f"{t.get('events', 0):,}"
+                              if isinstance(t.get("events"), int) else "-", esc(counted(t.get("devices") or []))]))
+    traces = table([("file", "l"), ("rank", ""), ("mode", "l"), ("events", ""), ("devices", "l")], rows,
+                   "The trace files analyzed.") if rows else ""
+    notes = "".join(note(f"Note: {n}") for n in summary.get("notes") or [])
+    warns = "".join(note(f"Warning: {w}", "warn") for w in summary.get("warnings") or [])
+    return section("facts", "Run facts", facts + traces + notes + warns)

@@ -1,0 +1,47 @@
+"""Histogram of GPU idle gaps inside the counted steps: how many, and how much time, by length."""
+
+from __future__ import annotations
+
+from reports import model
+from reports.html import esc, figure, note, num, section
+from reports.palette import GREY, SKY
+from reports.svg import columns
+
+
+def _edge(us) -> str:
+    v = num(us)
+    if v is None:
+        return "∞"
+    if v >= 1000:
+        return f"{v / 1000:g} ms"
+    return f"{v:g} µs"
+
+
+def bin_labels(edges: list) -> list[str]:
+    out = []
+    for a, b in zip(edges[:-1], edges[1:]):
+        out.append(f"≥ {_edge(a)}" if num(b) is None else f"{_edge(a)}–{_edge(b)}")
+    return out
+
+
+def render(summary: dict) -> str:
+    title = "Idle gaps"
+    if summary.get("mode") != "gpu":
+        return section("gaps", title, note("CPU-only run: there is no GPU to be idle."))
+    h = model.details(summary).get("idle_gaps")
+    if not isinstance(h, dict) or not isinstance(h.get("edges_us"), list):
+        return section("gaps", title, note("No idle-gap histogram in this summary."))
+    labels = bin_labels(h["edges_us"])
+    counts = [num(c) or 0.0 for c in h.get("count") or []][: len(labels)]
+    totals = [(num(t) or 0.0) / 1000.0 for t in h.get("total_us") or []][: len(labels)]
+    if not counts or sum(counts) == 0:
+        return section("gaps", title, note("The GPU was never idle inside the counted steps."))
+    left = columns(counts, labels, GREY, "number of gaps", "idle gaps by length: count",
+                   [f"{lab}: {int(c):,} gaps" for lab, c in zip(labels, counts)])
+    right = columns(totals, labels, SKY, "idle time (ms)", "idle gaps by length: total time",
+                    [f"{lab}: {t:.3f} ms idle" for lab, t in zip(labels, totals)])
+    cap = ("GPU idle gaps inside the counted step windows (all ranks), by length. Left: how many; right: the idle "
+           "time they add up to (ms). Many gaps under 10 µs are launch latency between back-to-back kernels; "
+           "a few long gaps are the host (input, synchronisation) holding the GPU back.")
+    body = f'<div class="cols"><div>{figure(left, "Number of gaps per length bin.")}</div><div>{figure(right, "Total idle time per length bin (ms).")}</div></div>'
+    return section("gaps", title, body + f'<p class="muted">{esc(cap)}</p>')

@@ -1,0 +1,63 @@
+"""Top kernels (GPU) or top-level operators (CPU) by total time, and kernel launch statistics."""
+
+from __future__ import annotations
+
+from reports import model
+from reports.html import count, dur, esc, ms, note, num, pct, section, table, truncate
+
+NAME_LIMIT = 160
+
+
+def _top_table(entries: list, what: str) -> str:
+    rows = []
+    for k, e in enumerate(entries, 1):
+        if not isinstance(e, dict):
+            continue
+        share = num(e.get("share")) or 0.0
+        name = str(e.get("name", ""))
+        rows.append(("", [
+            str(k), f'<span title="{esc(truncate(name, 2000))}">{esc(truncate(name, NAME_LIMIT))}</span>', count(e.get("count")),
+            ms(e.get("total_us"), unit=False), dur(e.get("mean_us")),
+            f'{pct(share)}<span class="sharebar" style="width:{min(max(share, 0.0), 1.0) * 4:.2f}rem"></span>',
+        ]))
+    headers = [("#", ""), (what, "name"), ("count", ""), ("total (ms)", ""), ("mean", ""), ("share", "l")]
+    return table(headers, rows, f"The {len(rows)} {what}s with the largest total time over the counted steps "
+                 f"(all ranks); share is of all {what} time.")
+
+
+def render_top(summary: dict) -> str:
+    d = model.details(summary)
+    gpu = summary.get("mode") == "gpu"
+    title = "Top kernels" if gpu else "Top operators"
+    entries = d.get("top_kernels" if gpu else "top_operators")
+    if not d:
+        return section("kernels", title, note("This summary has no details section (written by an older "
+                                              "perfscope); run perfscope analyze on the traces again."))
+    if not entries:
+        return section("kernels", title, note("No kernels in the counted steps." if gpu else "No operators in the counted steps."))
+    return section("kernels", title, _top_table(entries, "kernel" if gpu else "top-level operator"))
+
+
+def render_launch(summary: dict) -> str:
+    title = "Kernel launch statistics"
+    if summary.get("mode") != "gpu":
+        return section("launch", title, note("CPU-only run: no GPU kernels are launched."))
+    ls = model.details(summary).get("launch_stats")
+    if not isinstance(ls, dict):
+        return section("launch", title, note("No launch statistics in this summary."))
+    kernels = num(ls.get("kernels")) or 0
+    short, long_ = num(ls.get("short_kernels")), num(ls.get("long_delay_kernels"))
+    short_us, long_us = (f"{num(ls.get(k)) or d:g}" for k, d in (("short_kernel_us", 10), ("long_delay_us", 100)))
+    rows = [
+        ("kernels launched in the counted steps", count(kernels)),
+        (f"short kernels (under {esc(short_us)} µs)", f"{count(short)} ({pct(short / kernels if kernels and short is not None else None)})"),
+        ("median launch delay", dur(ls.get("median_launch_delay_us"))),
+        ("90th percentile launch delay", dur(ls.get("p90_launch_delay_us"))),
+        (f"kernels starting over {esc(long_us)} µs after their launch call", f"{count(long_)} ({pct(long_ / kernels if kernels and long_ is not None else None)})"),
+    ]
+    tab = table([("statistic", "l"), ("value", "")], [("", [r[0], r[1]]) for r in rows],
+                "Launch delay: kernel start minus the start of its launch call (runtime call matched by correlation id).")
+    how = note("Many short kernels with short launch delays mean the GPU finishes each kernel before the host "
+               "launches the next (launch-bound: fuse, batch, CUDA graphs). Long delays mean kernels wait in a "
+               "full queue: the host is ahead and launch overhead is hidden.")
+    return section("launch", title, tab + how)

@@ -1,0 +1,72 @@
+"""Per-step breakdown: one stacked bar per step and rank (the partition of its time) and the table."""
+
+from __future__ import annotations
+
+from reports import model
+from reports.html import esc, figure, legend, ms, num, pct, section, table
+from reports.palette import part_us, parts
+from reports.svg import stacked_columns
+
+SHORT = {"io-bound": "io", "comm-bound": "comm", "launch-bound": "launch", "compute-bound": "compute"}
+
+# The table shows every column of the partition (docs/metrics.md), not only the bar groups.
+GPU_COLUMNS = (
+    ("compute_frac", "compute"), ("exposed_comm_frac", "exposed comm"), ("exposed_h2d_frac", "exposed H2D"),
+    ("exposed_other_mem_frac", "other copies"), ("input_wait_frac", "input wait"), ("h2d_wait_frac", "H2D wait"),
+    ("launch_wait_frac", "launch wait"), ("kernel_wait_frac", "kernel wait"), ("other_idle_frac", "other idle"),
+)
+CPU_COLUMNS = (
+    ("operator_frac", "operators"), ("exposed_comm_frac", "exposed comm"), ("dataloader_frac", "DataLoader"),
+    ("framework_overhead_frac", "framework overhead"),
+)
+
+
+def chart(summary: dict, steps: list[dict], mode: str, y_max: float | None = None) -> str:
+    groups_def = parts(mode)
+    bars, groups = [], []
+    multi_rank = len({s.get("rank") for s in steps}) > 1
+    for i, s in enumerate(steps):
+        values = [part_us(s, cols) / 1000.0 for _, _, _, cols in groups_def]
+        title = f"rank {s.get('rank')} step {s.get('step')}: {ms(s.get('step_time_us'))}, {s.get('verdict', '-')}"
+        if not s.get("complete", True):
+            title += " (cut off, not counted)"
+        bars.append({"values": values, "label": str(s.get("step")), "sub": SHORT.get(s.get("verdict"), "-"),
+                     "title": title, "faded": not s.get("complete", True)})
+        if multi_rank:
+            if groups and groups[-1][2] == f"rank {s.get('rank')}":
+                groups[-1] = (groups[-1][0], i, groups[-1][2])
+            else:
+                groups.append((i, i, f"rank {s.get('rank')}"))
+    svg = stacked_columns(bars, [(label, colour) for _, label, colour, _ in groups_def], "step time (ms)",
+                          "per-step breakdown of step time", groups=groups if multi_rank else None, y_max=y_max)
+    caption = (
+        "Step time (ms) of each step" + (" and rank" if multi_rank else "") + ", split into the parts of the "
+        "step partition (docs/metrics.md); under each bar its step number and verdict. Faded bars are steps "
+        "cut off by the end of profiling (not counted)."
+    )
+    return figure(svg, caption) + legend([(label, colour) for _, label, colour, _ in groups_def])
+
+
+def render(summary: dict) -> str:
+    mode = "gpu" if summary.get("mode") == "gpu" else "cpu"
+    steps = model.steps_of(summary)
+    if not steps:
+        return section("steps", "Per-step breakdown", '<p class="muted">The summary holds no steps.</p>')
+    columns = GPU_COLUMNS if mode == "gpu" else CPU_COLUMNS
+    headers = [("rank", ""), ("step", ""), ("step time (ms)", "")] + [(h, "") for _, h in columns] + [
+        ("verdict", "l"), ("runner-up", "l")]
+    rows = []
+    for s in steps:
+        cut = not s.get("complete", True)
+        cells = [esc(s.get("rank")), esc(s.get("step")) + (" (cut off)" if cut else ""), ms(s.get("step_time_us"), unit=False)]
+        cells += [pct(s.get(c)) for c, _ in columns]
+        cells += [esc(s.get("verdict", "-")), esc(s.get("runner_up", "-"))]
+        rows.append(("cut" if cut else "", cells))
+    tab = table(headers, rows, "Step time in milliseconds; the other columns are shares of each step's time "
+                "and add up to 100% (definitions in docs/metrics.md).")
+    med = model.median_step_index(steps)
+    extra = ""
+    if med is not None and num(steps[med].get("step_time_us")) is not None:
+        extra = (f'<p class="muted">Median step: rank {esc(steps[med].get("rank"))} step {esc(steps[med].get("step"))} '
+                 f'({ms(steps[med].get("step_time_us"))}).</p>')
+    return section("steps", "Per-step breakdown", chart(summary, steps, mode) + extra + tab)

@@ -1,0 +1,184 @@
+"""Timeline of a representative step: lanes for the main thread, the DataLoader, collectives, each GPU
+stream, and how the step partition counted each moment, with idle gaps shaded and labelled.
+
+The median step is shown first; up to :data:`MAX_VIEWS` steps are pre-rendered and a row of radio
+buttons (CSS only, no script) switches between them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from reports import model
+from reports.html import esc, legend, ms, note, section, truncate
+from reports.palette import GREY, ORANGE, SKY
+from reports.svg import nice_ticks, open_svg, rect, text, tick_label
+from reports.timeline_data import COLUMNS, CPU_LABELLED, GPU_IDLE, STREAM_CATS, events_in, raster
+
+MAX_VIEWS = 12
+LEFT, LANE_H, GAP, TOP = 150, 16, 6, 24
+NAME_LIMIT = 90
+LABEL_MIN_COLS = 40
+LIGHT = (ORANGE, SKY, GREY)  # fills that take dark text  # an idle stretch this wide (px) gets a text label
+
+
+def _t(ns: float, lo: int) -> str:
+    return f"{(ns - lo) / 1e6:.3f}"
+
+
+def _lane_title(lane, r, a, b, cov) -> tuple[str | None, str | None]:
+    """Tooltip of a run of columns, and the name of its event when one event fills it."""
+    t0, t1 = r.lo + a * r.col_ns, r.lo + b * r.col_ns
+    idx = events_in(lane, t0, t1)
+    if idx.size == 0:
+        return None, None
+    dur = lane.ends[idx] - lane.starts[idx]
+    k = idx[int(np.argmax(dur))]
+    name = str(lane.names[lane.name_id[k]])
+    longest = f"{truncate(name, NAME_LIMIT)} ({(lane.ends[k] - lane.starts[k]) / 1e3:.1f} µs)"
+    where = f"{_t(t0, r.lo)}–{_t(t1, r.lo)} ms"
+    # the run is essentially one event: name it in place
+    single = name if (lane.ends[k] - lane.starts[k]) >= 0.8 * (t1 - t0) else None
+    if idx.size == 1:
+        return f"{longest}, at {where}", single
+    busy = cov[:, a:b].sum() * r.col_ns / 1e6
+    return f"{idx.size} {lane.noun} in {where}, busy {busy:.3f} ms; longest: {longest}", single
+
+
+def _stretches(mask: np.ndarray, cov: np.ndarray, cats, col_ns: float) -> list[tuple[int, int, str]]:
+    """Labels for runs of ``mask`` at least :data:`LABEL_MIN_COLS` wide: the main cause and its time."""
+    out = []
+    change = np.flatnonzero(np.diff(mask.astype(np.int8))) + 1
+    for a, b in zip(np.concatenate([[0], change]), np.concatenate([change, [mask.size]])):
+        if mask[a] and b - a >= LABEL_MIN_COLS:
+            t = cov[:, a:b].sum(axis=1) * col_ns / 1e6
+            j = int(np.argmax(t))
+            out.append((int(a), int(b), f"{cats[j][0]} {t[j]:.1f} ms"))
+    return out
+
+
+def _svg(prep, i: int, step_label: str) -> str:
+    r = raster(prep, i)
+    n_lanes = len(r.lanes) + 1
+    height = TOP + n_lanes * (LANE_H + GAP) + 26
+    width = LEFT + COLUMNS + 10
+    out = [open_svg(width, height, f"timeline of {step_label}")]
+    span_ms = (r.hi - r.lo) / 1e6
+    ticks = nice_ticks(span_ms, 8)
+    for t in ticks:
+        if t > span_ms * 1.0001:
+            break
+        x = LEFT + t / span_ms * COLUMNS if span_ms else LEFT
+        out.append(f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP - 4}" y2="{height - 26}"/>')
+        out.append(text(x, TOP - 8, tick_label(t), "middle"))
+    out.append(text(LEFT + COLUMNS / 2, height - 6, "time since the step started (ms)", "middle"))
+    gpu_lanes = [k for k, (lane, _, _) in enumerate(r.lanes) if lane.categories is STREAM_CATS]
+    cats = prep.partition_cats
+    labels = []
+    if prep.mode == "gpu":  # shade idle stretches behind the stream lanes; label the wide ones
+        idle = r.partition_cov[list(GPU_IDLE)]
+        mostly = np.where(idle.sum(axis=0) >= 0.75, np.argmax(idle, axis=0), -1)
+        labels = _stretches(mostly >= 0, idle, [cats[j] for j in GPU_IDLE], r.col_ns)
+        if gpu_lanes:
+            y0 = TOP + gpu_lanes[0] * (LANE_H + GAP) - 2
+            y1 = TOP + (gpu_lanes[-1] + 1) * (LANE_H + GAP) - GAP + 2
+            change = np.flatnonzero(np.diff(mostly)) + 1
+            for a, b in zip(np.concatenate([[0], change]), np.concatenate([change, [mostly.size]])):
+                if mostly[a] >= 0:
+                    out.append(rect(LEFT + a, y0, b - a, y1 - y0, cats[GPU_IDLE[mostly[a]]][1], None, 0.22))
+    else:  # CPU: label wide stretches of DataLoader, exposed communication, framework overhead
+        other = r.partition_cov[list(CPU_LABELLED)]
+        labels = _stretches(other.sum(axis=0) >= 0.75, other, [cats[j] for j in CPU_LABELLED], r.col_ns)
+    for k, (lane, lane_runs, cov) in enumerate(r.lanes):
+        y = TOP + k * (LANE_H + GAP)
+        out.append(text(LEFT - 6, y + LANE_H - 4, lane.label, "end"))
+        out.append(f'<line class="grid" x1="{LEFT}" x2="{LEFT + COLUMNS}" y1="{y + LANE_H + 0.5:.1f}" y2="{y + LANE_H + 0.5:.1f}"/>')
+        for a, b, c, level in lane_runs:
+            title, single = _lane_title(lane, r, a, b, cov)
+            colour = lane.categories[c][1]
+            out.append(rect(LEFT + a, y, b - a, LANE_H, colour, title, level))
+            if single and b - a >= 3:  # mark where a wide event starts (it may touch the previous one)
+                out.append(f'<line x1="{LEFT + a:.1f}" x2="{LEFT + a:.1f}" y1="{y}" y2="{y + LANE_H}" stroke="#fff"/>')
+            if single and level == 1 and b - a >= 50:  # name a wide single event in place
+                ink = "#111" if colour in LIGHT else "#fff"
+                out.append(text(LEFT + a + 3, y + LANE_H - 4, truncate(single, int((b - a - 6) / 5.6)), "start", "lbl",
+                                f' style="fill:{ink}"'))
+    y = TOP + len(r.lanes) * (LANE_H + GAP)
+    out.append(text(LEFT - 6, y + LANE_H - 4, "counted as", "end"))
+    for a, b, c, level in r.partition:
+        t0, t1 = r.lo + a * r.col_ns, r.lo + b * r.col_ns
+        part = r.partition_cov[:, a:b].sum(axis=1) * r.col_ns / 1e6
+        top3 = np.argsort(-part)[:3]
+        title = f"{_t(t0, r.lo)}–{_t(t1, r.lo)} ms: " + ", ".join(f"{cats[j][0]} {part[j]:.3f} ms" for j in top3 if part[j] > 0)
+        out.append(rect(LEFT + a, y, b - a, LANE_H, cats[c][1], title))
+    for a, b, text_ in labels:
+        if b - a < 5.6 * len(text_):
+            text_ = text_.replace(" wait", "").replace(" idle", "")
+            if b - a < 5.6 * len(text_):
+                continue
+        out.append(rect(LEFT + (a + b) / 2 - 3.2 * len(text_), y + 2, 6.4 * len(text_), LANE_H - 4, "#ffffff", None, 0.8))
+        out.append(text(LEFT + (a + b) / 2, y + LANE_H - 4, text_, "middle", "lbl"))
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _legend(prep) -> str:
+    items = []
+    for lane in prep.lanes:
+        for name, colour in lane.categories:
+            if (name, colour) not in items:
+                items.append((name, colour))
+    where = "; shaded behind the GPU streams where the GPU is idle" if prep.mode == "gpu" else ""
+    return (legend(items) + f'<p class="muted">Counted as (bottom lane{where}):</p>'
+            + legend(list(dict.fromkeys(prep.partition_cats))))
+
+
+def render(summary: dict, found, step=None) -> str:
+    """``found``: a :class:`reports.traces.Found` (traces located for one rank) or None."""
+    title = "Timeline of a representative step"
+    if found is None or found.problem:
+        why = found.problem if found is not None else "no trace files were given"
+        return section("timeline", title, note(
+            f"The timeline needs the trace files ({why}). Re-render with the traces in the output "
+            "directory's traces/ folder (perfscope report OUT_DIR), or run perfscope analyze on them."))
+    rank = found.rank
+    steps = [s for s in model.steps_of(summary) if s.get("rank") == rank]
+    views = []
+    for s in steps:
+        for prep in found.prepared():
+            i = prep.step_index(s.get("step"))
+            if i is not None:
+                views.append((s, prep, i))
+                break
+    if not views:
+        return section("timeline", title, note(f"The traces of rank {rank} hold none of the summary's steps; "
+                                               "they are not the traces this summary was made from."))
+    chosen = next((k for k, (s, _, _) in enumerate(views) if step is not None and s.get("step") == step), None)
+    if chosen is None:
+        med = model.median_step_index([s for s, _, _ in views])
+        chosen = med if med is not None else 0
+    lo = max(0, min(chosen - MAX_VIEWS // 2, len(views) - MAX_VIEWS))
+    shown = list(range(lo, min(len(views), lo + MAX_VIEWS)))
+    picker, panes = [], []
+    for pos, k in enumerate(shown):
+        s, prep, i = views[k]
+        label = f"step {s.get('step')}"
+        rid = f"tl{pos}"
+        checked = " checked" if k == chosen else ""
+        tag = " (median)" if k == model.median_step_index([v[0] for v in views]) else ""
+        picker.append(f'<input type="radio" name="tl" id="{rid}"{checked}><label for="{rid}">{esc(label)}{esc(tag)} · '
+                      f'{ms(s.get("step_time_us"))} · {esc(s.get("verdict", "-"))}</label>')
+        caption = (f"Rank {rank}, {label}{tag}: {ms(s.get('step_time_us'))}, {s.get('verdict', '-')}. One pixel is "
+                   f"{(prep.windows.end[i] - prep.windows.start[i]) / 1e3 / COLUMNS:.1f} µs; events narrower than a "
+                   "pixel are merged and a paler block is busy only part of its time. Hover for event names.")
+        panes.append(f'<div class="{rid}"><figure>{_svg(prep, i, label)}<figcaption>{esc(caption)}</figcaption></figure></div>')
+    more = ""
+    if len(views) > len(shown):
+        more = note(f"{len(shown)} of rank {rank}'s {len(views)} steps are pre-rendered here; "
+                    "perfscope report --step N renders around another one.")
+    intro = note(f"The median step of rank {rank} is selected; pick another step below. Lanes: the main CPU "
+                 "thread (top-level operators), the DataLoader, collectives, each GPU stream; the bottom lane "
+                 "shows what the step partition counted at each moment, with idle stretches labelled by cause.")
+    body = (intro + '<div class="picker">' + "".join(picker)
+            + f'<div class="tlv">{"".join(panes)}</div></div>' + more + _legend(views[chosen][1]))
+    return section("timeline", title, body)

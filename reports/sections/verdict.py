@@ -1,0 +1,105 @@
+"""Verdict first: the run's bottleneck in words, the evidence, and what to change with what-if bounds."""
+
+from __future__ import annotations
+
+from perfscope.analysis.verdict import ADVICE, THRESHOLDS
+from reports import model
+from reports.html import esc, figure, legend, ms, num, pct, section
+from reports.palette import CLASS_COLOURS, CLASS_ORDER
+from reports.svg import hbar
+
+MEANING = {
+    ("io", "gpu"): "the GPU waits for the next batch (DataLoader on the main thread) or for its host-to-device copy",
+    ("io", "cpu"): "the training thread spends its time fetching data",
+    ("comm", "gpu"): "gradient communication is not hidden behind computation",
+    ("comm", "cpu"): "the training thread waits for collectives",
+    ("launch", "gpu"): "the GPU waits for the host to launch work: Python, dispatch and launch overhead between many small kernels",
+    ("launch", "cpu"): "per-operator dispatch and Python overhead between operators dominates",
+    ("compute", "gpu"): "kernels keep the GPU busy: the math itself sets the pace",
+    ("compute", "cpu"): "operators keep the cores busy: the math itself sets the pace",
+}
+
+# What removing a class means, as the start of a what-if sentence.
+REMOVAL = {
+    ("io", "gpu"): "Removing the input wait (DataLoader wait, exposed host-to-device copies and their staging)",
+    ("io", "cpu"): "Taking data loading off the training thread",
+    ("comm", "gpu"): "Hiding the exposed communication behind computation",
+    ("comm", "cpu"): "Hiding the exposed communication",
+    ("launch", "gpu"): "Removing the launch and kernel waits (the GPU idle while the host launches)",
+    ("launch", "cpu"): "Removing the framework overhead between operators",
+}
+TITLE = {"io": "Feed the input pipeline", "comm": "Hide communication", "launch": "Cut launch overhead",
+         "compute": "Speed up the math itself"}
+MIN_SPEEDUP = 1.01  # below this a removable class is not worth a recommendation
+
+
+def _mode(summary: dict) -> str:
+    return "gpu" if summary.get("mode") == "gpu" else "cpu"
+
+
+def what_if_sentence(cls: str, w: dict, mode: str) -> str:
+    now, without = num(w.get("median_step_us")), num(w.get("median_step_without_us"))
+    speedup = num(w.get("speedup")) or (now / without if now and without else None)
+    x = f", about {speedup:.2f}x" if speedup else ""
+    return (f"{REMOVAL[(cls, mode)]} would cut the median step from {ms(now)} to {ms(without)}{x}. "
+            "This is an upper bound: it assumes nothing else takes the removed time's place.")
+
+
+def _recommendations(summary: dict, mode: str) -> str:
+    overall = summary.get("overall") or {}
+    verdict = str(overall.get("verdict", "")).removesuffix("-bound")
+    wif = model.what_if(summary)
+    ranked = sorted(wif, key=lambda c: num(wif[c].get("median_step_without_us")) or 0.0)
+    ranked = [c for c in ranked if (num(wif[c].get("speedup")) or 0.0) >= MIN_SPEEDUP or c == verdict]
+    if verdict in ranked:
+        ranked.remove(verdict)
+        ranked.insert(0, verdict)
+    items = []
+    if verdict == "compute":
+        items.append((
+            "compute", ADVICE[("compute", mode)],
+            "No what-if estimate: compute is the time the measured breakdown cannot remove; only faster "
+            "kernels (or fewer of them) shorten it.",
+        ))
+    for c in ranked[:3]:
+        items.append((c, ADVICE[(c, mode)], what_if_sentence(c, wif[c], mode)))
+    if not items:
+        return '<p class="muted">No removable cause costs enough to recommend a change.</p>'
+    lis = "".join(
+        f'<li><strong>{esc(TITLE[c])}</strong> ({esc(c)}, {pct((overall.get("fractions") or {}).get(c), 0)} of step time). '
+        f'{esc(advice)}<span class="whatif">{esc(w)}</span></li>'
+        for c, advice, w in items
+    )
+    return f'<h3>What to change</h3><ol class="recs">{lis}</ol>'
+
+
+def render(summary: dict) -> str:
+    mode = _mode(summary)
+    overall = summary.get("overall") or {}
+    verdict = str(overall.get("verdict", "unknown"))
+    cls = verdict.removesuffix("-bound")
+    fractions = overall.get("fractions") or {}
+    counted = overall.get("steps_counted")
+    share = num((overall.get("step_share") or {}).get(verdict))
+    n_steps = f"{round(share * counted)} of {counted}" if share is not None and isinstance(counted, int) else "-"
+    run = summary.get("run") or {}
+    ranks = run.get("ranks_analyzed")
+    meaning = MEANING.get((cls, mode), "")
+    head = (
+        f'<p class="verdict"><strong>{esc(verdict)}</strong>{": " + esc(meaning) if meaning else ""}.'
+        f"<small>{esc(cls)} costs {pct(fractions.get(cls))} of the step time (runner-up "
+        f"{esc(overall.get('runner_up', '-'))}); {esc(n_steps)} counted steps are {esc(verdict)}. "
+        f"Median step {ms(overall.get('median_step_time_us'))}, mean {ms(overall.get('mean_step_time_us'))}"
+        f"{esc(f' over {ranks} rank' + ('s' if ranks != 1 else '')) if isinstance(ranks, int) else ''}.</small></p>"
+    )
+    total = sum(num(fractions.get(c)) or 0.0 for c in CLASS_ORDER)
+    bar = hbar([(c, num(fractions.get(c)) or 0.0, CLASS_COLOURS[c]) for c in CLASS_ORDER], total,
+               "share of step time by class")
+    thresholds = ", ".join(f"{c} {THRESHOLDS[c] * 100:.0f}%" for c in ("io", "comm", "launch"))
+    caption = (
+        "Evidence: each class's share of the total time of the counted steps (all ranks). io, comm and "
+        f"launch are removable; one names the verdict when its share reaches its threshold ({thresholds}), "
+        "else the run is compute-bound." + (" Other is GPU idle time waiting on dependencies." if mode == "gpu" else "")
+    )
+    evidence = figure(bar, caption) + legend([(f"{c} {pct(fractions.get(c))}", CLASS_COLOURS[c]) for c in CLASS_ORDER])
+    return section("verdict", "Verdict", head + evidence + _recommendations(summary, mode))

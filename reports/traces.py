@@ -1,0 +1,81 @@
+"""Finding the traces a summary was made from, for the sections that need events (the timeline).
+
+A summary records each trace's path. The report looks first in the output directory's
+``traces/`` folder (where ``perfscope profile`` writes them, and where a moved output directory
+still has them), then at the recorded path. Only one rank is loaded: the lowest rank whose
+traces are found.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from perfscope.errors import PerfscopeError
+
+
+def _candidates(recorded: str, base_dir: Path | None) -> list[Path]:
+    p = Path(recorded)
+    out = []
+    if base_dir is not None:
+        out.append(base_dir / "traces" / p.name)
+        if not p.is_absolute():
+            out.append(base_dir / p)
+    out.append(p)
+    return out
+
+
+@dataclass
+class Found:
+    """The trace files of the rank the timeline shows, loaded on first use."""
+
+    rank: object = None
+    files: list = field(default_factory=list)
+    problem: str | None = None
+    _prepared: list | None = None
+
+    def prepared(self) -> list:
+        if self._prepared is None:
+            from perfscope.trace import build_table, read_trace
+            from perfscope.trace.reader import gc_paused
+            from reports.timeline_data import prepare
+
+            loaded = []
+            for f in self.files:
+                raw = read_trace(f)
+                with gc_paused():
+                    table = build_table(raw)
+                del raw
+                loaded.append(prepare(table))
+            self._prepared = loaded
+        return self._prepared
+
+
+def locate(summary: dict, base_dir: Path | None) -> Found:
+    """The traces of the lowest rank that are still on disk (``problem`` says why when none is)."""
+    by_rank: dict = {}
+    missing = []
+    for t in summary.get("traces") or []:
+        if not isinstance(t, dict) or not isinstance(t.get("path"), str):
+            continue
+        hit = next((c for c in _candidates(t["path"], base_dir) if c.is_file()), None)
+        if hit is None:
+            missing.append(t["path"])
+        else:
+            by_rank.setdefault(t.get("rank"), []).append(hit)
+    if not by_rank:
+        what = f"{missing[0]} is gone" if missing else "the summary records no trace paths"
+        return Found(problem=f"none of the traces were found: {what}")
+    rank = min(by_rank, key=lambda r: (not isinstance(r, int), r if isinstance(r, int) else 0))
+    return Found(rank=rank, files=by_rank[rank])
+
+
+def load(found: Found) -> Found:
+    """Read the traces now, turning a read failure into ``found.problem``."""
+    if found.problem:
+        return found
+    try:
+        found.prepared()
+    except (PerfscopeError, OSError, ValueError) as e:
+        found.problem = f"reading them failed: {e}"
+    return found

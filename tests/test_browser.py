@@ -1,0 +1,179 @@
+"""The HTML report in a real browser: headless Chromium loads reports made from real traces.
+
+For each report: no console message (no error, no uncaught exception, no CSP violation), no
+network request, the verdict in the page's text, and a screenshot that is not blank and holds a
+chart's worth of coloured pixels. How the console and the requests are read is in ``browser.py``;
+the first tests prove that the detectors see what they must (a deliberate ``console.error``, an
+uncaught exception, a blocked inline script, a blocked and an unblocked remote image).
+
+Skipped with a reason where no Chromium is installed, except under CI (``CI`` set), where a
+missing browser fails: ``.ci/run`` installs Debian's ``chromium``. Set ``PERFSCOPE_SCREENSHOTS``
+to a folder to keep the screenshots.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import browser
+
+ROOT = Path(__file__).resolve().parents[1]
+# The report's own policy, repeated here so the detector tests do not depend on the report code.
+CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+SIZE = (1280, 2000)
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    exe = browser.find_chromium()
+    if exe is None:
+        reason = (
+            f"no headless browser found (looked for {', '.join(browser.CANDIDATES)} on PATH and $CHROMIUM); "
+            "install Debian's `chromium` package to run the browser tests"
+        )
+        if in_ci():
+            pytest.fail(f"CI is set but {reason}; .ci/run should have installed it", pytrace=False)
+        pytest.skip(reason)
+    return exe
+
+
+def page_file(tmp_path: Path, body: str, csp: str | None = None) -> Path:
+    meta = f'<meta http-equiv="Content-Security-Policy" content="{csp}">' if csp else ""
+    path = tmp_path / "page.html"
+    path.write_text(f'<!DOCTYPE html><html><head><meta charset="utf-8">{meta}</head><body>{body}</body></html>')
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# The detectors see what they must
+
+
+def test_clean_page_gives_nothing(chromium, tmp_path):
+    page = browser.load(page_file(tmp_path, "<p>hello <b>world</b></p>", CSP))
+    assert page.console == [] and page.requests == []
+    assert "hello world" in browser.dom_text(page.dom)
+
+
+@pytest.mark.parametrize(
+    "body, expected",
+    [
+        ('<script>console.error("deliberate-x")</script>', "deliberate-x"),
+        ('<script>setTimeout(() => console.error("late-y"), 300)</script>', "late-y"),
+        ('<script>throw new Error("boom-z")</script>', "Uncaught Error: boom-z"),
+    ],
+    ids=["console.error", "late console.error", "uncaught exception"],
+)
+def test_console_errors_are_detected(chromium, tmp_path, body, expected):
+    messages = browser.console_messages(page_file(tmp_path, body))
+    assert any(expected in m for m in messages), messages
+
+
+def test_csp_violations_are_detected(chromium, tmp_path):
+    body = '<script>console.error("must not run")</script><img src="http://example.com/x.png">'
+    page = browser.load(page_file(tmp_path, body, CSP))
+    assert not any("must not run" in m for m in page.console), page.console
+    assert any("inline script" in m and "Content Security Policy" in m for m in page.console), page.console
+    assert any("http://example.com/x.png" in m and "Content Security Policy" in m for m in page.console), page.console
+    assert page.requests == []  # blocked before it reached the network
+
+
+def test_network_requests_are_detected(chromium, tmp_path):
+    # Without the policy the image is fetched; port 9 on loopback refuses at once, but the
+    # request has gone through the network stack and is in the NetLog.
+    page = browser.load(page_file(tmp_path, '<img src="http://127.0.0.1:9/x.png">'))
+    assert "http://127.0.0.1:9/x.png" in page.requests, page.requests
+
+
+# ---------------------------------------------------------------------------------------------
+# Reports from real traces
+
+ANALYZED = {
+    "a100": "hta/a100_rank3_of8_train.json.gz",
+    "two_ranks": "hta/two_ranks",
+    "resnet50_num_workers_0": "tb_plugin/resnet50_num_workers_0",
+    "cpu_only": "hta/cpu_only_rank34.pt.trace.json.gz",
+}
+REPORTS = [*ANALYZED, pytest.param("profile_io_bound", marks=pytest.mark.slow)]
+
+
+def perfscope(*args, timeout=300) -> None:
+    r = subprocess.run(
+        [sys.executable, "-m", "perfscope", *map(str, args)],
+        cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+@pytest.fixture(scope="module", params=REPORTS)
+def loaded(request, chromium, tmp_path_factory):
+    """(name, summary.json, browser.Page, screenshot path) for one report."""
+    name = request.param
+    out = tmp_path_factory.mktemp(name) / "out"
+    if name in ANALYZED:
+        shared = request.getfixturevalue("shared_traces")
+        perfscope("analyze", shared / ANALYZED[name], "--out", out)
+    else:
+        perfscope("profile", "--out", out, ROOT / "examples" / "io_bound.py")
+    png = out / "screenshot.png"
+    page = browser.screenshot(out / "report.html", png, SIZE)
+    if keep := os.environ.get("PERFSCOPE_SCREENSHOTS"):
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        shutil.copy(png, Path(keep) / f"{name}.png")
+    return name, json.loads((out / "summary.json").read_text()), page, png
+
+
+def test_report_has_no_console_messages(loaded):
+    name, _, page, _ = loaded
+    assert page.console == [], f"{name}: console messages in the report:\n" + "\n".join(page.console)
+
+
+def test_report_makes_no_network_requests(loaded):
+    name, _, page, _ = loaded
+    assert page.requests == [], f"{name}: the report fetched {page.requests}"
+
+
+def test_report_text_shows_the_verdict(loaded):
+    name, summary, page, _ = loaded
+    text = browser.dom_text(page.dom)
+    verdict = summary["overall"]["verdict"]
+    assert verdict and verdict in text, f"{name}: verdict {verdict!r} not in the page text: {text[:500]}"
+    if name == "profile_io_bound":
+        assert verdict == "io-bound"
+
+
+def test_report_screenshot_is_not_blank(loaded):
+    from PIL import Image
+
+    name, _, _, png = loaded
+    with Image.open(png) as im:
+        rgb = im.convert("RGB")
+    assert rgb.size == SIZE
+    pixels = SIZE[0] * SIZE[1]
+    colours = rgb.getcolors(maxcolors=pixels)
+    background_count, background = max(colours)
+    # Text alone gives dozens of anti-aliased greys; a blank or error page gives a handful.
+    assert len(colours) >= 50, f"{name}: only {len(colours)} colours in the screenshot"
+    inked = 1 - background_count / pixels
+    assert inked >= 0.02, f"{name}: {inked:.1%} of the screenshot differs from the background {background}"
+    # Charts: saturated pixels (text and rules are grey) in at least three hues.
+    hsv = rgb.convert("HSV")
+    h, s, v = (band.load() for band in hsv.split())
+    hues, coloured = set(), 0
+    for y in range(0, SIZE[1], 2):  # every other row and column is plenty
+        for x in range(0, SIZE[0], 2):
+            if s[x, y] > 90 and v[x, y] > 50:
+                coloured += 4
+                hues.add(h[x, y] // 16)
+    assert coloured >= 3000, f"{name}: only ~{coloured} coloured pixels: no chart drawn?"
+    assert len(hues) >= 3, f"{name}: coloured pixels in only {len(hues)} hue(s): {sorted(hues)}"
