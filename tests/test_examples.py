@@ -65,3 +65,21 @@ def test_io_example_workers_cut_step_time(tmp_path):
     assert more["run"]["args"] == ["--num-workers", "4"]
     assert base["overall"]["verdict"] == "io-bound"
     assert more["overall"]["mean_step_time_us"] < 0.6 * base["overall"]["mean_step_time_us"]
+
+
+@pytest.mark.slow
+def test_diff_of_two_io_runs(tmp_path):
+    """`perfscope diff` on the io example with num_workers 0 and 2: the before/after the tuner uses."""
+    before = profile(tmp_path / "w0", "examples/io_bound.py")
+    after = profile(tmp_path / "w2", "examples/io_bound.py", "--", "--num-workers", "2")
+    proc = subprocess.run(
+        [sys.executable, "-m", "perfscope", "diff", str(tmp_path / "w0" / "out"), str(tmp_path / "w2" / "out"),
+         "--out", str(tmp_path / "diff.html")],
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    ratio = before["overall"]["median_step_time_us"] / after["overall"]["median_step_time_us"]
+    assert ratio > 1.5  # the loading overlaps with 2 workers
+    assert f"{ratio:.2f}" in proc.stdout or f"{ratio:.1f}" in proc.stdout, proc.stdout
+    html = (tmp_path / "diff.html").read_text()
+    assert "io-bound" in html and "Content-Security-Policy" in html
