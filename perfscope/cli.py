@@ -113,8 +113,9 @@ def _finish(analysis, out_dir: Path, open_report: bool = False) -> None:
     from perfscope.console import format_summary
     from perfscope.outputs import write_outputs
 
-    paths = write_outputs(analysis, out_dir)
-    print(format_summary(analysis.summary()))
+    summary = analysis.summary()
+    paths = write_outputs(summary, out_dir)
+    print(format_summary(summary))
     print(f"\nwrote {paths['summary']} and {paths['report']}")
     if open_report:
         _open_in_browser(paths["report"])

@@ -6,7 +6,6 @@ import os
 import tempfile
 from pathlib import Path
 
-from perfscope.analysis.run import Analysis
 from perfscope.errors import PerfscopeError
 from perfscope.siblings import import_sibling
 from perfscope.summary import write_summary
@@ -28,15 +27,15 @@ def ensure_writable_dir(path: str | os.PathLike) -> Path:
     return path
 
 
-def write_outputs(analysis: Analysis, out_dir: str | os.PathLike) -> dict[str, Path]:
-    """Write ``summary.json`` and ``report.html`` into ``out_dir`` (each atomically).
+def write_outputs(summary: dict, out_dir: str | os.PathLike) -> dict[str, Path]:
+    """Write ``summary.json`` and ``report.html`` of a summary record into ``out_dir`` (each
+    atomically; the report's timeline reads the traces under ``out_dir/traces``).
 
     Returns:
         The written paths by name (``"summary"``, ``"report"``).
     """
     write_report = import_sibling("reports").write_report
     out = ensure_writable_dir(out_dir)
-    summary = analysis.summary()
     return {
         "summary": write_summary(summary, out / "summary.json"),
         "report": write_report(summary, out / "report.html"),
