@@ -69,7 +69,7 @@ def metric_rows(a: dict, b: dict) -> list[tuple[str, str, str, str]]:
     time_row("mean step time", num((a.get("overall") or {}).get("mean_step_time_us")), num((b.get("overall") or {}).get("mean_step_time_us")))
     for c in CLASS_ORDER:
         fa, fb = _frac(a, c), _frac(b, c)
-        change = f"{100 * (fb - fa):+.1f} pt" if fa is not None and fb is not None else "-"
+        change = f"{100 * (fb - fa) + 0.0:+.1f} pt" if fa is not None and fb is not None else "-"
         rows.append((f"{c} share of step time", pct(fa), pct(fb), change))
     if a.get("mode") == b.get("mode"):
         for _, label, _, cols in parts(str(a.get("mode"))):

@@ -10,15 +10,22 @@ from __future__ import annotations
 
 import html
 import math
+import re
 from importlib import resources
 
 # Nothing external: no script anywhere, styles only inline, images only data: URIs.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 
 
+# C0 control characters other than tab, newline and carriage return are not allowed in HTML text.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
 def esc(value) -> str:
-    """``value`` as HTML text, safe in element content and in quoted attribute values."""
-    return html.escape("" if value is None else str(value), quote=True)
+    """``value`` as HTML text, safe in element content and in quoted attribute values; control
+    characters (a NUL in a kernel name) become U+FFFD."""
+    text = "" if value is None else str(value)
+    return html.escape(_CONTROL.sub("\ufffd", text), quote=True)
 
 
 def num(value) -> float | None:

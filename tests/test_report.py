@@ -302,3 +302,9 @@ def test_a100_report_timeline_shows_streams_and_idle_causes(a100_report):
         assert f">{lane}</text>" in tl
     assert "launch wait" in tl and "communication kernel" in tl
     assert orjson.loads((out / "summary.json").read_bytes())["overall"]["verdict"] in tl
+
+
+def test_control_characters_never_reach_the_page():
+    from reports.html import esc
+
+    assert esc("gemm\x00<k>\x1f\ttab") == "gemm\ufffd&lt;k&gt;\ufffd\ttab"

@@ -176,9 +176,12 @@ def render(summary: dict, found, step=None) -> str:
     if len(views) > len(shown):
         more = note(f"{len(shown)} of rank {rank}'s {len(views)} steps are pre-rendered here; "
                     "perfscope report --step N renders around another one.")
-    intro = note(f"The median step of rank {rank} is selected; pick another step below. Lanes: the main CPU "
-                 "thread (top-level operators), the DataLoader, collectives, each GPU stream; the bottom lane "
-                 "shows what the step partition counted at each moment, with idle stretches labelled by cause.")
+    lanes = ("the main CPU thread (top-level operators), the DataLoader, collectives, each GPU stream; the bottom "
+             "lane shows what the step partition counted at each moment, with GPU idle stretches labelled by cause"
+             if views[chosen][1].mode == "gpu" else
+             "the main CPU thread (top-level operators), the DataLoader, collectives; the bottom lane shows what "
+             "the step partition counted at each moment")
+    intro = note(f"The median step of rank {rank} is selected; pick another step below. Lanes: {lanes}.")
     body = (intro + '<div class="picker">' + "".join(picker)
             + f'<div class="tlv">{"".join(panes)}</div></div>' + more + _legend(views[chosen][1]))
     return section("timeline", title, body)
