@@ -1,7 +1,9 @@
 """perfscope: find what limits each PyTorch training step, and fix it.
 
 ``perfscope.analyze(path)`` analyzes Kineto traces (no torch needed); ``perfscope.step()`` marks a
-step boundary in loops without a torch optimizer. Heavy modules load on first use, so
+step boundary in loops without a torch optimizer; ``perfscope.accelerate(model, optimizer, loader,
+config=...)`` applies an acceleration configuration (``docs/runtime.md``), with ``perfscope.autocast()``
+and ``perfscope.backward(loss)`` in the loop. Heavy modules load on first use, so
 ``import perfscope`` stays cheap and never imports torch.
 """
 
@@ -9,7 +11,9 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["Analysis", "PerfscopeError", "__version__", "analyze", "step"]
+__all__ = [
+    "Analysis", "PerfscopeError", "__version__", "accelerate", "accelerator", "analyze", "autocast", "backward", "step",
+]
 
 from perfscope.errors import PerfscopeError
 
@@ -29,6 +33,39 @@ def step() -> None:
     from perfscope.collect import step as _step
 
     _step()
+
+
+def accelerate(model, optimizer=None, loader=None, *, config=None):
+    """Apply an acceleration configuration; see :func:`perfscope.runtime.accelerator.accelerate`.
+
+    Returns:
+        ``(model, optimizer, loader)`` to train with instead of the given ones.
+    """
+    from perfscope.runtime.accelerator import accelerate as _accelerate
+
+    return _accelerate(model, optimizer, loader, config=config)
+
+
+def accelerator():
+    """The :class:`~perfscope.runtime.accelerator.Accelerator` of the latest ``accelerate`` call
+    that applied a configuration (``.applied``, ``.skipped``), or None."""
+    from perfscope.runtime.accelerator import active_accelerator
+
+    return active_accelerator()
+
+
+def autocast():
+    """Context for the forward pass: ``torch.autocast`` at amp_level O1, else a no-op."""
+    from perfscope.runtime.accelerator import autocast as _autocast
+
+    return _autocast()
+
+
+def backward(loss, **kwargs) -> None:
+    """``loss.backward()`` with accumulation (loss / k, DDP no_sync) and fp16 loss scaling applied."""
+    from perfscope.runtime.accelerator import backward as _backward
+
+    _backward(loss, **kwargs)
 
 
 def __getattr__(name):

@@ -67,6 +67,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nproc-per-node", type=_positive, default=None, help="launch N ranks with torch.distributed.run")
     p.add_argument("--rank-wait", type=float, default=120.0, metavar="S",
                    help="under torchrun: seconds rank 0 waits for the other ranks' traces (default 120)")
+    p.add_argument("--config", type=Path, default=None, metavar="FILE",
+                   help="acceleration configuration (YAML) to run with: the knobs needing no code change are "
+                   "patched in; PERFSCOPE_CONFIG is set for perfscope.accelerate in the script")
     p.add_argument("--open", action="store_true", help="open report.html in the web browser when done")
 
     a = sub.add_parser(
@@ -241,12 +244,20 @@ def cmd_profile(args, script_args: list[str]) -> int:
     from perfscope.collect.script import check_script
 
     check_script(args.script)  # before anything is created
+    if args.config is not None:
+        from perfscope.runtime.config import load_config
+        from perfscope.runtime.patching import plan
+
+        line = plan(load_config(args.config)).needs_accelerate_line()  # ConfigError: one line, exit 2
+        if line and os.environ.get("RANK", "0") == "0":  # once per job under torchrun
+            print(line, file=sys.stderr)
     out = _out_dir(args.out, Path(args.script).stem)
     schedule = collect.ProfileSchedule(
         skip_first=args.skip_first, warmup=args.warmup, active=args.active, max_steps=args.max_steps
     )
     started = time.time()
-    result = collect.collect(args.script, script_args, out_dir=out, schedule=schedule, nproc_per_node=args.nproc_per_node)
+    result = collect.collect(args.script, script_args, out_dir=out, schedule=schedule, nproc_per_node=args.nproc_per_node,
+                             config=args.config)
     run_info = dict(result.run_info)
     if result.error:
         run_info["error"] = result.error

@@ -43,6 +43,7 @@ def collect(
     out_dir: pathlib.Path,
     schedule: ProfileSchedule = ProfileSchedule(),
     nproc_per_node: int | None = None,
+    config: str | os.PathLike | None = None,
 ) -> CollectResult:
     """Run a training script under the PyTorch profiler and write its traces.
 
@@ -66,6 +67,11 @@ def collect(
             directory the script changes to.
         schedule: Which steps to record and when to end the script.
         nproc_per_node: Ranks to launch on this node, or None for a plain run.
+        config: Path of an acceleration configuration (YAML; see ``docs/runtime.md``), or
+            None. The script (each rank) runs with ``$PERFSCOPE_CONFIG`` set to its absolute
+            path, so ``perfscope.accelerate(config=None)`` picks it up, and with the knobs that
+            need no code change patched in (:mod:`perfscope.runtime.patching`). The result's
+            run_info records ``config`` (the dict) and ``config_applied`` (the patching report).
 
     Returns:
         What happened: trace files, exit status, one-line error, steps seen.
@@ -76,8 +82,13 @@ def collect(
             installed, invalid ``nproc_per_node``, an invalid torchrun
             environment (see :func:`is_distributed_worker`), or a trace write
             failure.
+        ConfigError: An invalid configuration (checked before the script starts).
     """
     out_dir = traces.absolute_out_dir(out_dir)
+    if config is not None:
+        from perfscope.collect.session import load_run_config
+
+        config = load_run_config(config)[1]  # validated now, passed on as an absolute path
     if nproc_per_node is not None:
         if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int) or nproc_per_node < 1:
             raise CollectError(f"--nproc-per-node must be an integer >= 1, got {nproc_per_node!r}")
@@ -92,13 +103,14 @@ def collect(
         from perfscope.collect.launch import launch_workers
 
         return launch_workers(
-            script, script_args, out_dir=out_dir, schedule=schedule, nproc_per_node=nproc_per_node
+            script, script_args, out_dir=out_dir, schedule=schedule, nproc_per_node=nproc_per_node,
+            config=config,
         )
 
     from perfscope.collect.session import profile_in_process
 
     if not is_distributed_worker():
-        return profile_in_process(script, script_args, out_dir=out_dir, schedule=schedule)
+        return profile_in_process(script, script_args, out_dir=out_dir, schedule=schedule, config=config)
 
     rank, world_size = _env_int("RANK"), _env_int("WORLD_SIZE")  # checked above
     local_world = os.environ.get("LOCAL_WORLD_SIZE")
@@ -111,6 +123,7 @@ def collect(
         world_size=world_size,
         nproc_per_node=int(local_world) if local_world and local_world.isdigit() else None,
         result_rank=rank,
+        config=config,
     )
 
 

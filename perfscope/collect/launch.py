@@ -45,6 +45,7 @@ def launch_workers(
     out_dir: pathlib.Path,
     schedule: ProfileSchedule,
     nproc_per_node: int,
+    config: str | os.PathLike | None = None,
 ) -> CollectResult:
     """Run ``nproc_per_node`` profiled ranks of ``script`` on this node.
 
@@ -54,6 +55,9 @@ def launch_workers(
         out_dir: Output directory; traces go to ``<out_dir>/traces``.
         schedule: Profiling window and stop rule (the same on every rank).
         nproc_per_node: Number of ranks to start (>= 1).
+        config: Path of an acceleration configuration, or None: every rank runs with
+            ``$PERFSCOPE_CONFIG`` set to it and applies its zero-code-change subset; run_info
+            records ``config`` and rank 0's ``config_applied``.
 
     Returns:
         The result: ``exit_code`` is the launcher's (130 after Ctrl-C),
@@ -64,6 +68,9 @@ def launch_workers(
         CollectError: Bad script path or unwritable output directory.
     """
     script = check_script(script)
+    from perfscope.collect.session import load_run_config
+
+    accel_config, config_path = load_run_config(config)
     cwd = os.getcwd()
     trace_dir = traces.prepare_trace_dir(out_dir)  # absolute: the ranks may chdir
     # Old traces stay until replaced: a launch that fails early must not lose
@@ -74,14 +81,14 @@ def launch_workers(
         sys.executable, "-m", "torch.distributed.run",
         "--standalone", f"--nproc-per-node={nproc_per_node}",
         "-m", "perfscope.collect.worker",
-        *worker_argv(out_dir=trace_dir.parent, result_dir=result_dir, schedule=schedule),
+        *worker_argv(out_dir=trace_dir.parent, result_dir=result_dir, schedule=schedule, config=config_path),
         "--", script, *script_args,
     ]  # fmt: skip
 
     started_at = utc_now_iso()
     t0 = time.perf_counter()
     try:
-        exit_code, interrupted = _run_group(command, _child_env())
+        exit_code, interrupted = _run_group(command, _child_env(config_path))
         ranks = _read_rank_results(result_dir, nproc_per_node)
     finally:
         shutil.rmtree(result_dir, ignore_errors=True)
@@ -99,6 +106,25 @@ def launch_workers(
             error = f"rank {rank}: {message}"
         else:
             error = f"the launcher (torch.distributed.run) exited with status {exit_code}"
+    run_info = build_run_info(
+        script=script,
+        args=script_args,
+        schedule=schedule,
+        world_size=nproc_per_node,
+        nproc_per_node=nproc_per_node,
+        rank=None,
+        cwd=cwd,
+        started_at=started_at,
+        duration_s=duration_s,
+    )
+    if accel_config is not None:
+        run_info["config"] = accel_config.to_dict()
+        applied = rank0.get("config_applied")
+        if applied is None:  # rank 0 died before reporting: what it was to apply
+            from perfscope.runtime.patching import plan
+
+            applied = plan(accel_config).to_dict()
+        run_info["config_applied"] = applied
     return CollectResult(
         trace_dir=trace_dir,
         trace_files=traces.rank_traces_written_since(trace_dir, nproc_per_node, old_traces),
@@ -106,21 +132,11 @@ def launch_workers(
         error=error,
         steps_seen=int(rank0.get("steps_seen", 0)),
         stopped_early=bool(rank0.get("stopped_early", False)),
-        run_info=build_run_info(
-            script=script,
-            args=script_args,
-            schedule=schedule,
-            world_size=nproc_per_node,
-            nproc_per_node=nproc_per_node,
-            rank=None,
-            cwd=cwd,
-            started_at=started_at,
-            duration_s=duration_s,
-        ),
+        run_info=run_info,
     )
 
 
-def _child_env() -> dict[str, str]:
+def _child_env(config_path: str | None = None) -> dict[str, str]:
     # The ranks must import the same perfscope as this process, also when it
     # runs from a source checkout that is not installed. Appended, so the
     # user's own PYTHONPATH entries keep precedence.
@@ -130,6 +146,10 @@ def _child_env() -> dict[str, str]:
     if root not in parts:
         parts.append(root)
     env["PYTHONPATH"] = os.pathsep.join(parts)
+    if config_path is not None:
+        from perfscope.runtime.config import CONFIG_ENV
+
+        env[CONFIG_ENV] = config_path  # what perfscope.accelerate(config=None) reads in the ranks
     return env
 
 

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from perfscope.collect import traces
 from perfscope.collect.errors import CollectError
@@ -41,6 +42,7 @@ def profile_in_process(
     world_size: int = 1,
     nproc_per_node: int | None = None,
     result_rank: int | None = None,
+    config: str | os.PathLike | None = None,
 ) -> CollectResult:
     """Run ``script`` under the profiler and write ``traces/rank<rank>...``.
 
@@ -58,6 +60,10 @@ def profile_in_process(
         world_size: Ranks in the job (for run_info).
         nproc_per_node: Recorded in run_info.
         result_rank: ``rank`` recorded in run_info (None for a plain run).
+        config: Path of an acceleration configuration (YAML) or None. The script runs with
+            ``$PERFSCOPE_CONFIG`` set to its absolute path (what ``perfscope.accelerate`` reads)
+            and under :func:`perfscope.runtime.patching.patched`; run_info gets ``config`` (the
+            dict) and ``config_applied`` (the patching report).
 
     Returns:
         The result; ``trace_files`` holds this rank's trace if this run wrote
@@ -66,8 +72,10 @@ def profile_in_process(
     Raises:
         CollectError: Bad script path, unwritable output, torch missing, or the
             trace could not be written.
+        ConfigError: An invalid configuration.
     """
     script = check_script(script)
+    accel_config, config_path = load_run_config(config)
     torch = import_torch()
     from perfscope.collect.steps import StepTracker  # imports torch
 
@@ -97,17 +105,32 @@ def profile_in_process(
 
     started_at = utc_now_iso()
     t0 = time.perf_counter()
-    tracker.start()
-    try:
-        outcome = run_script(script, list(script_args))
-    finally:
-        tracker.close()
+    with _applied_config(accel_config, config_path) as patch_report:
+        tracker.start()
+        try:
+            outcome = run_script(script, list(script_args))
+        finally:
+            tracker.close()
     if outcome.stopped_early:
         _destroy_process_group(torch)
     duration_s = time.perf_counter() - t0
 
     if exporter.error is not None:
         raise CollectError(f"could not write trace {trace_path}: {exporter.error}")
+    run_info = build_run_info(
+        script=script,
+        args=script_args,
+        schedule=schedule,
+        world_size=world_size,
+        nproc_per_node=nproc_per_node,
+        rank=result_rank,
+        cwd=cwd,
+        started_at=started_at,
+        duration_s=duration_s,
+    )
+    if accel_config is not None:
+        run_info["config"] = accel_config.to_dict()
+        run_info["config_applied"] = patch_report.to_dict()
     return CollectResult(
         trace_dir=trace_dir,
         trace_files=[trace_path] if exporter.written else [],
@@ -115,18 +138,53 @@ def profile_in_process(
         error=outcome.error,
         steps_seen=tracker.steps_seen,
         stopped_early=outcome.stopped_early,
-        run_info=build_run_info(
-            script=script,
-            args=script_args,
-            schedule=schedule,
-            world_size=world_size,
-            nproc_per_node=nproc_per_node,
-            rank=result_rank,
-            cwd=cwd,
-            started_at=started_at,
-            duration_s=duration_s,
-        ),
+        run_info=run_info,
     )
+
+
+def load_run_config(config: str | os.PathLike | None):
+    """(validated AccelConfig, absolute path) of a run's configuration file, or (None, None).
+
+    Raises:
+        ConfigError: unreadable file, invalid YAML, unknown keys or bad values.
+    """
+    if config is None:
+        return None, None
+    from perfscope.runtime.config import load_config
+
+    path = os.path.abspath(os.fspath(config))  # absolute: the script may chdir
+    return load_config(path), path
+
+
+@contextlib.contextmanager
+def config_env(path: str | None) -> Iterator[None]:
+    """``$PERFSCOPE_CONFIG`` set to ``path`` for the block (unchanged when None), then restored."""
+    from perfscope.runtime.config import CONFIG_ENV
+
+    if path is None:
+        yield
+        return
+    previous = os.environ.get(CONFIG_ENV)
+    os.environ[CONFIG_ENV] = path
+    try:
+        yield
+    finally:
+        if previous is None:
+            os.environ.pop(CONFIG_ENV, None)
+        else:
+            os.environ[CONFIG_ENV] = previous
+
+
+@contextlib.contextmanager
+def _applied_config(accel_config, path: str | None):
+    """The zero-code-change patches of ``accel_config`` and its env var, around the script run."""
+    if accel_config is None:
+        yield None
+        return
+    from perfscope.runtime.patching import patched
+
+    with config_env(path), patched(accel_config) as report:
+        yield report
 
 
 def _destroy_process_group(torch) -> None:

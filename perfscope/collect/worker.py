@@ -21,18 +21,27 @@ import sys
 import time
 from collections.abc import Sequence
 
-from perfscope.collect.errors import CollectError
 from perfscope.collect.schedule import ProfileSchedule
+from perfscope.errors import PerfscopeError
 
-_OPTIONS = ("--out", "--result-dir", "--skip-first", "--warmup", "--active", "--max-steps")
+_OPTIONS = ("--out", "--result-dir", "--skip-first", "--warmup", "--active", "--max-steps", "--config")
 
 
 def worker_argv(
-    *, out_dir: pathlib.Path, result_dir: pathlib.Path, schedule: ProfileSchedule
+    *,
+    out_dir: pathlib.Path,
+    result_dir: pathlib.Path,
+    schedule: ProfileSchedule,
+    config: str | None = None,
 ) -> list[str]:
-    """The worker's options, to be followed by ``--``, the script and its args."""
+    """The worker's options, to be followed by ``--``, the script and its args.
+
+    ``config`` (an absolute path) makes each rank run the script with the configuration's
+    zero-code-change subset patched in, as ``profile_in_process(config=...)`` does.
+    """
     max_steps = "none" if schedule.max_steps is None else str(schedule.max_steps)
-    return [
+    extra = [] if config is None else ["--config", str(config)]
+    return [*extra,
         "--out", str(out_dir),
         "--result-dir", str(result_dir),
         "--skip-first", str(schedule.skip_first),
@@ -114,8 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             rank=rank,
             world_size=world_size,
             result_rank=rank,
+            config=options.get("config"),
         )
-    except CollectError as exc:
+    except PerfscopeError as exc:  # CollectError, or a config changed since it was checked
         print(f"perfscope: error: rank {rank}: {exc}", file=sys.stderr)
         _write_json(result_file, {"exit_code": 2, "error": str(exc), "steps_seen": 0,
                                   "stopped_early": False, "ended_at": time.time()})  # fmt: skip
@@ -130,6 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Lets the parent name the rank that failed first (the root cause;
             # its peers then fail in their collectives).
             "ended_at": time.time(),
+            "config_applied": result.run_info.get("config_applied"),
         },
     )
     return result.exit_code

@@ -1,0 +1,371 @@
+"""The zero-code-change subset: apply a configuration to an unmodified script by patching at launch.
+
+``perfscope profile --config FILE`` (and a tuning trial) runs the user's script inside
+:func:`patched`, which installs, for the duration of the run:
+
+* ``torch.utils.data.DataLoader.__init__``: loaders the script builds get the configured
+  ``num_workers``, ``pin_memory``, ``prefetch_factor`` and ``persistent_workers``; every other
+  argument the script passed (dataset, sampler, batch size, collate_fn, generator ...) is kept.
+  ``prefetch_factor``/``persistent_workers`` are only passed where the loader ends up with
+  worker processes (DataLoader rejects them otherwise).
+* ``torch.nn.parallel.DistributedDataParallel.__init__``: ``bucket_cap_mb``, ``static_graph`` and
+  ``gradient_as_bucket_view=True`` (whenever the config sets a DDP knob), then the communication
+  hook: ``grad_compression`` with PyTorch's ``default_hooks.fp16_compress_hook`` /
+  ``bf16_compress_hook``, or ``hierarchical_allreduce`` with
+  :func:`perfscope.runtime.hierarchical.hierarchical_allreduce_hook` (imported only when needed).
+  DDP takes one comm hook: with both set, the hierarchical hook compresses (its ``compress_dtype``).
+  A hook PyTorch refuses (its bf16 hook on gloo) is reported under ``not_applied`` with a warning,
+  and training goes on without it. Ranks per node come from ``$LOCAL_WORLD_SIZE`` (else all ranks
+  are taken to share one node). A script that registers its own comm hook cannot be combined with a patched hook.
+* the backend flags ``tf32`` (``torch.backends.cuda.matmul.allow_tf32`` and
+  ``torch.backends.cudnn.allow_tf32``) and ``cudnn_benchmark`` (``torch.backends.cudnn.benchmark``).
+
+Everything is put back when the context exits (original ``__init__`` functions, flag values).
+The knobs that need the training loop's cooperation (``amp_level``/``amp_dtype``,
+``device_prefetch``, ``grad_accum_steps``) are not patched; the report lists them under
+``needs_accelerate``.
+
+Coordination with ``perfscope.accelerate`` (no double application):
+
+* The DDP patch leaves alone a module that ``perfscope.accelerate`` returned: one carrying
+  ``_perfscope_accelerated = True`` (:data:`ACCELERATED_ATTR`) or registered in
+  ``perfscope.runtime.accelerator``'s set of accelerated objects (``_is_accelerated``).
+* Loaders and DDP wrappers constructed *from inside* ``perfscope.runtime`` (accelerate rebuilding a
+  loader or wrapping a model) are not patched: the patch looks at the calling module. Code
+  elsewhere can also turn the patches off with ``with suspended(): ...``.
+* Objects the patch changed carry ``_perfscope_patched`` (:data:`PATCHED_ATTR`): a dict of the
+  knobs it applied to them, e.g. ``{"num_workers": 4}``; accelerate may read it (a DDP module
+  that already has a patched comm hook must not get a second one).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import dataclasses
+import functools
+import inspect
+import os
+import sys
+import threading
+import warnings
+from collections.abc import Iterator
+
+from perfscope.runtime.config import AccelConfig, load_config
+
+ACCELERATED_ATTR = "_perfscope_accelerated"
+PATCHED_ATTR = "_perfscope_patched"
+NEEDS_ACCELERATE = "needs perfscope.accelerate in the script"
+
+_LOADER_KNOBS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
+_RUNTIME_PACKAGE = "perfscope.runtime"
+_suspended: contextvars.ContextVar[bool] = contextvars.ContextVar("perfscope_patching_suspended", default=False)
+_lock = threading.Lock()
+_active = 0  # nesting depth: patches may not be stacked
+
+
+@dataclasses.dataclass
+class PatchReport:
+    """What :func:`patched` applies.
+
+    Attributes:
+        applied: knob -> what it does at launch (only the knobs the configuration sets).
+        needs_accelerate: knob -> why it was not applied (it needs ``perfscope.accelerate``).
+        not_applied: knob -> why a configured knob could not be patched (e.g. a missing module).
+        loaders: DataLoaders the patch configured.
+        ddp_modules: DistributedDataParallel wrappers the patch configured.
+    """
+
+    applied: dict[str, str] = dataclasses.field(default_factory=dict)
+    needs_accelerate: dict[str, str] = dataclasses.field(default_factory=dict)
+    not_applied: dict[str, str] = dataclasses.field(default_factory=dict)
+    loaders: int = 0
+    ddp_modules: int = 0
+
+    def to_dict(self) -> dict:
+        """JSON-able copy (stored as ``run_info["config_applied"]``)."""
+        return dataclasses.asdict(self)
+
+    def needs_accelerate_line(self) -> str | None:
+        """One line naming the knobs that need ``perfscope.accelerate``, or None."""
+        if not self.needs_accelerate:
+            return None
+        return (f"perfscope: config knob(s) {', '.join(self.needs_accelerate)} need perfscope.accelerate "
+                "in the script (applied only if the script calls it)")
+
+
+def plan(config: AccelConfig) -> PatchReport:
+    """The report for ``config`` without installing anything (what :func:`patched` will do)."""
+    report = PatchReport()
+    for key in _LOADER_KNOBS:
+        value = getattr(config, key)
+        if value is not None:
+            report.applied[key] = f"DataLoader({key}={value!r}) for loaders the script builds"
+    if config.bucket_cap_mb is not None:
+        report.applied["bucket_cap_mb"] = f"DistributedDataParallel(bucket_cap_mb={config.bucket_cap_mb!r})"
+    if config.static_graph:
+        report.applied["static_graph"] = "DistributedDataParallel(static_graph=True)"
+    if _ddp_knobs_set(config):
+        report.applied["gradient_as_bucket_view"] = "DistributedDataParallel(gradient_as_bucket_view=True)"
+    if config.hierarchical_allreduce:
+        report.applied["hierarchical_allreduce"] = "DDP comm hook perfscope.runtime.hierarchical.hierarchical_allreduce_hook"
+        if config.grad_compression != "none":
+            report.applied["grad_compression"] = (f"{config.grad_compression} compression inside the "
+                                                  "hierarchical all-reduce hook (compress_dtype)")
+    elif config.grad_compression != "none":
+        report.applied["grad_compression"] = f"DDP comm hook default_hooks.{config.grad_compression}_compress_hook"
+    if config.tf32 is not None:
+        report.applied["tf32"] = f"torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = {config.tf32}"
+    if config.cudnn_benchmark is not None:
+        report.applied["cudnn_benchmark"] = f"torch.backends.cudnn.benchmark = {config.cudnn_benchmark}"
+    if config.amp_level != "O0":
+        report.needs_accelerate["amp_level"] = NEEDS_ACCELERATE
+        report.needs_accelerate["amp_dtype"] = NEEDS_ACCELERATE
+    if config.device_prefetch:
+        report.needs_accelerate["device_prefetch"] = NEEDS_ACCELERATE
+    if config.grad_accum_steps != 1:
+        report.needs_accelerate["grad_accum_steps"] = NEEDS_ACCELERATE
+    return report
+
+
+def _ddp_knobs_set(config: AccelConfig) -> bool:
+    return (config.bucket_cap_mb is not None or config.static_graph or config.hierarchical_allreduce
+            or config.grad_compression != "none")
+
+
+@contextlib.contextmanager
+def suspended() -> Iterator[None]:
+    """Within this block (this thread / task), loaders and DDP wrappers are built unpatched."""
+    token = _suspended.set(True)
+    try:
+        yield
+    finally:
+        _suspended.reset(token)
+
+
+def _called_from_runtime(depth: int = 2) -> bool:
+    """True when the constructor was called by perfscope.runtime code (accelerate), not the script."""
+    if _suspended.get():
+        return True
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:
+        return False
+    # Skip torch's own frames (a DataLoader subclass's super().__init__ chain) up to the real caller.
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "") or ""
+        if name == __name__:
+            frame = frame.f_back
+            continue
+        if name.startswith("torch.") or name == "torch":
+            frame = frame.f_back
+            continue
+        return name == _RUNTIME_PACKAGE or name.startswith(_RUNTIME_PACKAGE + ".")
+    return False
+
+
+@contextlib.contextmanager
+def patched(config: str | os.PathLike | dict | AccelConfig | None) -> Iterator[PatchReport]:
+    """Install the zero-code-change patches for ``config``; remove them all on exit.
+
+    Args:
+        config: A configuration (object, dict, YAML path) or None: then ``$PERFSCOPE_CONFIG``,
+            else nothing is patched (an empty report).
+
+    Yields:
+        The :class:`PatchReport`; its ``loaders``/``ddp_modules`` counts grow as the script
+        builds objects.
+
+    Raises:
+        ConfigError: an invalid configuration (before anything is patched).
+        RuntimeError: ``patched`` is already active (patches are process-wide; no stacking).
+    """
+    global _active
+    config = load_config(config)
+    if config is None:
+        yield PatchReport()
+        return
+    report = plan(config)
+    with _lock:
+        if _active:
+            raise RuntimeError("perfscope.runtime.patching.patched() is already active in this process")
+        _active += 1
+    try:
+        with contextlib.ExitStack() as stack:
+            if any(getattr(config, k) is not None for k in _LOADER_KNOBS):
+                stack.enter_context(_patch_dataloader(config, report))
+            if _ddp_knobs_set(config):
+                stack.enter_context(_patch_ddp(config, report))
+            if config.tf32 is not None or config.cudnn_benchmark is not None:
+                stack.enter_context(_backend_flags(config))
+            yield report
+    finally:
+        with _lock:
+            _active -= 1
+
+
+# --- DataLoader -----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _patch_dataloader(config: AccelConfig, report: PatchReport) -> Iterator[None]:
+    from torch.utils.data import DataLoader
+
+    original = DataLoader.__dict__["__init__"]
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        if _called_from_runtime():
+            return original(self, *args, **kwargs)
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError:
+            return original(self, *args, **kwargs)  # let DataLoader report the script's mistake
+        new = _loader_arguments(config, bound.arguments)
+        changed = {k: v for k, v in new.items() if bound.arguments.get(k, _default(signature, k)) != v}
+        bound.arguments.update(new)
+        original(*bound.args, **bound.kwargs)
+        try:
+            setattr(self, PATCHED_ATTR, changed)
+        except Exception:  # noqa: BLE001 - a loader class with __slots__: only the marker is lost
+            pass
+        report.loaders += 1
+
+    DataLoader.__init__ = __init__
+    try:
+        yield
+    finally:
+        DataLoader.__init__ = original
+
+
+def _default(signature: inspect.Signature, name: str):
+    param = signature.parameters.get(name)
+    return None if param is None else param.default
+
+
+def _loader_arguments(config: AccelConfig, arguments: dict) -> dict:
+    """The loader arguments to override: the configured ones, made consistent with num_workers."""
+    new: dict = {}
+    if config.num_workers is not None:
+        new["num_workers"] = config.num_workers
+    if config.pin_memory is not None:
+        new["pin_memory"] = config.pin_memory
+    workers = new.get("num_workers", arguments.get("num_workers", 0)) or 0
+    if workers > 0:
+        if config.prefetch_factor is not None:
+            new["prefetch_factor"] = config.prefetch_factor
+        if config.persistent_workers is not None:
+            new["persistent_workers"] = config.persistent_workers
+    else:
+        # DataLoader rejects these without worker processes (the config lowered num_workers to 0).
+        if arguments.get("prefetch_factor") is not None:
+            new["prefetch_factor"] = None
+        if arguments.get("persistent_workers"):
+            new["persistent_workers"] = False
+    return new
+
+
+# --- DistributedDataParallel ------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _patch_ddp(config: AccelConfig, report: PatchReport) -> Iterator[None]:
+    from torch.nn.parallel import DistributedDataParallel
+
+    original = DistributedDataParallel.__dict__["__init__"]
+    signature = inspect.signature(original)
+
+    @functools.wraps(original)
+    def __init__(self, *args, **kwargs):
+        if _called_from_runtime():
+            return original(self, *args, **kwargs)
+        try:
+            bound = signature.bind(self, *args, **kwargs)
+        except TypeError:
+            return original(self, *args, **kwargs)
+        module = bound.arguments.get("module")
+        if _accelerated(module):
+            return original(self, *args, **kwargs)  # perfscope.accelerate configured it already
+        changed: dict = {}
+        if config.bucket_cap_mb is not None:
+            changed["bucket_cap_mb"] = config.bucket_cap_mb
+        if config.static_graph:
+            changed["static_graph"] = True
+        changed["gradient_as_bucket_view"] = True
+        bound.arguments.update(changed)
+        original(*bound.args, **bound.kwargs)
+        try:
+            hook = _register_hook(self, config, bound.arguments.get("process_group"))
+        except Exception as exc:  # noqa: BLE001 - e.g. the bf16 hook on gloo: train on without it
+            knob = "hierarchical_allreduce" if config.hierarchical_allreduce else "grad_compression"
+            reason = f"comm hook not registered: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            report.not_applied[knob] = reason
+            report.applied.pop(knob, None)
+            warnings.warn(f"perfscope: config {knob}: {reason}", stacklevel=2)
+            hook = None
+        if hook:
+            changed["comm_hook"] = hook
+        try:
+            setattr(self, PATCHED_ATTR, changed)
+        except Exception:  # noqa: BLE001
+            pass
+        report.ddp_modules += 1
+
+    DistributedDataParallel.__init__ = __init__
+    try:
+        yield
+    finally:
+        DistributedDataParallel.__init__ = original
+
+
+def _accelerated(obj) -> bool:
+    """True for an object ``perfscope.accelerate`` built or returned (marker, or its registry)."""
+    if getattr(obj, ACCELERATED_ATTR, False):
+        return True
+    accelerator = sys.modules.get("perfscope.runtime.accelerator")
+    check = getattr(accelerator, "_is_accelerated", None)
+    try:
+        return bool(check(obj)) if check is not None else False
+    except Exception:  # noqa: BLE001 - a registry we cannot query: treat as not accelerated
+        return False
+
+
+def _register_hook(ddp, config: AccelConfig, process_group) -> str | None:
+    # The same hooks perfscope.accelerate registers (imported only when a hook knob is set).
+    from perfscope.runtime.parallel import comm_hook
+
+    hook = comm_hook(config.grad_compression, config.hierarchical_allreduce)
+    if hook is None:
+        return None
+    state, fn = hook
+    ddp.register_comm_hook(state if state is not None else process_group, fn)
+    return fn.__name__
+
+
+# --- backend flags -----------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _backend_flags(config: AccelConfig) -> Iterator[None]:
+    # The legacy flags, which scripts read and set: mixing them with the newer fp32_precision API
+    # makes torch refuse to read them back.
+    import torch
+
+    saved = {
+        "matmul": torch.backends.cuda.matmul.allow_tf32,
+        "cudnn_tf32": torch.backends.cudnn.allow_tf32,
+        "benchmark": torch.backends.cudnn.benchmark,
+    }
+    try:
+        if config.tf32 is not None:
+            torch.backends.cuda.matmul.allow_tf32 = config.tf32
+            torch.backends.cudnn.allow_tf32 = config.tf32
+        if config.cudnn_benchmark is not None:
+            torch.backends.cudnn.benchmark = config.cudnn_benchmark
+        yield
+    finally:
+        if config.tf32 is not None:
+            torch.backends.cuda.matmul.allow_tf32 = saved["matmul"]
+            torch.backends.cudnn.allow_tf32 = saved["cudnn_tf32"]
+        torch.backends.cudnn.benchmark = saved["benchmark"]
