@@ -377,3 +377,55 @@ def test_accelerated_example_runs(tmp_path):
     out = subprocess.run([sys.executable, "examples/accelerated.py", "--steps", "4", "--decode-ms", "0"],
                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=True).stdout
     assert "applied num_workers" in out and "step 4: loss" in out
+
+
+# ---------------------------------------------------------------- checkpoints and iterable datasets
+
+
+def _o2_model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.Linear(16, 1))
+
+
+def test_o2_checkpoint_saves_and_restores_the_fp32_masters():
+    model = _o2_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.0)
+    fp32 = {k: v.clone() for k, v in model.state_dict().items()}
+    model, opt, _ = perfscope.accelerate(model, opt, config={"amp_level": "O2"})
+    saved = model.state_dict()
+    # the user's keys, the exact fp32 values (not the bf16-rounded model weights)
+    assert set(saved) == set(fp32)
+    for k in fp32:
+        assert saved[k].dtype == torch.float32 and torch.equal(saved[k], fp32[k]), k
+
+    # resume: loading a checkpoint after accelerate must survive the next step (lr 0 keeps it)
+    ckpt = {k: v + 0.125 for k, v in fp32.items()}
+    model.load_state_dict(ckpt)
+    opt.zero_grad()
+    perfscope.backward(model(torch.randn(4, 8)).sum())
+    opt.step()
+    after = model.state_dict()
+    for k in ckpt:
+        assert torch.equal(after[k], ckpt[k]), k
+
+
+class _Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(range(10))
+
+
+def test_iterable_dataset_keeps_its_main_process_loading():
+    loader = DataLoader(_Stream(), batch_size=4)
+    _, _, fast = perfscope.accelerate(nn.Linear(1, 1), None, loader, config={"num_workers": 2})
+    assert fast.num_workers == 0
+    assert [b.tolist() for b in fast] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]  # no sample twice
+    assert "IterableDataset" in perfscope.accelerator().skipped["num_workers"]
+
+
+def test_patched_iterable_dataset_keeps_its_main_process_loading():
+    from perfscope.runtime.patching import patched
+
+    with patched({"num_workers": 2, "persistent_workers": True}) as report:
+        loader = DataLoader(_Stream(), batch_size=4)
+    assert loader.num_workers == 0
+    assert "IterableDataset" in report.not_applied["num_workers"]

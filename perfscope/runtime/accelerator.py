@@ -23,7 +23,7 @@ from torch import nn
 from perfscope.errors import PerfscopeError
 from perfscope.runtime import precision
 from perfscope.runtime.config import AccelConfig, ConfigError, load_config
-from perfscope.runtime.data import DevicePrefetcher, rebuild_loader
+from perfscope.runtime.data import ITERABLE_SKIP_REASON, DevicePrefetcher, iterable_without_sharding, rebuild_loader
 from perfscope.runtime.optimizer import AcceleratedOptimizer
 
 DDP_DEFAULT_BUCKET_MB = 25.0  # DistributedDataParallel's own default
@@ -234,6 +234,9 @@ def _apply_loader(acc: Accelerator, loader, cuda: bool):
     if knobs.get("pin_memory") and not torch.cuda.is_available():
         acc.skipped["pin_memory"] = "no CUDA device (pinned memory only speeds host-to-GPU copies)"
         del knobs["pin_memory"]
+    if knobs.get("num_workers") and iterable_without_sharding(loader, knobs["num_workers"]):
+        acc.skipped["num_workers"] = ITERABLE_SKIP_REASON
+        del knobs["num_workers"]
     workers = knobs.get("num_workers", getattr(loader, "num_workers", 0))
     for key in ("prefetch_factor", "persistent_workers"):
         if knobs.get(key) and workers == 0:

@@ -82,7 +82,8 @@ class AccelConfig:
         check(self.amp_level in AMP_LEVELS, "amp_level", ", ".join(AMP_LEVELS))
         check(self.amp_dtype in AMP_DTYPES, "amp_dtype", ", ".join(AMP_DTYPES))
         check(self.bucket_cap_mb is None or (isinstance(self.bucket_cap_mb, (int, float))
-              and not isinstance(self.bucket_cap_mb, bool) and self.bucket_cap_mb > 0), "bucket_cap_mb", "a number > 0 (MiB)")
+              and not isinstance(self.bucket_cap_mb, bool) and 0 < self.bucket_cap_mb < float("inf")),
+              "bucket_cap_mb", "a finite number > 0 (MiB)")
         check(self.grad_compression in GRAD_COMPRESSIONS, "grad_compression", ", ".join(GRAD_COMPRESSIONS))
         check(is_int(self.grad_accum_steps) and self.grad_accum_steps >= 1, "grad_accum_steps", "an integer >= 1")
         if self.num_workers == 0:

@@ -13,6 +13,21 @@ from perfscope.runtime.precision import map_tensors
 _LOADER_PARAMS = set(inspect.signature(DataLoader.__init__).parameters)
 
 
+ITERABLE_SKIP_REASON = (
+    "the dataset is an IterableDataset: each worker process would replay the whole stream (every "
+    "sample once per worker) unless the dataset shards itself with get_worker_info(); set num_workers "
+    "in the script"
+)
+
+
+def iterable_without_sharding(loader, num_workers: int) -> bool:
+    """Whether giving ``loader`` ``num_workers`` > 0 would duplicate samples: its dataset is an
+    ``IterableDataset`` and it runs in the main process now, so nothing shows that the dataset
+    splits its stream between workers (a loader that already has workers presumably does)."""
+    dataset = getattr(loader, "dataset", None)
+    return isinstance(dataset, IterableDataset) and num_workers > 0 and getattr(loader, "num_workers", 0) == 0
+
+
 def rebuild_loader(
     loader: DataLoader,
     *,

@@ -211,6 +211,8 @@ def patched(config: str | os.PathLike | dict | AccelConfig | None) -> Iterator[P
 def _patch_dataloader(config: AccelConfig, report: PatchReport) -> Iterator[None]:
     from torch.utils.data import DataLoader
 
+    from perfscope.runtime.data import ITERABLE_SKIP_REASON, iterable_without_sharding
+
     original = DataLoader.__dict__["__init__"]
     signature = inspect.signature(original)
 
@@ -223,6 +225,11 @@ def _patch_dataloader(config: AccelConfig, report: PatchReport) -> Iterator[None
         except TypeError:
             return original(self, *args, **kwargs)  # let DataLoader report the script's mistake
         new = _loader_arguments(config, bound.arguments)
+        if new.get("num_workers") and iterable_without_sharding(_LoaderView(bound.arguments), new["num_workers"]):
+            # Keep the script's (main-process) loading; the worker-only knobs go with it.
+            new = _loader_arguments(dataclasses.replace(config, num_workers=None, prefetch_factor=None,
+                                                        persistent_workers=None), bound.arguments)
+            report.not_applied["num_workers"] = ITERABLE_SKIP_REASON
         changed = {k: v for k, v in new.items() if bound.arguments.get(k, _default(signature, k)) != v}
         bound.arguments.update(new)
         original(*bound.args, **bound.kwargs)
@@ -237,6 +244,14 @@ def _patch_dataloader(config: AccelConfig, report: PatchReport) -> Iterator[None
         yield
     finally:
         DataLoader.__init__ = original
+
+
+class _LoaderView:
+    """The attributes :func:`iterable_without_sharding` reads, from DataLoader arguments."""
+
+    def __init__(self, arguments: dict) -> None:
+        self.dataset = arguments.get("dataset")
+        self.num_workers = arguments.get("num_workers") or 0
 
 
 def _default(signature: inspect.Signature, name: str):

@@ -126,6 +126,30 @@ class MasterWeights:
             lambda m, args, kwargs: (map_tensors(args, to_half), map_tensors(kwargs, to_half)), with_kwargs=True
         )
         self.model.register_forward_hook(lambda m, args, out: map_tensors(out, to_float))
+        # The fp32 masters are the weights: save them, and load into them, under the user's keys.
+        # (Plain functions: torch marks registered hooks with an attribute, which a bound method refuses.)
+        self.model.register_state_dict_post_hook(lambda *a: self._save_masters(*a))
+        self.model.register_load_state_dict_pre_hook(lambda *a: self._load_masters(*a))
+
+    def _named_pairs(self, prefix: str):
+        master_of = {id(p): m for p, m in self.pairs}
+        for name, p in self.model.named_parameters():
+            if id(p) in master_of:
+                yield prefix + name, master_of[id(p)]
+
+    def _save_masters(self, module, state_dict, prefix, local_metadata) -> None:
+        for key, master in self._named_pairs(prefix):
+            if key in state_dict:
+                state_dict[key] = master.detach().clone()
+
+    @torch.no_grad()
+    def _load_masters(self, module, state_dict, prefix, *args) -> None:
+        # Before the model copies (and rounds) the checkpoint into its half weights, the masters
+        # take the exact values; otherwise the next step would write the old masters back.
+        for key, master in self._named_pairs(prefix):
+            value = state_dict.get(key)
+            if isinstance(value, torch.Tensor) and value.shape == master.shape:
+                master.copy_(value)
 
     @torch.no_grad()
     def grads_to_masters(self) -> None:
