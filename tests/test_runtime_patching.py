@@ -308,3 +308,14 @@ def test_gpu_check_without_cuda_skips_cleanly(tmp_path):
     rows = [line for line in proc.stdout.splitlines() if line.split()[:1] and line.split()[0] in
             ("device_prefetch_overlap", "fp16_O2_scaling", "tf32", "nccl_hierarchical_hook")]
     assert len(rows) == 4 and all("SKIP" in r and "no CUDA" in r for r in rows), proc.stdout
+
+
+def test_knobs_applied_by_accelerate_in_the_script_are_recorded():
+    import perfscope
+
+    with patched({"amp_level": "O1", "grad_accum_steps": 2, "num_workers": 0}) as report:
+        assert set(report.needs_accelerate) >= {"amp_level", "grad_accum_steps"}
+        model = nn.Linear(4, 1)
+        perfscope.accelerate(model, torch.optim.SGD(model.parameters(), lr=0.1), config={"amp_level": "O1", "grad_accum_steps": 2})
+    assert "amp_level" in report.by_accelerate and "grad_accum_steps" in report.by_accelerate
+    assert "amp_level" not in report.needs_accelerate and "amp_dtype" not in report.needs_accelerate

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 
 from perfscope.errors import PerfscopeError
-from perfscope.runtime import precision
+from perfscope.runtime import patching, precision
 from perfscope.runtime.config import AccelConfig, ConfigError, load_config
 from perfscope.runtime.data import ITERABLE_SKIP_REASON, DevicePrefetcher, iterable_without_sharding, rebuild_loader
 from perfscope.runtime.optimizer import AcceleratedOptimizer
@@ -159,6 +159,7 @@ def accelerate(model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
                 pass
     acc.model, acc.optimizer, acc.loader = model, optimizer, loader
     _active = acc
+    patching.note_accelerated(acc.applied)  # under `perfscope profile --config`: these knobs took effect
     return model, optimizer, loader
 
 

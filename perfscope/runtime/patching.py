@@ -62,6 +62,13 @@ _RUNTIME_PACKAGE = "perfscope.runtime"
 _suspended: contextvars.ContextVar[bool] = contextvars.ContextVar("perfscope_patching_suspended", default=False)
 _lock = threading.Lock()
 _active = 0  # nesting depth: patches may not be stacked
+_report: PatchReport | None = None  # the active session's report, for accelerate() to complete
+
+
+def note_accelerated(applied: dict[str, str]) -> None:
+    """Called by ``perfscope.accelerate``: inside a :func:`patched` session, record its knobs."""
+    if _report is not None:
+        _report.note_accelerated(applied)
 
 
 @dataclasses.dataclass
@@ -70,10 +77,12 @@ class PatchReport:
 
     Attributes:
         applied: knob -> what it does at launch (only the knobs the configuration sets).
-        needs_accelerate: knob -> why it was not applied (it needs ``perfscope.accelerate``).
+        needs_accelerate: knob -> why it was not applied (it needs ``perfscope.accelerate``, and
+            the script has not applied it so far).
         not_applied: knob -> why a configured knob could not be patched (e.g. a missing module).
         loaders: DataLoaders the patch configured.
         ddp_modules: DistributedDataParallel wrappers the patch configured.
+        by_accelerate: knob -> what ``perfscope.accelerate`` in the script applied.
     """
 
     applied: dict[str, str] = dataclasses.field(default_factory=dict)
@@ -81,6 +90,16 @@ class PatchReport:
     not_applied: dict[str, str] = dataclasses.field(default_factory=dict)
     loaders: int = 0
     ddp_modules: int = 0
+    by_accelerate: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def note_accelerated(self, applied: dict[str, str]) -> None:
+        """Record what ``perfscope.accelerate`` applied in the script: those knobs no longer
+        need it."""
+        for key, what in applied.items():
+            self.by_accelerate[key] = what
+            self.needs_accelerate.pop(key, None)
+        if "amp_level" in applied:  # the dtype comes with the level
+            self.needs_accelerate.pop("amp_dtype", None)
 
     def to_dict(self) -> dict:
         """JSON-able copy (stored as ``run_info["config_applied"]``)."""
@@ -180,7 +199,7 @@ def patched(config: str | os.PathLike | dict | AccelConfig | None) -> Iterator[P
         ConfigError: an invalid configuration (before anything is patched).
         RuntimeError: ``patched`` is already active (patches are process-wide; no stacking).
     """
-    global _active
+    global _active, _report
     config = load_config(config)
     if config is None:
         yield PatchReport()
@@ -198,10 +217,12 @@ def patched(config: str | os.PathLike | dict | AccelConfig | None) -> Iterator[P
                 stack.enter_context(_patch_ddp(config, report))
             if config.tf32 is not None or config.cudnn_benchmark is not None:
                 stack.enter_context(_backend_flags(config))
+            _report = report
             yield report
     finally:
         with _lock:
             _active -= 1
+            _report = None
 
 
 # --- DataLoader -----------------------------------------------------------------------------
