@@ -23,6 +23,12 @@ def test_sources_give_the_same_configuration(tmp_path, monkeypatch):
     assert load_config(None) is None
 
 
+def test_errors_from_the_environment_name_the_variable(tmp_path, monkeypatch):
+    monkeypatch.setenv(CONFIG_ENV, str(tmp_path / "gone.yaml"))
+    with pytest.raises(ConfigError, match=r"\$PERFSCOPE_CONFIG .*cannot read"):
+        load_config(None)
+
+
 def test_changes_lists_only_what_differs_from_the_defaults():
     assert AccelConfig(num_workers=2, grad_accum_steps=4).changes() == {"num_workers": 2, "grad_accum_steps": 4}
 

@@ -135,7 +135,10 @@ def load_config(config: str | os.PathLike | dict | AccelConfig | None) -> AccelC
         path = os.environ.get(CONFIG_ENV)
         if not path:
             return None
-        config = path
+        try:
+            return load_config(path)
+        except ConfigError as e:  # say where the path came from: the user may never have passed one
+            raise ConfigError(f"${CONFIG_ENV} ({path}): {e}") from None
     if isinstance(config, AccelConfig):
         return config
     if isinstance(config, dict):
