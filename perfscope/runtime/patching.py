@@ -49,7 +49,7 @@ import os
 import sys
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from perfscope.runtime.config import AccelConfig, load_config
 
@@ -229,12 +229,15 @@ def patched(config: str | os.PathLike | dict | AccelConfig | None) -> Iterator[P
 
 
 @contextlib.contextmanager
-def _patch_dataloader(config: AccelConfig, report: PatchReport) -> Iterator[None]:
-    from torch.utils.data import DataLoader
+def _patch_init(cls, adjust: Callable) -> Iterator[None]:
+    """Patch ``cls.__init__`` for the session.
 
-    from perfscope.runtime.data import ITERABLE_SKIP_REASON, iterable_without_sharding
-
-    original = DataLoader.__dict__["__init__"]
+    ``adjust(arguments, signature)`` sees the bound constructor arguments of a call made by the
+    script and edits them in place; it returns ``finish(obj) -> dict`` to run after the original
+    constructor (the dict of changes becomes the object's marker), or None to leave the call alone.
+    Calls from perfscope's own runtime (``accelerate``) and calls that do not bind pass through.
+    """
+    original = cls.__dict__["__init__"]
     signature = inspect.signature(original)
 
     @functools.wraps(original)
@@ -244,27 +247,46 @@ def _patch_dataloader(config: AccelConfig, report: PatchReport) -> Iterator[None
         try:
             bound = signature.bind(self, *args, **kwargs)
         except TypeError:
-            return original(self, *args, **kwargs)  # let DataLoader report the script's mistake
-        new = _loader_arguments(config, bound.arguments)
-        if new.get("num_workers") and iterable_without_sharding(_LoaderView(bound.arguments), new["num_workers"]):
-            # Keep the script's (main-process) loading; the worker-only knobs go with it.
-            new = _loader_arguments(dataclasses.replace(config, num_workers=None, prefetch_factor=None,
-                                                        persistent_workers=None), bound.arguments)
-            report.not_applied["num_workers"] = ITERABLE_SKIP_REASON
-        changed = {k: v for k, v in new.items() if bound.arguments.get(k, _default(signature, k)) != v}
-        bound.arguments.update(new)
+            return original(self, *args, **kwargs)  # let the class report the script's mistake
+        finish = adjust(bound.arguments, signature)
+        if finish is None:
+            return original(self, *args, **kwargs)
         original(*bound.args, **bound.kwargs)
+        changed = finish(self)
         try:
             setattr(self, PATCHED_ATTR, changed)
-        except Exception:  # noqa: BLE001 - a loader class with __slots__: only the marker is lost
+        except Exception:  # noqa: BLE001 - a class with __slots__: only the marker is lost
             pass
-        report.loaders += 1
 
-    DataLoader.__init__ = __init__
+    cls.__init__ = __init__
     try:
         yield
     finally:
-        DataLoader.__init__ = original
+        cls.__init__ = original
+
+
+def _patch_dataloader(config: AccelConfig, report: PatchReport):
+    from torch.utils.data import DataLoader
+
+    from perfscope.runtime.data import ITERABLE_SKIP_REASON, iterable_without_sharding
+
+    def adjust(arguments: dict, signature: inspect.Signature):
+        new = _loader_arguments(config, arguments)
+        if new.get("num_workers") and iterable_without_sharding(_LoaderView(arguments), new["num_workers"]):
+            # Keep the script's (main-process) loading; the worker-only knobs go with it.
+            new = _loader_arguments(dataclasses.replace(config, num_workers=None, prefetch_factor=None,
+                                                        persistent_workers=None), arguments)
+            report.not_applied["num_workers"] = ITERABLE_SKIP_REASON
+        changed = {k: v for k, v in new.items() if arguments.get(k, _default(signature, k)) != v}
+        arguments.update(new)
+
+        def finish(loader) -> dict:
+            report.loaders += 1
+            return changed
+
+        return finish
+
+    return _patch_init(DataLoader, adjust)
 
 
 class _LoaderView:
@@ -305,54 +327,38 @@ def _loader_arguments(config: AccelConfig, arguments: dict) -> dict:
 # --- DistributedDataParallel ------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def _patch_ddp(config: AccelConfig, report: PatchReport) -> Iterator[None]:
+def _patch_ddp(config: AccelConfig, report: PatchReport):
     from torch.nn.parallel import DistributedDataParallel
 
-    original = DistributedDataParallel.__dict__["__init__"]
-    signature = inspect.signature(original)
-
-    @functools.wraps(original)
-    def __init__(self, *args, **kwargs):
-        if _called_from_runtime():
-            return original(self, *args, **kwargs)
-        try:
-            bound = signature.bind(self, *args, **kwargs)
-        except TypeError:
-            return original(self, *args, **kwargs)
-        module = bound.arguments.get("module")
-        if _accelerated(module):
-            return original(self, *args, **kwargs)  # perfscope.accelerate configured it already
-        changed: dict = {}
+    def adjust(arguments: dict, signature: inspect.Signature):
+        if _accelerated(arguments.get("module")):
+            return None  # perfscope.accelerate configured it already
+        changed: dict = {"gradient_as_bucket_view": True}
         if config.bucket_cap_mb is not None:
             changed["bucket_cap_mb"] = config.bucket_cap_mb
         if config.static_graph:
             changed["static_graph"] = True
-        changed["gradient_as_bucket_view"] = True
-        bound.arguments.update(changed)
-        original(*bound.args, **bound.kwargs)
-        try:
-            hook = _register_hook(self, config, bound.arguments.get("process_group"))
-        except Exception as exc:  # noqa: BLE001 - e.g. the bf16 hook on gloo: train on without it
-            knob = "hierarchical_allreduce" if config.hierarchical_allreduce else "grad_compression"
-            reason = f"comm hook not registered: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            report.not_applied[knob] = reason
-            report.applied.pop(knob, None)
-            warnings.warn(f"perfscope: config {knob}: {reason}", stacklevel=2)
-            hook = None
-        if hook:
-            changed["comm_hook"] = hook
-        try:
-            setattr(self, PATCHED_ATTR, changed)
-        except Exception:  # noqa: BLE001
-            pass
-        report.ddp_modules += 1
+        arguments.update(changed)
 
-    DistributedDataParallel.__init__ = __init__
-    try:
-        yield
-    finally:
-        DistributedDataParallel.__init__ = original
+        def finish(ddp) -> dict:
+            try:
+                hook = _register_hook(ddp, config, arguments.get("process_group"))
+            except Exception as exc:  # noqa: BLE001 - a hook the backend refuses: train on without it
+                knob = "hierarchical_allreduce" if config.hierarchical_allreduce else "grad_compression"
+                first = str(exc).splitlines()[0] if str(exc) else ""
+                reason = f"comm hook not registered: {type(exc).__name__}: {first}"
+                report.not_applied[knob] = reason
+                report.applied.pop(knob, None)
+                warnings.warn(f"perfscope: config {knob}: {reason}", stacklevel=3)
+                hook = None
+            if hook:
+                changed["comm_hook"] = hook
+            report.ddp_modules += 1
+            return changed
+
+        return finish
+
+    return _patch_init(DistributedDataParallel, adjust)
 
 
 def _accelerated(obj) -> bool:
