@@ -117,7 +117,7 @@ def _finish(analysis, out_dir: Path, open_report: bool = False) -> None:
     from perfscope.outputs import write_outputs
 
     summary = analysis.summary()
-    paths = write_outputs(summary, out_dir)
+    paths = write_outputs(summary, out_dir, analysis.tables)  # the report reuses the parsed traces
     print(format_summary(summary))
     print(f"\nwrote {paths['summary']} and {paths['report']}")
     if open_report:

@@ -27,9 +27,10 @@ def ensure_writable_dir(path: str | os.PathLike) -> Path:
     return path
 
 
-def write_outputs(summary: dict, out_dir: str | os.PathLike) -> dict[str, Path]:
+def write_outputs(summary: dict, out_dir: str | os.PathLike, tables: dict | None = None) -> dict[str, Path]:
     """Write ``summary.json`` and ``report.html`` of a summary record into ``out_dir`` (each
-    atomically; the report's timeline reads the traces under ``out_dir/traces``).
+    atomically; the report's timeline uses ``tables`` -- the analysis's trace tables by path --
+    and reads any other trace it needs from disk).
 
     Returns:
         The written paths by name (``"summary"``, ``"report"``).
@@ -38,5 +39,5 @@ def write_outputs(summary: dict, out_dir: str | os.PathLike) -> dict[str, Path]:
     out = ensure_writable_dir(out_dir)
     return {
         "summary": write_summary(summary, out / "summary.json"),
-        "report": write_report(summary, out / "report.html"),
+        "report": write_report(summary, out / "report.html", tables=tables),
     }

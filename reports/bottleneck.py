@@ -31,7 +31,8 @@ def header(summary: dict, heading: str = "perfscope bottleneck report") -> str:
     return f'<h1>{esc(heading)}</h1>\n<p class="muted">{" · ".join(esc(b) for b in bits)}</p>'
 
 
-def render_report(summary: dict, *, base_dir: str | Path | None = None, step=None, find_traces: bool = True) -> str:
+def render_report(summary: dict, *, base_dir: str | Path | None = None, step=None, find_traces: bool = True,
+                  tables: dict | None = None) -> str:
     """The report page for a summary record (as from :func:`perfscope.summary.build_summary`).
 
     Args:
@@ -40,13 +41,15 @@ def render_report(summary: dict, *, base_dir: str | Path | None = None, step=Non
             first for the trace files (then the paths the summary records).
         step: Step number the timeline shows first (default: the median step).
         find_traces: False renders from the summary alone (the timeline then says it needs traces).
+        tables: Trace tables already built, by resolved file path (``Analysis.tables``): used
+            instead of parsing those files again.
 
     Returns:
         One self-contained HTML document (str).
     """
     found = None
     if find_traces:
-        found = _traces.load(_traces.locate(summary, Path(base_dir) if base_dir is not None else None))
+        found = _traces.load(_traces.locate(summary, Path(base_dir) if base_dir is not None else None), tables)
     nav = list(NAV)
     if summary.get("mode") != "gpu":
         nav[4] = ("kernels", "Top operators")
@@ -66,12 +69,13 @@ def render_report(summary: dict, *, base_dir: str | Path | None = None, step=Non
 
 
 def write_report(summary: dict, path: str | Path, *, base_dir: str | Path | None = None, step=None,
-                 find_traces: bool = True) -> Path:
+                 find_traces: bool = True, tables: dict | None = None) -> Path:
     """Render the report and write it to ``path`` atomically.
 
-    ``base_dir`` defaults to the directory of ``path`` (the output directory).
+    ``base_dir`` defaults to the directory of ``path`` (the output directory); ``tables`` as in
+    :func:`render_report`.
     """
     path = Path(path)
     html = render_report(summary, base_dir=path.parent if base_dir is None else base_dir, step=step,
-                         find_traces=find_traces)
+                         find_traces=find_traces, tables=tables)
     return write_text_atomic(path, html)

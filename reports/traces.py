@@ -32,6 +32,7 @@ class Found:
     rank: object = None
     files: list = field(default_factory=list)
     problem: str | None = None
+    tables: dict = field(default_factory=dict)  # already-built tables by resolved path
     _prepared: list | None = None
 
     def prepared(self) -> list:
@@ -42,10 +43,12 @@ class Found:
 
             loaded = []
             for f in self.files:
-                raw = read_trace(f)
-                with gc_paused():
-                    table = build_table(raw)
-                del raw
+                table = self.tables.get(str(Path(f).resolve()))
+                if table is None:
+                    raw = read_trace(f)
+                    with gc_paused():
+                        table = build_table(raw)
+                    del raw
                 loaded.append(prepare(table))
             self._prepared = loaded
         return self._prepared
@@ -70,10 +73,14 @@ def locate(summary: dict, base_dir: Path | None) -> Found:
     return Found(rank=rank, files=by_rank[rank])
 
 
-def load(found: Found) -> Found:
-    """Read the traces now, turning a read failure into ``found.problem``."""
+def load(found: Found, tables: dict | None = None) -> Found:
+    """Read the traces now, turning a read failure into ``found.problem``.
+
+    ``tables`` (resolved path -> ``TraceTable``) are used instead of reading those files again.
+    """
     if found.problem:
         return found
+    found.tables = dict(tables or {})
     try:
         found.prepared()
     except (PerfscopeError, OSError, ValueError) as e:

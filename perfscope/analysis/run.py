@@ -95,6 +95,8 @@ class Analysis:
         warnings: Problems that did not stop the analysis (truncated files...).
         run_info: Metadata of the profiled run when perfscope recorded it, else ``{}``.
         details: Run-level detail for the report (:func:`perfscope.analysis.details.build_details`).
+        tables: The trace tables analyzed, by resolved file path, so the report's timeline
+            need not parse the traces a second time.
     """
 
     steps: pd.DataFrame
@@ -105,6 +107,7 @@ class Analysis:
     warnings: list[str] = field(default_factory=list)
     run_info: dict = field(default_factory=dict)
     details: dict = field(default_factory=dict)
+    tables: dict = field(default_factory=dict, repr=False)
 
     @property
     def ranks_analyzed(self) -> int:
@@ -244,7 +247,8 @@ def analyze_tables(
         notes.append("every step was cut off; the verdict uses them anyway")
     rv = run_verdict(frame.loc[counted, "verdict"].to_numpy(), costs.loc[counted], frame.loc[counted, "step_time_us"].to_numpy(), mode)
     details = build_details(rank_traces, ranks, frame.loc[counted], mode)
-    return Analysis(frame, rv, mode, traces, notes, warnings, dict(run_info or {}), details)
+    tables_by_path = {str(Path(t.path).resolve()): t for t in tables if t.path is not None}
+    return Analysis(frame, rv, mode, traces, notes, warnings, dict(run_info or {}), details, tables_by_path)
 
 
 def analyze(path: str | Path, run_info: dict | None = None) -> Analysis:
