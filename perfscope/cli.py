@@ -40,6 +40,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="perfscope",
@@ -102,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("b", metavar="B", help="summary.json or output directory of the second run")
     d.add_argument("--out", type=Path, help="HTML file to write (default: perfscope-out/diff-<time>.html)")
     d.add_argument("--open", action="store_true", help="open the comparison in the web browser")
+
+    from perfscope.cli_tune import add_tune_parser
+
+    add_tune_parser(sub, _positive, _nonneg, _positive_float)
     return parser
 
 
@@ -308,10 +322,10 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"--max-steps {args.max_steps} would end the script before profiling is done: "
                          f"use 0 (run to the end) or at least --skip-first + --warmup + --active = {window}")
     if unknown:
-        where = " (arguments for the script go after `--`)" if args.command == "profile" else ""
+        where = " (arguments for the script go after `--`)" if args.command in ("profile", "tune") else ""
         parser.error(f"unrecognized arguments: {' '.join(unknown)}{where}")
-    if script_args and args.command != "profile":
-        parser.error("arguments after `--` are only for `perfscope profile`")
+    if script_args and args.command not in ("profile", "tune"):
+        parser.error("arguments after `--` are only for `perfscope profile` and `perfscope tune`")
     try:
         if args.command == "profile":
             return cmd_profile(args, script_args)
@@ -319,6 +333,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_report(args)
         if args.command == "diff":
             return cmd_diff(args)
+        if args.command == "tune":
+            from perfscope.cli_tune import cmd_tune
+
+            return cmd_tune(args, script_args, _open_in_browser)
         return cmd_analyze(args)
     except PerfscopeError as e:
         print(f"perfscope: error: {e}", file=sys.stderr)

@@ -7,5 +7,6 @@ name or an argument is escaped; the page runs no script and loads nothing from o
 
 from reports.bottleneck import render_report, write_report
 from reports.diff import render_diff, text_diff, write_diff
+from reports.tuning import render_tuning, write_tuning
 
-__all__ = ["render_diff", "render_report", "text_diff", "write_diff", "write_report"]
+__all__ = ["render_diff", "render_report", "render_tuning", "text_diff", "write_diff", "write_report", "write_tuning"]

@@ -16,3 +16,20 @@ def shared_traces() -> Path:
     if not SHARED_TRACES.is_dir():
         pytest.skip(f"real traces not available: {SHARED_TRACES} does not exist")
     return SHARED_TRACES
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """``postgresql://USER:PASS@127.0.0.1:PORT/DB`` of a throwaway server run for the session
+    (tests/pg.py). Skips without the server binaries, but fails when ``CI`` is set: .ci/run
+    installs them."""
+    import pg
+
+    try:
+        pg.check_available()
+    except pg.PostgresUnavailable as e:
+        if pg.in_ci():
+            pytest.fail(f"CI is set but {e}; .ci/run should have installed it", pytrace=False)
+        pytest.skip(str(e))
+    with pg.server() as url:
+        yield url

@@ -132,3 +132,60 @@ def confirm(
         min_gain=min_gain,
         faster=low > 1 + min_gain,
     )
+
+
+def confirm_candidates(
+    measure_baseline: Callable[[], float],
+    candidates: dict,
+    *,
+    rounds: int = DEFAULT_ROUNDS,
+    confidence: float = DEFAULT_CONFIDENCE,
+    min_gain: float = 0.0,
+) -> dict:
+    """Confirm several candidates against one baseline: rounds of B C1 C2 ... in that order.
+
+    Each candidate is paired with the baseline measured at the start of the same round, so all
+    candidates share the baseline runs (fewer runs than confirming them one by one).
+
+    Args:
+        measure_baseline: Runs the baseline once; returns its throughput (> 0).
+        candidates: key -> callable running that candidate once, returning its throughput, or
+            None when the run failed (the candidate is then dropped from later rounds).
+        rounds, confidence, min_gain: As for :func:`confirm`.
+
+    Returns:
+        key -> :class:`Confirmation` for every candidate that completed all rounds; a dropped
+        candidate maps to None.
+
+    Raises:
+        ValueError: fewer than 2 rounds, a negative ``min_gain``, or a baseline measurement that
+            is not a positive number.
+    """
+    if rounds < 2:
+        raise ValueError(f"rounds must be at least 2, got {rounds}")
+    if min_gain < 0:
+        raise ValueError(f"min_gain must be >= 0, got {min_gain}")
+    baseline: list[float] = []
+    measured: dict = {key: [] for key in candidates}
+    alive = list(candidates)
+    for _ in range(rounds):
+        value = float(measure_baseline())
+        if not value > 0:
+            raise ValueError(f"baseline measurement must be > 0, got {value}")
+        baseline.append(value)
+        for key in list(alive):
+            result = candidates[key]()
+            if result is None or not float(result) > 0:
+                alive.remove(key)
+                measured[key] = None
+                continue
+            measured[key].append(float(result))
+    out: dict = {}
+    for key, values in measured.items():
+        if values is None:
+            out[key] = None
+            continue
+        speedup, low, high = speedup_interval(baseline, values, confidence=confidence)
+        out[key] = Confirmation(baseline=tuple(baseline), candidate=tuple(values), speedup=speedup, ci_low=low,
+                                ci_high=high, confidence=confidence, min_gain=min_gain, faster=low > 1 + min_gain)
+    return out

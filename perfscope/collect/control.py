@@ -14,6 +14,12 @@ class _Tracker(Protocol):
     def explicit_step(self) -> None: ...
 
 
+class _Observer(Protocol):
+    def note_loss(self, loss: object) -> None: ...
+
+    def note_accelerate(self, model: object, optimizer: object, loader: object) -> None: ...
+
+
 class _StopScript(BaseException):
     """Raised from a step boundary to end the script at ``max_steps``.
 
@@ -25,6 +31,10 @@ class _StopScript(BaseException):
 # The tracker of the profiling session running in this process, or None.
 # Read on every hook call, so it is a plain module global (one dict lookup).
 active: _Tracker | None = None
+
+# The measurement session (``perfscope.collect.measure``) watching this process, or None. The
+# runtime reports to it through note_loss / note_accelerate; one None check when nobody watches.
+observer: _Observer | None = None
 
 
 def step() -> None:
@@ -45,11 +55,32 @@ def step() -> None:
         tracker.explicit_step()
 
 
+def note_loss(loss: object) -> None:
+    """The runtime's ``perfscope.backward`` got ``loss`` (undivided, unscaled); tell the observer.
+
+    Args:
+        loss: The scalar loss tensor as the script passed it (not detached here: the observer
+            decides; no GPU sync happens).
+    """
+    obs = observer
+    if obs is not None:
+        obs.note_loss(loss)
+
+
+def note_accelerate(model: object, optimizer: object, loader: object) -> None:
+    """``perfscope.accelerate`` was called with these objects (any may be None); tell the observer."""
+    obs = observer
+    if obs is not None:
+        obs.note_accelerate(model, optimizer, loader)
+
+
 def _forget_in_child() -> None:
     # A forked child (e.g. a DataLoader worker) inherits the hooks but must not
-    # drive the parent's profiler; with no active tracker every hook is a no-op.
-    global active
+    # drive the parent's profiler or feed its measurement; with no active
+    # tracker and no observer every hook is a no-op.
+    global active, observer
     active = None
+    observer = None
 
 
 if hasattr(os, "register_at_fork"):

@@ -88,7 +88,7 @@ def launch_workers(
     started_at = utc_now_iso()
     t0 = time.perf_counter()
     try:
-        exit_code, interrupted = _run_group(command, _child_env(config_path))
+        exit_code, interrupted = _run_group(command, child_env(config_path))
         ranks = _read_rank_results(result_dir, nproc_per_node)
     finally:
         shutil.rmtree(result_dir, ignore_errors=True)
@@ -136,7 +136,9 @@ def launch_workers(
     )
 
 
-def _child_env(config_path: str | None = None) -> dict[str, str]:
+def child_env(config_path: str | None = None) -> dict[str, str]:
+    """The environment for a child running perfscope code: this perfscope importable, and
+    ``$PERFSCOPE_CONFIG`` set to ``config_path`` when given."""
     # The ranks must import the same perfscope as this process, also when it
     # runs from a source checkout that is not installed. Appended, so the
     # user's own PYTHONPATH entries keep precedence.
@@ -180,7 +182,7 @@ def _run_group(command: list[str], env: dict[str, str]) -> tuple[int, bool]:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         # Anything left in the launcher's group is a leak: kill it.
-        _signal_group(proc.pid, signal.SIGKILL)
+        signal_group(proc.pid, signal.SIGKILL)
     return exit_code, interrupted
 
 
@@ -199,18 +201,19 @@ def _terminate(proc: subprocess.Popen) -> None:
     # SIGTERM to the launcher only: it shuts its ranks down itself (SIGTERM to
     # each rank's group, SIGKILL after 30 s). Ranks also die with the launcher
     # if it has to be killed (the worker sets PR_SET_PDEATHSIG).
-    _signal_group(proc.pid, signal.SIGTERM)
+    signal_group(proc.pid, signal.SIGTERM)
     try:
         proc.wait(timeout=_TERMINATE_GRACE_S)
     except (subprocess.TimeoutExpired, KeyboardInterrupt):
         # Out of time, or a second Ctrl-C from a user who will not wait for
         # ranks that ignore SIGTERM: kill now. Swallowing that Ctrl-C keeps
         # the interrupted run's result (exit code 130, traces written).
-        _signal_group(proc.pid, signal.SIGKILL)
+        signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
 
 
-def _signal_group(pgid: int, sig: int) -> None:
+def signal_group(pgid: int, sig: int) -> None:
+    """Send ``sig`` to process group ``pgid``; a group already gone is not an error."""
     try:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):

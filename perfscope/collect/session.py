@@ -84,23 +84,7 @@ def profile_in_process(
     trace_path = trace_dir / traces.trace_file_name(rank)
     exporter = traces.TraceExporter(trace_path)
 
-    activities = [torch.profiler.ProfilerActivity.CPU]
-    if torch.cuda.is_available():
-        activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with warnings.catch_warnings():
-        # warmup=0 is a legitimate choice; torch warns about it on every run.
-        warnings.filterwarnings("ignore", message=".*warmup.*")
-        torch_schedule = torch.profiler.schedule(
-            # +1: profiler step 0 is the script's setup, before the first step.
-            skip_first=schedule.skip_first + 1,
-            wait=0,
-            warmup=schedule.warmup,
-            active=schedule.active,
-            repeat=1,
-        )
-    prof = torch.profiler.profile(
-        activities=activities, schedule=torch_schedule, on_trace_ready=exporter
-    )
+    prof = build_profiler(torch, schedule, exporter)
     tracker = StepTracker(prof, schedule)
 
     started_at = utc_now_iso()
@@ -140,6 +124,34 @@ def profile_in_process(
         stopped_early=outcome.stopped_early,
         run_info=run_info,
     )
+
+
+def build_profiler(torch, schedule: ProfileSchedule, on_trace_ready):
+    """The ``torch.profiler.profile`` a :class:`~perfscope.collect.steps.StepTracker` drives.
+
+    CPU activity, plus CUDA where available; its torch schedule skips one step more than
+    ``schedule.skip_first`` (profiler step 0 is the script's setup) and records once.
+
+    Args:
+        torch: The torch module (imported by the caller).
+        schedule: The profiling window.
+        on_trace_ready: Called with the profiler when the window is recorded (a TraceExporter).
+    """
+    activities = [torch.profiler.ProfilerActivity.CPU]
+    if torch.cuda.is_available():
+        activities.append(torch.profiler.ProfilerActivity.CUDA)
+    with warnings.catch_warnings():
+        # warmup=0 is a legitimate choice; torch warns about it on every run.
+        warnings.filterwarnings("ignore", message=".*warmup.*")
+        torch_schedule = torch.profiler.schedule(
+            # +1: profiler step 0 is the script's setup, before the first step.
+            skip_first=schedule.skip_first + 1,
+            wait=0,
+            warmup=schedule.warmup,
+            active=schedule.active,
+            repeat=1,
+        )
+    return torch.profiler.profile(activities=activities, schedule=torch_schedule, on_trace_ready=on_trace_ready)
 
 
 def load_run_config(config: str | os.PathLike | None):

@@ -20,6 +20,7 @@ import weakref
 import torch
 from torch import nn
 
+from perfscope.collect import control
 from perfscope.errors import PerfscopeError
 from perfscope.runtime import patching, precision
 from perfscope.runtime.config import AccelConfig, ConfigError, load_config
@@ -82,6 +83,7 @@ class Accelerator:
             loss: A scalar loss.
             **kwargs: Passed on to ``Tensor.backward`` (e.g. ``retain_graph``).
         """
+        control.note_loss(loss)  # the script's own loss: before the division and the scaling
         if self.accum_steps > 1:
             loss = loss / self.accum_steps
         if self.scaler is not None:
@@ -129,6 +131,7 @@ def accelerate(model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
         AlreadyAcceleratedError: an object came from an earlier ``accelerate`` call.
     """
     global _active
+    control.note_accelerate(model, optimizer, loader)  # also when no config applies: a fact for the tuner
     cfg = load_config(config)
     if cfg is None:
         return model, optimizer, loader
@@ -273,6 +276,7 @@ def autocast():
 def backward(loss: torch.Tensor, **kwargs) -> None:
     """The active accelerator's :meth:`Accelerator.backward`; plain ``loss.backward()`` without one."""
     if _active is None:
+        control.note_loss(loss)
         loss.backward(**kwargs)
     else:
         _active.backward(loss, **kwargs)

@@ -153,9 +153,15 @@ def load_config(config: str | os.PathLike | dict | AccelConfig | None) -> AccelC
     return config_from_dict(data or {})
 
 
-def save_config(config: AccelConfig, path: str | os.PathLike, comment: str = "") -> Path:
-    """Write ``config`` as YAML (atomically) that :func:`load_config` reads back."""
+def save_config(config: AccelConfig, path: str | os.PathLike, comment: str = "", *, only_changes: bool = False) -> Path:
+    """Write ``config`` as YAML (atomically) that :func:`load_config` reads back.
+
+    Args:
+        only_changes: Write only the keys that differ from the defaults (an empty mapping when
+            nothing changes), so the file says what applying it does.
+    """
     from perfscope.atomic import write_text_atomic
 
     head = "".join(f"# {line}\n" for line in comment.splitlines())
-    return write_text_atomic(path, head + yaml.safe_dump(config.to_dict(), sort_keys=False))
+    data = config.changes() if only_changes else config.to_dict()
+    return write_text_atomic(path, head + yaml.safe_dump(data, sort_keys=False))

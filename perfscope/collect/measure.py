@@ -1,0 +1,391 @@
+"""The measurement runner of ``perfscope tune``: time W + K training steps of a script, in-process.
+
+    python -m perfscope.collect.measure --record-dir DIR --warmup-steps W --measure-steps K \\
+        [--profile-steps P] [--config PATH] [--seed S] -- SCRIPT ARGS...
+
+also as one rank of ``python -m torch.distributed.run ... -m perfscope.collect.measure ...``
+(rank ``$RANK``, default 0). The script runs unmodified, as ``perfscope profile`` runs it, and
+its steps are found the same way (``docs/collection.md``); Python, NumPy and torch are seeded
+with S first and ``--config`` is applied as ``perfscope profile --config`` applies it. Written in
+DIR: ``rank<R>.steps.jsonl`` (a line per step as it ends: step, seconds, samples, data_wait_s,
+measured), ``rank<R>.json`` at the end (see :func:`measure_in_process`) and, with P > 0,
+``traces/rank<R>.pt.trace.json.gz`` (steps W+K+2 .. W+K+1+P). The script is ended after step W+K,
+or W+K+1+P; the exit status is the script's (0 when perfscope ended it), 2 for bad options.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import json
+import os
+import pathlib
+import random
+import re
+import sys
+import time
+from collections.abc import Sequence
+
+from perfscope.atomic import write_text_atomic
+from perfscope.collect import traces
+from perfscope.collect.errors import CollectError
+from perfscope.collect.schedule import ProfileSchedule
+from perfscope.collect.script import check_script, run_script
+from perfscope.errors import PerfscopeError
+
+_PROG = "perfscope.collect.measure"
+_INT_OPTIONS = {"--warmup-steps": 0, "--measure-steps": 1, "--profile-steps": 0, "--seed": 0}  # name -> minimum
+_OPTIONS = ("--record-dir", "--config", *_INT_OPTIONS)
+_OOM = re.compile(r"OutOfMemoryError|MemoryError|out of memory|can't allocate memory|cannot allocate memory|"
+                  r"not enough memory", re.IGNORECASE)
+_MAX_SEED = 2**32 - 1  # NumPy's legacy seed range
+_REAP_WAIT_S = 5.0
+
+
+class UsageError(ValueError):
+    """A bad command line (exit status 2)."""
+
+
+def measure_in_process(
+    script: str | os.PathLike,
+    args: Sequence[str],
+    *,
+    record_dir: str | os.PathLike,
+    warmup_steps: int,
+    measure_steps: int,
+    profile_steps: int = 0,
+    config: str | os.PathLike | None = None,
+    seed: int = 0,
+    rank: int = 0,
+) -> dict:
+    """Run ``script`` in this process and measure its steps; writes the files described above.
+
+    Args:
+        script: Path of the training script.
+        args: Its arguments.
+        record_dir: Where ``rank<rank>.steps.jsonl``, ``rank<rank>.json`` and ``traces/`` go
+            (created; a relative one is taken against the current directory now).
+        warmup_steps: W, steps run and timed but not measured (>= 0).
+        measure_steps: K, measured steps (>= 1).
+        profile_steps: P, steps recorded by the PyTorch profiler after the measured ones, after
+            one profiler warm-up step (0: no profiler at all).
+        config: Path of a YAML acceleration configuration, applied as ``perfscope profile
+            --config`` applies it, or None.
+        seed: Seed of Python's ``random``, NumPy and torch before the script runs.
+        rank: This process's rank (names the files).
+
+    Each finished step s (a step lasts from one boundary to the next, in seconds of host wall
+    time) appends ``{"step", "seconds", "samples", "data_wait_s", "measured"}`` to
+    ``rank<rank>.steps.jsonl`` at once: samples sums the leading dimension of the first tensor
+    of each batch the script's DataLoader returned in the step (null without a fetch, or when a
+    batch holds no tensor); data_wait_s is the time spent in those fetches; measured is
+    W < s <= W+K; later (profiler) steps add ``"profiled": true``.
+
+    Returns:
+        The dict written to ``rank<rank>.json``: exit_code, error (one line), error_kind (null,
+        "oom", "error"), steps_seen, stopped_early, losses (mean loss of each step
+        1..steps_seen, null where none was seen), loss_source ("perfscope.backward",
+        "autograd.backward" or null), trace (path or null), config_applied (patch report) and
+        facts: torch, cuda, gpu_name, cuda_capability, bf16_supported, cpu_count (cores this
+        process may use), world_size, local_world_size, dist_backend, ddp ({bucket_cap_mb
+        (MiB), static_graph} of the first DistributedDataParallel, or null), dataloader
+        (num_workers, pin_memory, prefetch_factor, persistent_workers, iterable, batch_size of
+        the first loader iterated, or null), accelerate ({called, optimizer, loader}), tf32 and
+        cudnn_benchmark (as set when the first step began).
+
+    Raises:
+        ValueError: a step count out of range.
+        CollectError: bad script path, unwritable record folder, torch missing.
+        ConfigError: an invalid configuration.
+    """
+    for name, value, minimum in (("warmup_steps", warmup_steps, 0), ("measure_steps", measure_steps, 1),
+                                 ("profile_steps", profile_steps, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    from perfscope.collect import session
+
+    script = check_script(script)
+    accel_config, config_path = session.load_run_config(config)
+    torch = session.import_torch()
+    from perfscope.collect import measure_hooks as hooks
+    from perfscope.collect.steps import StepTracker
+
+    record_dir = traces.absolute_out_dir(record_dir)  # the script may chdir
+    steps_path = record_dir / f"rank{rank}.steps.jsonl"
+    result_path = record_dir / f"rank{rank}.json"
+    timed = warmup_steps + measure_steps
+    exporter = None
+    if profile_steps:
+        trace_dir = traces.prepare_trace_dir(record_dir)  # creates record_dir too
+        exporter = traces.TraceExporter(trace_dir / traces.trace_file_name(rank))
+        # Steps 1..W+K untraced, W+K+1 the profiler's warm-up, then P recorded; ended after them.
+        schedule = ProfileSchedule(skip_first=timed, warmup=1, active=profile_steps)
+        inner = session.build_profiler(torch, schedule, exporter)
+    else:
+        schedule = ProfileSchedule(skip_first=0, warmup=0, active=timed)  # ended after step W+K
+        inner = hooks.NullProfiler()
+    try:
+        record_dir.mkdir(parents=True, exist_ok=True)
+        result_path.unlink(missing_ok=True)  # an earlier run's result must not pass for this one's
+        steps_file = open(steps_path, "w", encoding="utf-8")  # noqa: SIM115 - closed below
+    except OSError as exc:
+        raise CollectError(f"cannot write to record directory {record_dir}: {exc.strerror or exc}") from None
+    recorder = hooks.Recorder(warmup_steps=warmup_steps, measure_steps=measure_steps,
+                              last_step=schedule.window_steps, steps_file=steps_file)
+    tracker = StepTracker(hooks.StepClock(inner, recorder), schedule)
+
+    try:
+        # Order matters: our constructor wrappers inside patching's (it looks at its caller's
+        # frame); our fetch wrapper outside the tracker's (the boundary falls inside the fetch).
+        with recorder.observing(), session._applied_config(accel_config, config_path) as patch_report:
+            tracker.start()
+            try:
+                with recorder.hooks():
+                    seed_everything(seed, torch)
+                    outcome = run_script(script, list(args))
+                # Before patching restores the flags and the script's group may be gone.
+                recorder.first_step = recorder.first_step or hooks.backend_flags()
+                recorder.dist = recorder.dist or hooks.dist_snapshot()
+            finally:
+                tracker.close()
+            config_applied = patch_report.to_dict() if patch_report is not None else None
+    finally:
+        steps_file.close()
+    if outcome.stopped_early:
+        session._destroy_process_group(torch)
+    gc.collect()  # the script's DataLoader iterators (held by its frames) stop their workers now
+
+    trace = None
+    if exporter is not None and exporter.written:
+        trace = str(exporter.path)
+    elif exporter is not None and exporter.error is not None:
+        print(f"perfscope: could not write trace {exporter.path}: {exporter.error}", file=sys.stderr)
+    if recorder.write_error is not None:
+        print(f"perfscope: could not write {steps_path}: {recorder.write_error}", file=sys.stderr)
+    losses, loss_source = loss_means(recorder, tracker.steps_seen, torch)
+    error_kind = None
+    if outcome.exit_code != 0:
+        error_kind = "oom" if outcome.error and _OOM.search(outcome.error) else "error"
+    result = {
+        "exit_code": outcome.exit_code,
+        "error": outcome.error,
+        "error_kind": error_kind,
+        "steps_seen": tracker.steps_seen,
+        "stopped_early": outcome.stopped_early,
+        "losses": losses,
+        "loss_source": loss_source,
+        "trace": trace,
+        "config_applied": config_applied,
+        "facts": _facts(torch, recorder),
+    }
+    write_text_atomic(result_path, json.dumps(result))  # NaN/Infinity losses stay as Python writes them
+    return result
+
+
+def seed_everything(seed: int, torch) -> None:
+    """Seed Python's ``random``, NumPy (when installed) and torch (CPU and every CUDA device)."""
+    random.seed(seed)
+    try:
+        import numpy
+    except ImportError:
+        pass
+    else:
+        numpy.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def loss_means(recorder, steps: int, torch) -> tuple[list[float | None], str | None]:
+    """The mean loss of each step 1..``steps`` (None where none was seen) and where it was seen.
+
+    ``perfscope.backward`` wins over plain ``backward()`` calls when a script has both. The
+    tensors become floats here, all at once: one device sync, after the run.
+    """
+    kept = recorder.buckets[1 : min(steps, recorder.last_step) + 1]
+    source = next((s for s in ("perfscope.backward", "autograd.backward") if any(b.losses.get(s) for b in kept)),
+                  None)
+    if source is None:
+        return [None] * steps, None
+    per_step = [b.losses.get(source, []) for b in kept]
+    values = iter(_to_floats([t for tensors in per_step for t in tensors], torch))
+    means: list[float | None] = []
+    for tensors in per_step:
+        known = [v for v in (next(values) for _ in tensors) if v is not None]
+        means.append(sum(known) / len(known) if known else None)
+    return means + [None] * (steps - len(means)), source
+
+
+def _to_floats(tensors: list, torch) -> list[float | None]:
+    """Python floats of scalar tensors: one device sync (one per item if they do not stack)."""
+    if not tensors:
+        return []
+    try:
+        return [float(v) for v in torch.stack([t.float().reshape(()) for t in tensors]).cpu().tolist()]
+    except Exception:  # noqa: BLE001 - mixed devices: one by one
+        out: list[float | None] = []
+        for t in tensors:
+            try:
+                out.append(float(t.float().item()))
+            except Exception:  # noqa: BLE001 - a device in an error state: that value is lost
+                out.append(None)
+        return out
+
+
+def _facts(torch, recorder) -> dict:
+    """What the tuner shapes its search space from (see :func:`measure_in_process`)."""
+    cuda = bool(torch.cuda.is_available())
+    gpu_name = capability = None
+    bf16 = False
+    if cuda:
+        with contextlib.suppress(Exception):  # a device the script left in an error state
+            device = torch.cuda.current_device()  # the script's (set_device(local_rank))
+            gpu_name = torch.cuda.get_device_name(device)
+            capability = list(torch.cuda.get_device_capability(device))
+            bf16 = bool(torch.cuda.is_bf16_supported())
+    dist = recorder.dist or {}
+    env_world = _env_int("WORLD_SIZE")
+    world_size = dist.get("world_size") or env_world or 1
+    local_world_size = _env_int("LOCAL_WORLD_SIZE") or world_size
+    flags = recorder.first_step or {}
+    return {
+        "torch": str(torch.__version__),
+        "cuda": cuda,
+        "gpu_name": gpu_name,
+        "cuda_capability": capability,
+        "bf16_supported": bf16,
+        "cpu_count": _cpu_count(),
+        "world_size": int(world_size),
+        "local_world_size": int(local_world_size),
+        "dist_backend": dist.get("backend") or recorder.ddp_backend,
+        "ddp": recorder.ddp,
+        "dataloader": recorder.loader,
+        "accelerate": dict(recorder.accelerate),
+        "tf32": bool(flags.get("tf32", False)),
+        "cudnn_benchmark": bool(flags.get("cudnn_benchmark", False)),
+    }
+
+
+def _cpu_count() -> int:
+    # The cores this process may run on (a container's or taskset's share), not the machine's.
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _env_int(name: str) -> int | None:
+    try:
+        value = int(os.environ[name])
+    except (KeyError, ValueError):
+        return None
+    return value if value > 0 else None
+
+
+# --------------------------------------------------------------------------- command line
+def parse_argv(argv: Sequence[str]) -> tuple[dict, str, list[str]]:
+    """Split ``[--opt value]... -- SCRIPT ARGS...``; the script's own options are never read.
+
+    Returns:
+        (options: record_dir, config, warmup_steps, measure_steps, profile_steps, seed;
+        script; script args).
+
+    Raises:
+        UsageError: an unknown or repeated option, a missing or bad value, no script.
+    """
+    argv = list(argv)
+    raw: dict[str, str] = {}
+    while argv and argv[0].startswith("-") and argv[0] != "--":  # without "--", the script ends them
+        name = argv.pop(0)
+        if name not in _OPTIONS:
+            raise UsageError(f"unknown option {name}")
+        if not argv or name in raw:
+            raise UsageError(f"option {name} {'given twice' if name in raw else 'needs a value'}")
+        raw[name] = argv.pop(0)
+    if argv and argv[0] == "--":
+        argv.pop(0)
+    if not argv:
+        raise UsageError("missing SCRIPT (after --)")
+    for name in ("--record-dir", "--warmup-steps", "--measure-steps"):
+        if name not in raw:
+            raise UsageError(f"missing {name}")
+    options: dict = {"record_dir": raw["--record-dir"], "config": raw.get("--config"), "profile_steps": 0,
+                     "seed": 0}
+    for name, minimum in _INT_OPTIONS.items():
+        if name not in raw:
+            continue
+        try:
+            value = int(raw[name])
+        except ValueError:
+            raise UsageError(f"{name} must be an integer, got {raw[name]!r}") from None
+        if value < minimum or (name == "--seed" and value > _MAX_SEED):
+            allowed = f"0..{_MAX_SEED}" if name == "--seed" else f">= {minimum}"
+            raise UsageError(f"{name} must be {allowed}, got {value}")
+        options[name[2:].replace("-", "_")] = value
+    if not options["record_dir"]:
+        raise UsageError("--record-dir must not be empty")
+    return options, argv[0], argv[1:]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Measure this process's run of the script; returns the exit status (2: bad options)."""
+    # Die with the parent (perfscope tune, or torch.distributed.run for a rank): a tuner killed
+    # outright must not leave a trial training on.
+    from perfscope.collect.worker import _die_with_launcher
+
+    parent = os.getppid()
+    _die_with_launcher()
+    if os.getppid() != parent:
+        return 1  # the parent died before prctl took effect
+    try:
+        options, script, args = parse_argv(sys.argv[1:] if argv is None else argv)
+        rank = int(os.environ.get("RANK", "0"))
+        if rank < 0:
+            raise ValueError
+    except UsageError as exc:
+        print(f"{_PROG}: error: {exc}", file=sys.stderr)
+        return 2
+    except ValueError:
+        print(f"{_PROG}: error: environment variable RANK must be an integer >= 0, got "
+              f"{os.environ.get('RANK')!r}", file=sys.stderr)
+        return 2
+    try:
+        result = measure_in_process(script, args, record_dir=options["record_dir"],
+                                    warmup_steps=options["warmup_steps"], measure_steps=options["measure_steps"],
+                                    profile_steps=options["profile_steps"], config=options["config"],
+                                    seed=options["seed"], rank=rank)
+    except PerfscopeError as exc:  # a bad script path, config or record folder: nothing ran
+        message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        print(f"{_PROG}: error: {message}", file=sys.stderr)
+        _write_failure(pathlib.Path(options["record_dir"]), rank, message)
+        return 2
+    _reap_workers()
+    return int(result["exit_code"])
+
+
+def _write_failure(record_dir: pathlib.Path, rank: int, message: str) -> None:
+    # So the parent reads why, not just a status; best effort (the folder may be the problem).
+    with contextlib.suppress(OSError):
+        write_text_atomic(record_dir / f"rank{rank}.json", json.dumps({
+            "exit_code": 2, "error": message, "error_kind": "error", "steps_seen": 0, "stopped_early": False,
+            "losses": [], "loss_source": None, "trace": None, "config_applied": None, "facts": None}))
+
+
+def _reap_workers() -> None:
+    """End the DataLoader worker processes a stopped script left (iterators it still held).
+
+    They are daemonic multiprocessing children; the process must not exit with any alive.
+    """
+    import multiprocessing
+
+    children = [p for p in multiprocessing.active_children() if p.daemon]
+    for child in children:
+        child.terminate()
+    deadline = time.monotonic() + _REAP_WAIT_S
+    for child in children:
+        child.join(max(0.0, deadline - time.monotonic()))
+        if child.is_alive():
+            child.kill()
+            child.join(1.0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,396 @@
+"""What ``perfscope.collect.measure`` records while the script runs, and the wrappers feeding it.
+
+:class:`StepClock` is the ``prof`` the StepTracker drives: it times every boundary (seconds,
+``time.perf_counter()``) for the :class:`Recorder`, which writes a line per finished step. The
+recorder is also ``control.observer`` (``perfscope.backward`` / ``accelerate`` report to it) and
+wraps the DataLoader fetch (samples, data wait), ``torch.autograd.backward`` (the loss) and the
+constructors it learns facts from (DataLoader iterators, DistributedDataParallel).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import json
+import sys
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any, TextIO
+
+import torch
+
+from perfscope.collect import control
+
+_is_compiling: Callable[[], bool] = torch.compiler.is_compiling
+_RUNTIME_PACKAGE = "perfscope.runtime"
+# Searching a batch for its first tensor: a long list of strings must not be scanned every fetch.
+_MAX_ITEMS, _MAX_DEPTH = 256, 8
+
+
+class NullProfiler:
+    """Stands in for ``torch.profiler.profile`` when no step is profiled: counts steps only."""
+
+    def __init__(self) -> None:
+        self.step_num = 0
+
+    def __enter__(self) -> NullProfiler:  # noqa: PYI034 - typing.Self needs Python 3.11
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def step(self) -> None:
+        self.step_num += 1
+
+
+class StepClock:
+    """The ``prof`` a StepTracker drives: times each ``step()``, tells ``recorder``, then ``inner``.
+
+    ``inner`` is a ``torch.profiler.profile`` or a :class:`NullProfiler`. Call *n* of ``step()``
+    is boundary *n*: boundary 1 ends the setup, and training step *s* lasts from boundary *s* to
+    boundary *s + 1*. The time is taken first, so what the profiler does at a boundary (start
+    its warm-up, export) falls into the step that begins there.
+    """
+
+    def __init__(self, inner: Any, recorder: Recorder) -> None:
+        self._inner = inner
+        self._recorder = recorder
+
+    @property
+    def step_num(self) -> int:
+        return self._inner.step_num
+
+    def __enter__(self) -> StepClock:  # noqa: PYI034 - typing.Self needs Python 3.11
+        self._inner.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> Any:
+        return self._inner.__exit__(*exc)
+
+    def step(self) -> None:
+        now = time.perf_counter()
+        _safely(self._recorder.boundary, now)
+        self._inner.step()
+
+
+class _Bucket:
+    """What happened in one training step."""
+
+    __slots__ = ("fetches", "losses", "samples", "unknown", "wait_s")
+
+    def __init__(self) -> None:
+        self.samples = 0
+        self.unknown = False  # a fetch whose batch size could not be told
+        self.fetches = 0
+        self.wait_s = 0.0
+        # source -> detached loss tensors (converted to floats once, at the end: no sync per step)
+        self.losses: dict[str, list] = {}
+
+
+class Recorder:
+    """Per-step times, samples, data waits and losses of one run, and facts about it.
+
+    Args:
+        warmup_steps: W; steps 1..W are not measured.
+        measure_steps: K; steps W+1..W+K are measured.
+        last_step: The last step anything is kept for (W+K, or W+K+1+P with profiling).
+        steps_file: Open text file receiving one JSON line per finished step (flushed at once:
+            the tuner reads it while the script runs).
+
+    Attributes:
+        current: Boundaries so far, i.e. the step in progress (0 = the setup).
+        times: ``perf_counter()`` of each boundary (seconds); ``times[n-1]`` is boundary n.
+        loader, ddp, dist, first_step, accelerate: Facts seen during the run (see measure.py).
+        write_error: The OSError that stopped the steps file, if any.
+    """
+
+    def __init__(self, *, warmup_steps: int, measure_steps: int, last_step: int, steps_file: TextIO) -> None:
+        self.thread = threading.get_ident()
+        self.warmup_steps = warmup_steps
+        self.measured_end = warmup_steps + measure_steps
+        self.last_step = last_step
+        self._file: TextIO | None = steps_file
+        self.write_error: OSError | None = None
+        self.current = 0
+        self.times: list[float] = []
+        self.buckets = [_Bucket() for _ in range(last_step + 1)]  # [0] is the setup, unused
+        self.backward_depth = 0
+        self.loader: dict | None = None
+        self.ddp: dict | None = None
+        self.ddp_backend: str | None = None
+        self.dist: dict | None = None
+        self.first_step: dict | None = None
+        self.accelerate = {"called": False, "optimizer": False, "loader": False}
+        self._loader_settings: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    # ------------------------------------------------------------------ boundaries
+    def boundary(self, now: float) -> None:
+        """Boundary ``current + 1`` at ``now``: step ``current`` ended, the next one starts."""
+        self.current += 1
+        self.times.append(now)
+        ended = self.current - 1
+        if self.current == 1:
+            self.first_step = backend_flags()
+        elif ended <= self.last_step:
+            self._write_step(ended)
+        if self.dist is None:
+            self.dist = dist_snapshot()  # the script may destroy its group before the end
+
+    def _write_step(self, step: int) -> None:
+        if self._file is None:
+            return
+        bucket = self.buckets[step]
+        record = {
+            "step": step,
+            "seconds": self.times[step] - self.times[step - 1],
+            "samples": None if bucket.unknown or not bucket.fetches else bucket.samples,
+            "data_wait_s": bucket.wait_s,
+            "measured": self.warmup_steps < step <= self.measured_end,
+        }
+        if step > self.measured_end:
+            record["profiled"] = True
+        try:
+            self._file.write(json.dumps(record) + "\n")
+            self._file.flush()
+        except OSError as exc:  # a full disk must not look like a crash of the script
+            self.write_error, self._file = exc, None
+
+    def _bucket(self) -> _Bucket | None:
+        step = self.current
+        return self.buckets[step] if 1 <= step <= self.last_step else None
+
+    # ------------------------------------------------------------------ events
+    def fetched(self, iterator: Any, start: float, end: float, batch: Any, ended: bool) -> None:
+        """A main-thread DataLoader fetch ran from ``start`` to ``end`` (``ended``: StopIteration)."""
+        if self.loader is None:
+            self.loader = self._loader_settings.get(iterator)
+        bucket = self._bucket()
+        if bucket is None:
+            return
+        # A boundary taken inside this fetch (the tracker's, before the fetch proper) starts the
+        # step: only the time after it is this step's wait.
+        last = self.times[-1] if self.times else start
+        bucket.wait_s += end - max(start, last)
+        if ended:
+            return
+        bucket.fetches += 1
+        size = batch_size(batch)
+        if size is None:
+            bucket.unknown = True
+        else:
+            bucket.samples += size
+
+    def note_loss(self, loss: Any) -> None:
+        """``control.note_loss``: the loss the script passed to ``perfscope.backward``."""
+        _safely(self._capture, "perfscope.backward", loss)
+
+    def note_autograd_loss(self, loss: Any) -> None:
+        """A scalar the script passed to ``loss.backward()`` / ``torch.autograd.backward``."""
+        self._capture("autograd.backward", loss)
+
+    def _capture(self, source: str, loss: Any) -> None:
+        if threading.get_ident() != self.thread or not isinstance(loss, torch.Tensor):
+            return
+        bucket = self._bucket()
+        if bucket is None:
+            return
+        kept = loss.detach()
+        # A scalar view of a big tensor would keep all its storage alive for the whole run.
+        if kept.untyped_storage().nbytes() > kept.element_size():
+            kept = kept.clone()
+        bucket.losses.setdefault(source, []).append(kept)
+
+    def note_accelerate(self, model: Any, optimizer: Any, loader: Any) -> None:
+        """``control.note_accelerate``: the script called ``perfscope.accelerate``."""
+        self.accelerate["called"] = True
+        self.accelerate["optimizer"] |= optimizer is not None
+        self.accelerate["loader"] |= loader is not None
+
+    def note_iterator(self, iterator: Any, args: tuple, kwargs: dict) -> None:
+        """A DataLoader iterator was built: keep its loader's settings for its first fetch."""
+        if self.loader is None:
+            self._loader_settings[iterator] = loader_settings(args[0] if args else kwargs.get("loader"))
+
+    def note_ddp(self, ddp: Any, args: tuple, kwargs: dict) -> None:
+        """A DistributedDataParallel was built (the first one is recorded)."""
+        if self.ddp is not None:
+            return
+        cap = getattr(ddp, "bucket_bytes_cap", None)
+        if isinstance(cap, (int, float)) and cap > 0:
+            bucket_mb = cap / 2**20
+        else:
+            bucket_mb = float(kwargs.get("bucket_cap_mb") or 25.0)  # DDP's default
+        static = getattr(ddp, "static_graph", kwargs.get("static_graph", False))
+        self.ddp = {"bucket_cap_mb": float(bucket_mb), "static_graph": bool(static)}
+        with contextlib.suppress(Exception):  # no group to ask: the end-of-run snapshot may know
+            self.ddp_backend = str(torch.distributed.get_backend(getattr(ddp, "process_group", None)))
+        if self.dist is None:
+            self.dist = dist_snapshot()
+
+    # ------------------------------------------------------------------ installing
+    @contextlib.contextmanager
+    def observing(self):
+        """Be ``control.observer`` and watch the constructors, for the block.
+
+        Enter it *before* ``patching.patched``: that patch finds who built a DataLoader/DDP by
+        looking at its caller's frame, so its wrapper must stay the outermost.
+        """
+        if control.observer is not None:
+            raise RuntimeError("another perfscope measurement is active in this process")
+        from torch.nn.parallel import DistributedDataParallel
+        from torch.utils.data import dataloader
+
+        with contextlib.ExitStack() as stack:
+            control.observer = self
+            stack.callback(setattr, control, "observer", None)
+            _patch(stack, dataloader._BaseDataLoaderIter, "__init__", functools.partial(_wrap_init, self.note_iterator))
+            _patch(stack, DistributedDataParallel, "__init__", functools.partial(_wrap_init, self.note_ddp))
+            yield self
+
+    @contextlib.contextmanager
+    def hooks(self):
+        """The fetch and backward wrappers, for the block.
+
+        Enter it *after* ``StepTracker.start()``: the fetch wrapper must be outside the
+        tracker's, so that the boundary is taken inside the timed fetch and seen at its return.
+        """
+        from torch.utils.data import dataloader
+
+        with contextlib.ExitStack() as stack:
+            _patch(stack, dataloader._BaseDataLoaderIter, "__next__", functools.partial(_wrap_fetch, self))
+            _patch(stack, torch.autograd, "backward", functools.partial(_wrap_backward, self))
+            yield self
+
+
+def _patch(stack: contextlib.ExitStack, owner: Any, name: str, make: Callable[[Callable], Callable]) -> None:
+    original = owner.__dict__[name]
+    setattr(owner, name, make(original))
+    stack.callback(setattr, owner, name, original)
+
+
+# --------------------------------------------------------------------------- wrappers
+def _wrap_fetch(recorder: Recorder, original: Callable) -> Callable:
+    @functools.wraps(original)
+    def __next__(self: Any) -> Any:
+        if threading.get_ident() != recorder.thread:
+            return original(self)  # prefetch threads of the script's: not the training loop
+        start = time.perf_counter()
+        try:
+            batch = original(self)
+        except StopIteration:
+            _safely(recorder.fetched, self, start, time.perf_counter(), None, True)
+            raise
+        _safely(recorder.fetched, self, start, time.perf_counter(), batch, False)
+        return batch
+
+    return __next__
+
+
+def _wrap_backward(recorder: Recorder, original: Callable) -> Callable:
+    @functools.wraps(original)
+    def backward(*args: Any, **kwargs: Any) -> Any:
+        # Nested calls (a reentrant checkpoint's backward inside the script's) are not losses.
+        if recorder.backward_depth or threading.get_ident() != recorder.thread or _is_compiling():
+            return original(*args, **kwargs)
+        loss = _safely(_scalar, args[0] if args else kwargs.get("tensors"))
+        if loss is not None and not _called_from_runtime():
+            _safely(recorder.note_autograd_loss, loss)  # perfscope.backward reported it undivided already
+        recorder.backward_depth += 1
+        try:
+            return original(*args, **kwargs)
+        finally:
+            recorder.backward_depth -= 1
+
+    return backward
+
+
+def _wrap_init(note: Callable[[Any, tuple, dict], None], original: Callable) -> Callable:
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        _safely(note, self, args, kwargs)
+
+    return __init__
+
+
+def _safely(fn: Callable, *args: Any) -> Any:
+    """``fn(*args)``, or None if it raised: measuring must never break the script's own calls."""
+    try:
+        return fn(*args)
+    except Exception:  # noqa: BLE001 - an odd batch, loss or loader type: that fact is lost
+        return None
+
+
+def _scalar(tensors: Any) -> torch.Tensor | None:
+    if isinstance(tensors, (list, tuple)) and len(tensors) == 1:
+        tensors = tensors[0]
+    if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
+        return tensors
+    return None
+
+
+def _called_from_runtime() -> bool:
+    """Whether the backward being wrapped was called by ``perfscope.runtime`` (its backward())."""
+    frame = sys._getframe(2)  # 0: here, 1: the wrapper
+    while frame is not None:
+        name = frame.f_globals.get("__name__", "") or ""
+        if name == "torch" or name.startswith("torch."):
+            frame = frame.f_back  # Tensor.backward, __torch_function__ dispatch
+            continue
+        return name == _RUNTIME_PACKAGE or name.startswith(_RUNTIME_PACKAGE + ".")
+    return False
+
+
+# --------------------------------------------------------------------------- facts
+def batch_size(batch: Any, depth: int = 0) -> int | None:
+    """Leading dimension of the first tensor in ``batch`` (depth first), or None when none is found.
+
+    Looks into tuples, lists (named tuples too) and mappings; a 0-d tensor has no batch dimension
+    and is passed over.
+    """
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() > 0 else None
+    if depth >= _MAX_DEPTH:
+        return None
+    if isinstance(batch, Mapping):
+        batch = batch.values()
+    elif not isinstance(batch, (list, tuple)):
+        return None
+    for _, item in zip(range(_MAX_ITEMS), batch):
+        size = batch_size(item, depth + 1)
+        if size is not None:
+            return size
+    return None
+
+
+def loader_settings(loader: Any) -> dict:
+    """The settings of a DataLoader the tuner looks at (getattr: a subclass may lack some)."""
+    workers = int(getattr(loader, "num_workers", 0) or 0)
+    return {
+        "num_workers": workers,
+        "pin_memory": bool(getattr(loader, "pin_memory", False)),
+        "prefetch_factor": getattr(loader, "prefetch_factor", None) if workers > 0 else None,
+        "persistent_workers": bool(getattr(loader, "persistent_workers", False)),
+        "iterable": isinstance(getattr(loader, "dataset", None), torch.utils.data.IterableDataset),
+        "batch_size": getattr(loader, "batch_size", None),
+    }
+
+
+def backend_flags() -> dict:
+    """TF32 for fp32 matmuls and cuDNN benchmark, as set now."""
+    try:
+        tf32 = bool(torch.backends.cuda.matmul.allow_tf32)
+    except Exception:  # noqa: BLE001 - set through the newer fp32_precision API, which refuses the old read
+        tf32 = getattr(torch.backends.cuda.matmul, "fp32_precision", None) == "tf32"
+    return {"tf32": tf32, "cudnn_benchmark": bool(torch.backends.cudnn.benchmark)}
+
+
+def dist_snapshot() -> dict | None:
+    """World size and backend of the default process group, or None when there is none."""
+    dist = torch.distributed
+    with contextlib.suppress(Exception):  # a group being torn down
+        if dist.is_available() and dist.is_initialized():
+            return {"world_size": dist.get_world_size(), "backend": str(dist.get_backend())}
+    return None

@@ -1,0 +1,51 @@
+"""Search space: the knobs searched (group, choices, the baseline's value), the knobs left out and why,
+and the verdict and group order the space was shaped by."""
+
+from __future__ import annotations
+
+from reports.html import esc, note, section, table
+from reports.sections.tuning_record import dicts, obj, seq, value_text, word
+
+GROUPS = {
+    "input": "DataLoader and host-to-device knobs",
+    "precision": "AMP, TF32, cuDNN benchmark",
+    "communication": "DDP bucket size, hierarchical all-reduce, gradient compression, static graph",
+    "launch": "gradient accumulation",
+}
+
+
+def _choices(value) -> str:
+    if isinstance(value, list):
+        return ", ".join(value_text(v) for v in value)
+    return word(value)
+
+
+def render(record: dict) -> str:
+    title = "Search space"
+    space = obj(record.get("space"))
+    if not space:
+        return section("space", title, note("Not available: the record holds no search space."))
+    order = [word(g) for g in seq(space.get("order"))]
+    lead = (f'<p>Shaped by the baseline\'s verdict, <strong>{esc(word(space.get("verdict"), "unknown"))}</strong>: '
+            "a knob is searched when it can apply to this script and its group's bottleneck takes at least 5% "
+            "of the step time. Groups in order of their share of step time: "
+            + (esc(" → ".join(order)) if order else "not recorded") + ".</p>")
+    searched = dicts(space.get("searched"))
+    if searched:
+        rows = [("", [esc(word(k.get("name"))), esc(word(k.get("group"))), esc(_choices(k.get("choices"))),
+                      esc(value_text(k.get("baseline")))]) for k in searched]
+        body = table([("knob", "name"), ("group", "l"), ("choices", "l"), ("baseline", "l")], rows,
+                     "The knobs the search varied (meanings in docs/runtime.md); baseline: the script's own "
+                     "setting, unset where the runtime leaves it to the script.")
+    else:
+        body = note("No knob was searched.")
+    excluded = obj(space.get("excluded"))
+    if excluded:
+        rows = [("", [esc(k), esc(word(v, "no reason recorded"))]) for k, v in excluded.items()]
+        body += table([("knob", "name"), ("why it was left out", "l")], rows, "Knobs left out of the search.")
+    else:
+        body += note("No knob was left out.")
+    groups = [g for g in order if g in GROUPS]
+    if groups:
+        body += '<p class="muted">' + esc("; ".join(f"{g}: {GROUPS[g]}" for g in groups)) + ".</p>"
+    return section("space", title, lead + body)

@@ -1,0 +1,101 @@
+"""Trial history: the chart of every trial's value (``tuning_history``) and the table of all trials."""
+
+from __future__ import annotations
+
+from reports.html import esc, figure, note, num, section, table, truncate
+from reports.sections import tuning_history
+from reports.sections.tuning_record import (
+    INFEASIBLE,
+    amount,
+    changes_text,
+    failure_text,
+    last_value,
+    obj,
+    outcome,
+    same_trial,
+    seconds,
+    trials,
+    unit,
+    word,
+)
+
+
+def _recommended(record: dict):
+    rec = obj(record.get("recommendation"))
+    return rec.get("trial") if rec.get("status") == "faster" else None
+
+
+def _value_cell(t: dict) -> str:
+    kind = outcome(t)
+    v = num(t.get("value"))
+    if kind == "pruned":
+        last = last_value(t)
+        return f'<span class="muted">{amount(last)} (last)</span>' if last is not None else "-"
+    if kind == INFEASIBLE:  # a failed run's value is the 0 the sampler was given; an unsafe one's is real
+        return f'<span class="muted">{amount(v)}</span>' if v else "-"
+    return amount(v)
+
+
+def _problem_cell(t: dict) -> str:
+    text = failure_text(t)
+    numerics = obj(t.get("numerics"))
+    if not text and numerics.get("status") == "not-visible" and outcome(t) == "complete":
+        return '<span class="muted">loss not seen: numerics unchecked</span>'
+    if not text:
+        return ""
+    cls = "warn" if outcome(t) == INFEASIBLE else "muted"
+    return f'<span class="{cls}">{esc(truncate(text, 300))}</span>'
+
+
+def trial_table(record: dict) -> str:
+    recommended = _recommended(record)
+    rows = []
+    for t in trials(record):
+        kind = outcome(t)
+        role = word(t.get("role"), "")
+        config = changes_text(t.get("config"), "your settings" if role == "baseline" else "no change")
+        rc = "hl" if recommended is not None and same_trial(t.get("number"), recommended) else (
+            "cut" if kind in ("pruned", "running") else "")
+        state = word(t.get("state"))
+        if kind == INFEASIBLE and state != "failed":
+            state += " (infeasible)"
+        rows.append((rc, [
+            esc(word(t.get("number"))), esc(role or "-"), esc(state), _value_cell(t), esc(truncate(config, 300)),
+            esc(word(t.get("verdict"))), _problem_cell(t), seconds(t.get("duration_s")),
+        ]))
+    return table(
+        [("#", ""), ("role", "l"), ("state", "l"), (f"value ({unit(record)})", ""), ("configuration (changes)", "name"),
+         ("verdict", "l"), ("failure / numerics", "l"), ("time", "")],
+        rows,
+        "Every trial in the study. Value: the throughput over the measured steps (all samples over the whole window); pruned trials show "
+        "the last throughput so far they reported. The highlighted row is the recommendation.",
+    )
+
+
+def render(record: dict) -> str:
+    title = "Trial history"
+    rows = trials(record)
+    if not rows:
+        return section("trials", title, note("Not available: the record holds no trials."))
+    svg, keys = tuning_history.chart(record, _recommended(record))
+    u = unit(record)
+    fig = ""
+    if svg:
+        fig = figure(svg, f"Each trial's value ({u} over its measured steps) by trial number. Pruned trials "
+                     "are drawn at the last throughput so far they reported, infeasible ones (out of memory, crash, "
+                     "timeout, unsafe loss) on the x axis; hover a marker for the trial's configuration and, for "
+                     "a failure, its reason.") + keys
+    else:
+        fig = note("No trial has a value to draw yet.")
+    _, skipped = tuning_history.points(record)
+    if skipped and svg:
+        names = ", ".join(f"{word(t.get('number'))} ({word(t.get('state'))})" for t in skipped)
+        fig += note(f"Not drawn (no value reported): trial {names}.")
+    counts = {}
+    for t in rows:
+        counts[outcome(t)] = counts.get(outcome(t), 0) + 1
+    target = num(obj(record.get("study")).get("trials_target"))
+    summary = (f"{len(rows)} trial" + ("s" if len(rows) != 1 else "")
+               + (f" of {target:.0f} planned" if target is not None else "") + ": "
+               + ", ".join(f"{n} {k}" for k, n in counts.items()) + ".")
+    return section("trials", title, f'<p class="muted">{esc(summary)}</p>' + fig + trial_table(record))

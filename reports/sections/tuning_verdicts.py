@@ -1,0 +1,77 @@
+"""The verdict before and after: the baseline's bottleneck and the recommendation's, each with its
+class shares as a stacked bar (the colours of the bottleneck report's evidence bar)."""
+
+from __future__ import annotations
+
+from reports.html import esc, figure, legend, note, num, pct, section, table
+from reports.palette import CLASS_COLOURS, CLASS_ORDER
+from reports.sections.tuning_record import obj, word
+from reports.svg import open_svg, rect, text
+
+
+def _fractions(part: dict) -> dict[str, float | None]:
+    f = obj(part.get("fractions"))
+    return {c: num(f.get(c)) for c in CLASS_ORDER}
+
+
+def _bars(rows: list[tuple[str, dict]]) -> str:
+    """One 100%-wide stacked bar per run: each class's share of that run's step time."""
+    left, width, h, gap = 110, 760, 26, 10
+    height = 8 + len(rows) * (h + gap) + 18
+    out = [open_svg(left + width + 20, height, "share of step time by class, before and after")]
+    for k, (label, fr) in enumerate(rows):
+        y, x = 8 + k * (h + gap), float(left)
+        out.append(text(left - 8, y + h / 2 + 4, label, "end"))
+        total = sum(max(v or 0.0, 0.0) for v in fr.values())
+        if total <= 0:
+            out.append(text(left + 4, y + h / 2 + 4, "no shares recorded", "start", "lbl"))
+            continue
+        for c in CLASS_ORDER:
+            v = max(fr[c] or 0.0, 0.0)
+            if v <= 0:
+                continue
+            w = v / total * width
+            out.append(rect(x, y, w, h, CLASS_COLOURS[c], f"{label}: {c} {100 * v / total:.1f}%"))
+            caption = f"{c} {100 * v / total:.0f}%"
+            if w > 7 * len(caption):
+                out.append(text(x + w / 2, y + h / 2 + 4, caption, "middle", "lbl"))
+            x += w
+    out.append(text(left + width / 2, height - 4, "share of step time (each bar is 100% of its run's counted steps)",
+                    "middle"))
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _link(path) -> str:
+    return f" ({esc(path)})" if isinstance(path, str) and path.strip() else ""
+
+
+def render(record: dict) -> str:
+    title = "Verdict before and after"
+    base, after = obj(record.get("baseline")), obj(record.get("after"))
+    vb, va = word(base.get("verdict"), "unknown"), word(after.get("verdict"), "unknown")
+    if after:
+        change = (f"The verdict changed from <strong>{esc(vb)}</strong> to <strong>{esc(va)}</strong>." if vb != va
+                  else f"The verdict is unchanged: <strong>{esc(vb)}</strong>.")
+        lead = (f'<p class="verdict">{change}<small>Baseline profile{_link(base.get("summary"))}, '
+                f'recommendation profile{_link(after.get("summary"))}: the bottleneck report of each has the '
+                "details.</small></p>")
+    else:
+        lead = (f'<p class="verdict">Baseline: <strong>{esc(vb)}</strong>.<small>After: not available (no '
+                "recommended configuration was profiled).</small></p>")
+    if not base and not after:
+        return section("verdicts", title, note("Not available: the record holds neither profile."))
+    fb, fa = _fractions(base), _fractions(after)
+    rows = [("baseline", fb)] + ([("recommended", fa)] if after else [])
+    chart = figure(_bars(rows), "Each class's share of the counted steps' total time (all ranks), as in the "
+                   "bottleneck report's evidence bar (docs/metrics.md).")
+    chart += legend([(c, CLASS_COLOURS[c]) for c in CLASS_ORDER])
+    table_rows = []
+    for c in CLASS_ORDER:
+        d = "-"
+        if fb[c] is not None and fa[c] is not None:
+            d = f"{100 * (fa[c] - fb[c]) + 0.0:+.1f} pt"
+        table_rows.append(("", [esc(c), pct(fb[c]), pct(fa[c]) if after else "-", d]))
+    tab = table([("class", "l"), ("baseline", ""), ("recommended", ""), ("change", "")], table_rows,
+                "Share of step time by class; the change in percentage points (pt).")
+    return section("verdicts", title, lead + chart + tab)

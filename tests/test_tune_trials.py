@@ -1,0 +1,74 @@
+"""Trials in isolation: measured throughput, failures recorded as infeasible, nothing left running."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+
+from tunekit import copy_script, wait_no_processes
+from tuner.space import build_space
+from tuner.study import TuningStudy
+from tuner.trial import Pruned, TrialSpec, run_trial
+
+pytestmark = pytest.mark.slow
+
+FACTS = {"cuda": False, "cpu_count": 2, "world_size": 1, "local_world_size": 1, "ddp": None,
+         "dataloader": {"num_workers": 0, "pin_memory": False, "prefetch_factor": None, "iterable": False},
+         "accelerate": {"called": False}}
+
+
+def test_a_trial_measures_samples_per_second_and_its_verdict(tmp_path):
+    script = copy_script("examples/io_bound.py", tmp_path / "s")
+    spec = TrialSpec(script=str(script), script_args=("--steps", "30", "--decode-ms", "2"), warmup_steps=2,
+                     measure_steps=4, profile_steps=2, timeout_s=120)
+    seen = []
+    outcome = run_trial(spec, None, tmp_path / "t", on_step=lambda i, v: seen.append((i, v)))
+    assert outcome.ok, outcome.reason
+    assert outcome.unit == "samples/s" and len(outcome.step_values) == 4
+    assert [i for i, _ in seen] == [0, 1, 2, 3]  # intermediate values arrive while it runs
+    # 16 samples per step, at least 2 ms of decoding each: at most 500 samples/s.
+    assert 0 < outcome.value < 500
+    assert outcome.trace_files and outcome.facts["dataloader"]["num_workers"] == 0
+    assert all(v is not None for v in outcome.losses)
+    assert not wait_no_processes(script)
+
+
+def test_pruned_trial_is_stopped_with_its_processes(tmp_path):
+    script = copy_script("examples/io_bound.py", tmp_path / "s")
+    spec = TrialSpec(script=str(script), script_args=("--steps", "200", "--num-workers", "2"), warmup_steps=1,
+                     measure_steps=100, profile_steps=0, timeout_s=120)
+
+    def prune(index, value):
+        if index == 1:
+            raise Pruned
+
+    outcome = run_trial(spec, None, tmp_path / "t", on_step=prune)
+    assert outcome.status == "pruned" and len(outcome.step_values) == 2
+    assert not wait_no_processes(script), "the pruned trial or its DataLoader workers are still running"
+
+
+def test_oom_and_hang_trials_are_infeasible_and_the_study_completes(tmp_path):
+    script = copy_script("tests/scripts/tune_failing.py", tmp_path / "s")
+    spec = TrialSpec(script=str(script), script_args=("--steps", "40"), warmup_steps=2, measure_steps=3,
+                     profile_steps=0, timeout_s=25)
+    space = build_space(FACTS, {"io": 0.5, "compute": 0.5}, "io-bound")
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=0))
+    session = TuningStudy(study, spec, tmp_path / "trials")
+    session.store_setup(space, {"value": 100.0, "unit": "samples/s", "step_values": [100.0], "losses": [],
+                                "verdict": "io-bound", "fractions": {}, "facts": FACTS}, guess=None)
+    study.enqueue_trial({"num_workers": 2, "prefetch_factor": 8})  # allocates too much
+    study.enqueue_trial({"num_workers": 1, "prefetch_factor": 2})  # hangs
+    study.enqueue_trial({"num_workers": 2, "prefetch_factor": 2})  # fine
+    study.optimize(session.objective, n_trials=3)
+
+    trials = {t.number: t for t in study.get_trials()}
+    oom, hang, fine = trials[1], trials[2], trials[3]
+    assert oom.state == hang.state == fine.state == optuna.trial.TrialState.COMPLETE
+    assert oom.user_attrs["failure"]["kind"] == "oom", oom.user_attrs["failure"]
+    assert "allocate" in oom.user_attrs["failure"]["reason"]
+    assert hang.user_attrs["failure"]["kind"] == "timeout"
+    for t in (oom, hang):
+        assert t.user_attrs["feasible"] is False and t.constraints == {"infeasible": 1.0} and t.value == 0.0
+    assert fine.user_attrs["feasible"] is True and fine.value > 0 and fine.user_attrs["failure"] is None
+    assert fine.constraints == {"infeasible": 0.0}
+    assert not wait_no_processes(script), "a failed trial left processes behind"

@@ -1,0 +1,137 @@
+"""The search space: which knobs apply, how the verdict orders and shapes it, the guess, numerics."""
+
+from __future__ import annotations
+
+import math
+
+import optuna
+import pytest
+
+from tuner.confirm import confirm_candidates
+from tuner.numerics import check_losses
+from tuner.pruner import SlowerThanBestPruner
+from tuner.space import SearchSpace, build_space, rule_based_guess
+
+CPU_LOADER = {"cuda": False, "cpu_count": 2, "world_size": 1, "local_world_size": 1,
+              "dataloader": {"num_workers": 0, "pin_memory": False, "prefetch_factor": None, "iterable": False},
+              "accelerate": {"called": False}, "ddp": None}
+IO = {"io": 0.86, "comm": 0.0, "launch": 0.02, "compute": 0.12, "other": 0.0}
+COMM = {"io": 0.0, "comm": 0.3, "launch": 0.02, "compute": 0.68, "other": 0.0}
+
+
+def names(space: SearchSpace) -> list[str]:
+    return [k.name for k in space.knobs]
+
+
+def test_io_bound_cpu_script_searches_the_loader_and_says_why_the_rest_is_left_out():
+    space = build_space(CPU_LOADER, IO, "io-bound")
+    assert names(space) == ["num_workers", "prefetch_factor"]
+    assert space.order[0] == "input"
+    assert "no GPU" in space.excluded["pin_memory"]
+    assert "perfscope.accelerate" in space.excluded["amp_level"]
+    assert "DistributedDataParallel" in space.excluded["bucket_cap_mb"]
+    assert space.baseline_params == {"num_workers": 0, "prefetch_factor": 2}
+    guess = rule_based_guess(space, CPU_LOADER)
+    assert guess["num_workers"] >= 2 and guess["prefetch_factor"] == 4
+
+
+def test_comm_bound_ddp_run_searches_bucket_size_and_hierarchical_allreduce():
+    facts = {"cuda": False, "cpu_count": 2, "world_size": 2, "local_world_size": 2, "dataloader": None,
+             "accelerate": {"called": False}, "ddp": {"bucket_cap_mb": 25.0, "static_graph": False}}
+    space = build_space(facts, COMM, "comm-bound")
+    assert names(space)[:2] == ["bucket_cap_mb", "hierarchical_allreduce"]
+    assert space.baseline_params["bucket_cap_mb"] == 25.0
+    assert "no torch DataLoader" in space.excluded["num_workers"]
+    guess = rule_based_guess(space, facts)
+    assert guess["bucket_cap_mb"] == 100.0
+    # The trial's configuration holds only what changes.
+    assert space.to_config(guess).changes() == {"bucket_cap_mb": 100.0}
+
+
+def test_small_bottleneck_groups_are_left_out_with_their_share():
+    facts = dict(CPU_LOADER, accelerate={"called": True, "optimizer": True, "loader": True})
+    compute = {"io": 0.01, "comm": 0.0, "launch": 0.02, "compute": 0.97, "other": 0.0}
+    space = build_space(facts, compute, "compute-bound")
+    assert names(space)[0] == "amp_level"
+    assert "1%" in space.excluded["num_workers"]
+    assert "grad_accum_steps" in space.excluded  # launch 2% < 5%
+
+
+def test_gpu_facts_open_the_gpu_knobs():
+    facts = {"cuda": True, "cuda_capability": [9, 0], "bf16_supported": True, "cpu_count": 16, "world_size": 1,
+             "dataloader": {"num_workers": 2, "pin_memory": False, "prefetch_factor": 2, "iterable": False},
+             "accelerate": {"called": True, "optimizer": True, "loader": True}, "ddp": None,
+             "tf32": False, "cudnn_benchmark": False}
+    space = build_space(facts, {"io": 0.3, "compute": 0.6, "launch": 0.1}, "compute-bound")
+    for name in ("amp_level", "amp_dtype", "tf32", "cudnn_benchmark", "pin_memory", "device_prefetch", "num_workers"):
+        assert name in names(space), name
+    assert space.order[:2] == ["precision", "input"]
+    old = dict(facts, cuda_capability=[7, 0])
+    assert "TF32" in build_space(old, {"compute": 1.0}, "compute-bound").excluded["tf32"]
+
+
+def test_iterable_dataset_keeps_workers_out():
+    facts = dict(CPU_LOADER, dataloader=dict(CPU_LOADER["dataloader"], iterable=True))
+    space = build_space(facts, IO, "io-bound")
+    assert "duplicate" in space.excluded["num_workers"]
+    assert not space.knobs
+
+
+def test_space_round_trips_through_json_and_suggests_conditionally():
+    space = build_space(CPU_LOADER, IO, "io-bound")
+    again = SearchSpace.from_json(space.to_json())
+    assert again.describe() == space.describe()
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed=1))
+    seen_zero = False
+    for _ in range(30):
+        trial = study.ask()
+        params = again.suggest(trial)
+        config = again.to_config(params)
+        if params["num_workers"] == 0:
+            seen_zero = True
+            assert config.prefetch_factor is None  # no prefetch without workers
+        study.tell(trial, 1.0)
+    assert seen_zero
+
+
+def test_numerics_guard():
+    base = [2.30, 2.28, 2.25]
+    assert check_losses(base, [2.31, 2.27, 2.26]).status == "ok"
+    assert check_losses(base, [2.3, math.nan, 2.2]).status == "unsafe"
+    assert check_losses(base, [5.0, 6.0, 7.0]).status == "unsafe"
+    assert check_losses(base, [None, None]).status == "not-visible"
+    assert check_losses([], [2.3]).status == "not-visible"
+
+
+def test_pruner_stops_only_clearly_slower_trials_after_its_warmup():
+    study = optuna.create_study(direction="maximize", pruner=SlowerThanBestPruner(ratio=0.7, warmup_steps=2))
+    study.add_trial(optuna.trial.create_trial(value=100.0, user_attrs={"feasible": True}))
+    study.add_trial(optuna.trial.create_trial(value=1000.0, user_attrs={"feasible": False}))  # unsafe: ignored
+    slow, close = study.ask(), study.ask()
+    slow.report(50.0, 0)
+    assert not slow.should_prune()  # one step: too early
+    slow.report(50.0, 1)
+    assert slow.should_prune()
+    close.report(80.0, 0)
+    close.report(80.0, 1)
+    assert not close.should_prune()
+    with pytest.raises(ValueError):
+        SlowerThanBestPruner(ratio=1.5)
+
+
+def test_confirm_candidates_shares_the_baseline_and_drops_failed_candidates():
+    calls = []
+
+    def run(name, value):
+        def f():
+            calls.append(name)
+            return value
+        return f
+
+    rng = iter([1.0, 1.01, 0.99, 1.02, 1.0])
+    results = confirm_candidates(lambda: calls.append("B") or next(rng),
+                                 {"fast": run("fast", 2.0), "broken": run("broken", None)}, rounds=5)
+    assert calls[:3] == ["B", "fast", "broken"] and calls.count("broken") == 1 and calls.count("B") == 5
+    assert results["broken"] is None
+    assert results["fast"].faster and results["fast"].speedup == pytest.approx(2.0 / math.exp(
+        sum(math.log(v) for v in [1.0, 1.01, 0.99, 1.02, 1.0]) / 5), rel=1e-9)

@@ -1,0 +1,63 @@
+"""The progress bar of a running search: trials done, best so far, time left (tqdm, on stderr)."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import optuna
+from optuna.trial import TrialState
+
+
+class Progress:
+    """A tqdm bar advanced by an Optuna callback after each trial.
+
+    Args:
+        session: The :class:`tuner.study.TuningStudy` (for the best value and the unit).
+        options: The :class:`tuner.tune.TuneOptions` (trial target and time budget).
+        started: ``time.monotonic()`` at the start of the tuning (the budget counts from it).
+        enabled: False: no bar (e.g. output is not a terminal and the user asked for quiet).
+    """
+
+    def __init__(self, session, options, started: float, *, enabled: bool = True) -> None:
+        self.session = session
+        self.options = options
+        self.started = started
+        self.enabled = enabled
+        self.bar = None
+
+    def __enter__(self):
+        if self.enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=self.options.trials, initial=self.session.finished_count(), unit="trial",
+                            desc="perfscope tune", file=sys.stderr, dynamic_ncols=True, leave=True)
+            self._postfix()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+    def update(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        """Optuna callback: one more trial ended."""
+        if self.bar is None:
+            return
+        if trial.state in (TrialState.COMPLETE, TrialState.PRUNED):
+            self.bar.n = min(self.options.trials, self.session.finished_count())
+        self._postfix(trial)
+        self.bar.refresh()
+
+    def _postfix(self, trial: optuna.trial.FrozenTrial | None = None) -> None:
+        from tuner.pruner import best_feasible_value
+
+        unit = (self.session.baseline or {}).get("unit", "samples/s")
+        best = best_feasible_value(self.session.study)
+        parts = {"best": f"{best:.4g} {unit}" if best is not None else "-"}
+        if self.options.time_budget_s is not None:
+            left = self.options.time_budget_s - (time.monotonic() - self.started)
+            parts["left"] = f"{max(0.0, left):.0f} s"
+        if trial is not None:
+            failure = trial.user_attrs.get("failure") or {}
+            parts["last"] = failure.get("kind") or trial.state.name.lower()
+        self.bar.set_postfix(parts, refresh=False)

@@ -1,0 +1,111 @@
+"""The tuning record (``tune.json``, schema ``perfscope.tune`` v1) and the files written from it.
+
+The schema is documented in ``docs/tune.md``; the record is built from the study, so a resumed or
+shared study gives the same trial list to every worker.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from pathlib import Path
+
+import orjson
+from optuna.trial import TrialState
+
+from perfscope import __version__
+from perfscope.atomic import write_bytes_atomic
+from perfscope.siblings import import_sibling
+
+SCHEMA = "perfscope.tune"
+SCHEMA_VERSION = 1
+_STATES = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned", TrialState.FAIL: "failed",
+           TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}
+
+
+def _finite(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+
+def trial_entry(t) -> dict:
+    """One trial of the study as a ``tune.json`` entry."""
+    attrs = t.user_attrs
+    failure = attrs.get("failure")
+    if t.state == TrialState.FAIL and not failure:
+        failure = {"kind": "crash", "reason": t.system_attrs.get("fail_reason") or "the trial raised an error in perfscope"}
+    if t.state == TrialState.PRUNED:
+        value = t.intermediate_values[t.last_step] if t.last_step is not None else None
+    else:
+        value = t.value
+    return {
+        "number": t.number,
+        "state": _STATES.get(t.state, t.state.name.lower()),
+        "role": attrs.get("role", "search"),
+        "params": dict(t.params),
+        "config": attrs.get("config") or {},
+        "value": _finite(value),
+        "step_values": [v for v in (_finite(x) for x in attrs.get("step_values") or []) if v is not None],
+        "feasible": bool(attrs.get("feasible")) and t.state == TrialState.COMPLETE,
+        "failure": failure,
+        "numerics": attrs.get("numerics") or {"status": "not-visible", "detail": "not measured"},
+        "verdict": attrs.get("verdict"),
+        "duration_s": _finite(attrs.get("duration_s")),
+    }
+
+
+def importances(study) -> dict | None:
+    """Optuna's parameter importances (fANOVA) over the complete trials, or None when too few."""
+    import optuna
+
+    complete = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    if len(complete) < 3 or not any(len(t.distributions) for t in complete):
+        return None
+    try:
+        return {k: float(v) for k, v in optuna.importance.get_param_importances(study).items()}
+    except (RuntimeError, ValueError, ZeroDivisionError):
+        return None  # e.g. every trial has the same parameters
+
+
+def build(*, options, session, storage: str, notes: list[str], confirmation: dict | None = None,
+          recommendation: dict | None = None, after: dict | None = None) -> dict:
+    """The ``tune.json`` record of the study as it stands."""
+    baseline = dict(session.baseline or {})
+    trials = [trial_entry(t) for t in session.study.get_trials(deepcopy=False)]
+    base_trial = next((t["number"] for t in trials if t["role"] == "baseline"), None)
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "perfscope_version": __version__,
+        "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        "script": options.script,
+        "args": list(options.script_args),
+        "nproc_per_node": options.nproc_per_node,
+        "study": {"name": options.study_name, "storage": storage, "trials_target": options.trials,
+                  "direction": "maximize"},
+        "objective": {"unit": baseline.get("unit", "samples/s"), "warmup_steps": options.warmup_steps,
+                      "measure_steps": options.measure_steps, "statistic": "window"},
+        "baseline": {"trial": base_trial, "value": _finite(baseline.get("value")), "verdict": baseline.get("verdict"),
+                     "fractions": baseline.get("fractions"), "summary": baseline.get("summary"),
+                     "report": baseline.get("report")},
+        "space": session.space.describe() if session.space is not None else None,
+        "trials": trials,
+        "importances": importances(session.study),
+        "confirmation": confirmation,
+        "recommendation": recommendation,
+        "after": after,
+        "notes": list(notes),
+    }
+
+
+def write_outputs(out_dir: Path, record: dict, best: Path | None) -> dict[str, Path]:
+    """Write ``tune.json`` and ``report.html`` (each atomically); returns the paths by name."""
+    out = Path(out_dir)
+    if best is not None:
+        try:
+            record["best_config"] = str(Path(best).resolve().relative_to(out.resolve()))
+        except ValueError:
+            record["best_config"] = str(Path(best).resolve())
+    paths = {"record": write_bytes_atomic(out / "tune.json", orjson.dumps(record, option=orjson.OPT_INDENT_2))}
+    reports = import_sibling("reports")
+    paths["report"] = reports.write_tuning(record, out / "report.html")
+    return paths

@@ -1,0 +1,230 @@
+"""The tuning study: a plain Optuna study whose trials run the script through :mod:`tuner.trial`.
+
+State lives here: the Optuna study, the search space stored in it (so every worker and every
+resumed run searches the same one), the baseline, and the trial folders. Each trial keeps, as
+user attributes: ``role`` (baseline, guess, search), ``config`` (the changes it applies),
+``step_values`` (throughput per measured step), ``unit``, ``failure`` (kind and reason),
+``numerics``, ``verdict`` and ``fractions`` of its profiled steps, ``worker`` (host and pid) and
+``feasible``. Infeasible trials (a failure, or an unsafe loss) carry a violated Optuna
+constraint, so the sampler learns from them.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from perfscope.errors import PerfscopeError
+from tuner.numerics import check_losses
+from tuner.pruner import FEASIBLE_ATTR
+from tuner.space import SearchSpace
+from tuner.trial import Pruned, TrialOutcome, TrialSpec, cleanup_traces, run_trial
+
+SPACE_ATTR = "perfscope.space"
+BASELINE_ATTR = "perfscope.baseline"
+REQUEUED_ATTR = "perfscope.requeued"
+# The trial's Optuna constraint (``Trial.set_constraint``): 1 when it failed or was unsafe, 0 when
+# feasible; Optuna's samplers read it, so they learn which regions fail.
+CONSTRAINT = "infeasible"
+
+
+def worker_id() -> dict:
+    """This worker's identity, kept on its trials (to recognise trials of a dead worker)."""
+    return {"host": socket.gethostname(), "pid": os.getpid()}
+
+
+def trial_verdict(outcome: TrialOutcome) -> tuple[str | None, dict | None, dict | None]:
+    """(verdict, fractions, summary) of a trial's profiled steps, or Nones without a usable trace."""
+    if not outcome.trace_files:
+        return None, None, None
+    from perfscope.analysis.run import analyze_files
+
+    try:
+        analysis = analyze_files(outcome.trace_files, run_info={"source": "perfscope tune trial"})
+        summary = analysis.summary()
+    except (PerfscopeError, ValueError, OSError):
+        return None, None, None
+    overall = summary.get("overall") or {}
+    return overall.get("verdict"), overall.get("fractions"), summary
+
+
+class TuningStudy:
+    """One worker's view of a tuning study.
+
+    Args:
+        study: The Optuna study (maximize), opened on its storage.
+        spec: How trials run.
+        work_dir: Folder for trial records (one sub-folder per trial, reused).
+    """
+
+    def __init__(self, study: optuna.Study, spec: TrialSpec, work_dir: Path) -> None:
+        self.study = study
+        self.spec = spec
+        self.work_dir = Path(work_dir)
+        self.space: SearchSpace | None = None
+        self.baseline: dict | None = None
+
+    # ------------------------------------------------------------------ setup
+    def load_setup(self) -> bool:
+        """Read the space and baseline another worker (or an earlier run) stored; False if none."""
+        attrs = self.study.user_attrs
+        if SPACE_ATTR not in attrs or BASELINE_ATTR not in attrs:
+            return False
+        self.space = SearchSpace.from_json(attrs[SPACE_ATTR])
+        self.baseline = attrs[BASELINE_ATTR]
+        return True
+
+    def wait_for_setup(self, timeout_s: float, poll_s: float = 2.0) -> bool:
+        """Wait until another worker stored the space and baseline; False after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.load_setup():
+                return True
+            time.sleep(poll_s)
+        return self.load_setup()
+
+    def store_setup(self, space: SearchSpace, baseline: dict, guess: dict | None) -> None:
+        """Record the space and the baseline as trial 0, and enqueue the rule-based guess."""
+        self.space, self.baseline = space, baseline
+        self.study.set_user_attr(SPACE_ATTR, space.to_json())
+        self.study.add_trial(optuna.trial.create_trial(
+            params=space.baseline_params,
+            distributions=space.distributions,
+            value=baseline["value"],
+            user_attrs={"role": "baseline", "config": {}, "step_values": baseline["step_values"],
+                        "unit": baseline["unit"], "verdict": baseline.get("verdict"),
+                        "fractions": baseline.get("fractions"), "numerics": {"status": "ok", "detail": "the reference"},
+                        FEASIBLE_ATTR: True, "worker": worker_id(),
+                        "duration_s": baseline.get("duration_s")},
+            constraints={CONSTRAINT: 0.0},
+        ))
+        if guess is not None:
+            self.study.enqueue_trial(guess, user_attrs={"role": "guess"}, skip_if_exists=True)
+        # Last: its presence tells other workers the setup is complete.
+        self.study.set_user_attr(BASELINE_ATTR, baseline)
+
+    def loader_settings(self, config) -> dict:
+        """``loader_workers`` and ``prefetch_factor`` a configuration runs with (its own settings,
+        else the baseline's), as keyword arguments of :func:`tuner.trial.run_trial`."""
+        loader = ((self.baseline or {}).get("facts") or {}).get("dataloader") or {}
+        workers, prefetch = loader.get("num_workers"), loader.get("prefetch_factor")
+        if config is not None and config.num_workers is not None:
+            workers = config.num_workers
+        if config is not None and config.prefetch_factor is not None:
+            prefetch = config.prefetch_factor
+        return {"loader_workers": workers, "prefetch_factor": prefetch}
+
+    # ------------------------------------------------------------------ resume
+    def requeue_lost_trials(self) -> list[int]:
+        """Queue again the trials an interrupted or killed run of this host left unfinished.
+
+        A RUNNING trial whose worker ran on this host and is gone (the run was killed) is failed
+        first. Trials failed as ``interrupted`` (Ctrl-C) are queued again once each. Trials of
+        other hosts are left to the storage's heartbeat.
+
+        Returns:
+            The numbers of the trials queued again.
+        """
+        host = socket.gethostname()
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            worker = t.user_attrs.get("worker") or {}
+            if worker.get("host") == host and not _alive(int(worker.get("pid") or 0)):
+                self.study._storage.set_trial_user_attr(t._trial_id, "failure",
+                                                        {"kind": "interrupted", "reason": "its worker was killed"})
+                self.study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        done = set(self.study.user_attrs.get(REQUEUED_ATTR, []))
+        queued = []
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
+            failure = t.user_attrs.get("failure") or {}
+            if failure.get("kind") == "interrupted" and t.number not in done and t.params:
+                self.study.enqueue_trial(t.params, user_attrs={"role": t.user_attrs.get("role", "search")},
+                                         skip_if_exists=True)
+                queued.append(t.number)
+        if queued:
+            self.study.set_user_attr(REQUEUED_ATTR, sorted(done | set(queued)))
+        return queued
+
+    # ------------------------------------------------------------------ trials
+    def finished_count(self) -> int:
+        """Trials that count towards the study's target: complete or pruned, baseline included."""
+        return len(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+
+    def objective(self, trial: optuna.Trial) -> float:
+        """Run one trial; returns its value (0 for a failure, which is marked infeasible).
+
+        Raises:
+            optuna.TrialPruned: the pruner stopped it.
+            KeyboardInterrupt: Ctrl-C (the trial is marked ``interrupted`` and re-queued later).
+        """
+        assert self.space is not None and self.baseline is not None
+        trial.set_user_attr("worker", worker_id())
+        if "role" not in trial.user_attrs:
+            trial.set_user_attr("role", "search")
+        params = self.space.suggest(trial)
+        config = self.space.to_config(params)
+        trial.set_user_attr("config", config.changes())
+
+        def report(index: int, running_median: float) -> None:
+            trial.report(running_median, index)
+            if trial.should_prune():
+                raise Pruned
+
+        try:
+            outcome = run_trial(self.spec, config, self.work_dir / f"trial-{trial.number}", on_step=report,
+                                **self.loader_settings(config))
+        except KeyboardInterrupt:
+            trial.set_user_attr("failure", {"kind": "interrupted", "reason": "stopped by Ctrl-C"})
+            raise
+        trial.set_user_attr("step_values", outcome.step_values)
+        trial.set_user_attr("unit", outcome.unit)
+        trial.set_user_attr("duration_s", round(outcome.duration_s, 3))
+        if outcome.status == "pruned":
+            trial.set_user_attr(FEASIBLE_ATTR, True)
+            trial.set_constraint(CONSTRAINT, 0.0)
+            raise optuna.TrialPruned(outcome.reason)
+        return self.record_outcome(trial, outcome)
+
+    def record_outcome(self, trial: optuna.Trial, outcome: TrialOutcome) -> float:
+        """Store a finished trial's verdict, numerics and feasibility; returns its value."""
+        verdict, fractions, _ = trial_verdict(outcome)
+        cleanup_traces(outcome)
+        trial.set_user_attr("verdict", verdict)
+        trial.set_user_attr("fractions", fractions)
+        failure = None if outcome.ok else {"kind": outcome.status, "reason": outcome.reason}
+        if outcome.ok:
+            # The same steps in both (trials with DataLoader workers warm up longer).
+            first, last = self.spec.warmup_steps, self.spec.warmup_steps + self.spec.measure_steps
+            numerics = check_losses((self.baseline.get("losses") or [])[first:last], outcome.losses[first:last])
+            trial.set_user_attr("numerics", numerics.to_dict())
+            if numerics.unsafe:
+                failure = {"kind": "unsafe", "reason": numerics.detail}
+        feasible = failure is None
+        trial.set_user_attr("failure", failure)
+        trial.set_user_attr(FEASIBLE_ATTR, feasible)
+        trial.set_constraint(CONSTRAINT, 0.0 if feasible else 1.0)
+        if outcome.value is None or (failure is not None and failure["kind"] != "unsafe"):
+            return 0.0
+        return float(outcome.value)
+
+    def feasible_trials(self) -> list[optuna.trial.FrozenTrial]:
+        """Complete feasible trials, best first."""
+        trials = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                  if t.user_attrs.get(FEASIBLE_ATTR) and t.value is not None]
+        return sorted(trials, key=lambda t: -t.value)
+
+
+def _alive(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

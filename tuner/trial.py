@@ -1,0 +1,383 @@
+"""One trial: the script in its own process, measured, under a timeout, and never left running.
+
+A trial starts ``python -m perfscope.collect.measure`` (through ``torch.distributed.run`` for
+several ranks) in a new session with the trial's configuration in ``$PERFSCOPE_CONFIG``. The
+measurement writes one JSON line per finished step and rank (``rank<R>.steps.jsonl``), which this
+module reads while the script runs: each new measured step gives the running median throughput to
+``on_step`` (the pruner's intermediate value). At the end each rank leaves ``rank<R>.json`` with
+its exit status, losses, facts about the run and its trace. Whatever happens -- pruned, timed out,
+Ctrl-C, an error here -- the whole process group is stopped (SIGTERM, then SIGKILL) before
+:func:`run_trial` returns or raises.
+
+Throughput of measured step ``s``: the samples all ranks fetched in ``s`` divided by the longest
+rank's duration of ``s`` (samples/s); steps/s (1 / longest duration) when no batch size is seen.
+A trial's value is the throughput of its whole measured window: all its samples (or steps) over
+the sum of its step durations. Not the median of the per-step values: N DataLoader workers tend to
+deliver N batches at once, so most steps find a batch ready and a few wait for the next burst; the
+median step then overstates the throughput by up to N times (measured on examples/io_bound.py with
+4 workers: median 2300 samples/s, window 1070 samples/s).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from perfscope.collect.launch import child_env, signal_group
+from perfscope.runtime.config import CONFIG_ENV, AccelConfig, save_config
+
+POLL_S = 0.1
+# Seconds the group gets after SIGTERM before SIGKILL: torchrun needs a moment to stop its ranks.
+TERM_GRACE_S = {False: 3.0, True: 10.0}
+FAILURE_KINDS = ("oom", "crash", "timeout", "too-few-steps", "unsafe", "interrupted")
+_OOM = re.compile(r"out of memory|OutOfMemoryError|MemoryError|can't allocate memory|Cannot allocate memory", re.IGNORECASE)
+
+
+class Pruned(Exception):
+    """Raised by an ``on_step`` callback to stop a trial that is clearly slower."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialSpec:
+    """How every trial of a study runs the script.
+
+    Attributes:
+        script: Absolute path of the training script.
+        script_args: Its arguments.
+        nproc_per_node: Ranks launched through ``torch.distributed.run``, or None for one process.
+        warmup_steps: Steps run first and not counted (worker start-up, allocator, autotuning).
+        measure_steps: Steps whose throughput is measured (>= 1).
+        profile_steps: Steps profiled after the measured ones (0: none) for the trial's verdict.
+        seed: Seed of Python, NumPy and torch before the script runs.
+        timeout_s: Wall-clock limit of one trial (seconds), start-up included.
+    """
+
+    script: str
+    script_args: tuple[str, ...]
+    nproc_per_node: int | None = None
+    warmup_steps: int = 3
+    measure_steps: int = 8
+    profile_steps: int = 2
+    seed: int = 0
+    timeout_s: float = 600.0
+
+
+@dataclasses.dataclass
+class TrialOutcome:
+    """What one trial measured, or why it failed.
+
+    Attributes:
+        status: ``ok`` or a failure kind: ``oom``, ``crash``, ``timeout``, ``too-few-steps``,
+            ``pruned``, ``interrupted``.
+        reason: One line for a failure (None when ok).
+        step_values: Throughput of each measured step seen (samples/s or steps/s).
+        step_samples: Samples of each measured step over all ranks (None: unknown).
+        step_seconds: Duration of each measured step, longest rank (seconds).
+        unit: ``samples/s`` or ``steps/s``.
+        losses: Rank 0's loss of every step from step 1 (None where none was seen).
+        facts: Rank 0's facts about the run (see ``perfscope.collect.measure``).
+        trace_files: Traces of the profiled steps, one per rank that wrote one.
+        data_wait: Share of rank 0's measured time spent waiting in DataLoader fetches.
+        duration_s: Wall time of the trial (seconds).
+        exit_code: Exit status of the process (or launcher).
+        config_applied: Rank 0's report of what the configuration changed.
+    """
+
+    status: str
+    reason: str | None = None
+    step_values: list[float] = dataclasses.field(default_factory=list)
+    step_samples: list[int | None] = dataclasses.field(default_factory=list)
+    step_seconds: list[float] = dataclasses.field(default_factory=list)
+    unit: str = "samples/s"
+    losses: list[float | None] = dataclasses.field(default_factory=list)
+    facts: dict = dataclasses.field(default_factory=dict)
+    trace_files: list[Path] = dataclasses.field(default_factory=list)
+    data_wait: float | None = None
+    duration_s: float = 0.0
+    exit_code: int | None = None
+    config_applied: dict | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @property
+    def value(self) -> float | None:
+        """The trial's objective: throughput over its measured steps (None without any)."""
+        return window_throughput(self.step_samples, self.step_seconds)
+
+
+def window_throughput(samples: Sequence[int | None], seconds: Sequence[float]) -> float | None:
+    """Samples per second over a window of steps (steps per second when a step's batch size is unknown).
+
+    Args:
+        samples: Samples of each step over all ranks, None where unknown.
+        seconds: Duration of each step (seconds, > 0).
+    """
+    total = sum(seconds)
+    if not seconds or total <= 0:
+        return None
+    if all(isinstance(n, int) for n in samples):
+        return sum(samples) / total
+    return len(seconds) / total
+
+
+def measure_command(spec: TrialSpec, record_dir: Path, config_path: str | None, profile_steps: int) -> list[str]:
+    """The command line of one trial (the launcher's, for several ranks)."""
+    own = ["-m", "perfscope.collect.measure", "--record-dir", str(record_dir),
+           "--warmup-steps", str(spec.warmup_steps), "--measure-steps", str(spec.measure_steps),
+           "--profile-steps", str(profile_steps), "--seed", str(spec.seed)]
+    if config_path is not None:
+        own += ["--config", config_path]
+    own += ["--", spec.script, *spec.script_args]
+    if spec.nproc_per_node is None:
+        return [sys.executable, *own]
+    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            f"--nproc-per-node={spec.nproc_per_node}", *own]
+
+
+MAX_PREFILL_STEPS = 64  # bound on the extra warm-up steps that drain a DataLoader's prefetch buffer
+
+
+def measure_steps_for(measure_steps: int, loader_workers: int | None) -> int:
+    """Measured steps for a trial whose DataLoader has ``loader_workers`` workers: ``measure_steps``
+    rounded up to a whole number of worker rounds, so the window holds as many burst-waiting steps
+    as a long run does (each worker delivers one batch per round, nearly together)."""
+    if not loader_workers or loader_workers <= 1:
+        return measure_steps
+    return -(-measure_steps // loader_workers) * loader_workers
+
+
+def warmup_steps_for(warmup_steps: int, loader_workers: int | None, prefetch_factor: int | None) -> int:
+    """Warm-up steps for a trial whose DataLoader has workers: ``warmup_steps`` plus the batches
+    its workers can have ready before the first step (``workers * prefetch_factor``, at most
+    ``MAX_PREFILL_STEPS``). Batches loaded during the script's setup would otherwise be consumed
+    in the measured window, for free, and overstate the throughput."""
+    if not loader_workers:
+        return warmup_steps
+    return warmup_steps + min(MAX_PREFILL_STEPS, loader_workers * (prefetch_factor or 2))
+
+
+def run_trial(
+    spec: TrialSpec,
+    config: AccelConfig | None,
+    work_dir: Path,
+    *,
+    on_step: Callable[[int, float], None] | None = None,
+    profile_steps: int | None = None,
+    loader_workers: int | None = None,
+    prefetch_factor: int | None = None,
+) -> TrialOutcome:
+    """Run and measure one configuration.
+
+    Args:
+        spec: How trials run.
+        config: The configuration to apply (None or no changes: the script as it is).
+        work_dir: A folder for this trial's records, log and traces (created; emptied first).
+        on_step: Called after each measured step with ``(index from 0, running median)``; it may
+            raise :class:`Pruned` to stop the trial.
+        profile_steps: Overrides ``spec.profile_steps`` (e.g. 0 for confirmation runs).
+        loader_workers, prefetch_factor: The DataLoader settings this trial runs with, when
+            known: the warm-up drains the workers' prefetched batches (:func:`warmup_steps_for`)
+            and the measured window is a whole number of worker rounds (:func:`measure_steps_for`).
+
+    Returns:
+        The :class:`TrialOutcome`; failures of the script are outcomes, not exceptions.
+
+    Raises:
+        KeyboardInterrupt: after stopping the trial's processes.
+        OSError: the work folder cannot be written.
+    """
+    work_dir = Path(work_dir)
+    spec = dataclasses.replace(spec, measure_steps=measure_steps_for(spec.measure_steps, loader_workers),
+                               warmup_steps=warmup_steps_for(spec.warmup_steps, loader_workers, prefetch_factor))
+    shutil.rmtree(work_dir, ignore_errors=True)
+    record_dir = work_dir / "records"
+    record_dir.mkdir(parents=True)
+    config_path = None
+    if config is not None and config.changes():
+        config_path = str(save_config(config, work_dir / "config.yaml", only_changes=True).resolve())
+    env = child_env(config_path)
+    if config_path is None:
+        env.pop(CONFIG_ENV, None)  # the baseline runs as the user runs it
+    profile = spec.profile_steps if profile_steps is None else profile_steps
+    command = measure_command(spec, record_dir, config_path, profile)
+    ranks = spec.nproc_per_node or 1
+    readers = [_StepReader(record_dir / f"rank{r}.steps.jsonl") for r in range(ranks)]
+    values: list[float] = []
+    samples: list[int | None] = []
+    seconds: list[float] = []
+    unit = "samples/s"
+    status, reason = None, None
+    started = time.monotonic()
+    with open(work_dir / "output.log", "wb") as log:
+        proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        try:
+            while True:
+                exited = proc.poll() is not None
+                for step_samples, step_seconds in _new_measured(readers, len(values)):
+                    samples.append(step_samples)
+                    seconds.append(step_seconds)
+                    values.append((step_samples if step_samples is not None else 1) / step_seconds)
+                    unit = "samples/s" if all(n is not None for n in samples) else "steps/s"
+                    if on_step is not None:
+                        on_step(len(values) - 1, window_throughput(samples, seconds))
+                if exited:
+                    break
+                if time.monotonic() - started > spec.timeout_s:
+                    status, reason = "timeout", f"no result within the trial timeout of {spec.timeout_s:.0f} s"
+                    break
+                time.sleep(POLL_S)
+        except Pruned:
+            status, reason = "pruned", "clearly slower than the best trial so far"
+        except KeyboardInterrupt:
+            _stop(proc, spec.nproc_per_node is not None)
+            raise
+        finally:
+            _stop(proc, spec.nproc_per_node is not None)
+    if unit == "steps/s":  # one rank or step without a batch size: count steps throughout
+        values = [1.0 / t for t in seconds]
+    outcome = TrialOutcome(status=status or "ok", reason=reason, step_values=values, step_samples=samples,
+                           step_seconds=seconds, unit=unit,
+                           duration_s=time.monotonic() - started, exit_code=proc.returncode)
+    _read_results(outcome, record_dir, ranks, work_dir / "output.log", spec)
+    return outcome
+
+
+def _stop(proc: subprocess.Popen, launched: bool) -> None:
+    """Stop the trial's whole process group: SIGTERM, then SIGKILL after a grace period."""
+    if proc.poll() is None:
+        signal_group(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=TERM_GRACE_S[launched])
+        except subprocess.TimeoutExpired:
+            pass
+    # DataLoader workers and anything else the script started in the group.
+    signal_group(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+class _StepReader:
+    """Reads the complete lines a rank has appended to its steps file so far."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.measured: list[dict] = []
+
+    def poll(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except FileNotFoundError:
+            return
+        end = data.rfind(b"\n")
+        if end < 0:
+            return
+        self.offset += end + 1
+        for line in data[: end + 1].splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and record.get("measured"):
+                self.measured.append(record)
+
+
+def _new_measured(readers: Sequence[_StepReader], done: int) -> list[tuple[int | None, float]]:
+    """(samples over all ranks or None, longest rank's seconds) of the measured steps every rank
+    has finished beyond the first ``done``."""
+    for reader in readers:
+        reader.poll()
+    complete = min(len(r.measured) for r in readers)
+    out = []
+    for i in range(done, complete):
+        records = [r.measured[i] for r in readers]
+        longest = max(1e-9, max(float(rec.get("seconds") or 0.0) for rec in records))
+        samples = [rec.get("samples") for rec in records]
+        known = all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in samples)
+        out.append((sum(samples) if known else None, longest))
+    return out
+
+
+def _read_results(outcome: TrialOutcome, record_dir: Path, ranks: int, log: Path, spec: TrialSpec) -> None:
+    results = {}
+    for rank in range(ranks):
+        try:
+            results[rank] = json.loads((record_dir / f"rank{rank}.json").read_text())
+        except (OSError, ValueError):
+            continue
+    rank0 = results.get(0, {})
+    outcome.facts = rank0.get("facts") or {}
+    outcome.config_applied = rank0.get("config_applied")
+    outcome.losses = list(rank0.get("losses") or [])
+    outcome.trace_files = [Path(r["trace"]) for r in results.values() if r.get("trace") and Path(r["trace"]).is_file()]
+    measured = [rec for rec in _read_jsonl(record_dir / "rank0.steps.jsonl") if rec.get("measured")]
+    total = sum(float(rec.get("seconds") or 0) for rec in measured)
+    if total > 0:
+        outcome.data_wait = sum(float(rec.get("data_wait_s") or 0) for rec in measured) / total
+    if outcome.status != "ok":
+        return
+    failed = [(r, d) for r, d in sorted(results.items()) if d.get("error")]
+    if outcome.exit_code != 0 or failed:
+        _, first_failure = failed[0] if failed else (None, {})
+        message = first_failure.get("error") or _log_tail(log) or f"exited with status {outcome.exit_code}"
+        if outcome.exit_code is not None and outcome.exit_code < 0:
+            message = f"killed by {signal.Signals(-outcome.exit_code).name}; {message}"
+        kind = "oom" if first_failure.get("error_kind") == "oom" or _OOM.search(message) else "crash"
+        outcome.status, outcome.reason = kind, message
+        return
+    if len(outcome.step_values) < spec.measure_steps:
+        seen = int(rank0.get("steps_seen") or 0)
+        outcome.status = "too-few-steps"
+        outcome.reason = (f"the script ended after {seen} steps; a trial needs {spec.warmup_steps} warm-up + "
+                          f"{spec.measure_steps} measured steps")
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out
+
+
+def _log_tail(log: Path) -> str | None:
+    """The last meaningful line the script printed (its error, usually)."""
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        line = line.strip()
+        if line and not line.startswith(("USDT:", "Traceback", "  File", "[W", "W1")):
+            return line[:300]
+    return None
+
+
+def cleanup_traces(outcome: TrialOutcome) -> None:
+    """Remove a trial's trace files once analyzed (GPU traces take tens of MB each)."""
+    for path in outcome.trace_files:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
