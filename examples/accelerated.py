@@ -8,7 +8,7 @@ torchrun) and gradient accumulation from the configuration; ``perfscope.autocast
 
 Usage::
 
-    python examples/accelerated.py [--steps 30] [--decode-ms 3] [--config tuned.yaml]
+    python examples/accelerated.py [--steps 100] [--decode-ms 3] [--config tuned.yaml]
     PERFSCOPE_CONFIG=tuned.yaml perfscope profile examples/accelerated.py
 """
 
@@ -31,7 +31,7 @@ from io_bound import SlowDecodeDataset, build_model
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=30, help="micro-batches to train on (default 30)")
+    parser.add_argument("--steps", type=int, default=100, help="micro-batches to train on (default 100)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--decode-ms", type=float, default=3.0, help="decode time per sample")

@@ -8,7 +8,7 @@ of every step is spent waiting for the DataLoader. More workers
 
 Usage::
 
-    python examples/io_bound.py [--steps 30] [--num-workers 0] [--pin-memory]
+    python examples/io_bound.py [--steps 100] [--num-workers 0] [--pin-memory]
     perfscope profile examples/io_bound.py
 """
 
@@ -60,7 +60,7 @@ def build_model() -> nn.Module:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=30, help="training steps (default 30)")
+    parser.add_argument("--steps", type=int, default=100, help="training steps (default 100)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+import time
 from pathlib import Path
 
 from perfscope.errors import PerfscopeError
@@ -92,11 +93,15 @@ def cmd_tune(args, script_args: list[str], open_in_browser) -> int:
         confirm_rounds=args.confirm_rounds, min_gain=args.min_gain, trial_timeout_s=args.trial_timeout,
         progress=not args.no_progress,
     )
+    started = time.time()
     try:
         record = tune_mod.tune(options)
     except KeyboardInterrupt:
-        print(f"perfscope: interrupted; finished trials are kept in the study. Run the same command again to "
-              f"resume ({out_dir / 'tune.json'} holds what finished)", file=sys.stderr)
+        record_file = out_dir / "tune.json"
+        written = record_file.is_file() and record_file.stat().st_mtime >= started
+        where = f" ({record_file} holds what finished)" if written else " (no trial had finished)"
+        print("perfscope: interrupted; finished trials are kept in the study. Run the same command again to "
+              f"resume{where}", file=sys.stderr)
         return 130
     rec = record["recommendation"]
     print(f"\n{rec['line']}")

@@ -72,3 +72,27 @@ def test_oom_and_hang_trials_are_infeasible_and_the_study_completes(tmp_path):
     assert fine.user_attrs["feasible"] is True and fine.value > 0 and fine.user_attrs["failure"] is None
     assert fine.constraints == {"infeasible": 0.0}
     assert not wait_no_processes(script), "a failed trial left processes behind"
+
+
+def test_a_configuration_whose_loss_departs_is_unsafe_and_not_feasible(tmp_path):
+    script = copy_script("tests/scripts/tune_precision.py", tmp_path / "s")
+    spec = TrialSpec(script=str(script), script_args=("--steps", "30"), warmup_steps=2, measure_steps=4,
+                     profile_steps=0, timeout_s=120)
+    base = run_trial(spec, None, tmp_path / "base")
+    assert base.ok and base.facts["accelerate"]["called"]
+    facts = dict(base.facts)
+    space = build_space(facts, {"compute": 0.9, "io": 0.1}, "compute-bound")
+    assert "amp_level" in [k.name for k in space.knobs]
+    study = optuna.create_study(direction="maximize")
+    session = TuningStudy(study, spec, tmp_path / "trials")
+    session.store_setup(space, {"value": base.value, "unit": base.unit, "step_values": base.step_values,
+                                "losses": base.losses, "verdict": "compute-bound", "fractions": {}, "facts": facts},
+                        guess=None)
+    study.enqueue_trial(dict(space.baseline_params, amp_level="O1"))
+    study.optimize(session.objective, n_trials=1)
+    trial = study.get_trials()[-1]
+    assert trial.user_attrs["numerics"]["status"] == "unsafe", trial.user_attrs["numerics"]
+    assert trial.user_attrs["failure"]["kind"] == "unsafe" and trial.user_attrs["feasible"] is False
+    assert trial.constraints == {"infeasible": 1.0}
+    assert trial.value > 0  # it ran: its speed is kept, but it can never be recommended
+    assert session.feasible_trials()[0].user_attrs["role"] == "baseline"

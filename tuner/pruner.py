@@ -1,4 +1,4 @@
-"""Stopping clearly slower trials early: an Optuna pruner on the running median throughput."""
+"""Stopping clearly slower trials early: an Optuna pruner on the throughput so far."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ FEASIBLE_ATTR = "feasible"  # user attribute: the trial ran, and its loss passed
 
 
 class SlowerThanBestPruner(BasePruner):
-    """Prune a trial whose running median is below ``ratio`` times the best feasible trial so far.
+    """Prune a trial whose throughput so far is below ``ratio`` times the best feasible trial so far.
 
     A percentile pruner compares with the other trials' intermediate values, which on a short
     study are mostly bad configurations; comparing with the best feasible value only stops a
@@ -19,7 +19,7 @@ class SlowerThanBestPruner(BasePruner):
 
     Args:
         ratio: Fraction of the best value below which a trial is pruned (0 < ratio < 1).
-        warmup_steps: Measured steps reported before pruning is considered (a running median of
+        warmup_steps: Measured steps reported before pruning is considered (the throughput of
             one or two steps is too noisy).
     """
 

@@ -70,7 +70,8 @@ def build(*, options, session, storage: str, notes: list[str], confirmation: dic
           recommendation: dict | None = None, after: dict | None = None) -> dict:
     """The ``tune.json`` record of the study as it stands."""
     baseline = dict(session.baseline or {})
-    trials = [trial_entry(t) for t in session.study.get_trials(deepcopy=False)]
+    trials = [trial_entry(t) for t in session.study.get_trials(deepcopy=False)
+              if (t.user_attrs.get("failure") or {}).get("kind") != "duplicate"]  # never run
     base_trial = next((t["number"] for t in trials if t["role"] == "baseline"), None)
     return {
         "schema": SCHEMA,

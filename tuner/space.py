@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
+import random
 
 import optuna
 from optuna.distributions import (
@@ -98,6 +100,23 @@ class SearchSpace:
                 params[knob.name] = knob.baseline
                 continue
             params[knob.name] = _suggest(trial, knob)
+        return params
+
+    def sample(self, rng: random.Random) -> dict:
+        """Random parameters (uniform over each distribution; log-uniform where it is log)."""
+        params: dict = {}
+        for knob in self.knobs:
+            d = knob.distribution
+            if knob.when is not None and params.get(knob.when[0]) not in knob.when[1]:
+                params[knob.name] = knob.baseline
+            elif isinstance(d, CategoricalDistribution):
+                params[knob.name] = rng.choice(list(d.choices))
+            elif isinstance(d, IntDistribution):
+                params[knob.name] = rng.randrange(d.low, d.high + 1, d.step)
+            else:
+                low, high = (math.log(d.low), math.log(d.high)) if d.log else (d.low, d.high)
+                value = rng.uniform(low, high)
+                params[knob.name] = math.exp(value) if d.log else value
         return params
 
     def to_config(self, params: dict) -> AccelConfig:

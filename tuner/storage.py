@@ -187,14 +187,8 @@ def _open_journal(url: str, path: Path) -> BaseStorage:
     shown = describe_storage(url)
     if str(path) in ("", "."):
         raise StorageError(f"study storage {shown!r} names no file: use journal:PATH")
-    if path.is_dir():
-        raise StorageError(f"cannot open study storage {shown}: {path} is a folder, not a file")
-    _make_folder(path.parent, shown)
     # The lock is a symbolic link made next to the file, so the folder itself must be writable.
-    if not os.access(path.parent, os.W_OK | os.X_OK):
-        raise StorageError(
-            f"cannot open study storage {shown}: folder {path.parent} is not writable"
-        )
+    _check_file_place(path, shown)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -337,13 +331,7 @@ def _check_sqlite_file(database: str | None, shown: str) -> None:
     if not database or database == ":memory:" or database.startswith("file:"):
         return  # in memory, or a SQLite URI left to SQLite
     path = Path(database).expanduser()
-    if path.is_dir():
-        raise StorageError(f"cannot open study storage {shown}: {path} is a folder, not a file")
-    _make_folder(path.parent, shown)
-    if not os.access(path.parent, os.W_OK | os.X_OK):
-        raise StorageError(
-            f"cannot open study storage {shown}: folder {path.parent} is not writable"
-        )
+    _check_file_place(path, shown)
     if path.exists() and not os.access(path, os.R_OK | os.W_OK):
         raise StorageError(f"cannot open study storage {shown}: {path} is not writable")
 
@@ -406,10 +394,13 @@ def _os_reason(error: OSError) -> str:
     return str(error)
 
 
-def _make_folder(folder: Path, shown: str) -> None:
+def _check_file_place(path: Path, shown: str) -> None:
+    """The storage file is not a folder, and its folder exists (created) and is writable."""
+    if path.is_dir():
+        raise StorageError(f"cannot open study storage {shown}: {path} is a folder, not a file")
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise StorageError(
-            f"cannot create the folder of study storage {shown}: {_os_reason(e)}"
-        ) from None
+        raise StorageError(f"cannot create the folder of study storage {shown}: {_os_reason(e)}") from None
+    if not os.access(path.parent, os.W_OK | os.X_OK):
+        raise StorageError(f"cannot open study storage {shown}: folder {path.parent} is not writable")

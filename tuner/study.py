@@ -12,6 +12,7 @@ constraint, so the sampler learns from them.
 from __future__ import annotations
 
 import os
+import random
 import socket
 import time
 from pathlib import Path
@@ -53,6 +54,13 @@ def trial_verdict(outcome: TrialOutcome) -> tuple[str | None, dict | None, dict 
     return overall.get("verdict"), overall.get("fractions"), summary
 
 
+MAX_DUPLICATES_IN_A_ROW = 20  # proposals of measured configurations before the space counts as exhausted
+
+
+class DuplicateTrial(Exception):
+    """A trial proposed a configuration already measured (the trial is failed, not run)."""
+
+
 class TuningStudy:
     """One worker's view of a tuning study.
 
@@ -68,6 +76,8 @@ class TuningStudy:
         self.work_dir = Path(work_dir)
         self.space: SearchSpace | None = None
         self.baseline: dict | None = None
+        self.duplicates_in_a_row = 0
+        self.exhausted = False
 
     # ------------------------------------------------------------------ setup
     def load_setup(self) -> bool:
@@ -142,8 +152,9 @@ class TuningStudy:
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
             failure = t.user_attrs.get("failure") or {}
             if failure.get("kind") == "interrupted" and t.number not in done and t.params:
-                self.study.enqueue_trial(t.params, user_attrs={"role": t.user_attrs.get("role", "search")},
-                                         skip_if_exists=True)
+                # Not skip_if_exists: the failed trial itself has these parameters, so Optuna
+                # would skip every re-queue (REQUEUED_ATTR already queues each trial once).
+                self.study.enqueue_trial(t.params, user_attrs={"role": t.user_attrs.get("role", "search")})
                 queued.append(t.number)
         if queued:
             self.study.set_user_attr(REQUEUED_ATTR, sorted(done | set(queued)))
@@ -168,6 +179,21 @@ class TuningStudy:
         params = self.space.suggest(trial)
         config = self.space.to_config(params)
         trial.set_user_attr("config", config.changes())
+        twin = self.same_config_trial(trial.number, config.changes())
+        if twin is not None:
+            # Samplers propose a configuration again on small discrete spaces: skip it rather
+            # than spend a run (and a trial of the budget) measuring it twice.
+            # The next trial gets a configuration not measured yet, drawn at random from the space.
+            trial.set_user_attr("failure", {"kind": "duplicate", "reason": f"same configuration as trial {twin}"})
+            self.duplicates_in_a_row += 1
+            fresh = self.unmeasured_params(seed=trial.number)
+            if fresh is None or self.duplicates_in_a_row >= MAX_DUPLICATES_IN_A_ROW:
+                self.exhausted = True
+                self.study.stop()  # (nearly) every configuration has been measured
+            else:
+                self.study.enqueue_trial(fresh, user_attrs={"role": "search"})
+            raise DuplicateTrial(twin)
+        self.duplicates_in_a_row = 0
 
         def report(index: int, running_median: float) -> None:
             trial.report(running_median, index)
@@ -188,6 +214,24 @@ class TuningStudy:
             trial.set_constraint(CONSTRAINT, 0.0)
             raise optuna.TrialPruned(outcome.reason)
         return self.record_outcome(trial, outcome)
+
+    def unmeasured_params(self, seed: int, attempts: int = 500) -> dict | None:
+        """Parameters of a configuration no trial has measured yet (random draws), or None."""
+        rng = random.Random(seed)
+        for _ in range(attempts):
+            params = self.space.sample(rng)
+            if self.same_config_trial(-1, self.space.to_config(params).changes()) is None:
+                return params
+        return None
+
+    def same_config_trial(self, number: int, changes: dict) -> int | None:
+        """A finished or running trial (other than ``number``) with the same configuration."""
+        key = sorted(changes.items())
+        states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
+        for t in self.study.get_trials(deepcopy=False, states=states):
+            if t.number != number and sorted((t.user_attrs.get("config") or {}).items()) == key:
+                return t.number
+        return None
 
     def record_outcome(self, trial: optuna.Trial, outcome: TrialOutcome) -> float:
         """Store a finished trial's verdict, numerics and feasibility; returns its value."""

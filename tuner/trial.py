@@ -3,7 +3,7 @@
 A trial starts ``python -m perfscope.collect.measure`` (through ``torch.distributed.run`` for
 several ranks) in a new session with the trial's configuration in ``$PERFSCOPE_CONFIG``. The
 measurement writes one JSON line per finished step and rank (``rank<R>.steps.jsonl``), which this
-module reads while the script runs: each new measured step gives the running median throughput to
+module reads while the script runs: each new measured step gives the throughput so far to
 ``on_step`` (the pruner's intermediate value). At the end each rank leaves ``rank<R>.json`` with
 its exit status, losses, facts about the run and its trace. Whatever happens -- pruned, timed out,
 Ctrl-C, an error here -- the whole process group is stopped (SIGTERM, then SIGKILL) before
@@ -40,6 +40,9 @@ POLL_S = 0.1
 TERM_GRACE_S = {False: 3.0, True: 10.0}
 FAILURE_KINDS = ("oom", "crash", "timeout", "too-few-steps", "unsafe", "interrupted")
 _OOM = re.compile(r"out of memory|OutOfMemoryError|MemoryError|can't allocate memory|Cannot allocate memory", re.IGNORECASE)
+# torchrun would outlive a killed perfscope: it is exec'd by this, which set PR_SET_PDEATHSIG to SIGKILL.
+_DIE_WITH_PARENT = ("import ctypes,os,sys;p=os.getppid();getattr(ctypes.CDLL(None),'prctl',lambda*a:0)(1,9);"
+                    "os.getppid()==p or sys.exit(1);os.execv(sys.executable,[sys.executable,*sys.argv[1:]])")
 
 
 class Pruned(Exception):
@@ -138,11 +141,14 @@ def measure_command(spec: TrialSpec, record_dir: Path, config_path: str | None, 
            "--profile-steps", str(profile_steps), "--seed", str(spec.seed)]
     if config_path is not None:
         own += ["--config", config_path]
+    if spec.nproc_per_node is None:  # one process: the warm-up ends once the prefetched batches are drained
+        own.append("--drain-prefetch")
     own += ["--", spec.script, *spec.script_args]
     if spec.nproc_per_node is None:
         return [sys.executable, *own]
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+    return [sys.executable, "-c", _DIE_WITH_PARENT, "-m", "torch.distributed.run", "--standalone",
             f"--nproc-per-node={spec.nproc_per_node}", *own]
+
 
 
 MAX_PREFILL_STEPS = 64  # bound on the extra warm-up steps that drain a DataLoader's prefetch buffer
@@ -158,10 +164,12 @@ def measure_steps_for(measure_steps: int, loader_workers: int | None) -> int:
 
 
 def warmup_steps_for(warmup_steps: int, loader_workers: int | None, prefetch_factor: int | None) -> int:
-    """Warm-up steps for a trial whose DataLoader has workers: ``warmup_steps`` plus the batches
-    its workers can have ready before the first step (``workers * prefetch_factor``, at most
-    ``MAX_PREFILL_STEPS``). Batches loaded during the script's setup would otherwise be consumed
-    in the measured window, for free, and overstate the throughput."""
+    """Warm-up steps for a trial of several ranks whose DataLoader has workers: ``warmup_steps``
+    plus the batches its workers can have ready before the first step (``workers *
+    prefetch_factor``, at most ``MAX_PREFILL_STEPS``), which would otherwise be consumed in the
+    measured window for free. Fixed, as all ranks must stop at the same step; one process instead
+    runs ``perfscope.collect.measure --drain-prefetch``, whose warm-up lasts until the buffer is
+    drained (a fixed count cannot drain what the workers add while the first steps are slow)."""
     if not loader_workers:
         return warmup_steps
     return warmup_steps + min(MAX_PREFILL_STEPS, loader_workers * (prefetch_factor or 2))
@@ -183,12 +191,14 @@ def run_trial(
         spec: How trials run.
         config: The configuration to apply (None or no changes: the script as it is).
         work_dir: A folder for this trial's records, log and traces (created; emptied first).
-        on_step: Called after each measured step with ``(index from 0, running median)``; it may
-            raise :class:`Pruned` to stop the trial.
+        on_step: Called after each measured step (each whole round of DataLoader workers) with
+            ``(step index from 0, throughput so far)``; it may raise :class:`Pruned` to stop the trial.
         profile_steps: Overrides ``spec.profile_steps`` (e.g. 0 for confirmation runs).
         loader_workers, prefetch_factor: The DataLoader settings this trial runs with, when
-            known: the warm-up drains the workers' prefetched batches (:func:`warmup_steps_for`)
-            and the measured window is a whole number of worker rounds (:func:`measure_steps_for`).
+            known: the measured window is a whole number of worker rounds
+            (:func:`measure_steps_for`) and, for several ranks, the warm-up has a fixed length that
+            drains the prefetched batches (:func:`warmup_steps_for`; one process drains them by
+            watching the queue, ``--drain-prefetch``).
 
     Returns:
         The :class:`TrialOutcome`; failures of the script are outcomes, not exceptions.
@@ -199,7 +209,8 @@ def run_trial(
     """
     work_dir = Path(work_dir)
     spec = dataclasses.replace(spec, measure_steps=measure_steps_for(spec.measure_steps, loader_workers),
-                               warmup_steps=warmup_steps_for(spec.warmup_steps, loader_workers, prefetch_factor))
+                               warmup_steps=warmup_steps_for(spec.warmup_steps, loader_workers, prefetch_factor)
+                               if spec.nproc_per_node else spec.warmup_steps)
     shutil.rmtree(work_dir, ignore_errors=True)
     record_dir = work_dir / "records"
     record_dir.mkdir(parents=True)
@@ -230,7 +241,9 @@ def run_trial(
                     seconds.append(step_seconds)
                     values.append((step_samples if step_samples is not None else 1) / step_seconds)
                     unit = "samples/s" if all(n is not None for n in samples) else "steps/s"
-                    if on_step is not None:
+                    # Intermediate values over whole worker rounds only: part of a round holds the
+                    # bursts' fast steps without their waiting one.
+                    if on_step is not None and len(values) % max(1, loader_workers or 1) == 0:
                         on_step(len(values) - 1, window_throughput(samples, seconds))
                 if exited:
                     break
@@ -341,8 +354,9 @@ def _read_results(outcome: TrialOutcome, record_dir: Path, ranks: int, log: Path
     if len(outcome.step_values) < spec.measure_steps:
         seen = int(rank0.get("steps_seen") or 0)
         outcome.status = "too-few-steps"
-        outcome.reason = (f"the script ended after {seen} steps; a trial needs {spec.warmup_steps} warm-up + "
-                          f"{spec.measure_steps} measured steps")
+        used = rank0.get("warmup_steps_used", spec.warmup_steps)
+        outcome.reason = (f"the script ended after {seen} steps; this trial needed {used} warm-up + "
+                          f"{spec.measure_steps} measured steps (let the script run longer)")
 
 
 def _read_jsonl(path: Path) -> list[dict]:

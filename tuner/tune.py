@@ -20,7 +20,7 @@ from tuner.progress import Progress
 from tuner.pruner import SlowerThanBestPruner
 from tuner.space import build_space, rule_based_guess
 from tuner.storage import describe_storage, open_storage
-from tuner.study import TuningStudy, trial_verdict
+from tuner.study import DuplicateTrial, TuningStudy, trial_verdict
 from tuner.trial import TrialSpec, cleanup_traces, run_trial
 
 BASELINE_PROFILE_STEPS = 5  # as `perfscope profile`'s default active window
@@ -80,7 +80,9 @@ def tune(options: TuneOptions) -> dict:
         KeyboardInterrupt: after writing the outputs of the finished trials.
     """
     started = time.monotonic()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # the progress bar and our lines say it
+    # The progress bar and our lines say it. ERROR, not WARNING: Optuna logs a trial that raised
+    # (Ctrl-C) as a warning with its traceback, and Ctrl-C must end with our one line.
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     out = options.out_dir
     out.mkdir(parents=True, exist_ok=True)
     storage = open_storage(options.storage, out)
@@ -92,7 +94,11 @@ def tune(options: TuneOptions) -> dict:
     _check_same_command(study, options)
     session = TuningStudy(study, spec, out / "trials")
     if not session.load_setup():
-        waited = not created and options.storage is not None and session.wait_for_setup(SETUP_WAIT_S)
+        waited = False
+        if not created and options.storage is not None:
+            print(f"perfscope: study {options.study_name!r} exists: waiting up to {SETUP_WAIT_S:.0f} s for the "
+                  "worker that created it to profile the baseline...")
+            waited = session.wait_for_setup(SETUP_WAIT_S)
         if not waited:
             _set_up(session, options, out)
     if options.trial_timeout_s is None:  # a trial may take a few times the baseline's time
@@ -104,14 +110,14 @@ def tune(options: TuneOptions) -> dict:
     notes: list[str] = []
     storage_text = describe_storage(options.storage or f"sqlite:///{out / 'study.db'}")
     record_args = {"options": options, "session": session, "storage": storage_text}
-    try:
+    try:  # Ctrl-C in the search or in the confirmation: tune.json says what finished
         _search(session, options, started, notes)
+        confirmation, recommendation = _prove(session, options, notes)
+        after = _profile_after(session, options, recommendation) if recommendation["status"] == "faster" else None
     except KeyboardInterrupt:
         notes.append("interrupted by Ctrl-C: the finished trials are kept; run the same command again to resume")
         tune_record.write_outputs(out, tune_record.build(**record_args, notes=notes), best=None)
         raise
-    confirmation, recommendation = _prove(session, options, notes)
-    after = _profile_after(session, options, recommendation) if recommendation["status"] == "faster" else None
     best = config_from_dict(recommendation["config"])
     comment = recommendation["line"]
     save_config(best, options.best_path, comment=f"perfscope tune {Path(options.script).name}: {comment}", only_changes=True)
@@ -207,8 +213,11 @@ def _search(session: TuningStudy, options: TuneOptions, started: float, notes: l
         timeout = max(0.0, options.time_budget_s - (time.monotonic() - started))
     target = optuna.study.MaxTrialsCallback(options.trials, states=(TrialState.COMPLETE, TrialState.PRUNED))
     with Progress(session, options, started, enabled=options.progress) as progress:
-        session.study.optimize(session.objective, n_trials=options.trials - done, timeout=timeout,
-                               callbacks=[target, progress.update])
+        # No n_trials: skipped duplicates do not count, MaxTrialsCallback ends the study-wide search.
+        session.study.optimize(session.objective, timeout=timeout, callbacks=[target, progress.update],
+                               catch=(DuplicateTrial,))
+    if session.exhausted:
+        notes.append("the search stopped early: the sampler kept proposing configurations already measured")
 
 
 def _prove(session: TuningStudy, options: TuneOptions, notes: list[str]) -> tuple[dict | None, dict]:

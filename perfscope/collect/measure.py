@@ -1,21 +1,25 @@
 """The measurement runner of ``perfscope tune``: time W + K training steps of a script, in-process.
 
     python -m perfscope.collect.measure --record-dir DIR --warmup-steps W --measure-steps K \\
-        [--profile-steps P] [--config PATH] [--seed S] -- SCRIPT ARGS...
+        [--profile-steps P] [--config PATH] [--seed S] [--drain-prefetch] -- SCRIPT ARGS...
 
 also as one rank of ``python -m torch.distributed.run ... -m perfscope.collect.measure ...``
 (rank ``$RANK``, default 0). The script runs unmodified, as ``perfscope profile`` runs it, and
 its steps are found the same way (``docs/collection.md``); Python, NumPy and torch are seeded
 with S first and ``--config`` is applied as ``perfscope profile --config`` applies it. Written in
 DIR: ``rank<R>.steps.jsonl`` (a line per step as it ends: step, seconds, samples, data_wait_s,
-measured), ``rank<R>.json`` at the end (see :func:`measure_in_process`) and, with P > 0,
-``traces/rank<R>.pt.trace.json.gz`` (steps W+K+2 .. W+K+1+P). The script is ended after step W+K,
-or W+K+1+P; the exit status is the script's (0 when perfscope ended it), 2 for bad options.
+measured, ready, warmup), ``rank<R>.json`` at the end (see :func:`measure_in_process`) and, with
+P > 0, ``traces/rank<R>.pt.trace.json.gz`` (steps W+K+2 .. W+K+1+P). The script is ended after
+step W+K, or W+K+1+P; the exit status is the script's (0 when perfscope ended it), 2 for bad
+options. With ``--drain-prefetch`` W is where the warm-up may end: it goes on while the DataLoader
+drains the batches its workers prefetched (``perfscope/collect/measure_warmup.py``), and every
+later step moves with it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import json
 import os
@@ -36,6 +40,7 @@ from perfscope.errors import PerfscopeError
 _PROG = "perfscope.collect.measure"
 _INT_OPTIONS = {"--warmup-steps": 0, "--measure-steps": 1, "--profile-steps": 0, "--seed": 0}  # name -> minimum
 _OPTIONS = ("--record-dir", "--config", *_INT_OPTIONS)
+_FLAGS = ("--drain-prefetch",)
 _OOM = re.compile(r"OutOfMemoryError|MemoryError|out of memory|can't allocate memory|cannot allocate memory|"
                   r"not enough memory", re.IGNORECASE)
 _MAX_SEED = 2**32 - 1  # NumPy's legacy seed range
@@ -57,6 +62,7 @@ def measure_in_process(
     config: str | os.PathLike | None = None,
     seed: int = 0,
     rank: int = 0,
+    drain_prefetch: bool = False,
 ) -> dict:
     """Run ``script`` in this process and measure its steps; writes the files described above.
 
@@ -73,18 +79,24 @@ def measure_in_process(
             --config`` applies it, or None.
         seed: Seed of Python's ``random``, NumPy and torch before the script runs.
         rank: This process's rank (names the files).
+        drain_prefetch: Extend the warm-up beyond W steps while the DataLoader's workers still
+            have prefetched batches to drain (at most ``measure_warmup.MAX_EXTRA_WARMUP_STEPS``
+            more); one process only: ranks that stop at different steps hang in a collective.
 
     Each finished step s (a step lasts from one boundary to the next, in seconds of host wall
     time) appends ``{"step", "seconds", "samples", "data_wait_s", "measured"}`` to
     ``rank<rank>.steps.jsonl`` at once: samples sums the leading dimension of the first tensor
     of each batch the script's DataLoader returned in the step (null without a fetch, or when a
     batch holds no tensor); data_wait_s is the time spent in those fetches; measured is
-    W < s <= W+K; later (profiler) steps add ``"profiled": true``.
+    W < s <= W+K; ready is the count of batches the DataLoader's workers had ready at the step's
+    first fetch (null: no workers or no fetch); warm-up steps add ``"warmup": true``, later
+    (profiler) steps ``"profiled": true``.
 
     Returns:
         The dict written to ``rank<rank>.json``: exit_code, error (one line), error_kind (null,
-        "oom", "error"), steps_seen, stopped_early, losses (mean loss of each step
-        1..steps_seen, null where none was seen), loss_source ("perfscope.backward",
+        "oom", "error"), steps_seen, warmup_steps_used (W, or more with drain_prefetch),
+        stopped_early, losses (mean loss of each step 1..steps_seen, null where none was seen),
+        loss_source ("perfscope.backward",
         "autograd.backward" or null), trace (path or null), config_applied (patch report) and
         facts: torch, cuda, gpu_name, cuda_capability, bf16_supported, cpu_count (cores this
         process may use), world_size, local_world_size, dist_backend, ddp ({bucket_cap_mb
@@ -108,6 +120,8 @@ def measure_in_process(
     accel_config, config_path = session.load_run_config(config)
     torch = session.import_torch()
     from perfscope.collect import measure_hooks as hooks
+    from perfscope.collect.measure_facts import run_facts
+    from perfscope.collect.measure_warmup import window_profiler
     from perfscope.collect.steps import StepTracker
 
     record_dir = traces.absolute_out_dir(record_dir)  # the script may chdir
@@ -120,10 +134,8 @@ def measure_in_process(
         exporter = traces.TraceExporter(trace_dir / traces.trace_file_name(rank))
         # Steps 1..W+K untraced, W+K+1 the profiler's warm-up, then P recorded; ended after them.
         schedule = ProfileSchedule(skip_first=timed, warmup=1, active=profile_steps)
-        inner = session.build_profiler(torch, schedule, exporter)
     else:
         schedule = ProfileSchedule(skip_first=0, warmup=0, active=timed)  # ended after step W+K
-        inner = hooks.NullProfiler()
     try:
         record_dir.mkdir(parents=True, exist_ok=True)
         result_path.unlink(missing_ok=True)  # an earlier run's result must not pass for this one's
@@ -131,8 +143,12 @@ def measure_in_process(
     except OSError as exc:
         raise CollectError(f"cannot write to record directory {record_dir}: {exc.strerror or exc}") from None
     recorder = hooks.Recorder(warmup_steps=warmup_steps, measure_steps=measure_steps,
-                              last_step=schedule.window_steps, steps_file=steps_file)
+                              last_step=schedule.window_steps, steps_file=steps_file, drain_prefetch=drain_prefetch)
+    inner = hooks.NullProfiler()
+    if exporter is not None:  # its schedule follows the recorder's window wherever the warm-up ends
+        inner = window_profiler(torch, recorder, profile_steps, exporter)
     tracker = StepTracker(hooks.StepClock(inner, recorder), schedule)
+    recorder.on_extend = functools.partial(_delay_stop, tracker)
 
     try:
         # Order matters: our constructor wrappers inside patching's (it looks at its caller's
@@ -171,15 +187,25 @@ def measure_in_process(
         "error": outcome.error,
         "error_kind": error_kind,
         "steps_seen": tracker.steps_seen,
+        "warmup_steps_used": recorder.warmup_steps,
         "stopped_early": outcome.stopped_early,
         "losses": losses,
         "loss_source": loss_source,
         "trace": trace,
         "config_applied": config_applied,
-        "facts": _facts(torch, recorder),
+        "facts": run_facts(torch, recorder),
     }
     write_text_atomic(result_path, json.dumps(result))  # NaN/Infinity losses stay as Python writes them
     return result
+
+
+def _delay_stop(tracker) -> None:
+    """One step was added to the warm-up: the tracker ends the window and the script a step later.
+
+    StepTracker takes both from the schedule it is built with; the measurement's window moves.
+    """
+    tracker._window_end += 1
+    tracker._stop_after += 1
 
 
 def seed_everything(seed: int, torch) -> None:
@@ -230,63 +256,13 @@ def _to_floats(tensors: list, torch) -> list[float | None]:
         return out
 
 
-def _facts(torch, recorder) -> dict:
-    """What the tuner shapes its search space from (see :func:`measure_in_process`)."""
-    cuda = bool(torch.cuda.is_available())
-    gpu_name = capability = None
-    bf16 = False
-    if cuda:
-        with contextlib.suppress(Exception):  # a device the script left in an error state
-            device = torch.cuda.current_device()  # the script's (set_device(local_rank))
-            gpu_name = torch.cuda.get_device_name(device)
-            capability = list(torch.cuda.get_device_capability(device))
-            bf16 = bool(torch.cuda.is_bf16_supported())
-    dist = recorder.dist or {}
-    env_world = _env_int("WORLD_SIZE")
-    world_size = dist.get("world_size") or env_world or 1
-    local_world_size = _env_int("LOCAL_WORLD_SIZE") or world_size
-    flags = recorder.first_step or {}
-    return {
-        "torch": str(torch.__version__),
-        "cuda": cuda,
-        "gpu_name": gpu_name,
-        "cuda_capability": capability,
-        "bf16_supported": bf16,
-        "cpu_count": _cpu_count(),
-        "world_size": int(world_size),
-        "local_world_size": int(local_world_size),
-        "dist_backend": dist.get("backend") or recorder.ddp_backend,
-        "ddp": recorder.ddp,
-        "dataloader": recorder.loader,
-        "accelerate": dict(recorder.accelerate),
-        "tf32": bool(flags.get("tf32", False)),
-        "cudnn_benchmark": bool(flags.get("cudnn_benchmark", False)),
-    }
-
-
-def _cpu_count() -> int:
-    # The cores this process may run on (a container's or taskset's share), not the machine's.
-    try:
-        return len(os.sched_getaffinity(0)) or 1
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def _env_int(name: str) -> int | None:
-    try:
-        value = int(os.environ[name])
-    except (KeyError, ValueError):
-        return None
-    return value if value > 0 else None
-
-
 # --------------------------------------------------------------------------- command line
 def parse_argv(argv: Sequence[str]) -> tuple[dict, str, list[str]]:
     """Split ``[--opt value]... -- SCRIPT ARGS...``; the script's own options are never read.
 
     Returns:
-        (options: record_dir, config, warmup_steps, measure_steps, profile_steps, seed;
-        script; script args).
+        (options: record_dir, config, warmup_steps, measure_steps, profile_steps, seed,
+        drain_prefetch; script; script args).
 
     Raises:
         UsageError: an unknown or repeated option, a missing or bad value, no script.
@@ -295,6 +271,11 @@ def parse_argv(argv: Sequence[str]) -> tuple[dict, str, list[str]]:
     raw: dict[str, str] = {}
     while argv and argv[0].startswith("-") and argv[0] != "--":  # without "--", the script ends them
         name = argv.pop(0)
+        if name in _FLAGS:
+            if name in raw:
+                raise UsageError(f"option {name} given twice")
+            raw[name] = ""
+            continue
         if name not in _OPTIONS:
             raise UsageError(f"unknown option {name}")
         if not argv or name in raw:
@@ -308,7 +289,7 @@ def parse_argv(argv: Sequence[str]) -> tuple[dict, str, list[str]]:
         if name not in raw:
             raise UsageError(f"missing {name}")
     options: dict = {"record_dir": raw["--record-dir"], "config": raw.get("--config"), "profile_steps": 0,
-                     "seed": 0}
+                     "seed": 0, "drain_prefetch": "--drain-prefetch" in raw}
     for name, minimum in _INT_OPTIONS.items():
         if name not in raw:
             continue
@@ -351,7 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = measure_in_process(script, args, record_dir=options["record_dir"],
                                     warmup_steps=options["warmup_steps"], measure_steps=options["measure_steps"],
                                     profile_steps=options["profile_steps"], config=options["config"],
-                                    seed=options["seed"], rank=rank)
+                                    seed=options["seed"], rank=rank, drain_prefetch=options["drain_prefetch"])
     except PerfscopeError as exc:  # a bad script path, config or record folder: nothing ran
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"{_PROG}: error: {message}", file=sys.stderr)

@@ -16,17 +16,22 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, TextIO
 
 import torch
 
 from perfscope.collect import control
+from perfscope.collect.measure_facts import (
+    backend_flags,
+    batch_size,
+    dist_snapshot,
+    loader_settings,
+)
+from perfscope.collect.measure_warmup import DrainWarmup
 
 _is_compiling: Callable[[], bool] = torch.compiler.is_compiling
 _RUNTIME_PACKAGE = "perfscope.runtime"
-# Searching a batch for its first tensor: a long list of strings must not be scanned every fetch.
-_MAX_ITEMS, _MAX_DEPTH = 256, 8
 
 
 class NullProfiler:
@@ -78,10 +83,11 @@ class StepClock:
 class _Bucket:
     """What happened in one training step."""
 
-    __slots__ = ("fetches", "losses", "samples", "unknown", "wait_s")
+    __slots__ = ("fetches", "losses", "ready", "samples", "unknown", "wait_s")
 
     def __init__(self) -> None:
         self.samples = 0
+        self.ready: int | None = None  # batches ready in the loader at the step's first fetch
         self.unknown = False  # a fetch whose batch size could not be told
         self.fetches = 0
         self.wait_s = 0.0
@@ -98,19 +104,27 @@ class Recorder:
         last_step: The last step anything is kept for (W+K, or W+K+1+P with profiling).
         steps_file: Open text file receiving one JSON line per finished step (flushed at once:
             the tuner reads it while the script runs).
+        drain_prefetch: Extend the warm-up while the DataLoader drains its prefetched batches
+            (:class:`~perfscope.collect.measure_warmup.DrainWarmup`); each step added moves
+            ``warmup_steps``, ``measured_end`` and ``last_step`` by one and calls ``on_extend``.
 
     Attributes:
+        warmup_steps, measured_end, last_step: W (as extended), W+K and the last step kept.
+        on_extend: Called with no argument when a step is added to the warm-up.
         current: Boundaries so far, i.e. the step in progress (0 = the setup).
         times: ``perf_counter()`` of each boundary (seconds); ``times[n-1]`` is boundary n.
         loader, ddp, dist, first_step, accelerate: Facts seen during the run (see measure.py).
         write_error: The OSError that stopped the steps file, if any.
     """
 
-    def __init__(self, *, warmup_steps: int, measure_steps: int, last_step: int, steps_file: TextIO) -> None:
+    def __init__(self, *, warmup_steps: int, measure_steps: int, last_step: int, steps_file: TextIO,
+                 drain_prefetch: bool = False) -> None:
         self.thread = threading.get_ident()
         self.warmup_steps = warmup_steps
         self.measured_end = warmup_steps + measure_steps
         self.last_step = last_step
+        self.warmup = DrainWarmup(enabled=drain_prefetch)
+        self.on_extend: Callable[[], None] | None = None
         self._file: TextIO | None = steps_file
         self.write_error: OSError | None = None
         self.current = 0
@@ -131,6 +145,12 @@ class Recorder:
         self.current += 1
         self.times.append(now)
         ended = self.current - 1
+        if self.current == self.warmup_steps + 1 and self.warmup.extends():
+            self.warmup_steps, self.measured_end, self.last_step = (
+                self.warmup_steps + 1, self.measured_end + 1, self.last_step + 1)
+            self.buckets.append(_Bucket())
+            if self.on_extend is not None:
+                self.on_extend()
         if self.current == 1:
             self.first_step = backend_flags()
         elif ended <= self.last_step:
@@ -148,8 +168,11 @@ class Recorder:
             "samples": None if bucket.unknown or not bucket.fetches else bucket.samples,
             "data_wait_s": bucket.wait_s,
             "measured": self.warmup_steps < step <= self.measured_end,
+            "ready": bucket.ready,
         }
-        if step > self.measured_end:
+        if step <= self.warmup_steps:
+            record["warmup"] = True
+        elif step > self.measured_end:
             record["profiled"] = True
         try:
             self._file.write(json.dumps(record) + "\n")
@@ -162,8 +185,10 @@ class Recorder:
         return self.buckets[step] if 1 <= step <= self.last_step else None
 
     # ------------------------------------------------------------------ events
-    def fetched(self, iterator: Any, start: float, end: float, batch: Any, ended: bool) -> None:
-        """A main-thread DataLoader fetch ran from ``start`` to ``end`` (``ended``: StopIteration)."""
+    def fetched(self, iterator: Any, start: float, end: float, batch: Any, ended: bool,
+                ready: int | None = None) -> None:
+        """A main-thread DataLoader fetch ran from ``start`` to ``end`` (``ended``: StopIteration);
+        ``ready``: the batches ready in the loader before it (None: unknown)."""
         if self.loader is None:
             self.loader = self._loader_settings.get(iterator)
         bucket = self._bucket()
@@ -175,6 +200,8 @@ class Recorder:
         bucket.wait_s += end - max(start, last)
         if ended:
             return
+        if not bucket.fetches:
+            bucket.ready = ready
         bucket.fetches += 1
         size = batch_size(batch)
         if size is None:
@@ -276,13 +303,14 @@ def _wrap_fetch(recorder: Recorder, original: Callable) -> Callable:
     def __next__(self: Any) -> Any:
         if threading.get_ident() != recorder.thread:
             return original(self)  # prefetch threads of the script's: not the training loop
+        ready = _safely(recorder.warmup.note_fetch, self)  # before the boundary the fetch may take
         start = time.perf_counter()
         try:
             batch = original(self)
         except StopIteration:
             _safely(recorder.fetched, self, start, time.perf_counter(), None, True)
             raise
-        _safely(recorder.fetched, self, start, time.perf_counter(), batch, False)
+        _safely(recorder.fetched, self, start, time.perf_counter(), batch, False, ready)
         return batch
 
     return __next__
@@ -341,56 +369,3 @@ def _called_from_runtime() -> bool:
             continue
         return name == _RUNTIME_PACKAGE or name.startswith(_RUNTIME_PACKAGE + ".")
     return False
-
-
-# --------------------------------------------------------------------------- facts
-def batch_size(batch: Any, depth: int = 0) -> int | None:
-    """Leading dimension of the first tensor in ``batch`` (depth first), or None when none is found.
-
-    Looks into tuples, lists (named tuples too) and mappings; a 0-d tensor has no batch dimension
-    and is passed over.
-    """
-    if isinstance(batch, torch.Tensor):
-        return int(batch.shape[0]) if batch.dim() > 0 else None
-    if depth >= _MAX_DEPTH:
-        return None
-    if isinstance(batch, Mapping):
-        batch = batch.values()
-    elif not isinstance(batch, (list, tuple)):
-        return None
-    for _, item in zip(range(_MAX_ITEMS), batch):
-        size = batch_size(item, depth + 1)
-        if size is not None:
-            return size
-    return None
-
-
-def loader_settings(loader: Any) -> dict:
-    """The settings of a DataLoader the tuner looks at (getattr: a subclass may lack some)."""
-    workers = int(getattr(loader, "num_workers", 0) or 0)
-    return {
-        "num_workers": workers,
-        "pin_memory": bool(getattr(loader, "pin_memory", False)),
-        "prefetch_factor": getattr(loader, "prefetch_factor", None) if workers > 0 else None,
-        "persistent_workers": bool(getattr(loader, "persistent_workers", False)),
-        "iterable": isinstance(getattr(loader, "dataset", None), torch.utils.data.IterableDataset),
-        "batch_size": getattr(loader, "batch_size", None),
-    }
-
-
-def backend_flags() -> dict:
-    """TF32 for fp32 matmuls and cuDNN benchmark, as set now."""
-    try:
-        tf32 = bool(torch.backends.cuda.matmul.allow_tf32)
-    except Exception:  # noqa: BLE001 - set through the newer fp32_precision API, which refuses the old read
-        tf32 = getattr(torch.backends.cuda.matmul, "fp32_precision", None) == "tf32"
-    return {"tf32": tf32, "cudnn_benchmark": bool(torch.backends.cudnn.benchmark)}
-
-
-def dist_snapshot() -> dict | None:
-    """World size and backend of the default process group, or None when there is none."""
-    dist = torch.distributed
-    with contextlib.suppress(Exception):  # a group being torn down
-        if dist.is_available() and dist.is_initialized():
-            return {"world_size": dist.get_world_size(), "backend": str(dist.get_backend())}
-    return None

@@ -1,0 +1,116 @@
+"""Facts ``perfscope.collect.measure`` records about a run: batch sizes, DataLoader settings,
+backend flags and the process group."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+# Searching a batch for its first tensor: a long list of strings must not be scanned every fetch.
+_MAX_ITEMS, _MAX_DEPTH = 256, 8
+
+
+def batch_size(batch: Any, depth: int = 0) -> int | None:
+    """Leading dimension of the first tensor in ``batch`` (depth first), or None when none is found.
+
+    Looks into tuples, lists (named tuples too) and mappings; a 0-d tensor has no batch dimension
+    and is passed over.
+    """
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() > 0 else None
+    if depth >= _MAX_DEPTH:
+        return None
+    if isinstance(batch, Mapping):
+        batch = batch.values()
+    elif not isinstance(batch, (list, tuple)):
+        return None
+    for _, item in zip(range(_MAX_ITEMS), batch):
+        size = batch_size(item, depth + 1)
+        if size is not None:
+            return size
+    return None
+
+
+def loader_settings(loader: Any) -> dict:
+    """The settings of a DataLoader the tuner looks at (getattr: a subclass may lack some)."""
+    workers = int(getattr(loader, "num_workers", 0) or 0)
+    return {
+        "num_workers": workers,
+        "pin_memory": bool(getattr(loader, "pin_memory", False)),
+        "prefetch_factor": getattr(loader, "prefetch_factor", None) if workers > 0 else None,
+        "persistent_workers": bool(getattr(loader, "persistent_workers", False)),
+        "iterable": isinstance(getattr(loader, "dataset", None), torch.utils.data.IterableDataset),
+        "batch_size": getattr(loader, "batch_size", None),
+    }
+
+
+def backend_flags() -> dict:
+    """TF32 for fp32 matmuls and cuDNN benchmark, as set now."""
+    try:
+        tf32 = bool(torch.backends.cuda.matmul.allow_tf32)
+    except Exception:  # noqa: BLE001 - set through the newer fp32_precision API, which refuses the old read
+        tf32 = getattr(torch.backends.cuda.matmul, "fp32_precision", None) == "tf32"
+    return {"tf32": tf32, "cudnn_benchmark": bool(torch.backends.cudnn.benchmark)}
+
+
+def dist_snapshot() -> dict | None:
+    """World size and backend of the default process group, or None when there is none."""
+    dist = torch.distributed
+    with contextlib.suppress(Exception):  # a group being torn down
+        if dist.is_available() and dist.is_initialized():
+            return {"world_size": dist.get_world_size(), "backend": str(dist.get_backend())}
+    return None
+
+
+def run_facts(torch, recorder) -> dict:
+    """What the tuner shapes its search space from (see ``measure.measure_in_process``)."""
+    cuda = bool(torch.cuda.is_available())
+    gpu_name = capability = None
+    bf16 = False
+    if cuda:
+        with contextlib.suppress(Exception):  # a device the script left in an error state
+            device = torch.cuda.current_device()  # the script's (set_device(local_rank))
+            gpu_name = torch.cuda.get_device_name(device)
+            capability = list(torch.cuda.get_device_capability(device))
+            bf16 = bool(torch.cuda.is_bf16_supported())
+    dist = recorder.dist or {}
+    env_world = _env_int("WORLD_SIZE")
+    world_size = dist.get("world_size") or env_world or 1
+    local_world_size = _env_int("LOCAL_WORLD_SIZE") or world_size
+    flags = recorder.first_step or {}
+    return {
+        "torch": str(torch.__version__),
+        "cuda": cuda,
+        "gpu_name": gpu_name,
+        "cuda_capability": capability,
+        "bf16_supported": bf16,
+        "cpu_count": _cpu_count(),
+        "world_size": int(world_size),
+        "local_world_size": int(local_world_size),
+        "dist_backend": dist.get("backend") or recorder.ddp_backend,
+        "ddp": recorder.ddp,
+        "dataloader": recorder.loader,
+        "accelerate": dict(recorder.accelerate),
+        "tf32": bool(flags.get("tf32", False)),
+        "cudnn_benchmark": bool(flags.get("cudnn_benchmark", False)),
+    }
+
+
+def _cpu_count() -> int:
+    # The cores this process may run on (a container's or taskset's share), not the machine's.
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _env_int(name: str) -> int | None:
+    try:
+        value = int(os.environ[name])
+    except (KeyError, ValueError):
+        return None
+    return value if value > 0 else None

@@ -1,0 +1,333 @@
+"""`perfscope tune` end to end, through the real command in child processes: the io-bound example
+gets a proven-faster configuration that `perfscope profile --config` then runs with; the comm-bound
+example is searched over 2 ranks; a run killed outright or stopped by Ctrl-C resumes; two workers
+share one study on a real PostgreSQL server; bad input gets one line and exit status 2. Every test
+runs a private copy of its script, so that nothing may be left running afterwards."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from tunekit import (
+    copy_script,
+    logs,
+    read_record,
+    reap,
+    run_perfscope,
+    run_tune,
+    start_tune,
+    stderr_lines,
+    wait_until,
+)
+
+from perfscope.runtime.config import load_config
+from tuner.storage import open_storage
+
+pytestmark = pytest.mark.slow
+
+# Small budgets: every trial is a fresh Python process importing torch, on a 2-core machine.
+BUDGET = ("--steps-per-trial", "4", "--warmup-steps", "2", "--confirm-top", "1", "--profile-steps", "0")
+# 10 ms of "decoding" per sample (160 ms a batch) on the training thread, 5 ms of compute: 2 DataLoader
+# workers double the throughput, far beyond the noise of step times on a shared machine (see
+# tunekit.tune_env).
+IO_ARGS = ("--", "--steps", "100", "--decode-ms", "10")
+RUN_TIMEOUT_S = 420
+LEFT_S = 15.0  # DataLoader workers of a killed trial notice their parent is gone within 5 s
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def tune_args(script, out, *extra: str) -> tuple[str, ...]:
+    return (str(script), *BUDGET, "--out", str(out), *extra)
+
+
+def study_trials(url: str, name: str) -> list[optuna.trial.FrozenTrial] | None:
+    """The study's trials as stored now, or None while it cannot be read (not yet made, locked)."""
+    try:
+        return optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False)
+    except Exception:  # noqa: BLE001 - SQLite busy, the study not created yet: poll again
+        return None
+
+
+def finished(trials) -> list[optuna.trial.FrozenTrial]:
+    return [t for t in trials if t.state in FINISHED]
+
+
+def check_one_line_error(done: subprocess.CompletedProcess, *, status: int = 2) -> str:
+    lines = stderr_lines(done.stderr)
+    assert done.returncode == status, (done.returncode, done.stdout, done.stderr)
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    assert lines[0].startswith("perfscope: error: "), lines
+    return lines[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Finding and proving a faster configuration
+
+
+def test_io_bound_gets_a_proven_faster_configuration_that_profile_runs_with(tmp_path):
+    script = copy_script("examples/io_bound.py", tmp_path / "s")
+    out = tmp_path / "out"
+    done = run_tune(*tune_args(script, out, "--trials", "4", "--confirm-rounds", "3"), *IO_ARGS,
+                    timeout=RUN_TIMEOUT_S)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(r"^\d+\.\d+x faster \(95% interval", done.stdout, re.MULTILINE), done.stdout
+
+    best = load_config(out / "best.yaml")
+    assert best is not None and best.num_workers and best.num_workers > 0, (out / "best.yaml").read_text()
+    record = read_record(out)
+    assert record["schema"] == "perfscope.tune" and record["schema_version"] == 1
+    assert record["objective"]["unit"] == "samples/s"
+    roles = {t["number"]: t["role"] for t in record["trials"]}
+    assert roles[0] == "baseline" and roles[1] == "guess", roles
+    assert list(roles.values()).count("baseline") == 1
+    rec = record["recommendation"]
+    assert rec["status"] == "faster", rec
+    assert rec["ci_low"] > 1 and rec["ci_low"] <= rec["speedup"] <= rec["ci_high"], rec
+    assert rec["config"]["num_workers"] == best.num_workers
+    assert record["best_config"] == "best.yaml"
+    for name in ("report.html", "baseline/summary.json", "best/summary.json", "diff.html", "study.db"):
+        assert (out / name).is_file(), name
+    assert record["after"]["summary"] == "best/summary.json" and record["after"]["diff"] == "diff.html"
+    assert not reap(script, LEFT_S)
+
+    # The recommendation runs as it is: `perfscope profile --config best.yaml`.
+    prof = run_perfscope("profile", "--config", str(out / "best.yaml"), "--out", str(tmp_path / "prof"),
+                         str(script), "--", "--steps", "40", timeout=RUN_TIMEOUT_S)
+    assert prof.returncode == 0, prof.stdout + prof.stderr
+    summary = json.loads((tmp_path / "prof" / "summary.json").read_text())
+    assert summary["run"]["config"]["num_workers"] == best.num_workers, summary["run"].get("config")
+    assert not reap(script, LEFT_S)
+
+
+def test_comm_bound_over_two_ranks_searches_the_communication_knobs(tmp_path):
+    script = copy_script("examples/comm_bound.py", tmp_path / "s")
+    out = tmp_path / "out"
+    done = run_tune(*tune_args(script, out, "--trials", "3", "--confirm-rounds", "2", "--nproc-per-node", "2"),
+                    "--", "--steps", "60", timeout=RUN_TIMEOUT_S)
+    assert done.returncode == 0, done.stdout + done.stderr
+    record = read_record(out)
+    assert record["nproc_per_node"] == 2
+    searched = [k["name"] for k in record["space"]["searched"]]
+    assert {"bucket_cap_mb", "hierarchical_allreduce"} <= set(searched), record["space"]
+    assert "num_workers" in record["space"]["excluded"]  # no DataLoader
+    assert record["objective"]["unit"] == "steps/s"
+    assert record["baseline"]["value"] > 0
+    ran = [t for t in record["trials"] if t["role"] != "baseline"]
+    assert ran and all(t["failure"] is None for t in ran), ran  # every configuration ran on 2 ranks
+    # Empty (keep current) or the changes of a searched knob.
+    best = load_config(out / "best.yaml")
+    assert best is not None and set(best.changes()) <= set(searched), best.changes()
+    assert best.changes() == record["recommendation"]["config"]
+    assert not reap(script, LEFT_S)
+
+
+# ---------------------------------------------------------------------------------------------
+# Stopping and resuming
+
+
+def test_a_killed_run_resumes_keeping_its_finished_trials(tmp_path):
+    script = copy_script("examples/io_bound.py", tmp_path / "s")
+    out = tmp_path / "out"
+    args = (*tune_args(script, out, "--trials", "8", "--confirm-rounds", "2"), *IO_ARGS)
+    url, name = f"sqlite:///{out / 'study.db'}", "tune-io_bound"
+    proc = start_tune(*args, log_dir=tmp_path / "first")
+    seen: dict = {}
+
+    def midway() -> bool:
+        if not (out / "trials" / "trial-1").is_dir():  # the study is set up: safe to open
+            return False
+        trials = study_trials(url, name) or []
+        running = [t for t in trials if t.state == TrialState.RUNNING and t.params]
+        complete = [t for t in trials if t.state == TrialState.COMPLETE]
+        if len(complete) >= 3 and running:
+            seen.update(complete={t.number: t.value for t in complete}, running=running[0].number)
+            return True
+        return False
+
+    try:
+        assert wait_until(midway, RUN_TIMEOUT_S, proc=proc, poll_s=0.5), logs(tmp_path / "first")
+        os.kill(proc.pid, signal.SIGKILL)  # perfscope only: its trial must die with it
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not reap(script, LEFT_S), "the trial of a killed perfscope kept running"
+
+    done = run_tune(*args, timeout=RUN_TIMEOUT_S)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(rf"resuming: trial\(s\) .*\b{seen['running']}\b.* queued again", done.stdout), done.stdout
+    record = read_record(out)
+    trials = {t["number"]: t for t in record["trials"]}
+    for number, value in seen["complete"].items():  # kept, not measured again
+        assert trials[number]["state"] == "complete" and trials[number]["value"] == pytest.approx(value)
+    killed = trials[seen["running"]]
+    assert killed["state"] == "failed" and killed["failure"]["kind"] == "interrupted", killed
+    # Its configuration was queued again and ran.
+    assert any(t["params"] == killed["params"] and t["state"] in ("complete", "pruned")
+               for n, t in trials.items() if n > killed["number"]), record["trials"]
+    assert [t["role"] for t in record["trials"]].count("baseline") == 1  # the baseline ran once
+    assert len([t for t in record["trials"] if t["state"] in ("complete", "pruned")]) == 8
+    assert len(finished(study_trials(url, name))) == 8
+    assert not reap(script, LEFT_S)
+
+
+def test_a_killed_run_over_two_ranks_leaves_no_launcher_or_rank_running(tmp_path):
+    script = copy_script("examples/comm_bound.py", tmp_path / "s")
+    out = tmp_path / "out"
+    # A baseline of 500 measured steps would run for minutes: it is killed while its ranks step.
+    proc = start_tune(str(script), "--nproc-per-node", "2", "--steps-per-trial", "500", "--out", str(out),
+                      "--", "--steps", "1000", log_dir=tmp_path / "log")
+    stepping = out / "trials" / "baseline" / "records" / "rank1.steps.jsonl"
+    try:
+        assert wait_until(stepping.is_file, RUN_TIMEOUT_S, proc=proc), logs(tmp_path / "log")
+        os.kill(proc.pid, signal.SIGKILL)  # perfscope only: torchrun and both ranks must die with it
+        assert proc.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert not reap(script, LEFT_S), "torchrun or a rank outlived the killed perfscope"
+
+
+def ctrl_c(args: tuple[str, ...], log_dir, once) -> tuple[int, str, str]:
+    """Start `perfscope tune ARGS`, send it SIGINT (what Ctrl-C sends to the foreground process)
+    once the file ``once`` exists; (exit status, stdout, stderr)."""
+    proc = start_tune(*args, log_dir=log_dir)
+    try:
+        assert wait_until(once.is_file, RUN_TIMEOUT_S, proc=proc), logs(log_dir)
+        os.kill(proc.pid, signal.SIGINT)
+        status = proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    stdout, stderr = logs(log_dir)
+    assert status == 130, (status, stdout, stderr)
+    lines = stderr_lines(stderr)
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    assert "resume" in lines[0] and "tune.json" in lines[0], lines
+    return status, stdout, stderr
+
+
+def test_ctrl_c_stops_the_trial_writes_what_finished_and_a_rerun_resumes(tmp_path):
+    script = copy_script("examples/io_bound.py", tmp_path / "s")
+    out = tmp_path / "out"
+    args = (*tune_args(script, out, "--trials", "4", "--confirm-rounds", "2"), *IO_ARGS)
+    # In the search: once trial 1 is stepping.
+    ctrl_c(args, tmp_path / "first", out / "trials" / "trial-1" / "records" / "rank0.steps.jsonl")
+    assert not reap(script, LEFT_S), "Ctrl-C left the trial running"
+    record = read_record(out)
+    assert any("interrupted" in note for note in record["notes"]), record["notes"]
+    assert record["recommendation"] is None
+    stopped = [t for t in record["trials"] if (t["failure"] or {}).get("kind") == "interrupted"]
+    assert len(stopped) == 1 and stopped[0]["state"] == "failed", record["trials"]
+    assert not (out / "best.yaml").exists()  # nothing was proven
+
+    # In the confirmation: once its first baseline run is stepping. The search had finished.
+    _, stdout, _ = ctrl_c(args, tmp_path / "second", out / "trials" / "confirm" / "baseline" / "records" / "rank0.steps.jsonl")
+    assert "resuming" in stdout
+    assert not reap(script, LEFT_S), "Ctrl-C left the confirmation run running"
+    record = read_record(out)
+    assert len([t for t in record["trials"] if t["state"] in ("complete", "pruned")]) == 4, record["trials"]
+    assert any(t["params"] == stopped[0]["params"] and t["state"] in ("complete", "pruned")
+               for t in record["trials"] if t["number"] > stopped[0]["number"]), record["trials"]  # queued again
+    assert record["recommendation"] is None and any("interrupted" in note for note in record["notes"])
+    assert not (out / "best.yaml").exists()
+
+    done = run_tune(*args, timeout=RUN_TIMEOUT_S)
+    assert done.returncode == 0, done.stdout + done.stderr
+    record = read_record(out)
+    assert any("no new trial ran" in note for note in record["notes"]), record["notes"]
+    assert record["recommendation"]["status"] in ("faster", "keep-current")
+    assert len([t for t in record["trials"] if t["state"] in ("complete", "pruned")]) == 4
+    assert [t["role"] for t in record["trials"]].count("baseline") == 1
+    assert (out / "best.yaml").is_file()
+    assert not reap(script, LEFT_S)
+
+
+# ---------------------------------------------------------------------------------------------
+# Several workers
+
+
+def test_two_workers_share_one_study_on_postgresql(tmp_path, postgres_url):
+    script = copy_script("examples/io_bound.py", tmp_path / "s")
+    common = ("--storage", postgres_url, "--study-name", "shared", "--trials", "6", "--confirm-rounds", "2")
+    procs = [start_tune(*tune_args(script, tmp_path / f"out{i}", *common), *IO_ARGS, log_dir=tmp_path / f"log{i}")
+             for i in (0, 1)]
+    try:
+        statuses = [p.wait(timeout=RUN_TIMEOUT_S) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for i, status in enumerate(statuses):
+        stdout, stderr = logs(tmp_path / f"log{i}")
+        assert status == 0, (i, stdout, stderr)
+        assert postgres_url.split("@")[0].split(":")[-1] not in stdout + stderr  # no password shown
+    assert not reap(script, LEFT_S)
+
+    study = optuna.load_study(study_name="shared", storage=open_storage(postgres_url, tmp_path))
+    trials = study.get_trials(deepcopy=False)
+    assert [t.user_attrs.get("role") for t in trials].count("baseline") == 1
+    assert len({t.number for t in trials}) == len(trials)
+    # --trials is the study's total; each worker stops once it sees it reached, so a worker whose
+    # trial was running then finishes it: at most one trial more per extra worker.
+    assert 6 <= len(finished(trials)) <= 7, [(t.number, t.state) for t in trials]
+    assert not [t.number for t in trials if t.state == TrialState.RUNNING]
+    pids = {(t.user_attrs.get("worker") or {}).get("pid") for t in trials if t.user_attrs.get("role") != "baseline"}
+    assert pids >= {p.pid for p in procs}, (pids, [p.pid for p in procs])
+    for i in (0, 1):
+        record = read_record(tmp_path / f"out{i}")
+        assert "***" in record["study"]["storage"] and record["study"]["name"] == "shared"
+        assert not (tmp_path / f"out{i}" / "study.db").exists()  # the study lives in the server only
+
+
+# ---------------------------------------------------------------------------------------------
+# Bad input: one line, exit status 2
+
+
+@pytest.mark.parametrize("case", ["missing-script", "unknown-storage", "unreachable-server", "one-round"])
+def test_bad_input_is_one_line_and_exit_status_2(tmp_path, case):
+    script = copy_script("examples/io_bound.py", tmp_path / "s")
+    out = tmp_path / "out"
+    extra: tuple[str, ...] = ()
+    if case == "missing-script":
+        script = tmp_path / "s" / "missing.py"
+    elif case == "unknown-storage":
+        extra = ("--storage", "bogus://x")
+    elif case == "unreachable-server":
+        extra = ("--storage", "postgresql://u:secret@127.0.0.1:1/db")
+    else:
+        extra = ("--confirm-rounds", "1")
+    done = run_tune(str(script), "--out", str(out), *extra, "--", "--steps", "100", timeout=120)
+    line = check_one_line_error(done)
+    expected = {"missing-script": "missing.py", "unknown-storage": "bogus://x",
+                "unreachable-server": "127.0.0.1", "one-round": "--confirm-rounds"}[case]
+    assert expected in line, line
+    assert "secret" not in done.stdout + done.stderr
+    if case in ("missing-script", "one-round"):
+        assert not out.exists()  # told before anything is created
+    assert not reap(tmp_path / "s", LEFT_S)
+
+
+def test_a_script_failing_before_any_step_and_a_study_of_another_command(tmp_path):
+    script = copy_script("tests/scripts/tune_broken.py", tmp_path / "s")
+    out = tmp_path / "out"
+    done = run_tune(*tune_args(script, out), "--", "--steps", "100", timeout=RUN_TIMEOUT_S)
+    assert done.returncode != 0
+    line = check_one_line_error(done, status=done.returncode)
+    assert "baseline run failed" in line and "missing.tfrecord" in line, line
+    assert not reap(script, LEFT_S)
+
+    # The study is this command's: other script arguments are refused before anything runs.
+    done = run_tune(*tune_args(script, out), "--", "--steps", "120", timeout=RUN_TIMEOUT_S)
+    line = check_one_line_error(done)
+    assert "--steps 100" in line and "--steps 120" in line and "--study-name" in line, line
+    assert "profiling the baseline" not in done.stdout
