@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser(
         "profile",
+        allow_abbrev=False,  # a script's own option must not pass for an abbreviation of ours
         help="run a training script under the PyTorch profiler and classify its steps",
         description="Run SCRIPT as `python SCRIPT ARGS` would, profile a window of its training steps, "
         "and write traces/, summary.json and report.html. Script arguments go after `--`.",

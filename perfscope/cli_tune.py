@@ -18,6 +18,7 @@ def add_tune_parser(sub, positive, nonneg, positive_float) -> None:
     _positive, _nonneg, _positive_float = positive, nonneg, positive_float
     t = sub.add_parser(
         "tune",
+        allow_abbrev=False,  # a script's --steps must not pass for --steps-per-trial
         help="search the acceleration configuration that makes SCRIPT fastest, guided by its profile",
         description="Profile SCRIPT, search DataLoader, precision and communication knobs with Optuna (each trial "
         "in its own process), confirm the winner against the baseline, and write best.yaml, tune.json and "
@@ -38,7 +39,7 @@ def add_tune_parser(sub, positive, nonneg, positive_float) -> None:
     t.add_argument("--study-name", default=None, metavar="NAME", help="study name (default: tune-<script>)")
     t.add_argument("--out", type=Path, default=None, metavar="DIR_OR_YAML",
                    help="output folder, or the .yaml file for the best configuration (default: perfscope-out/tune-<script>/)")
-    t.add_argument("--seed", type=int, default=0, help="seed for the script and the sampler (default 0)")
+    t.add_argument("--seed", type=_seed, default=0, help="seed for the script and the sampler (default 0)")
     t.add_argument("--confirm-top", type=_positive, default=2, metavar="N", help="candidates to confirm (default 2)")
     t.add_argument("--confirm-rounds", type=_positive, default=5, metavar="R",
                    help="interleaved baseline/candidate rounds (default 5, at least 2)")
@@ -47,6 +48,18 @@ def add_tune_parser(sub, positive, nonneg, positive_float) -> None:
                    help="limit of one trial (default: from the baseline's duration)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--open", action="store_true", help="open report.html in the web browser when done")
+
+
+def _seed(text: str) -> int:
+    import argparse
+
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if not 0 <= value < 2**32:  # NumPy's seed range; the script's generators are seeded with it
+        raise argparse.ArgumentTypeError(f"must be in 0..{2**32 - 1}, got {value}")
+    return value
 
 
 def _outputs(out: Path | None, stem: str) -> tuple[Path, Path]:

@@ -96,3 +96,13 @@ def test_a_configuration_whose_loss_departs_is_unsafe_and_not_feasible(tmp_path)
     assert trial.constraints == {"infeasible": 1.0}
     assert trial.value > 0  # it ran: its speed is kept, but it can never be recommended
     assert session.feasible_trials()[0].user_attrs["role"] == "baseline"
+
+
+def test_a_process_the_script_starts_in_its_own_session_is_stopped_too(tmp_path):
+    script = copy_script("tests/scripts/tune_spawner.py", tmp_path / "s")
+    marker = f"spawned-helper-{tmp_path.name}"
+    spec = TrialSpec(script=str(script), script_args=(marker,), warmup_steps=2, measure_steps=3, profile_steps=0,
+                     timeout_s=60)
+    outcome = run_trial(spec, None, tmp_path / "t")
+    assert outcome.ok, outcome.reason
+    assert not wait_no_processes(marker), "the helper process the script started in its own session survived"

@@ -35,6 +35,8 @@ def trial_entry(t) -> dict:
         failure = {"kind": "crash", "reason": t.system_attrs.get("fail_reason") or "the trial raised an error in perfscope"}
     if t.state == TrialState.PRUNED:
         value = t.intermediate_values[t.last_step] if t.last_step is not None else None
+    elif failure and failure.get("kind") != "unsafe":
+        value = None  # the run failed: the study stores 0 so the sampler ranks it last
     else:
         value = t.value
     return {

@@ -143,7 +143,7 @@ class TuningStudy:
         host = socket.gethostname()
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             worker = t.user_attrs.get("worker") or {}
-            if worker.get("host") == host and not _alive(int(worker.get("pid") or 0)):
+            if worker.get("host") == host and not pid_alive(int(worker.get("pid") or 0)):
                 self.study._storage.set_trial_user_attr(t._trial_id, "failure",
                                                         {"kind": "interrupted", "reason": "its worker was killed"})
                 self.study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
@@ -262,7 +262,8 @@ class TuningStudy:
         return sorted(trials, key=lambda t: -t.value)
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host."""
     if pid <= 0:
         return False
     try:

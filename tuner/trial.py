@@ -32,12 +32,11 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from perfscope.collect.launch import child_env, signal_group
+from perfscope.collect.launch import child_env
 from perfscope.runtime.config import CONFIG_ENV, AccelConfig, save_config
+from tuner.procs import MARK_ENV, new_mark, stop_trial
 
 POLL_S = 0.1
-# Seconds the group gets after SIGTERM before SIGKILL: torchrun needs a moment to stop its ranks.
-TERM_GRACE_S = {False: 3.0, True: 10.0}
 FAILURE_KINDS = ("oom", "crash", "timeout", "too-few-steps", "unsafe", "interrupted")
 _OOM = re.compile(r"out of memory|OutOfMemoryError|MemoryError|can't allocate memory|Cannot allocate memory", re.IGNORECASE)
 # torchrun would outlive a killed perfscope: it is exec'd by this, which set PR_SET_PDEATHSIG to SIGKILL.
@@ -220,6 +219,7 @@ def run_trial(
     env = child_env(config_path)
     if config_path is None:
         env.pop(CONFIG_ENV, None)  # the baseline runs as the user runs it
+    mark = env[MARK_ENV] = new_mark()
     profile = spec.profile_steps if profile_steps is None else profile_steps
     command = measure_command(spec, record_dir, config_path, profile)
     ranks = spec.nproc_per_node or 1
@@ -254,10 +254,10 @@ def run_trial(
         except Pruned:
             status, reason = "pruned", "clearly slower than the best trial so far"
         except KeyboardInterrupt:
-            _stop(proc, spec.nproc_per_node is not None)
+            stop_trial(proc, spec.nproc_per_node is not None, mark)
             raise
         finally:
-            _stop(proc, spec.nproc_per_node is not None)
+            stop_trial(proc, spec.nproc_per_node is not None, mark)
     if unit == "steps/s":  # one rank or step without a batch size: count steps throughout
         values = [1.0 / t for t in seconds]
     outcome = TrialOutcome(status=status or "ok", reason=reason, step_values=values, step_samples=samples,
@@ -265,19 +265,6 @@ def run_trial(
                            duration_s=time.monotonic() - started, exit_code=proc.returncode)
     _read_results(outcome, record_dir, ranks, work_dir / "output.log", spec)
     return outcome
-
-
-def _stop(proc: subprocess.Popen, launched: bool) -> None:
-    """Stop the trial's whole process group: SIGTERM, then SIGKILL after a grace period."""
-    if proc.poll() is None:
-        signal_group(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=TERM_GRACE_S[launched])
-        except subprocess.TimeoutExpired:
-            pass
-    # DataLoader workers and anything else the script started in the group.
-    signal_group(proc.pid, signal.SIGKILL)
-    proc.wait()
 
 
 class _StepReader:
@@ -346,6 +333,8 @@ def _read_results(outcome: TrialOutcome, record_dir: Path, ranks: int, log: Path
     if outcome.exit_code != 0 or failed:
         _, first_failure = failed[0] if failed else (None, {})
         message = first_failure.get("error") or _log_tail(log) or f"exited with status {outcome.exit_code}"
+        if "exited with status" in message and _log_tail(log):  # e.g. argparse's error line
+            message = f"{message}: {_log_tail(log)}"
         if outcome.exit_code is not None and outcome.exit_code < 0:
             message = f"killed by {signal.Signals(-outcome.exit_code).name}; {message}"
         kind = "oom" if first_failure.get("error_kind") == "oom" or _OOM.search(message) else "crash"
@@ -356,7 +345,10 @@ def _read_results(outcome: TrialOutcome, record_dir: Path, ranks: int, log: Path
         outcome.status = "too-few-steps"
         used = rank0.get("warmup_steps_used", spec.warmup_steps)
         outcome.reason = (f"the script ended after {seen} steps; this trial needed {used} warm-up + "
-                          f"{spec.measure_steps} measured steps (let the script run longer)")
+                          f"{spec.measure_steps} measured steps")
+        if seen == 0:
+            outcome.reason += (" (no step was seen: a loop without a torch optimizer must call perfscope.step() "
+                               "once per iteration)")
 
 
 def _read_jsonl(path: Path) -> list[dict]:

@@ -6,6 +6,8 @@ See ``docs/tune.md`` for the steps, the definitions and the outputs.
 from __future__ import annotations
 
 import dataclasses
+import os
+import socket
 import time
 from pathlib import Path
 
@@ -20,12 +22,20 @@ from tuner.progress import Progress
 from tuner.pruner import SlowerThanBestPruner
 from tuner.space import build_space, rule_based_guess
 from tuner.storage import describe_storage, open_storage
-from tuner.study import DuplicateTrial, TuningStudy, trial_verdict
+from tuner.study import (
+    SPACE_ATTR,
+    DuplicateTrial,
+    TuningStudy,
+    pid_alive,
+    trial_verdict,
+    worker_id,
+)
 from tuner.trial import TrialSpec, cleanup_traces, run_trial
 
 BASELINE_PROFILE_STEPS = 5  # as `perfscope profile`'s default active window
 SETUP_WAIT_S = 180.0
-COMMAND_ATTR = "perfscope.command"  # how long a second worker waits for the first one's baseline
+COMMAND_ATTR = "perfscope.command"
+SETUP_BY_ATTR = "perfscope.setup_by"  # the worker profiling the baseline  # how long a second worker waits for the first one's baseline
 
 
 class TuneError(PerfscopeError):
@@ -93,13 +103,15 @@ def tune(options: TuneOptions) -> dict:
     study, created = _open_study(storage, options)
     _check_same_command(study, options)
     session = TuningStudy(study, spec, out / "trials")
+    if created:
+        study.set_user_attr(SETUP_BY_ATTR, worker_id())
     if not session.load_setup():
-        waited = False
-        if not created and options.storage is not None:
-            print(f"perfscope: study {options.study_name!r} exists: waiting up to {SETUP_WAIT_S:.0f} s for the "
-                  "worker that created it to profile the baseline...")
-            waited = session.wait_for_setup(SETUP_WAIT_S)
-        if not waited:
+        if not created and _setup_owner_may_be_running(study):
+            print(f"perfscope: study {options.study_name!r} is being set up by another worker: waiting up to "
+                  f"{SETUP_WAIT_S:.0f} s for its baseline...")
+            session.wait_for_setup(SETUP_WAIT_S)
+        if session.space is None:
+            study.set_user_attr(SETUP_BY_ATTR, worker_id())
             _set_up(session, options, out)
     if options.trial_timeout_s is None:  # a trial may take a few times the baseline's time
         session.spec = dataclasses.replace(spec, timeout_s=max(60.0, 4.0 * float(session.baseline.get("duration_s") or 60.0) + 30.0))
@@ -108,19 +120,28 @@ def tune(options: TuneOptions) -> dict:
     if requeued:
         print(f"perfscope: resuming: trial(s) {', '.join(map(str, requeued))} were cut short and are queued again")
     notes: list[str] = []
+    if not any(v is not None for v in session.baseline.get("losses") or []):
+        line = ("the numerics guard did not run: no loss was seen (perfscope sees the loss passed to "
+                "perfscope.backward or to backward() of a scalar), so trials are compared on speed only")
+        print(f"perfscope: {line}")
+        notes.append(line)
     storage_text = describe_storage(options.storage or f"sqlite:///{out / 'study.db'}")
     record_args = {"options": options, "session": session, "storage": storage_text}
-    try:  # Ctrl-C in the search or in the confirmation: tune.json says what finished
+    confirmation = recommendation = after = None
+    try:  # Ctrl-C at any point: tune.json says what finished
         _search(session, options, started, notes)
         confirmation, recommendation = _prove(session, options, notes)
-        after = _profile_after(session, options, recommendation) if recommendation["status"] == "faster" else None
+        _write_best(options, recommendation)
+        record = tune_record.build(**record_args, notes=notes, confirmation=confirmation, recommendation=recommendation)
+        tune_record.write_outputs(out, record, best=options.best_path)  # before the last profile
+        if recommendation["status"] == "faster":
+            after = _profile_after(session, options, recommendation)
     except KeyboardInterrupt:
         notes.append("interrupted by Ctrl-C: the finished trials are kept; run the same command again to resume")
-        tune_record.write_outputs(out, tune_record.build(**record_args, notes=notes), best=None)
+        tune_record.write_outputs(out, tune_record.build(**record_args, notes=notes, confirmation=confirmation,
+                                                         recommendation=recommendation),
+                                  best=options.best_path if recommendation else None)
         raise
-    best = config_from_dict(recommendation["config"])
-    comment = recommendation["line"]
-    save_config(best, options.best_path, comment=f"perfscope tune {Path(options.script).name}: {comment}", only_changes=True)
     record = tune_record.build(**record_args, notes=notes, confirmation=confirmation,
                                recommendation=recommendation, after=after)
     tune_record.write_outputs(out, record, best=options.best_path)
@@ -141,11 +162,28 @@ def _open_study(storage, options: TuneOptions) -> tuple[optuna.Study, bool]:
         return study, False
 
 
+def _write_best(options: TuneOptions, recommendation: dict) -> None:
+    best = config_from_dict(recommendation["config"])
+    comment = f"perfscope tune {Path(options.script).name}: {recommendation['line']}"
+    save_config(best, options.best_path, comment=comment, only_changes=True)
+
+
+def _setup_owner_may_be_running(study: optuna.Study) -> bool:
+    """Whether the worker that took on the study's setup may still be doing it (so wait for it)."""
+    owner = study.user_attrs.get(SETUP_BY_ATTR) or {}
+    if owner.get("host") != socket.gethostname():
+        return bool(owner)  # another machine: only its heartbeat-less word; wait, with the timeout
+    return owner.get("pid") != os.getpid() and pid_alive(int(owner.get("pid") or 0))
+
+
 def _check_same_command(study: optuna.Study, options: TuneOptions) -> None:
-    """A study belongs to one script and its arguments: resuming it with others would mix baselines."""
+    """A study belongs to one script and its arguments: resuming it with others would mix baselines.
+
+    A study whose setup never finished (its baseline failed) holds no trial and takes the new command.
+    """
     command = {"script": options.script, "args": list(options.script_args), "nproc_per_node": options.nproc_per_node}
     stored = study.user_attrs.get(COMMAND_ATTR)
-    if stored is None:
+    if stored is None or (stored != command and SPACE_ATTR not in study.user_attrs and not study.get_trials()):
         study.set_user_attr(COMMAND_ATTR, command)
     elif stored != command:
         raise TuneError(f"study {options.study_name!r} was made for `{_words(stored)}`, not `{_words(command)}`; "
@@ -172,8 +210,8 @@ def _set_up(session: TuningStudy, options: TuneOptions, out: Path) -> None:
     if not outcome.ok:
         log = out / "trials" / "baseline" / "output.log"
         hint = ""
-        if outcome.status == "too-few-steps":
-            hint = "; lower --warmup-steps/--steps-per-trial or let the script run longer (its arguments go after --)"
+        if outcome.status == "too-few-steps" and "perfscope.step()" not in (outcome.reason or ""):
+            hint = "; let the script run longer (its arguments go after --) or lower --warmup-steps/--steps-per-trial"
         raise TuneError(f"the baseline run failed ({outcome.status}): {outcome.reason}{hint} (output: {log})")
     verdict, fractions, summary = trial_verdict(outcome)
     baseline = {
@@ -234,11 +272,14 @@ def _prove(session: TuningStudy, options: TuneOptions, notes: list[str]) -> tupl
         if len(candidates) >= options.confirm_top:
             break
     if not candidates:
-        keep["line"] = ("keep your current settings: no feasible trial beat the baseline by more than "
-                        f"{options.min_gain:.0%} in the search")
+        if not session.space.knobs:
+            keep["line"] = "keep your current settings: no knob can apply to this run (see the knobs left out)"
+        else:
+            keep["line"] = ("keep your current settings: no feasible trial beat the baseline by more than "
+                            f"{options.min_gain:.0%} in the search")
         return None, keep
     spec = session.spec
-    work = session.work_dir / "confirm"
+    work = session.work_dir / f"confirm-{os.getpid()}"  # other workers may confirm at the same time
     print(f"perfscope: confirming trial(s) {', '.join(str(t.number) for t in candidates)} against the baseline, "
           f"{options.confirm_rounds} interleaved rounds...")
 
@@ -292,7 +333,7 @@ def _profile_after(session: TuningStudy, options: TuneOptions, recommendation: d
     """Profile the recommended configuration and compare it with the baseline's profile."""
     out = options.out_dir
     config = config_from_dict(recommendation["config"])
-    outcome = run_trial(session.spec, config, session.work_dir / "best", profile_steps=BASELINE_PROFILE_STEPS,
+    outcome = run_trial(session.spec, config, session.work_dir / f"best-{os.getpid()}", profile_steps=BASELINE_PROFILE_STEPS,
                         **session.loader_settings(config))
     verdict, fractions, summary = trial_verdict(outcome)
     cleanup_traces(outcome)
