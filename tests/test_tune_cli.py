@@ -6,6 +6,7 @@ runs a private copy of its script, so that nothing may be left running afterward
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -199,10 +200,10 @@ def test_a_killed_run_over_two_ranks_leaves_no_launcher_or_rank_running(tmp_path
 
 def ctrl_c(args: tuple[str, ...], log_dir, once) -> tuple[int, str, str]:
     """Start `perfscope tune ARGS`, send it SIGINT (what Ctrl-C sends to the foreground process)
-    once the file ``once`` exists; (exit status, stdout, stderr)."""
+    once a file matching the glob ``once`` (a Path) exists; (exit status, stdout, stderr)."""
     proc = start_tune(*args, log_dir=log_dir)
     try:
-        assert wait_until(once.is_file, RUN_TIMEOUT_S, proc=proc), logs(log_dir)
+        assert wait_until(lambda: bool(glob.glob(str(once))), RUN_TIMEOUT_S, proc=proc), logs(log_dir)
         os.kill(proc.pid, signal.SIGINT)
         status = proc.wait(timeout=60)
     finally:
@@ -231,7 +232,7 @@ def test_ctrl_c_stops_the_trial_writes_what_finished_and_a_rerun_resumes(tmp_pat
     assert not (out / "best.yaml").exists()  # nothing was proven
 
     # In the confirmation: once its first baseline run is stepping. The search had finished.
-    _, stdout, _ = ctrl_c(args, tmp_path / "second", out / "trials" / "confirm" / "baseline" / "records" / "rank0.steps.jsonl")
+    _, stdout, _ = ctrl_c(args, tmp_path / "second", out / "trials" / "confirm-*" / "baseline" / "records" / "rank0.steps.jsonl")
     assert "resuming" in stdout
     assert not reap(script, LEFT_S), "Ctrl-C left the confirmation run running"
     record = read_record(out)
@@ -326,8 +327,20 @@ def test_a_script_failing_before_any_step_and_a_study_of_another_command(tmp_pat
     assert "baseline run failed" in line and "missing.tfrecord" in line, line
     assert not reap(script, LEFT_S)
 
-    # The study is this command's: other script arguments are refused before anything runs.
+    # The failed baseline left no trial: the same folder takes corrected arguments (the baseline
+    # runs again, and fails again: the script's data is missing whatever its arguments).
     done = run_tune(*tune_args(script, out), "--", "--steps", "120", timeout=RUN_TIMEOUT_S)
+    assert "profiling the baseline" in done.stdout and done.returncode != 0, done.stdout + done.stderr
+    assert "missing.tfrecord" in check_one_line_error(done, status=done.returncode)
+
+    # A study that holds trials belongs to its command: other arguments are refused before anything runs.
+    io = copy_script("examples/io_bound.py", tmp_path / "io")
+    io_out = tmp_path / "io-out"
+    quick = ("--trials", "2", "--steps-per-trial", "2", "--warmup-steps", "1", "--profile-steps", "0",
+             "--confirm-rounds", "2")
+    done = run_tune(*tune_args(io, io_out, *quick), "--", "--steps", "60", timeout=RUN_TIMEOUT_S)
+    assert done.returncode == 0, done.stdout + done.stderr
+    done = run_tune(*tune_args(io, io_out, *quick), "--", "--steps", "70", timeout=RUN_TIMEOUT_S)
     line = check_one_line_error(done)
-    assert "--steps 100" in line and "--steps 120" in line and "--study-name" in line, line
+    assert "--steps 60" in line and "--steps 70" in line and "--study-name" in line, line
     assert "profiling the baseline" not in done.stdout

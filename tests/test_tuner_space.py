@@ -135,3 +135,23 @@ def test_confirm_candidates_shares_the_baseline_and_drops_failed_candidates():
     assert results["broken"] is None
     assert results["fast"].faster and results["fast"].speedup == pytest.approx(2.0 / math.exp(
         sum(math.log(v) for v in [1.0, 1.01, 0.99, 1.02, 1.0]) / 5), rel=1e-9)
+
+
+def test_samples_drawn_from_prefilled_queues_are_not_counted(tmp_path):
+    import json
+
+    from tuner.records import drawn_from_queues
+    from tuner.trial import window_throughput
+
+    lines = [{"step": 1, "seconds": 0.1, "samples": 16, "measured": False, "ready": 12},
+             {"step": 2, "seconds": 0.01, "samples": 16, "measured": True, "ready": 10},
+             {"step": 3, "seconds": 0.01, "samples": 16, "measured": True, "ready": 9},
+             {"step": 4, "seconds": 0.01, "samples": 16, "measured": True, "ready": 7},
+             {"step": 5, "seconds": 0.05, "samples": 16, "measured": False, "ready": 6}]
+    path = tmp_path / "rank0.steps.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    facts = {"facts": {"dataloader": {"batch_size": 16}}}
+    # The queue fell from 10 ready batches (first measured step) to 6 (the step after the window).
+    assert drawn_from_queues(path, facts, measure_steps=3) == 4 * 16
+    assert drawn_from_queues(path, {"facts": {}}, measure_steps=3) == 0  # batch size unknown
+    assert window_throughput([16, 16, 16], [0.01] * 3, drawn=32) == pytest.approx(16 / 0.03)

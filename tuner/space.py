@@ -303,11 +303,13 @@ def _applicable_knobs(facts: dict, cpu: int) -> tuple[list[Knob], dict[str, str]
     return knobs, excluded
 
 
-def rule_based_guess(space: SearchSpace, facts: dict, cpu_count: int | None = None) -> dict | None:
+def rule_based_guess(space: SearchSpace, facts: dict, cpu_count: int | None = None,
+                     fractions: dict | None = None) -> dict | None:
     """A first configuration from the verdict, as trial parameters (None when it equals the baseline).
 
-    The rules follow PyTorch's performance tuning guide: io-bound -> workers (up to the cores per
-    rank, at least 2), pinned memory and deeper prefetch; compute-bound -> mixed precision, TF32
+    The rules follow PyTorch's performance tuning guide: io-bound -> enough workers to hide the
+    measured loading share (``io / (1 - io)``, at least 2, within the space), pinned memory and
+    deeper prefetch; compute-bound -> mixed precision, TF32
     and cuDNN autotuning; comm-bound -> larger buckets (fewer all-reduce calls) and bf16 gradient
     compression on GPUs; launch-bound -> accumulation of 2 micro-batches.
     """
@@ -327,7 +329,11 @@ def rule_based_guess(space: SearchSpace, facts: dict, cpu_count: int | None = No
 
     verdict = space.verdict
     if verdict == "io-bound":
-        put("num_workers", max(2, min(8, cpu // local_world)))
+        # Enough workers to hide the loading: a step loads for `io` of its time and computes
+        # for the rest, so about io / (1 - io) workers keep up (within the space's range).
+        io = float((fractions or {}).get("io") or 0.0)
+        wanted = math.ceil(io / max(1e-3, 1.0 - io)) if io > 0 else cpu // local_world
+        put("num_workers", max(2, wanted))
         put("prefetch_factor", 4)
         put("pin_memory", True)
         put("device_prefetch", True)

@@ -35,6 +35,7 @@ from pathlib import Path
 from perfscope.collect.launch import child_env
 from perfscope.runtime.config import CONFIG_ENV, AccelConfig, save_config
 from tuner.procs import MARK_ENV, new_mark, stop_trial
+from tuner.records import StepReader, drawn_from_queues, new_measured, read_jsonl
 
 POLL_S = 0.1
 FAILURE_KINDS = ("oom", "crash", "timeout", "too-few-steps", "unsafe", "interrupted")
@@ -92,6 +93,8 @@ class TrialOutcome:
         duration_s: Wall time of the trial (seconds).
         exit_code: Exit status of the process (or launcher).
         config_applied: Rank 0's report of what the configuration changed.
+        drawn_samples: Samples the measured window drew from DataLoader queues filled before it
+            (subtracted from its throughput; see :func:`drawn_from_queues`).
     """
 
     status: str
@@ -107,6 +110,7 @@ class TrialOutcome:
     duration_s: float = 0.0
     exit_code: int | None = None
     config_applied: dict | None = None
+    drawn_samples: int = 0
 
     @property
     def ok(self) -> bool:
@@ -115,21 +119,23 @@ class TrialOutcome:
     @property
     def value(self) -> float | None:
         """The trial's objective: throughput over its measured steps (None without any)."""
-        return window_throughput(self.step_samples, self.step_seconds)
+        return window_throughput(self.step_samples, self.step_seconds, self.drawn_samples)
 
 
-def window_throughput(samples: Sequence[int | None], seconds: Sequence[float]) -> float | None:
+def window_throughput(samples: Sequence[int | None], seconds: Sequence[float], drawn: int = 0) -> float | None:
     """Samples per second over a window of steps (steps per second when a step's batch size is unknown).
 
     Args:
         samples: Samples of each step over all ranks, None where unknown.
         seconds: Duration of each step (seconds, > 0).
+        drawn: Samples the window took from batches its DataLoaders had ready before it began
+            (the drop of their ready queues over the window): loaded earlier, so not counted.
     """
     total = sum(seconds)
     if not seconds or total <= 0:
         return None
     if all(isinstance(n, int) for n in samples):
-        return sum(samples) / total
+        return max(0, sum(samples) - drawn) / total
     return len(seconds) / total
 
 
@@ -223,7 +229,7 @@ def run_trial(
     profile = spec.profile_steps if profile_steps is None else profile_steps
     command = measure_command(spec, record_dir, config_path, profile)
     ranks = spec.nproc_per_node or 1
-    readers = [_StepReader(record_dir / f"rank{r}.steps.jsonl") for r in range(ranks)]
+    readers = [StepReader(record_dir / f"rank{r}.steps.jsonl") for r in range(ranks)]
     values: list[float] = []
     samples: list[int | None] = []
     seconds: list[float] = []
@@ -236,7 +242,7 @@ def run_trial(
         try:
             while True:
                 exited = proc.poll() is not None
-                for step_samples, step_seconds in _new_measured(readers, len(values)):
+                for step_samples, step_seconds in new_measured(readers, len(values)):
                     samples.append(step_samples)
                     seconds.append(step_seconds)
                     values.append((step_samples if step_samples is not None else 1) / step_seconds)
@@ -267,50 +273,6 @@ def run_trial(
     return outcome
 
 
-class _StepReader:
-    """Reads the complete lines a rank has appended to its steps file so far."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-        self.measured: list[dict] = []
-
-    def poll(self) -> None:
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except FileNotFoundError:
-            return
-        end = data.rfind(b"\n")
-        if end < 0:
-            return
-        self.offset += end + 1
-        for line in data[: end + 1].splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and record.get("measured"):
-                self.measured.append(record)
-
-
-def _new_measured(readers: Sequence[_StepReader], done: int) -> list[tuple[int | None, float]]:
-    """(samples over all ranks or None, longest rank's seconds) of the measured steps every rank
-    has finished beyond the first ``done``."""
-    for reader in readers:
-        reader.poll()
-    complete = min(len(r.measured) for r in readers)
-    out = []
-    for i in range(done, complete):
-        records = [r.measured[i] for r in readers]
-        longest = max(1e-9, max(float(rec.get("seconds") or 0.0) for rec in records))
-        samples = [rec.get("samples") for rec in records]
-        known = all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in samples)
-        out.append((sum(samples) if known else None, longest))
-    return out
-
-
 def _read_results(outcome: TrialOutcome, record_dir: Path, ranks: int, log: Path, spec: TrialSpec) -> None:
     results = {}
     for rank in range(ranks):
@@ -323,7 +285,10 @@ def _read_results(outcome: TrialOutcome, record_dir: Path, ranks: int, log: Path
     outcome.config_applied = rank0.get("config_applied")
     outcome.losses = list(rank0.get("losses") or [])
     outcome.trace_files = [Path(r["trace"]) for r in results.values() if r.get("trace") and Path(r["trace"]).is_file()]
-    measured = [rec for rec in _read_jsonl(record_dir / "rank0.steps.jsonl") if rec.get("measured")]
+    outcome.drawn_samples = sum(drawn_from_queues(record_dir / f"rank{r}.steps.jsonl", results.get(r, {}),
+                                                  spec.measure_steps)
+                                for r in range(ranks))
+    measured = [rec for rec in read_jsonl(record_dir / "rank0.steps.jsonl") if rec.get("measured")]
     total = sum(float(rec.get("seconds") or 0) for rec in measured)
     if total > 0:
         outcome.data_wait = sum(float(rec.get("data_wait_s") or 0) for rec in measured) / total
@@ -349,22 +314,6 @@ def _read_results(outcome: TrialOutcome, record_dir: Path, ranks: int, log: Path
         if seen == 0:
             outcome.reason += (" (no step was seen: a loop without a torch optimizer must call perfscope.step() "
                                "once per iteration)")
-
-
-def _read_jsonl(path: Path) -> list[dict]:
-    try:
-        lines = path.read_bytes().splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            out.append(record)
-    return out
 
 
 def _log_tail(log: Path) -> str | None:

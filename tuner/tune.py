@@ -227,7 +227,7 @@ def _set_up(session: TuningStudy, options: TuneOptions, out: Path) -> None:
     cleanup_traces(outcome)
     print(f"perfscope: baseline {outcome.value:.4g} {outcome.unit}, verdict {verdict or 'unknown (no profiled steps)'}")
     space = build_space(outcome.facts, fractions or {}, verdict or "unknown")
-    session.store_setup(space, baseline, rule_based_guess(space, outcome.facts))
+    session.store_setup(space, baseline, rule_based_guess(space, outcome.facts, fractions=fractions))
 
 
 def _print_space(session: TuningStudy) -> None:
@@ -244,7 +244,10 @@ def _search(session: TuningStudy, options: TuneOptions, started: float, notes: l
         return
     done = session.finished_count()
     if done >= options.trials:
-        notes.append(f"the study already holds {done} finished trials (--trials {options.trials}); no new trial ran")
+        line = (f"the study already holds {done} finished trials (--trials {options.trials}); no new trial ran "
+                "(pass a larger --trials to search more); confirming its best again")
+        print(f"perfscope: {line}")
+        notes.append(line)
         return
     timeout = None
     if options.time_budget_s is not None:
@@ -314,7 +317,8 @@ def _prove(session: TuningStudy, options: TuneOptions, notes: list[str]) -> tupl
         if c is not None:
             entry.update(baseline=list(c.baseline), candidate=list(c.candidate), speedup=c.speedup,
                          ci_low=c.ci_low, ci_high=c.ci_high, faster=c.faster)
-            if c.faster and (best is None or c.speedup > best[1].speedup):
+            # The largest *proven* gain: the interval's low end, not the noisier point estimate.
+            if c.faster and (best is None or c.ci_low > best[1].ci_low):
                 best = (t, c)
         confirmation["candidates"].append(entry)
     if best is None:

@@ -36,9 +36,9 @@ def render(record: dict) -> str:
     items = entries(record)
     if not items:
         return section("importances", title, note(
-            "Not available: no importances in the record (they need a few completed feasible trials that "
-            "differ in more than one knob)."))
+            "Not available: no importances in the record (they need at least three complete trials that "
+            "differ in their knobs)."))
     return section("importances", title, figure(chart(items), (
-        "How much of the variation of the trial value each knob explains (Optuna's fANOVA over the completed "
-        "feasible trials; the shares add up to 100%). A large share says the knob matters, not which value "
+        "How much of the variation of the trial value each knob explains (Optuna's fANOVA over the complete "
+        "trials, runs that failed counted at 0; the shares add up to 100%). A large share says the knob matters, not which value "
         "is best: the trial table shows that.")))

@@ -1,0 +1,195 @@
+"""Helpers of bench/bench_tune.py: the probe run, the exhaustive grid and the simulated studies.
+
+* :func:`probe` runs the script once as ``perfscope tune`` profiles its baseline and returns the
+  facts, verdict and fractions the tuner shapes its space from.
+* :func:`measure_grid` measures every configuration of the searched knobs with
+  :func:`tuner.trial.run_trial` (no profiled steps), a few repeats each, interleaved.
+* :func:`simulate` replays many Optuna studies on that lookup table (no script runs): the guided
+  search as ``perfscope tune`` does it, and random search with the same budget.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import statistics
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+import optuna
+from optuna.distributions import IntDistribution
+from optuna.trial import TrialState
+
+import tuner.study as study_module
+from tuner.space import Knob, SearchSpace, build_space, rule_based_guess
+from tuner.study import DuplicateTrial, TuningStudy, trial_verdict
+from tuner.trial import TrialOutcome, TrialSpec, cleanup_traces, run_trial
+from tuner.tune import BASELINE_PROFILE_STEPS
+
+TARGET_SHARE = 0.95  # "reached": a configuration worth at least this share of the grid's best
+
+
+def probe(spec: TrialSpec, work: Path) -> dict:
+    """The baseline as ``perfscope tune`` profiles it: ``{value, facts, verdict, fractions}``."""
+    outcome = run_trial(spec, None, work, profile_steps=BASELINE_PROFILE_STEPS)
+    loader = (outcome.facts.get("dataloader") or {}) if outcome.ok else {}
+    if loader.get("num_workers"):  # as tuner.tune._set_up: drain the prefetch, whole worker rounds
+        cleanup_traces(outcome)
+        outcome = run_trial(spec, None, work, profile_steps=BASELINE_PROFILE_STEPS,
+                            loader_workers=loader["num_workers"], prefetch_factor=loader.get("prefetch_factor"))
+    if not outcome.ok:
+        raise SystemExit(f"the baseline probe failed ({outcome.status}): {outcome.reason} (log: {work / 'output.log'})")
+    verdict, fractions, _ = trial_verdict(outcome)
+    cleanup_traces(outcome)
+    return {"value": outcome.value, "facts": outcome.facts, "verdict": verdict or "unknown",
+            "fractions": fractions or {}}
+
+
+def loader_settings(facts: dict, config) -> dict:
+    """``loader_workers``/``prefetch_factor`` for run_trial, from TuningStudy.loader_settings itself."""
+    session = TuningStudy(None, None, Path("."))  # only .baseline is read
+    session.baseline = {"facts": facts}
+    return session.loader_settings(config)
+
+
+def make_space(base: dict, max_workers: int | None) -> SearchSpace:
+    """The tuner's space for this baseline; ``max_workers`` lowers num_workers' upper bound."""
+    space = build_space(base["facts"], base["fractions"], base["verdict"])
+    names = [k.name for k in space.knobs]
+    if names != ["num_workers", "prefetch_factor"]:
+        raise SystemExit(f"the grid handles the io example's space (num_workers, prefetch_factor); the tuner built {names}")
+    if max_workers is not None:
+        nw, pf = space.knobs
+        high = max(nw.baseline, min(nw.distribution.high, max_workers))
+        space.knobs = [Knob(nw.name, nw.groups, IntDistribution(nw.distribution.low, high), nw.baseline),
+                       Knob(pf.name, pf.groups, pf.distribution, pf.baseline, when=(nw.name, tuple(range(1, high + 1))))]
+    return space
+
+
+def key_of(space: SearchSpace, params: dict) -> str:
+    """The table key of a parameter set: the configuration it runs with (prefetch only with workers)."""
+    workers = params["num_workers"]
+    return f"w{workers}" if not workers else f"w{workers}-pf{params['prefetch_factor']}"
+
+
+def grid_params(space: SearchSpace) -> list[dict]:
+    """Every distinct point of the space: num_workers low..high, prefetch_factor only with workers."""
+    nw, pf = space.knobs
+    points = [{"num_workers": 0, "prefetch_factor": pf.baseline}] if nw.distribution.low == 0 else []
+    for w, p in itertools.product(range(max(1, nw.distribution.low), nw.distribution.high + 1), pf.distribution.choices):
+        points.append({"num_workers": w, "prefetch_factor": p})
+    return points
+
+
+def measure_grid(spec: TrialSpec, space: SearchSpace, facts: dict, repeats: int, work: Path, log=print) -> dict:
+    """key -> {params, config, values: [samples/s per repeat], value: median}.
+
+    Repeats run in rounds over the whole grid (the order reversed every other round), so slow
+    drifts of a shared machine spread over all configurations instead of hitting a few.
+    """
+    points = grid_params(space)
+    table = {key_of(space, p): {"params": p, "config": space.to_config(p).changes(), "values": []} for p in points}
+    for r in range(repeats):
+        for p in (points if r % 2 == 0 else points[::-1]):
+            key = key_of(space, p)
+            config = space.to_config(p)
+            outcome = run_trial(spec, config, work / key, profile_steps=0, **loader_settings(facts, config))
+            if not outcome.ok or outcome.value is None:
+                raise SystemExit(f"grid point {key} failed ({outcome.status}): {outcome.reason}")
+            table[key]["values"].append(outcome.value)
+            log(f"  grid round {r + 1}/{repeats} {key:>8}: {outcome.value:7.1f} samples/s ({outcome.duration_s:.1f} s)")
+    for entry in table.values():
+        entry["value"] = statistics.median(entry["values"])
+    return table
+
+
+def noise_sigma(table: dict) -> float:
+    """Pooled standard deviation of log(repeat / its configuration's median) over the grid."""
+    logs = [math.log(v / e["value"]) for e in table.values() for v in e["values"]]
+    dof = sum(len(e["values"]) - 1 for e in table.values())
+    return math.sqrt(sum(x * x for x in logs) / dof) if dof > 0 else 0.0
+
+
+class _Replay:
+    """Stands in for tuner.study.run_trial while a simulated study runs: the trial's value comes
+    from the grid table (times the noise), and the configurations measured are recorded."""
+
+    def __init__(self, space: SearchSpace, table: dict, sigma: float, seed: int) -> None:
+        self.space, self.table, self.sigma = space, table, sigma
+        self.noise = random.Random(10_000 + seed)
+        self.keys: list[str] = []  # table key of each trial run, baseline first
+
+    def key(self, config) -> str:
+        changes = config.changes() if config is not None else {}
+        params = {**self.space.baseline_params, **{k: v for k, v in changes.items() if k in self.space.distributions}}
+        return key_of(self.space, params)
+
+    def observed(self, key: str) -> float:
+        return self.table[key]["value"] * (math.exp(self.noise.gauss(0.0, self.sigma)) if self.sigma > 0 else 1.0)
+
+    def __call__(self, spec, config, work_dir, **_ignored) -> TrialOutcome:
+        key = self.key(config)
+        self.keys.append(key)
+        value = self.observed(key)
+        return TrialOutcome(status="ok", step_samples=[16], step_seconds=[16.0 / value], step_values=[value])
+
+
+def _sampler(kind: str, seed: int):
+    if kind.startswith("random"):
+        return optuna.samplers.RandomSampler(seed=seed)
+    return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4, multivariate=True)  # as tuner.tune._open_study
+
+
+def run_study(kind: str, seed: int, space: SearchSpace, facts: dict, table: dict, budget: int, sigma: float) -> int:
+    """Trials (baseline included) until a configuration worth >= 95% of the grid's best was run.
+
+    kind: ``guided`` (as ``perfscope tune``: TPESampler as tuner.tune._open_study, the baseline as
+    trial 0 and the rule-based guess enqueued by TuningStudy.store_setup, trials by
+    TuningStudy.objective, which skips configurations already measured), ``tpe-no-guess`` (the
+    same without the guess), ``random`` (RandomSampler through the same objective, no guess) or
+    ``random-plain`` (RandomSampler asked directly: repeats allowed). The sampler sees table
+    values times exp(N(0, sigma)) (sigma 0: none); reaching the target is judged on the table's
+    medians. No pruning (the replay reports no intermediate values). Returns ``budget + 1``
+    when the budget (complete trials, baseline included, as ``--trials``) ends first.
+    """
+    replay = _Replay(space, table, sigma, seed)
+    study = optuna.create_study(direction="maximize", sampler=_sampler(kind, seed))
+    base_key = key_of(space, space.baseline_params)
+    baseline = {"value": replay.observed(base_key), "unit": "samples/s", "step_values": [], "losses": [],
+                "facts": facts, "verdict": space.verdict}
+    replay.keys.append(base_key)
+    if kind == "random-plain":
+        study.add_trial(optuna.trial.create_trial(params=space.baseline_params, distributions=space.distributions,
+                                                  value=baseline["value"]))
+        while len(replay.keys) < budget:
+            trial = study.ask()
+            key = key_of(space, space.suggest(trial))
+            replay.keys.append(key)
+            study.tell(trial, replay.observed(key))
+    else:
+        session = TuningStudy(study, TrialSpec(script="replay", script_args=()), Path("."))
+        session.store_setup(space, baseline, rule_based_guess(space, facts) if kind == "guided" else None)
+        done = optuna.study.MaxTrialsCallback(budget, states=(TrialState.COMPLETE, TrialState.PRUNED))
+        saved, study_module.run_trial = study_module.run_trial, replay
+        try:
+            study.optimize(session.objective, callbacks=[done], catch=(DuplicateTrial,))
+        finally:
+            study_module.run_trial = saved
+    target = TARGET_SHARE * max(e["value"] for e in table.values())
+    return next((n for n, key in enumerate(replay.keys[:budget], 1) if table[key]["value"] >= target), budget + 1)
+
+
+def simulate(space: SearchSpace, facts: dict, table: dict, *, kinds, seeds: int, budget: int, sigma: float) -> dict:
+    """kind -> {trials: [per seed], median, mean, reached (share within the budget)}."""
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    out = {}
+    for kind in kinds:
+        trials = [run_study(kind, s, space, facts, table, budget, sigma) for s in range(seeds)]
+        out[kind] = {"trials": trials, "median": statistics.median(trials), "mean": statistics.fmean(trials),
+                     "reached": sum(t <= budget for t in trials) / len(trials)}
+    return out
