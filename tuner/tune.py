@@ -125,7 +125,7 @@ def tune(options: TuneOptions) -> dict:
                 "perfscope.backward or to backward() of a scalar), so trials are compared on speed only")
         print(f"perfscope: {line}")
         notes.append(line)
-    storage_text = describe_storage(options.storage or f"sqlite:///{out / 'study.db'}")
+    storage_text = describe_storage(options.storage, out)
     record_args = {"options": options, "session": session, "storage": storage_text}
     confirmation = recommendation = after = None
     try:  # Ctrl-C at any point: tune.json says what finished
