@@ -143,20 +143,33 @@ def test_a_killed_run_resumes_keeping_its_finished_trials(tmp_path):
     proc = start_tune(*args, log_dir=tmp_path / "first")
     seen: dict = {}
 
+    def stepping(t: optuna.trial.FrozenTrial) -> bool:
+        # A trial whose run is stepping, not one skipped as a duplicate: that one is RUNNING with
+        # its parameters for a few milliseconds only, and never starts a run.
+        steps = out / "trials" / f"trial-{t.number}" / "records" / "rank0.steps.jsonl"
+        return t.state == TrialState.RUNNING and bool(t.params) and "failure" not in t.user_attrs and steps.is_file()
+
     def midway() -> bool:
         if not (out / "trials" / "trial-1").is_dir():  # the study is set up: safe to open
             return False
         trials = study_trials(url, name) or []
-        running = [t for t in trials if t.state == TrialState.RUNNING and t.params]
-        complete = [t for t in trials if t.state == TrialState.COMPLETE]
-        if len(complete) >= 3 and running:
-            seen.update(complete={t.number: t.value for t in complete}, running=running[0].number)
+        if len([t for t in trials if t.state == TrialState.COMPLETE]) < 3 or not any(map(stepping, trials)):
+            return False
+        # Frozen, perfscope cannot finish the trial between this read and the kill: what is read
+        # now is what the killed run leaves in the study.
+        os.kill(proc.pid, signal.SIGSTOP)
+        trials = study_trials(url, name) or []
+        running = [t for t in trials if stepping(t)]
+        if running:
+            seen.update(complete={t.number: t.value for t in trials if t.state == TrialState.COMPLETE},
+                        running=running[0].number)
             return True
+        os.kill(proc.pid, signal.SIGCONT)
         return False
 
     try:
         assert wait_until(midway, RUN_TIMEOUT_S, proc=proc, poll_s=0.5), logs(tmp_path / "first")
-        os.kill(proc.pid, signal.SIGKILL)  # perfscope only: its trial must die with it
+        os.kill(proc.pid, signal.SIGKILL)  # perfscope only (stopped): its trial must die with it
         assert proc.wait(timeout=30) == -signal.SIGKILL
     finally:
         if proc.poll() is None:

@@ -106,3 +106,28 @@ def test_a_process_the_script_starts_in_its_own_session_is_stopped_too(tmp_path)
     outcome = run_trial(spec, None, tmp_path / "t")
     assert outcome.ok, outcome.reason
     assert not wait_no_processes(marker), "the helper process the script started in its own session survived"
+
+
+def test_ctrl_c_after_the_run_marks_the_trial_interrupted_and_it_is_queued_again(tmp_path, monkeypatch):
+    script = copy_script("examples/io_bound.py", tmp_path / "s")
+    spec = TrialSpec(script=str(script), script_args=("--steps", "30", "--decode-ms", "1"), warmup_steps=1,
+                     measure_steps=2, profile_steps=0, timeout_s=120)
+    space = build_space(FACTS, {"io": 0.5, "compute": 0.5}, "io-bound")
+    study = optuna.create_study(direction="maximize")
+    session = TuningStudy(study, spec, tmp_path / "trials")
+    session.store_setup(space, {"value": 100.0, "unit": "samples/s", "step_values": [100.0], "losses": [],
+                                "verdict": "io-bound", "fractions": {}, "facts": FACTS}, guess=None)
+    study.enqueue_trial({"num_workers": 1, "prefetch_factor": 2})
+
+    def ctrl_c(outcome):  # Ctrl-C lands while the finished run is analysed, outside the run itself
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("tuner.study.trial_verdict", ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        study.optimize(session.objective, n_trials=1)
+    stopped = study.get_trials()[1]
+    assert stopped.state == optuna.trial.TrialState.FAIL
+    assert stopped.user_attrs["failure"]["kind"] == "interrupted", stopped.user_attrs
+    assert session.requeue_lost_trials() == [1]
+    assert [t.number for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))] == [2]
+    assert not wait_no_processes(script)

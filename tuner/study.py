@@ -176,6 +176,15 @@ class TuningStudy:
         trial.set_user_attr("worker", worker_id())
         if "role" not in trial.user_attrs:
             trial.set_user_attr("role", "search")
+        try:
+            return self._measure(trial)
+        except KeyboardInterrupt:
+            # Wherever Ctrl-C lands (the run, its analysis, a storage write), the trial is
+            # interrupted, not crashed: a re-run queues it again.
+            trial.set_user_attr("failure", {"kind": "interrupted", "reason": "stopped by Ctrl-C"})
+            raise
+
+    def _measure(self, trial: optuna.Trial) -> float:
         params = self.space.suggest(trial)
         config = self.space.to_config(params)
         trial.set_user_attr("config", config.changes())
@@ -200,12 +209,8 @@ class TuningStudy:
             if trial.should_prune():
                 raise Pruned
 
-        try:
-            outcome = run_trial(self.spec, config, self.work_dir / f"trial-{trial.number}", on_step=report,
-                                **self.loader_settings(config))
-        except KeyboardInterrupt:
-            trial.set_user_attr("failure", {"kind": "interrupted", "reason": "stopped by Ctrl-C"})
-            raise
+        outcome = run_trial(self.spec, config, self.work_dir / f"trial-{trial.number}", on_step=report,
+                            **self.loader_settings(config))
         trial.set_user_attr("step_values", outcome.step_values)
         trial.set_user_attr("unit", outcome.unit)
         trial.set_user_attr("duration_s", round(outcome.duration_s, 3))

@@ -95,7 +95,11 @@ def render(record: dict) -> str:
     for t in rows:
         counts[outcome(t)] = counts.get(outcome(t), 0) + 1
     target = num(obj(record.get("study")).get("trials_target"))
+    # --trials counts finished trials (complete or pruned, as Optuna's MaxTrialsCallback does):
+    # skipped duplicates, interrupted and running trials are listed but do not count.
+    finished = sum(t.get("state") in ("complete", "pruned") for t in rows)
     summary = (f"{len(rows)} trial" + ("s" if len(rows) != 1 else "")
-               + (f" of {target:.0f} planned" if target is not None else "") + ": "
+               + (f"; {finished} of the {target:.0f} planned have finished (failed and running trials do not count)"
+                  if target is not None else "") + ": "
                + ", ".join(f"{n} {k}" for k, n in counts.items()) + ".")
     return section("trials", title, f'<p class="muted">{esc(summary)}</p>' + fig + trial_table(record))
