@@ -36,13 +36,11 @@ from __future__ import annotations
 import importlib.util
 import os
 import random
-import re
 import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import quote, unquote
 
 import optuna
 import sqlalchemy
@@ -51,6 +49,14 @@ from optuna.storages import BaseStorage, RDBStorage, RetryHeartbeatStaleTrialCal
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 
 from perfscope.errors import PerfscopeError
+from tuner.storage_text import (
+    db_reason,
+    first_line,
+    mask_password,
+    os_reason,
+    scrub,
+    secrets_of,
+)
 
 HEARTBEAT_INTERVAL = 20
 """Seconds between two heartbeats of a running trial (SQL storages)."""
@@ -88,8 +94,6 @@ _CONNECT_TIMEOUT_DRIVERS = ("psycopg2", "psycopg", "mysqldb", "pymysql")
 # Attempts at creating the tables: two workers starting together may both try (SQLite; servers
 # are serialized by a lock, below).
 _INIT_ATTEMPTS = 3
-_PASSWORD_QUERY = re.compile(r"(?i)([?&](?:password|passwd|pwd)=)([^&#]*)")
-_USERINFO_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*://[^/?#@:]*:)(.*)@([^@]*)$")
 # Key of the PostgreSQL advisory lock / name of the MySQL lock that serializes table creation.
 _INIT_LOCK_KEY = 0x70657266  # "perf"
 _INIT_LOCK_NAME = "perfscope_optuna_init"
@@ -116,8 +120,7 @@ def describe_storage(url: str | None, out_dir: Path | None = None) -> str:
         return default_url(out_dir) if out_dir is not None else "sqlite:///" + DEFAULT_FILE
     if _journal_path(url) is not None:
         return url
-    masked = _USERINFO_PASSWORD.sub(r"\1***@\3", url)
-    return _PASSWORD_QUERY.sub(r"\1***", masked)
+    return mask_password(url)
 
 
 def open_storage(
@@ -194,10 +197,10 @@ def _open_journal(url: str, path: Path) -> BaseStorage:
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return JournalStorage(JournalFileBackend(str(path)))
     except OSError as e:
-        raise StorageError(f"cannot open study storage {shown}: {_os_reason(e)}") from None
+        raise StorageError(f"cannot open study storage {shown}: {os_reason(e)}") from None
     except (ValueError, KeyError) as e:
         raise StorageError(
-            f"cannot read study storage {shown}: not an Optuna journal file ({_first_line(e)})"
+            f"cannot read study storage {shown}: not an Optuna journal file ({first_line(e)})"
         ) from None
 
 
@@ -214,7 +217,7 @@ def _open_rdb(url: str, heartbeat_interval: int, grace_period: int) -> RDBStorag
     except (sqlalchemy.exc.ArgumentError, ValueError):
         # SQLAlchemy's message repeats the URL, password included: not shown.
         raise StorageError(f"cannot parse study storage URL {shown}: expected {ACCEPTED}") from None
-    secrets = _secrets(url, parsed)
+    secrets = secrets_of(url, parsed)
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         _check_sqlite_file(parsed.database, shown)
@@ -233,7 +236,7 @@ def _open_rdb(url: str, heartbeat_interval: int, grace_period: int) -> RDBStorag
         raise StorageError(_driver_message(backend, e)) from None
     except sqlalchemy.exc.ArgumentError as e:  # an unknown driver name, a bad argument
         raise StorageError(
-            f"cannot use study storage {shown}: {_scrub(_first_line(e), secrets)}"
+            f"cannot use study storage {shown}: {scrub(first_line(e), secrets)}"
         ) from None
     try:
         with engine.connect() as connection, _init_lock(connection, backend):
@@ -241,7 +244,7 @@ def _open_rdb(url: str, heartbeat_interval: int, grace_period: int) -> RDBStorag
                 url, backend, engine_kwargs, heartbeat_interval, grace_period, shown, secrets
             )
     except sqlalchemy.exc.SQLAlchemyError as e:
-        reason = _db_reason(e, secrets)
+        reason = db_reason(e, secrets)
         raise StorageError(f"cannot open study storage {shown}: {reason}") from None
     finally:
         engine.dispose()
@@ -276,12 +279,12 @@ def _make_rdb_storage(
             # Another worker creating the same tables at the same moment: try again.
             if attempt + 1 == _INIT_ATTEMPTS:
                 raise StorageError(
-                    f"cannot open study storage {shown}: {_db_reason(e, secrets)}"
+                    f"cannot open study storage {shown}: {db_reason(e, secrets)}"
                 ) from None
             time.sleep(random.uniform(0.1, 0.5))
         except RuntimeError as e:  # Optuna: the tables were written by another Optuna version
             raise StorageError(
-                f"cannot use study storage {shown}: {_scrub(_first_line(e), secrets)}"
+                f"cannot use study storage {shown}: {scrub(first_line(e), secrets)}"
             ) from None
     raise AssertionError("unreachable")
 
@@ -344,7 +347,7 @@ def _driver_message(backend: str, error: ImportError) -> str:
         module = missing.name.split(".")[0]
         package = _DRIVER_PACKAGES.get(module, module)
         return f"{backend} needs {module}: pip install {package}"
-    return f"cannot load the {backend} database driver: {_first_line(error)}"
+    return f"cannot load the {backend} database driver: {first_line(error)}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -359,41 +362,6 @@ def _unknown_message(url: str) -> str:
     return f"unknown study storage {shown!r}{hint}: use {ACCEPTED}"
 
 
-def _secrets(url: str, parsed: sqlalchemy.engine.URL) -> list[str]:
-    """Every spelling of the URL's passwords, to scrub them from a driver's message."""
-    values = [parsed.password] if parsed.password else []
-    values += [m.group(2) for m in _PASSWORD_QUERY.finditer(url) if m.group(2)]
-    spelled = set()
-    for value in map(str, values):
-        spelled |= {value, unquote(value), quote(value, safe="")}
-    return sorted((s for s in spelled if s), key=len, reverse=True)
-
-
-def _scrub(text: str, secrets: list[str]) -> str:
-    for secret in secrets:
-        text = text.replace(secret, "***")
-    return text
-
-
-def _first_line(error: BaseException) -> str:
-    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
-    return lines[0] if lines else type(error).__name__
-
-
-def _db_reason(error: sqlalchemy.exc.SQLAlchemyError, secrets: list[str]) -> str:
-    """The first line of the driver's own message (SQLAlchemy's wrapping adds the SQL statement
-    and a link), without passwords."""
-    orig = getattr(error, "orig", None)
-    reason = _first_line(orig) if orig is not None else _first_line(error)
-    return _scrub(reason, secrets)
-
-
-def _os_reason(error: OSError) -> str:
-    if error.strerror and error.filename:
-        return f"{error.strerror}: {error.filename}"
-    return str(error)
-
-
 def _check_file_place(path: Path, shown: str) -> None:
     """The storage file is not a folder, and its folder exists (created) and is writable."""
     if path.is_dir():
@@ -401,6 +369,6 @@ def _check_file_place(path: Path, shown: str) -> None:
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
-        raise StorageError(f"cannot create the folder of study storage {shown}: {_os_reason(e)}") from None
+        raise StorageError(f"cannot create the folder of study storage {shown}: {os_reason(e)}") from None
     if not os.access(path.parent, os.W_OK | os.X_OK):
         raise StorageError(f"cannot open study storage {shown}: folder {path.parent} is not writable")

@@ -216,7 +216,9 @@ def patched(config: str | os.PathLike | dict | AccelConfig | None) -> Iterator[P
             if _ddp_knobs_set(config):
                 stack.enter_context(_patch_ddp(config, report))
             if config.tf32 is not None or config.cudnn_benchmark is not None:
-                stack.enter_context(_backend_flags(config))
+                from perfscope.runtime.precision import backend_flags  # imports torch
+
+                stack.enter_context(backend_flags(config.tf32, config.cudnn_benchmark))
             _report = report
             yield report
     finally:
@@ -383,31 +385,3 @@ def _register_hook(ddp, config: AccelConfig, process_group) -> str | None:
     state, fn = hook
     ddp.register_comm_hook(state if state is not None else process_group, fn)
     return fn.__name__
-
-
-# --- backend flags -----------------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def _backend_flags(config: AccelConfig) -> Iterator[None]:
-    # The legacy flags, which scripts read and set: mixing them with the newer fp32_precision API
-    # makes torch refuse to read them back.
-    import torch
-
-    saved = {
-        "matmul": torch.backends.cuda.matmul.allow_tf32,
-        "cudnn_tf32": torch.backends.cudnn.allow_tf32,
-        "benchmark": torch.backends.cudnn.benchmark,
-    }
-    try:
-        if config.tf32 is not None:
-            torch.backends.cuda.matmul.allow_tf32 = config.tf32
-            torch.backends.cudnn.allow_tf32 = config.tf32
-        if config.cudnn_benchmark is not None:
-            torch.backends.cudnn.benchmark = config.cudnn_benchmark
-        yield
-    finally:
-        if config.tf32 is not None:
-            torch.backends.cuda.matmul.allow_tf32 = saved["matmul"]
-            torch.backends.cudnn.allow_tf32 = saved["cudnn_tf32"]
-        torch.backends.cudnn.benchmark = saved["benchmark"]

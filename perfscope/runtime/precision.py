@@ -9,7 +9,7 @@ into the masters, (un)scales them, steps in fp32 and copies the masters back int
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 from torch import nn
@@ -41,6 +41,24 @@ def set_backend_flags(tf32: bool | None, cudnn_benchmark: bool | None) -> dict[s
         torch.backends.cudnn.benchmark = cudnn_benchmark
         done["cudnn_benchmark"] = f"torch.backends.cudnn.benchmark = {cudnn_benchmark}"
     return done
+
+
+@contextlib.contextmanager
+def backend_flags(tf32: bool | None, cudnn_benchmark: bool | None) -> Iterator[dict[str, str]]:
+    """:func:`set_backend_flags` for the duration of a ``with`` block (a patched script run); yields
+    what was set, then puts back the values found.
+
+    Only the legacy flags are read and put back (scripts read and set them), and the TF32 flags only
+    when ``tf32`` was set: mixing them with the newer ``fp32_precision`` API, which the script may
+    have used meanwhile, makes torch refuse them.
+    """
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32, torch.backends.cudnn.benchmark)
+    try:
+        yield set_backend_flags(tf32, cudnn_benchmark)
+    finally:
+        if tf32 is not None:
+            torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[:2]
+        torch.backends.cudnn.benchmark = saved[2]
 
 
 def map_tensors(obj, fn: Callable[[torch.Tensor], torch.Tensor]):
