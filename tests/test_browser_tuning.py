@@ -16,7 +16,7 @@ from pathlib import Path
 import browser
 import pytest
 import test_browser
-from test_tune_report import EVIL, HEADLINE, hostile, keep_current, realistic
+from tunereportkit import EVIL, HEADLINE, hostile, keep_current, realistic
 
 from reports import write_tuning
 

@@ -1,4 +1,4 @@
-"""Collection tests, part 1: where step boundaries go (optimizer hook, markers, accumulation,
+"""Collection: where step boundaries go (optimizer hook, markers, accumulation,
 several optimizers, skipped AMP steps, closure optimizers). Each test profiles a tiny script in
 this process; traces are read with gzip + json directly.
 """

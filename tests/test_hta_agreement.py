@@ -167,7 +167,7 @@ def test_idle_breakdown_single_stream(shared_traces, rel):
     """HTA's idle breakdown is per stream; with one stream its total is the GPU's idle.
 
     How the idle time splits into causes differs by definition (docs/hta-comparison.md), so only
-    the total is compared; tests/test_real_traces.py checks perfscope's split gap by gap.
+    the total is compared; tests/test_real_traces_windows.py checks perfscope's split gap by gap.
     """
     h = hta_results(shared_traces, rel)
     for rank, o, ht in _pairs(shared_traces, rel):

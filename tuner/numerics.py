@@ -2,7 +2,7 @@
 
 Each trial starts from the same seeds as the baseline, so the loss of its measured steps is
 compared with the baseline's. The bound is the one the runtime's mixed-precision tests hold O1 and
-O2 to (``tests/test_runtime.py``): within 10% plus 0.01 of the fp32 loss.
+O2 to (``tests/test_runtime_precision.py``): within 10% plus 0.01 of the fp32 loss.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A tiny DataLoader + SGD training loop that ``tests/test_measure.py`` runs under the measurement.
+"""A tiny DataLoader + SGD training loop that the ``tests/test_measure_*.py`` tests run under the measurement.
 
 Options:
     --steps N           micro-batches in the loader (the loop ends after them)

@@ -1,0 +1,81 @@
+"""The tuner's study storage (tuner/storage.py): every URL form (the default SQLite file, sqlite:,
+journal files, PostgreSQL in three spellings) opens with the heartbeat settings and keeps a
+study's trial, and a URL is described with its password hidden."""
+
+from __future__ import annotations
+
+import optuna
+import pytest
+from optuna.storages import RDBStorage, RetryHeartbeatStaleTrialCallback
+from optuna.storages.journal import JournalStorage
+from optuna.trial import TrialState
+from storagekit import storage_url, study_name
+
+from tuner.storage import (
+    GRACE_PERIOD,
+    HEARTBEAT_INTERVAL,
+    describe_storage,
+    open_storage,
+)
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+# fail_stale_trials and the retry callback's helpers are "experimental" in Optuna since 2.x.
+pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+
+
+# ---------------------------------------------------------------------------------------------
+# Every URL form opens and keeps a study
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["default", "sqlite", "journal", "journal-suffix", "postgresql", "postgresql+psycopg2",
+     "postgres"],
+)
+def test_each_url_form_round_trips_a_trial(kind, tmp_path, request):
+    url = storage_url(kind, tmp_path, request)
+    out = tmp_path / "out"
+    name = study_name()
+    storage = open_storage(url, out)
+    if kind.startswith("journal"):
+        assert isinstance(storage, JournalStorage)
+    else:
+        assert isinstance(storage, RDBStorage)
+        assert storage.heartbeat_interval == HEARTBEAT_INTERVAL
+        assert storage.grace_period == GRACE_PERIOD
+        assert isinstance(storage.heartbeat_stale_trial_callback, RetryHeartbeatStaleTrialCallback)
+    study = optuna.create_study(storage=storage, study_name=name, direction="maximize")
+
+    def objective(trial):
+        trial.set_user_attr("role", "search")
+        return trial.suggest_int("x", 3, 3) * 1.5
+
+    study.optimize(objective, n_trials=1)
+
+    again = optuna.load_study(storage=open_storage(url, out), study_name=name)
+    (trial,) = again.trials
+    assert trial.state == TrialState.COMPLETE
+    assert trial.params == {"x": 3} and trial.value == 4.5
+    assert trial.user_attrs == {"role": "search"}
+    if kind == "default":
+        assert (out / "study.db").is_file()
+    if kind == "journal":
+        assert (tmp_path / "new-folder" / "study").is_file()
+
+
+def test_open_storage_accepts_short_heartbeat_for_tests(tmp_path):
+    storage = open_storage(None, tmp_path, heartbeat_interval=1, grace_period=2)
+    assert (storage.heartbeat_interval, storage.grace_period) == (1, 2)
+
+
+def test_describe_storage_hides_passwords(tmp_path):
+    assert describe_storage("postgresql://u:secret@db.example:5432/opt") == (
+        "postgresql://u:***@db.example:5432/opt"
+    )
+    assert describe_storage("mysql+pymysql://u:s%40cr@t@h/db") == "mysql+pymysql://u:***@h/db"
+    assert describe_storage("postgresql://u@h/db?password=secret&sslmode=require") == (
+        "postgresql://u@h/db?password=***&sslmode=require"
+    )
+    assert describe_storage("postgresql://h/db") == "postgresql://h/db"
+    assert describe_storage("journal:/tmp/x.log") == "journal:/tmp/x.log"
+    assert describe_storage(None, tmp_path) == f"sqlite:///{tmp_path.absolute() / 'study.db'}"
