@@ -8,8 +8,8 @@ torchrun) and gradient accumulation from the configuration; ``perfscope.autocast
 
 Usage::
 
-    python examples/accelerated.py [--steps 100] [--decode-ms 3] [--config tuned.yaml]
-    PERFSCOPE_CONFIG=tuned.yaml perfscope profile examples/accelerated.py
+    python examples/accelerated.py [--steps 100] [--decode-ms 3] [--config best.yaml]
+    PERFSCOPE_CONFIG=best.yaml perfscope profile examples/accelerated.py
 """
 
 from __future__ import annotations

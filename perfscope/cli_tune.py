@@ -75,6 +75,14 @@ def _outputs(out: Path | None, stem: str) -> tuple[Path, Path]:
     return out, out / "best.yaml"
 
 
+def _shown(path: Path) -> str:
+    """A path as the user would type it: relative to the current folder when inside it."""
+    try:
+        return str(path.relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
 def cmd_tune(args, script_args: list[str], open_in_browser) -> int:
     """Run ``perfscope tune``; returns the exit status (130 after Ctrl-C)."""
     from perfscope.collect.script import check_script
@@ -120,11 +128,13 @@ def cmd_tune(args, script_args: list[str], open_in_browser) -> int:
     print(f"\n{rec['line']}")
     if rec["status"] == "faster":
         changes = ", ".join(f"{k}={v!r}" for k, v in rec["config"].items())
-        print(f"best configuration ({changes}): {best_path}")
+        print(f"best configuration ({changes}): {_shown(best_path)}")
         after = record.get("after") or {}
         if after.get("verdict"):
             print(f"verdict before: {record['baseline']['verdict']}; after: {after['verdict']}")
-    print(f"wrote {best_path}, {out_dir / 'tune.json'} and {out_dir / 'report.html'}")
+        if rec.get("hint"):
+            print(f"next: {rec['hint']}")
+    print(f"wrote {_shown(best_path)}, {_shown(out_dir / 'tune.json')} and {_shown(out_dir / 'report.html')}")
     if args.open:
         open_in_browser(out_dir / "report.html")
     return 0

@@ -43,6 +43,21 @@ def test_recommendation_comes_first():
     assert "<title>perfscope tune: 1.80x faster</title>" in html
 
 
+def test_recommendation_says_what_to_try_next_and_why_a_higher_point_estimate_lost():
+    plain = section_of(check(render_tuning(realistic())), "recommendation")
+    assert "Next:" not in plain and "measured a higher speed-up" not in plain
+    r = realistic()
+    r["recommendation"]["hint"] = "the recommendation takes the largest value searched (num_workers=4 of 0..4)"
+    # trial 1: a higher point estimate than the recommended trial 8 (1.80x), but a lower interval low end
+    r["confirmation"]["candidates"][1].update(speedup=1.9, ci_low=1.55, ci_high=2.3)
+    sec = section_of(check(render_tuning(r)), "recommendation")
+    assert "Next: the recommendation takes the largest value searched (num_workers=4 of 0..4)" in sec
+    assert ("Trial 1 measured a higher speed-up (1.90x) but its interval starts lower (1.55x against 1.60x): "
+            "the recommendation is the largest gain proven, the interval&#x27;s low end.") in sec
+    r["recommendation"] = {"status": "keep-current", "trial": None, "config": {}, "line": "keep", "hint": "x"}
+    assert "Next:" not in section_of(check(render_tuning(r)), "recommendation")  # only with a recommendation
+
+
 def test_verdict_before_and_after():
     sec = section_of(check(render_tuning(realistic())), "verdicts")
     assert "The verdict changed from <strong>io-bound</strong> to <strong>compute-bound</strong>" in sec

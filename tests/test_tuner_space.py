@@ -11,6 +11,7 @@ from tuner.confirm import confirm_candidates
 from tuner.numerics import check_losses
 from tuner.pruner import SlowerThanBestPruner
 from tuner.space import SearchSpace, build_space, rule_based_guess
+from tuner.tune import _range_hint
 
 CPU_LOADER = {"cuda": False, "cpu_count": 2, "world_size": 1, "local_world_size": 1,
               "dataloader": {"num_workers": 0, "pin_memory": False, "prefetch_factor": None, "iterable": False},
@@ -68,6 +69,24 @@ def test_gpu_facts_open_the_gpu_knobs():
     assert space.order[:2] == ["precision", "input"]
     old = dict(facts, cuda_capability=[7, 0])
     assert "TF32" in build_space(old, {"compute": 1.0}, "compute-bound").excluded["tf32"]
+
+
+def test_a_recommendation_at_the_top_of_a_searched_range_says_what_to_try_next():
+    space = build_space(CPU_LOADER, IO, "io-bound")  # 2 cores: num_workers 0..4, prefetch_factor 2, 4, 8
+    assert [k.name for k in space.at_top({"num_workers": 4, "prefetch_factor": 8})] == ["num_workers", "prefetch_factor"]
+    assert [k.name for k in space.at_top({"num_workers": 4, "prefetch_factor": 4})] == ["num_workers"]
+    assert space.at_top({"num_workers": 3, "prefetch_factor": 4}) == []
+    assert _range_hint(space, {"num_workers": 3}) is None
+    hint = _range_hint(space, {"num_workers": 4, "prefetch_factor": 8})
+    assert hint.startswith("num_workers=4 and prefetch_factor=8 are the largest values searched "
+                           "(num_workers 0..4; prefetch_factor 2, 4, 8)"), hint
+    assert "2 per CPU core" in hint
+    assert "CPU core" not in _range_hint(space, {"num_workers": 2, "prefetch_factor": 8})
+    # A script already at 6 workers is searched up to its own value; switches (True/False) have no top.
+    gpu = dict(CPU_LOADER, cuda=True, dataloader=dict(CPU_LOADER["dataloader"], num_workers=6))
+    wide = build_space(gpu, IO, "io-bound")
+    assert wide.at_top({"num_workers": 4}) == [] and [k.name for k in wide.at_top({"num_workers": 6})] == ["num_workers"]
+    assert wide.at_top({"pin_memory": True, "device_prefetch": True}) == []
 
 
 def test_iterable_dataset_keeps_workers_out():

@@ -201,6 +201,7 @@ def hostile() -> dict:
     r["importances"] = {EVIL: 0.5, QUOTES: 0.5}
     r["recommendation"]["config"] = {EVIL: EVIL, "pin_memory": QUOTES}
     r["recommendation"]["line"] = EVIL
+    r["recommendation"]["hint"] = EVIL
     r["confirmation"]["candidates"][0]["config"] = {EVIL: QUOTES}
     r["confirmation"]["candidates"][0]["trial"] = EVIL
     r["baseline"]["verdict"] = EVIL

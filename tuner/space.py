@@ -22,6 +22,7 @@ import optuna
 from optuna.distributions import (
     BaseDistribution,
     CategoricalDistribution,
+    FloatDistribution,
     IntDistribution,
     distribution_to_json,
     json_to_distribution,
@@ -118,6 +119,23 @@ class SearchSpace:
                 value = rng.uniform(low, high)
                 params[knob.name] = math.exp(value) if d.log else value
         return params
+
+    def at_top(self, changes: dict) -> list[Knob]:
+        """The knobs that ``changes`` sets to the largest value of an ordered numeric range of two
+        values or more (an integer range's high end; the largest of numeric choices): values beyond
+        it were not tried."""
+        top = []
+        for knob in self.knobs:
+            value, d = changes.get(knob.name), knob.distribution
+            if value is None or isinstance(value, bool):
+                continue
+            if isinstance(d, CategoricalDistribution):
+                numeric = [c for c in d.choices if isinstance(c, (int, float)) and not isinstance(c, bool)]
+                if len(numeric) == len(d.choices) >= 2 and value == max(numeric):
+                    top.append(knob)
+            elif isinstance(d, (IntDistribution, FloatDistribution)) and d.high > d.low and value >= d.high:
+                top.append(knob)
+        return top
 
     def to_config(self, params: dict) -> AccelConfig:
         """The configuration of a trial: only the knobs whose value differs from the baseline.

@@ -329,8 +329,25 @@ def _prove(session: TuningStudy, options: TuneOptions, notes: list[str]) -> tupl
         return confirmation, keep
     t, c = best
     recommendation = {"status": "faster", "trial": t.number, "config": t.user_attrs["config"], "speedup": c.speedup,
-                      "ci_low": c.ci_low, "ci_high": c.ci_high, "line": c.describe()}
+                      "ci_low": c.ci_low, "ci_high": c.ci_high, "line": c.describe(),
+                      "hint": _range_hint(session.space, t.user_attrs["config"])}
     return confirmation, recommendation
+
+
+def _range_hint(space, config: dict) -> str | None:
+    """What to try next when the recommendation sits at the top of a searched range."""
+    top = space.at_top(config)
+    if not top:
+        return None
+    which = " and ".join(f"{k.name}={config[k.name]!r}" for k in top)
+    ranges = "; ".join(f"{k.name} {k.choices_text()}" for k in top)
+    line = (f"{which} {'is the largest value' if len(top) == 1 else 'are the largest values'} searched ({ranges}): "
+            "larger ones were not tried and may be faster still")
+    if any(k.name == "num_workers" for k in top):
+        # build_space's range: 2 workers per core (at least 4, at most 16), or the script's own value.
+        line += ("; num_workers goes up to 2 per CPU core (at least 4, at most 16) or to the script's own "
+                 "value: set more workers in the script to search further")
+    return line
 
 
 def _profile_after(session: TuningStudy, options: TuneOptions, recommendation: dict) -> dict | None:

@@ -92,7 +92,27 @@ def _numbers(record: dict) -> str:
     if rec.get("status") == FASTER:
         sentences.append("The speed-up is the confirmation's: candidate and baseline measured again, interleaved, "
                          f"and the interval lies above {1 + min_gain(record):.2f}x.")
+        sentences += _why_not_higher(record, rec)
     return " ".join(sentences)
+
+
+def _why_not_higher(record: dict, rec: dict) -> list[str]:
+    """Why a candidate proven faster with a higher speed-up than the recommended one was passed
+    over: the tuner recommends the largest gain *proven* (the interval's low end)."""
+    chosen = _candidate_of(record, rec.get("trial"))
+    low, speed = num(obj(chosen).get("ci_low")), num(obj(chosen).get("speedup"))
+    if low is None or speed is None:
+        return []
+    out = []
+    for c in candidates(record):
+        c_low, c_speed = num(c.get("ci_low")), num(c.get("speedup"))
+        if c is chosen or c.get("faster") is not True or c_low is None or c_speed is None:
+            continue
+        if c_speed > speed and c_low <= low:
+            out.append(f"Trial {word(c.get('trial'))} measured a higher speed-up ({ratio(c_speed)}) but its interval "
+                       f"starts lower ({ratio(c_low)} against {ratio(low)}): the recommendation is the largest gain "
+                       "proven, the interval's low end.")
+    return out
 
 
 def links(record: dict) -> str:
@@ -137,6 +157,9 @@ def render(record: dict) -> str:
         body = note("The record lists no changed key for the recommendation.")
     else:
         body = note("Nothing to change: best.yaml is an empty mapping.")
+    hint = rec.get("hint")
+    if status == FASTER and isinstance(hint, str) and hint.strip():
+        body += note("Next: " + hint.strip())
     if not rec:
         body = note("Not available: the record holds no recommendation (the tuning may not have finished).")
     return section("recommendation", "Recommendation", head + body + links(record))
