@@ -20,6 +20,7 @@ from perfscope.errors import PerfscopeError
 from perfscope.siblings import import_sibling
 
 EXIT_USAGE = 2  # bad input, as argparse uses
+EXIT_PARTIAL = 3  # outputs written, but some trace files held damage and were left out
 DEFAULT_OUT_ROOT = Path("perfscope-out")
 
 
@@ -127,16 +128,30 @@ def _split_script_args(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
-def _finish(analysis, out_dir: Path, open_report: bool = False) -> None:
-    from perfscope.console import format_summary
+def _finish(analysis, out_dir: Path, open_report: bool = False) -> int:
+    """Write the outputs, print the table (stdout) and the warnings (stderr).
+
+    Returns:
+        0, or :data:`EXIT_PARTIAL` when damaged trace files were left out of the analysis.
+    """
+    from perfscope.console import format_summary, format_warnings
     from perfscope.outputs import write_outputs
 
     summary = analysis.summary()
     paths = write_outputs(summary, out_dir, analysis.tables)  # the report reuses the parsed traces
     print(format_summary(summary))
     print(f"\nwrote {paths['summary']} and {paths['report']}")
+    sys.stdout.flush()  # the table first, then the warnings, where both go to one terminal
+    for line in format_warnings(summary):
+        print(line, file=sys.stderr)
     if open_report:
         _open_in_browser(paths["report"])
+    damaged = [s for s in analysis.skipped if s.get("damaged")]
+    if damaged:
+        print(f"perfscope: {len(damaged)} of the trace files could not be read and were left out "
+              f"(first: {damaged[0]['reason']}); the outputs describe the others", file=sys.stderr)
+        return EXIT_PARTIAL
+    return 0
 
 
 def _open_in_browser(path: Path) -> None:
@@ -249,8 +264,7 @@ def cmd_analyze(args) -> int:
     files = find_trace_files(path)  # validates the input before anything is written
     out = _out_dir(args.out, path.name.split(".")[0] or "trace")
     analysis = analyze_files(files, run_info={"source": str(path)}, skip_unreadable=path.is_dir())
-    _finish(analysis, out, args.open)
-    return 0
+    return _finish(analysis, out, args.open)
 
 
 def cmd_profile(args, script_args: list[str]) -> int:
@@ -305,10 +319,10 @@ def cmd_profile(args, script_args: list[str]) -> int:
     # Only this run's traces: the directory may hold older ones from a run with more ranks. When
     # the script failed, ranks may have stopped at different steps: keep the ones all ranks hold.
     analysis = analyze_files(trace_files, run_info=run_info, common_steps_only=result.error is not None)
-    _finish(analysis, out, args.open)
+    status = _finish(analysis, out, args.open)
     # The outputs now describe this run: rank traces left from an earlier one would contradict them.
     collect.remove_stale_rank_traces(result.trace_dir, trace_files)
-    return result.exit_code
+    return result.exit_code or status
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,32 +1,75 @@
-"""The short per-step table and verdict printed to the terminal after an analysis."""
+"""The short per-step table and verdict printed to the terminal after an analysis.
+
+The table and verdict go to standard output; warnings go to standard error
+(:func:`format_warnings`), so a script reading the table never gets them mixed in. Every string
+that came from a trace is stripped of control characters first: a kernel name must not be able to
+move the cursor or recolour the terminal.
+"""
 
 from __future__ import annotations
+
+import re
 
 from perfscope.analysis.verdict import CLASSES
 
 MAX_ROWS = 24  # beyond this the table shows the first and last steps only
+MAX_WARNINGS = 20  # beyond this stderr says how many more summary.json holds
 # The cost columns add up to 100% of each step; "other" (GPU idle on dependencies) is GPU-only.
 COST_COLUMNS = {"gpu": (*CLASSES, "other"), "cpu": CLASSES}
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def safe(text) -> str:
+    """``text`` with control characters (escape sequences among them) shown as ``?``."""
+    return _CONTROL.sub("?", str(text))
 
 
 def _row(cells: list[str], widths: list[int]) -> str:
     return "  ".join(c.rjust(w) if i < len(cells) - 1 else c for i, (c, w) in enumerate(zip(cells, widths)))
 
 
-def format_summary(summary: dict) -> str:
-    """Plain-text rendering of a summary record: per-step table, verdict, advice.
+def _pct(v) -> str:
+    return "-" if not isinstance(v, (int, float)) else f"{100 * v:.1f}"
 
-    Times are shown in milliseconds and class costs as percentages of step time.
+
+def _step_verdict(s: dict) -> str:
+    if s.get("counted", s.get("complete", True)) and s.get("verdict"):
+        return str(s["verdict"])
+    return f"({s.get('status') or 'incomplete'})"
+
+
+def _waits_line(summary: dict) -> str | None:
+    """What the GPU waited on, when ``other`` is the largest share."""
+    o = summary.get("overall") or {}
+    if not o.get("other_largest"):
+        return None
+    waits = (summary.get("details") or {}).get("other_waits") or {}
+    total = waits.get("other_idle_us") or 0.0
+    parts = []
+    for cause, c in (waits.get("causes") or {}).items():
+        if total > 0 and c.get("us", 0) > 0:
+            calls = ", ".join(safe(k) for k in list(c.get("calls") or {})[:2])
+            parts.append(f"{cause} {100 * c['us'] / total:.0f}%" + (f" ({calls})" if calls else ""))
+    share = 100 * (o.get("fractions") or {}).get("other", 0.0)
+    return (f"largest share: other {share:.0f}% (GPU idle with work already queued, waiting on a dependency; no "
+            f"single knob removes it)" + (f"; the GPU waited on: {'; '.join(parts)}" if parts else ""))
+
+
+def format_summary(summary: dict) -> str:
+    """Plain-text rendering of a summary record: per-step table, verdict, advice, notes.
+
+    Times are shown in milliseconds and class costs as percentages of step time. Warnings are not
+    part of it (see :func:`format_warnings`).
     """
     costs = COST_COLUMNS[summary.get("mode", "gpu")]
     head = ["rank", "step", "step ms"] + [f"{c} %" for c in costs] + ["verdict"]
     rows = []
     for s in summary["steps"]:
-        step = f"{s['step']}" + ("" if s["complete"] else "*")
+        counted = s.get("counted", s.get("complete", True))
         rows.append(
-            [str(s["rank"]), step, f"{s['step_time_us'] / 1000:.2f}"]
-            + [f"{100 * s[f'{c}_cost_frac']:.1f}" for c in costs]
-            + [s["verdict"]]
+            [str(s["rank"]), f"{s['step']}" + ("" if counted else "*"), f"{s['step_time_us'] / 1000:.2f}"]
+            + [_pct(s.get(f"{c}_cost_frac")) for c in costs]
+            + [_step_verdict(s)]
         )
     if len(rows) > MAX_ROWS:
         half = MAX_ROWS // 2
@@ -34,17 +77,30 @@ def format_summary(summary: dict) -> str:
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
     lines = [_row(head, widths)] + [_row(r, widths) for r in rows]
     o = summary["overall"]
-    if any(not s["complete"] for s in summary["steps"]):
-        lines.append("(* step cut off by the end of profiling, not counted in the verdict)")
-    fr = ", ".join(f"{c} {100 * o['fractions'][c]:.0f}%" for c in costs)
-    lines += [
-        "(% of each step: io, comm and launch are the removable causes"
-        + ("; other is GPU idle time spent waiting on dependencies)" if summary.get("mode") == "gpu" else ")"),
-        "",
-        f"verdict: {o['verdict']} (runner-up {o['runner_up']}; share of step time: {fr}; "
-        f"mean step {o['mean_step_time_us'] / 1000:.2f} ms)",
-        f"advice: {o['advice']}",
-    ]
-    lines += [f"note: {n}" for n in summary.get("notes", [])]
-    lines += [f"warning: {w}" for w in summary.get("warnings", [])]
+    if any(not s.get("counted", s.get("complete", True)) for s in summary["steps"]):
+        lines.append("(* not counted in the verdict: the step's evidence is incomplete, or it is initialisation or "
+                     "host-contended; the notes say why)")
+    lines.append("(% of each step: io, comm and launch are the removable causes"
+                 + ("; other is GPU idle time spent waiting on dependencies)" if summary.get("mode") == "gpu" else ")"))
+    lines.append("")
+    if o.get("verdict"):
+        fr = ", ".join(f"{c} {100 * o['fractions'][c]:.0f}%" for c in costs)
+        lines.append(f"verdict: {o['verdict']} (runner-up {o['runner_up']}; share of step time: {fr}; "
+                     f"mean step {o['mean_step_time_us'] / 1000:.2f} ms)")
+        waits = _waits_line(summary)
+        if waits:
+            lines.append(waits)
+    else:
+        lines.append(f"verdict: none ({safe(o.get('reason') or 'no step could be classified')})")
+    lines.append(f"advice: {o['advice']}")
+    lines += [f"note: {safe(n)}" for n in summary.get("notes", [])]
     return "\n".join(lines)
+
+
+def format_warnings(summary: dict) -> list[str]:
+    """The summary's warnings as lines for standard error (``perfscope: warning: ...``)."""
+    warnings = [safe(w) for w in summary.get("warnings", [])]
+    lines = [f"perfscope: warning: {w}" for w in warnings[:MAX_WARNINGS]]
+    if len(warnings) > MAX_WARNINGS:
+        lines.append(f"perfscope: warning: ... and {len(warnings) - MAX_WARNINGS} more (summary.json lists them all)")
+    return lines

@@ -20,7 +20,9 @@ if TYPE_CHECKING:
     from perfscope.analysis.run import Analysis
 
 SCHEMA = "perfscope.summary"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+# Versions this perfscope still reads and renders (2 only added fields to 1; docs/summary.md).
+READABLE_VERSIONS = (1, 2)
 
 
 def _clean(value):
@@ -46,7 +48,7 @@ def build_summary(analysis: Analysis) -> dict:
 
     v = analysis.verdict
     frame = analysis.steps
-    counted = frame.loc[frame["complete"], "step_time_us"] if frame["complete"].any() else frame["step_time_us"]
+    counted = frame.loc[frame["counted"], "step_time_us"]
     steps = [
         {k: _clean(val) for k, val in row.items()}
         for row in analysis.steps.to_dict(orient="records")
@@ -67,19 +69,42 @@ def build_summary(analysis: Analysis) -> dict:
         "overall": {
             "verdict": v.verdict,
             "runner_up": v.runner_up,
+            "reason": v.reason,
+            "other_largest": v.other_largest,
             "fractions": v.fractions,
             "step_share": v.step_share,
             "advice": v.advice,
             "steps_counted": int(counted.size),
-            "median_step_time_us": float(counted.median()),
-            "mean_step_time_us": float(counted.mean()),
+            "steps_total": int(len(frame)),
+            "steps_by_status": {str(k): int(n) for k, n in frame["status"].value_counts().items()},
+            "median_step_time_us": float(counted.median()) if counted.size else None,
+            "mean_step_time_us": float(counted.mean()) if counted.size else None,
         },
         "details": _clean_tree(analysis.details),
-        "traces": analysis.traces,
+        "data_quality": merged_quality(analysis.traces),
+        "traces": _clean_tree(analysis.traces),
+        "skipped": analysis.skipped,
         "notes": analysis.notes,
         "warnings": analysis.warnings,
         "steps": steps,
     }
+
+
+def merged_quality(traces: list[dict]) -> list[dict]:
+    """The data-quality entries of every trace, summed by (action, reason, unit); examples merged."""
+    merged: dict = {}
+    for t in traces:
+        for e in t.get("data_quality") or []:
+            key = (e["action"], e["reason"], e.get("unit", "event"))
+            m = merged.setdefault(key, {"action": key[0], "reason": key[1], "unit": key[2], "count": 0,
+                                        "traces": 0, "examples": {}})
+            m["count"] += int(e["count"])
+            m["traces"] += 1
+            for name, n in (e.get("examples") or {}).items():
+                m["examples"][name] = m["examples"].get(name, 0) + int(n)
+    for m in merged.values():
+        m["examples"] = dict(sorted(m["examples"].items(), key=lambda kv: -kv[1])[:5])
+    return list(merged.values())
 
 
 def write_summary(summary: dict, path: str | Path) -> Path:
@@ -104,6 +129,7 @@ def load_summary(path: str | Path) -> dict:
         raise PerfscopeError(f"{path}: not valid JSON ({e})") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise PerfscopeError(f"{path}: not a perfscope summary (schema field missing)")
-    if data.get("schema_version") != SCHEMA_VERSION:
-        raise PerfscopeError(f"{path}: summary schema version {data.get('schema_version')} is not supported (expected {SCHEMA_VERSION})")
+    if data.get("schema_version") not in READABLE_VERSIONS:
+        raise PerfscopeError(f"{path}: summary schema version {data.get('schema_version')!r} is not supported "
+                             f"(this perfscope reads {', '.join(map(str, READABLE_VERSIONS))})")
     return data

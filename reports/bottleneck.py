@@ -1,8 +1,8 @@
 """The bottleneck report page (``report.html``): one self-contained file, rendered from a summary.
 
-Sections, verdict first: verdict and recommendations, per-step breakdown, timeline of a
-representative step (needs the traces), idle gaps, top kernels, launch statistics, memory copies,
-ranks, run facts. Every section renders from the summary record alone except the timeline, which
+Sections, verdict first (after the warnings, when there are any): verdict and recommendations,
+per-step breakdown, timeline of a representative step (needs the traces), idle gaps, top kernels,
+launch statistics, memory copies, ranks, data quality, run facts. Every section renders from the summary record alone except the timeline, which
 reads the traces of one rank when they can be found (``reports.traces``) and otherwise says so.
 """
 
@@ -13,10 +13,11 @@ from pathlib import Path
 from perfscope.atomic import write_text_atomic
 from reports import traces as _traces
 from reports.html import esc, page
-from reports.sections import facts, gaps, kernels, memcpy, ranks, steps, timeline, verdict
+from reports.sections import facts, gaps, kernels, memcpy, quality, ranks, steps, timeline, verdict
 
 NAV = (("verdict", "Verdict"), ("steps", "Steps"), ("timeline", "Timeline"), ("gaps", "Idle gaps"),
-       ("kernels", "Top kernels"), ("launch", "Launches"), ("memcpy", "Copies"), ("ranks", "Ranks"), ("facts", "Run facts"))
+       ("kernels", "Top kernels"), ("launch", "Launches"), ("memcpy", "Copies"), ("ranks", "Ranks"),
+       ("quality", "Data quality"), ("facts", "Run facts"))
 
 
 def header(summary: dict, heading: str = "perfscope bottleneck report") -> str:
@@ -54,6 +55,7 @@ def render_report(summary: dict, *, base_dir: str | Path | None = None, step=Non
     if summary.get("mode") != "gpu":
         nav[4] = ("kernels", "Top operators")
     body = "".join([
+        quality.render_warnings(summary),
         verdict.render(summary),
         steps.render(summary),
         timeline.render(summary, found, step),
@@ -62,9 +64,10 @@ def render_report(summary: dict, *, base_dir: str | Path | None = None, step=Non
         kernels.render_launch(summary),
         memcpy.render(summary),
         ranks.render(summary),
+        quality.render(summary),
         facts.render(summary),
     ])
-    title = f"perfscope: {(summary.get('overall') or {}).get('verdict', 'report')}"
+    title = f"perfscope: {(summary.get('overall') or {}).get('verdict') or 'no verdict'}"
     return page(title, header(summary), nav, body)
 
 

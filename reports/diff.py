@@ -28,7 +28,8 @@ def _frac(summary: dict, c: str) -> float | None:
 
 
 def _verdict(summary: dict) -> str:
-    return str((summary.get("overall") or {}).get("verdict", "-"))
+    o = summary.get("overall") or {}
+    return str(o.get("verdict") or ("no verdict" if "verdict" in o else "-"))
 
 
 def ratio(a: dict, b: dict) -> float | None:
@@ -134,7 +135,7 @@ def _side(summary: dict, key: str, label: str, y_max: float) -> str:
     head = (f'<h3>{esc(key)}: {esc(label)}</h3><p class="verdict"><strong>{esc(_verdict(summary))}</strong>'
             f"<small>median step {ms(o.get('median_step_time_us'))}; "
             + ", ".join(f"{esc(c)} {pct(f.get(c), 0)}" for c in CLASS_ORDER) + "</small></p>")
-    steps = model.steps_of(summary)
+    steps, _ = steps_section.shown_steps(model.steps_of(summary))
     chart = steps_section.chart(summary, steps, "gpu" if summary.get("mode") == "gpu" else "cpu", y_max) if steps else ""
     wif = model.what_if(summary)
     mode = "gpu" if summary.get("mode") == "gpu" else "cpu"

@@ -18,11 +18,18 @@ def steps_of(summary: dict) -> list[dict]:
     return [s for s in summary.get("steps") or [] if isinstance(s, dict)]
 
 
+def is_counted(step: dict) -> bool:
+    """Whether a step enters the run's verdict: ``counted`` (schema 2), else ``complete`` (schema 1)."""
+    return bool(step.get("counted", step.get("complete", True)))
+
+
 def counted_steps(summary: dict) -> list[dict]:
-    """The steps the run's verdict is taken over: complete steps of all ranks (all, if none is)."""
+    """The steps the run's verdict is taken over (schema 1 summaries: all, if none is complete)."""
     steps = steps_of(summary)
-    complete = [s for s in steps if s.get("complete", True)]
-    return complete or steps
+    counted = [s for s in steps if is_counted(s)]
+    if "counted" in (steps[0] if steps else {}):
+        return counted  # schema 2: no counted step means no verdict, never the others instead
+    return counted or steps
 
 
 def details(summary: dict) -> dict:
@@ -68,7 +75,7 @@ def what_if(summary: dict) -> dict[str, dict]:
 
 def median_step_index(steps: list[dict]) -> int | None:
     """Index (into ``steps``) of the median step by step time, among complete steps if any."""
-    pool = [i for i, s in enumerate(steps) if s.get("complete", True)] or list(range(len(steps)))
+    pool = [i for i, s in enumerate(steps) if is_counted(s)] or list(range(len(steps)))
     pool = [i for i in pool if num(steps[i].get("step_time_us")) is not None]
     if not pool:
         return None

@@ -10,12 +10,12 @@ than a solid one. Times are integer nanoseconds relative to the trace origin, as
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
-from perfscope.analysis.gpu_metrics import dataloader_intervals, idle_cause_intervals
 from perfscope.analysis.intervals import Intervals, clip, segments, union
+from perfscope.analysis.partition import cpu_parts, cpu_sets, gpu_parts, gpu_sets
 from perfscope.analysis.steps import StepWindows, find_steps, launch_times
 from perfscope.trace.kinds import (
     GPU_KINDS,
@@ -35,12 +35,17 @@ COLUMNS = 1000
 # Category tables: (name, colour). A lane's categories index into its table.
 STREAM_CATS = (("compute kernel", GREEN), ("communication kernel", PURPLE), ("host-to-device copy", VERMILLION),
                ("other copy / memset", BLUE))
-GPU_PARTITION = (("compute", GREEN), ("other copies / memset", BLUE), ("exposed communication", PURPLE),
-                 ("exposed H2D copy", VERMILLION), ("H2D wait", VERMILLION), ("input wait", ORANGE),
-                 ("launch wait", SKY), ("kernel wait", SKY), ("other idle", GREY))
+# The partition's parts (perfscope.analysis.partition) as the timeline draws them: (part, label, colour).
+GPU_PARTITION_PARTS = (("compute", "compute", GREEN), ("exposed_other_mem", "other copies / memset", BLUE),
+                       ("exposed_comm", "exposed communication", PURPLE), ("exposed_h2d", "exposed H2D copy", VERMILLION),
+                       ("h2d_wait", "H2D wait", VERMILLION), ("input_wait", "input wait", ORANGE),
+                       ("launch_wait", "launch wait", SKY), ("kernel_wait", "kernel wait", SKY),
+                       ("other_idle", "other idle", GREY))
+CPU_PARTITION_PARTS = (("operator", "operators", GREEN), ("exposed_comm", "exposed communication", PURPLE),
+                       ("dataloader", "DataLoader", ORANGE), ("framework_overhead", "framework overhead", SKY))
+GPU_PARTITION = tuple((label, colour) for _, label, colour in GPU_PARTITION_PARTS)
+CPU_PARTITION = tuple((label, colour) for _, label, colour in CPU_PARTITION_PARTS)
 GPU_IDLE = (4, 5, 6, 7, 8)
-CPU_PARTITION = (("operators", GREEN), ("exposed communication", PURPLE), ("DataLoader", ORANGE),
-                 ("framework overhead", SKY))
 CPU_LABELLED = (1, 2, 3)
 
 
@@ -75,9 +80,14 @@ class Prepared:
     partition: list  # interval sets, one per partition category
     partition_cats: tuple
 
+    _index: dict | None = field(default=None, init=False, repr=False)
+
     def step_index(self, step) -> int | None:
-        hit = np.flatnonzero(self.windows.step == step)
-        return int(hit[0]) if hit.size else None
+        if self._index is None:  # built once: a summary may hold 10^5 steps
+            self._index = {}
+            for i, s in enumerate(self.windows.step.tolist()):
+                self._index.setdefault(s, i)
+        return self._index.get(step) if isinstance(step, int) else None
 
 
 def _lane(table, label, categories, noun, rows, cats) -> Lane:
@@ -102,7 +112,7 @@ def prepare(table: TraceTable) -> Prepared:
     on_main = table.thread_id == main
     dl_flag = table.name_flag(is_dataloader_range)
     coll_flag = table.name_flag(is_collective_range)
-    step_flag = (profiler_step_numbers(table.names) >= 0)[table.name_id]
+    step_flag = (profiler_step_numbers(table.names) != -1)[table.name_id]
     lanes = []
     main_rows = _top_level(table, np.flatnonzero(ranges & on_main & ~step_flag & ~dl_flag))
     lanes.append(_lane(table, "main thread", (("operator", DARK),), "operators", main_rows, np.zeros(main_rows.size)))
@@ -125,36 +135,20 @@ def prepare(table: TraceTable) -> Prepared:
         rows = gpu_rows[(table.device[gpu_rows] == dev) & (table.stream[gpu_rows] == stream)]
         lanes.append(_lane(table, f"GPU {dev} · stream {stream}", STREAM_CATS, "GPU events", rows, cat[rows]))
 
-    def u(mask):
-        rows = np.flatnonzero(mask)
-        return union(table.ts_ns[rows], table.end_ns[rows])
-
     if mode == "gpu":
-        other_mem = (memcpy & ~h2d) | (table.kind == EventKind.MEMSET)
-        busy = u(gpu)
-        horizon = int(table.end_ns.max())
-        hw, kw, cw = idle_cause_intervals(table, launches, h2d, busy, horizon)
-        sets = [u(kernel & ~comm), u(comm), u(h2d), u(other_mem), hw, kw, cw, dataloader_intervals(table, main)]
-        return Prepared(table, windows, mode, lanes, sets, GPU_PARTITION)
-    ops = u((table.kind == EventKind.CPU_OP) & on_main & ~coll_flag & ~np.array(["#" in n for n in table.names], bool)[table.name_id] & ~step_flag)
-    sets = [u(ranges & on_main & dl_flag), ops, u(ranges & coll_flag)]
-    return Prepared(table, windows, mode, lanes, sets, CPU_PARTITION)
+        return Prepared(table, windows, mode, lanes, gpu_sets(table, launches, main), GPU_PARTITION)
+    return Prepared(table, windows, mode, lanes, cpu_sets(table, main), CPU_PARTITION)
 
 
 def _partition(prep: Prepared, lo: int, hi: int) -> list[Intervals]:
     """The window cut into the partition's categories, as the step metrics count it."""
     seg = segments(prep.partition, lo, hi)
     edges = lo + np.concatenate([[0], np.cumsum(seg.lengths)])
-    m = seg.member
     if prep.mode == "gpu":
-        C, M, H, O, HW, KW, CW, DL = m
-        idle = ~(C | M | H | O)
-        masks = [C, O & ~C & ~M & ~H, M & ~C, H & ~C & ~M, idle & ~HW & CW, idle & HW & DL, idle & HW & ~DL,
-                 idle & ~HW & KW, idle & ~HW & ~KW & ~CW]
+        parts, order = gpu_parts(seg.member), GPU_PARTITION_PARTS
     else:
-        DL, OP, CM = m
-        masks = [OP & ~DL, CM & ~OP & ~DL, DL, ~DL & ~OP & ~CM]
-    return [Intervals(edges[:-1][k], edges[1:][k]) for k in masks]
+        parts, order = cpu_parts(seg.member), CPU_PARTITION_PARTS
+    return [Intervals(edges[:-1][parts[p]], edges[1:][parts[p]]) for p, _, _ in order]
 
 
 def coverage(iv: Intervals, lo: int, col_ns: float, n: int) -> np.ndarray:

@@ -37,8 +37,10 @@ def test_top_kernels_and_launch_stats(tmp_path):
     assert top["gemm"]["share"] == pytest.approx(120 / 130)
     ls = d["launch_stats"]
     assert ls["kernels"] == 4 and ls["short_kernels"] == 2  # the two 5 us kernels
-    # delays: gemm 9 us, tiny 77 us -> median of (9, 9, 77, 77) = 43
-    assert ls["median_launch_delay_us"] == pytest.approx(43)
+    # delays as HTA defines them, from the end of the launch call: gemm's call [t0+1, t0+3) and
+    # kernel at t0+10 -> 7 us; tiny's call [t0+3, t0+4) and kernel at t0+80 -> 76 us;
+    # median of (7, 7, 76, 76) = 41.5
+    assert ls["median_launch_delay_us"] == pytest.approx(41.5)
     assert ls["long_delay_kernels"] == 0
 
 

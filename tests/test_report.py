@@ -22,7 +22,7 @@ from tracegen import annotation, cpu_op, dataloader, kernel, launch, memcpy, run
 
 EVIL_KERNEL = "</script><script>alert(1)</script>"
 EVIL_FILE = "<img src=x onerror=alert(1)>"
-GPU_SECTIONS = ("verdict", "steps", "timeline", "gaps", "kernels", "launch", "memcpy", "ranks", "facts")
+GPU_SECTIONS = ("verdict", "steps", "timeline", "gaps", "kernels", "launch", "memcpy", "ranks", "quality", "facts")
 
 
 def gpu_trace(path, steps=3, kernel_name="gemm", dl_us=50, kernel_us=600, rank=None):

@@ -70,7 +70,9 @@ def test_last_step_without_optimizer_is_cut_off(tmp_path):
     check_partition(a.steps)
     assert list(a.steps["step"]) == [1, 2, 3]
     assert list(a.steps["complete"]) == [True, True, False]
-    assert list(a.steps["verdict"]) == ["compute-bound", "compute-bound", "io-bound"]
+    # Step 3's evidence is incomplete: it gets no verdict (it would be io-bound).
+    assert list(a.steps["verdict"]) == ["compute-bound", "compute-bound", None]
+    assert a.steps["status"].tolist() == ["ok", "ok", "incomplete"]
     # Only steps 1 and 2 count: both compute-bound (with step 3 the share would be 2/3).
     assert a.verdict.verdict == "compute-bound"
     assert a.verdict.step_share["compute-bound"] == pytest.approx(1.0)

@@ -1,8 +1,8 @@
 """Run-level detail for the report: what-if estimates, top kernels, launch statistics, memcpy by
-kind, the idle-gap histogram and the per-rank view.
+kind, the idle-gap histogram, the per-rank view with the straggler, and the advice per class.
 
-Everything is taken over the *counted* steps (complete steps that every rank holds) so that it
-agrees with the verdict. Times are microseconds. Definitions are in ``docs/metrics.md``.
+Everything is taken over the *counted* steps (steps with status ``ok`` that every rank holds) so
+that it agrees with the verdict. Times are microseconds. Definitions are in ``docs/metrics.md``.
 """
 
 from __future__ import annotations
@@ -12,8 +12,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perfscope.analysis.intervals import clip, gaps, union
-from perfscope.trace.kinds import GPU_KINDS, CopyKind, EventKind, copy_kind_of_names, is_pageable_copy
+from perfscope.analysis.intervals import locate, union, window_segments
+from perfscope.analysis.ranks import collective_skew, rank_rows
+from perfscope.analysis.verdict import CLASSES, advice_for
+from perfscope.analysis.waits import merge_waits, other_waits
+from perfscope.trace.kinds import GPU_KINDS, CopyKind, EventKind, copy_kind_of_names, is_graph_launch, is_pageable_copy
 
 if TYPE_CHECKING:
     from perfscope.analysis.run import RankTrace
@@ -36,6 +39,8 @@ def what_if(frame: pd.DataFrame) -> list[dict]:
         ratio; the largest saving first.
     """
     step = frame["step_time_us"].to_numpy(dtype=float)
+    if step.size == 0:
+        return []
     now = float(np.median(step))
     out = []
     for c in ("io", "comm", "launch"):
@@ -75,20 +80,39 @@ def _top_level_ops(rt: RankTrace, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     ends = t.end_ns[rows]
     reach = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(ends)[:-1]])
     rows = rows[t.ts_ns[rows] >= reach]
-    inside = np.zeros(rows.size, bool)
-    for a, b in zip(lo, hi):
-        inside |= (t.ts_ns[rows] >= a) & (t.ts_ns[rows] < b)
-    return rows[inside]
+    order = np.argsort(lo, kind="stable")
+    return rows[locate(t.ts_ns[rows], lo[order], hi[order]) >= 0]
 
 
-def _launch_stats(parts: list[tuple[np.ndarray, np.ndarray]]) -> dict | None:
-    dur = np.concatenate([d for d, _ in parts]) if parts else np.zeros(0)
-    delay = np.concatenate([x for _, x in parts]) if parts else np.zeros(0)
+def _launch_delay_us(rt: RankTrace, kernel_rows: np.ndarray) -> np.ndarray:
+    """Launch delay of each kernel as Holistic Trace Analysis defines it: kernel start minus the
+    *end* of its launch call, clipped at 0 (``hta/analyzers/cuda_kernel_analysis.py``,
+    ``cuda_kernel_launch_stats``); -1 where no launch call is recorded, and for kernels replayed
+    from a CUDA graph (one ``cudaGraphLaunch`` runs many kernels: they wait in the graph, not in
+    the launch queue)."""
+    t = rt.table
+    end = rt.launches.end_ns[kernel_rows]
+    delay = np.where(end >= 0, np.maximum(t.ts_ns[kernel_rows] - end, 0) / 1000.0, -1.0)
+    return np.where(_graph_kernels(rt, kernel_rows), -1.0, delay)
+
+
+def _graph_kernels(rt: RankTrace, kernel_rows: np.ndarray) -> np.ndarray:
+    """True for kernels launched by a graph launch call (they share its correlation id)."""
+    t = rt.table
+    graph_calls = np.flatnonzero((t.kind == EventKind.RUNTIME) & t.name_flag(is_graph_launch) & (t.correlation >= 0))
+    return np.isin(t.correlation[kernel_rows], t.correlation[graph_calls]) & (t.correlation[kernel_rows] >= 0)
+
+
+def _launch_stats(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> dict | None:
+    dur = np.concatenate([d for d, _, _ in parts]) if parts else np.zeros(0)
+    delay = np.concatenate([x for _, x, _ in parts]) if parts else np.zeros(0)
+    graph = np.concatenate([g for _, _, g in parts]) if parts else np.zeros(0, bool)
     if dur.size == 0:
         return None
     known = delay[delay >= 0]
     return {
         "kernels": int(dur.size),
+        "graph_kernels": int(graph.sum()),
         "short_kernels": int((dur < SHORT_KERNEL_US).sum()),
         "short_kernel_us": SHORT_KERNEL_US,
         "median_launch_delay_us": float(np.median(known)) if known.size else None,
@@ -99,17 +123,21 @@ def _launch_stats(parts: list[tuple[np.ndarray, np.ndarray]]) -> dict | None:
 
 
 def _memcpy(frames: list[pd.DataFrame]) -> list[dict]:
+    """Copies per direction and memory kind; bandwidth from copies that took time and say how many
+    bytes they moved (a zero-duration copy is counted, never divided by)."""
     if not frames:
         return []
     df = pd.concat(frames)
     out = []
     for (direction, pageable), g in df.groupby(["direction", "pageable"], sort=True):
+        timed = g[(g["bytes"] >= 0) & (g["dur_us"] > 0)]
         known = g[g["bytes"] >= 0]
-        total_bytes = int(known["bytes"].sum()) if len(known) else None
-        seconds = known["dur_us"].sum() / 1e6
+        seconds = timed["dur_us"].sum() / 1e6
+        timed_bytes = int(timed["bytes"].sum())
         out.append({"direction": direction, "pageable": bool(pageable), "count": int(len(g)),
-                    "total_us": float(g["dur_us"].sum()), "bytes": total_bytes,
-                    "gb_per_s": total_bytes / 1e9 / seconds if total_bytes and seconds > 0 else None})
+                    "zero_duration": int((g["dur_us"] <= 0).sum()),
+                    "total_us": float(g["dur_us"].sum()), "bytes": int(known["bytes"].sum()) if len(known) else None,
+                    "gb_per_s": timed_bytes / 1e9 / seconds if timed_bytes and seconds > 0 else None})
     return sorted(out, key=lambda e: -e["total_us"])
 
 
@@ -122,21 +150,8 @@ def _idle_histogram(gap_lengths_us: np.ndarray) -> dict:
             "count": count.astype(int).tolist(), "total_us": total.astype(float).tolist()}
 
 
-def _ranks(frame: pd.DataFrame, mode: str) -> tuple[list[dict], int | None]:
-    compute = "compute_us" if mode == "gpu" else "operator_us"
-    per_step_max = frame.groupby("step")[compute].transform("max")
-    frame = frame.assign(_wait=per_step_max - frame[compute])
-    rows = []
-    for rank, g in frame.groupby("rank", sort=True):
-        rows.append({"rank": int(rank), "median_step_time_us": float(g["step_time_us"].median()),
-                     "median_compute_us": float(g[compute].median()),
-                     "median_comm_us": float(g["comm_us"].median()) if "comm_us" in g else 0.0,
-                     "wait_for_slowest_us": float(g["_wait"].median())})
-    slowest = max(rows, key=lambda r: r["median_compute_us"])["rank"] if len(rows) > 1 else None
-    return rows, slowest
-
-
-def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.DataFrame, mode: str) -> dict:
+def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.DataFrame, mode: str,
+                  facts: dict | None = None) -> dict:
     """The ``details`` section of the summary.
 
     Args:
@@ -144,8 +159,9 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
         ranks: The rank of each trace.
         frame: The counted steps (rows of the analysis frame that enter the verdict).
         mode: ``"gpu"`` or ``"cpu"``.
+        facts: What the analysis found that changes the advice (``cuda_graphs``).
     """
-    kernels, operators, launch_parts, copies, idle = [], [], [], [], []
+    kernels, operators, launch_parts, copies, idle, waits = [], [], [], [], [], []
     for rt, rank in zip(rank_traces, ranks):
         counted = set(frame.loc[(frame["rank"] == rank) & (frame["worker"] == rt.table.worker), "step"].tolist())
         if not counted:
@@ -161,8 +177,7 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
         mine = _counted_rows(rt, counted)
         k = np.flatnonzero(mine & (t.kind == EventKind.KERNEL))
         kernels.append((t.name_of(k), t.dur_ns[k] / 1000.0))
-        launched = rt.launches.start_ns[k]
-        launch_parts.append((t.dur_ns[k] / 1000.0, np.where(launched >= 0, (t.ts_ns[k] - launched) / 1000.0, -1.0)))
+        launch_parts.append((t.dur_ns[k] / 1000.0, _launch_delay_us(rt, k), _graph_kernels(rt, k)))
         m = np.flatnonzero(mine & (t.kind == EventKind.MEMCPY))
         direction = copy_kind_of_names(t.names)[t.name_id[m]]
         copies.append(pd.DataFrame({
@@ -170,14 +185,17 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
             "pageable": is_pageable_copy(t.names)[t.name_id[m]],
             "dur_us": t.dur_ns[m] / 1000.0, "bytes": t.copy_bytes[m]}))
         busy = union(t.ts_ns[t.mask(*GPU_KINDS)], t.end_ns[t.mask(*GPU_KINDS)])
-        for a, b in zip(lo, hi):
-            g = gaps(clip(busy, int(a), int(b)), int(a), int(b))
-            idle.append((g.ends - g.starts) / 1000.0)
+        order = np.argsort(lo, kind="stable")
+        seg = window_segments([busy], lo[order], hi[order])  # idle segments are the gaps, per window
+        idle.append(seg.lengths[~seg.member[0]] / 1000.0)
+        waits.append(other_waits(rt, lo[order], hi[order]))
 
     def joined(parts):
         return (np.concatenate([n for n, _ in parts]), np.concatenate([d for _, d in parts])) if parts else (np.zeros(0, object), np.zeros(0))
 
-    rank_rows, slowest = _ranks(frame, mode)
+    skew = collective_skew(rank_traces, ranks, frame)
+    rows, slowest = rank_rows(frame, mode, skew) if len(frame) else ([], None)
+    straggler = skew["straggler"]
     return {
         "what_if": what_if(frame),
         "top_kernels": _top(*joined(kernels)),
@@ -185,6 +203,12 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
         "launch_stats": _launch_stats(launch_parts),
         "memcpy": _memcpy(copies),
         "idle_gaps": _idle_histogram(np.concatenate(idle)) if idle else None,
-        "ranks": rank_rows,
+        "other_waits": merge_waits(waits),
+        "ranks": rows,
+        "straggler": straggler,
+        "collectives_matched": skew["matched"],
+        "collectives_unmatched": skew["unmatched"],
         "slowest_rank": slowest,
+        "advice": {c: advice_for(c, mode, facts) for c in CLASSES},
+        "facts": dict(facts or {}),
     }

@@ -106,6 +106,59 @@ def segments(sets: list[Intervals], lo: int, hi: int) -> Segments:
     return Segments(np.diff(edges), member)
 
 
+def locate(points: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Index of the span ``[starts[i], ends[i])`` holding each point; -1 if none.
+
+    The spans must be sorted and disjoint (step windows are). int64 result, one per point.
+    """
+    if starts.size == 0:
+        return np.full(np.shape(points), -1, dtype=np.int64)
+    idx = np.searchsorted(starts, points, side="right") - 1
+    ok = (idx >= 0) & (points < ends[np.clip(idx, 0, None)])
+    return np.where(ok, idx, -1).astype(np.int64)
+
+
+class WindowSegments(NamedTuple):
+    """Many windows cut at every boundary of some interval sets, in one pass.
+
+    ``lengths[k]`` (ns) and ``window[k]`` (index of the window holding it) of elementary segment
+    ``k``; ``member[j, k]`` tells whether it lies inside set ``j``; ``left[k]`` is where it starts.
+    ``per_window(mask)`` sums lengths per window, so any boolean formula over the rows gives every
+    window's length of that combination at once.
+    """
+
+    lengths: np.ndarray
+    member: np.ndarray
+    window: np.ndarray
+    n_windows: int
+    left: np.ndarray
+
+    def pieces(self, mask: np.ndarray) -> Intervals:
+        """The segments in ``mask`` as an interval set (adjacent ones merged)."""
+        return union(self.left[mask], self.left[mask] + self.lengths[mask])
+
+    def per_window(self, mask: np.ndarray) -> np.ndarray:
+        """Total length (ns, float) of the segments in ``mask``, one entry per window."""
+        return np.bincount(self.window[mask], weights=self.lengths[mask], minlength=self.n_windows)
+
+
+def window_segments(sets: list[Intervals], starts: np.ndarray, ends: np.ndarray) -> WindowSegments:
+    """Cut every window ``[starts[i], ends[i])`` (sorted, disjoint) into elementary segments.
+
+    Linear in the number of intervals and windows (one sort), where cutting each window on its
+    own would cost windows x intervals.
+    """
+    starts = np.asarray(starts, dtype=np.int64)
+    ends = np.asarray(ends, dtype=np.int64)
+    edges = np.unique(np.concatenate([starts, ends] + [s.starts for s in sets] + [s.ends for s in sets]))
+    left, lengths = edges[:-1], np.diff(edges)
+    window = locate(left, starts, ends)
+    keep = window >= 0
+    left, lengths, window = left[keep], lengths[keep], window[keep]
+    member = np.stack([covers(s, left) for s in sets]) if sets else np.zeros((0, left.size), bool)
+    return WindowSegments(lengths, member, window, int(starts.size), left)
+
+
 def gaps(iv: Intervals, lo: int, hi: int) -> Intervals:
     """The complement of ``iv`` inside ``[lo, hi)``."""
     c = clip(iv, lo, hi)

@@ -12,15 +12,20 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from perfscope.analysis import evidence as ev
+from perfscope.analysis import job
 from perfscope.analysis.cpu_metrics import cpu_step_metrics
 from perfscope.analysis.details import build_details
 from perfscope.analysis.gpu_metrics import gpu_step_metrics
+from perfscope.analysis.notes import status_notes, verdict_of_none
 from perfscope.analysis.steps import Launches, StepWindows, find_steps, launch_times
 from perfscope.analysis.verdict import RunVerdict, classify, cost_fractions, run_verdict
-from perfscope.errors import AnalysisError, TraceFormatError
+from perfscope.errors import TraceFormatError
 from perfscope.trace import TraceTable, build_table, find_trace_files, read_trace
+from perfscope.trace.decode import TraceDamagedError
+from perfscope.trace.kinds import GPU_KINDS, EventKind, is_graph_launch
+from perfscope.trace.quality import DataQuality
 from perfscope.trace.reader import gc_paused
-from perfscope.trace.kinds import GPU_KINDS
 
 NO_MARKERS_NOTE = "no ProfilerStep# markers: analyzed the whole trace as one window (step 0)"
 
@@ -35,7 +40,9 @@ class RankTrace:
         metrics: Per-step metrics (``*_us``), one row per step.
         windows: The steps and their windows.
         launches: The launching runtime call of every GPU event.
-        warnings: Problems with the step markers (duplicates, overlaps).
+        evidence: Each step's status and reason (:mod:`perfscope.analysis.evidence`).
+        quality: The file's data-quality record: the table's, then the analysis's counts.
+        warnings: Problems with the step markers (duplicates, overlaps, unparsable numbers).
     """
 
     table: TraceTable
@@ -43,6 +50,8 @@ class RankTrace:
     metrics: pd.DataFrame
     windows: StepWindows
     launches: Launches
+    evidence: ev.Evidence
+    quality: DataQuality
     warnings: list[str] = field(default_factory=list)
 
     @property
@@ -52,8 +61,8 @@ class RankTrace:
 
     @property
     def complete(self) -> np.ndarray:
-        """Per-step completeness (False: cut off by the end of profiling)."""
-        return self.windows.complete
+        """Per step: recorded whole (status other than ``incomplete``)."""
+        return self.evidence.status != ev.INCOMPLETE
 
     @property
     def has_markers(self) -> bool:
@@ -61,22 +70,23 @@ class RankTrace:
 
 
 def analyze_table(table: TraceTable) -> RankTrace:
-    """Find the steps of one trace and measure them.
+    """Find the steps of one trace, measure them and judge their evidence.
 
     Raises:
         TraceFormatError: the trace holds no duration events (empty or metadata-only).
     """
+    where = table.path.name if table.path else table.worker
     if table.n_events == 0:
-        where = table.path or table.worker
-        raise TraceFormatError(f"{where}: trace holds no events to analyze (empty or metadata only)")
+        raise TraceFormatError(f"{table.path or table.worker}: trace holds no events to analyze (empty or metadata only)")
     launch = launch_times(table)
     windows = find_steps(table, launch)
     if len(windows) == 0:
-        raise TraceFormatError(f"{table.path}: trace holds no events to analyze (empty or metadata only)")
+        raise TraceFormatError(f"{table.path or table.worker}: trace holds no events to analyze (empty or metadata only)")
     mode = "gpu" if table.mask(*GPU_KINDS).any() else "cpu"
     metrics = gpu_step_metrics(table, windows, launch) if mode == "gpu" else cpu_step_metrics(table, windows)
-    where = table.path.name if table.path else table.worker
-    return RankTrace(table, mode, metrics, windows, launch, [f"{where}: {w}" for w in windows.warnings])
+    judged = ev.judge(table, windows, launch, metrics, mode)
+    quality = DataQuality(table.quality.entries + judged.quality.entries)
+    return RankTrace(table, mode, metrics, windows, launch, judged, quality, [f"{where}: {w}" for w in windows.warnings])
 
 
 @dataclass
@@ -84,17 +94,21 @@ class Analysis:
     """The analysis of a run.
 
     Attributes:
-        steps: One row per (rank, step): ``rank``, ``worker``, ``step``, ``complete``, ``mode``,
-            metrics in microseconds (``*_us``) and as fractions of step time (``*_frac``), the
-            class costs (``io_frac``, ``comm_frac``, ``launch_frac``, ``compute_frac``),
-            ``verdict`` and ``runner_up``.
-        verdict: The run's verdict (over the total time of complete steps of all ranks).
+        steps: One row per (rank, step): ``rank``, ``worker``, ``step``, ``status``,
+            ``status_reason``, ``counted``, ``complete``, ``mode``, metrics in microseconds
+            (``*_us``) and as fractions of step time (``*_frac``), the class costs
+            (``io_cost_frac`` ...), ``verdict`` and ``runner_up`` (None for steps not counted).
+        verdict: The run's verdict over the counted steps of all ranks (its ``verdict`` is None
+            when no step has the evidence for one; ``reason`` says why).
         mode: ``"gpu"`` or ``"cpu"``.
-        traces: Per-file facts (path, worker, rank, mode, events, markers, devices, warnings).
-        notes: Statements about how the traces were read (e.g. no step markers).
-        warnings: Problems that did not stop the analysis (truncated files...).
+        traces: Per-file facts (path, worker, rank, mode, events, markers, devices, warnings,
+            data quality).
+        notes: Statements about how the traces were read (no step markers, steps not counted).
+        warnings: Problems that did not stop the analysis (repairs, dropped events...).
         run_info: Metadata of the profiled run when perfscope recorded it, else ``{}``.
         details: Run-level detail for the report (:func:`perfscope.analysis.details.build_details`).
+        skipped: Files of a directory that could not be read: ``path``, ``reason`` and ``damaged``
+            (a trace that holds damage, as opposed to a file that is no trace).
         tables: The trace tables analyzed, by resolved file path, so the report's timeline
             need not parse the traces a second time.
     """
@@ -107,6 +121,7 @@ class Analysis:
     warnings: list[str] = field(default_factory=list)
     run_info: dict = field(default_factory=dict)
     details: dict = field(default_factory=dict)
+    skipped: list[dict] = field(default_factory=list)
     tables: dict = field(default_factory=dict, repr=False)
 
     @property
@@ -117,8 +132,7 @@ class Analysis:
     @property
     def world_size(self) -> int:
         """The job's world size as the traces record it (``distributedInfo``), else the ranks analyzed."""
-        recorded = [t["distributed_info"].get("world_size") for t in self.traces]
-        recorded = [w for w in recorded if isinstance(w, int)]
+        recorded = [t["world_size"] for t in self.traces if isinstance(t.get("world_size"), int)]
         return max(recorded) if recorded else self.ranks_analyzed
 
     def summary(self) -> dict:
@@ -143,36 +157,38 @@ def _with_fractions(metrics: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([metrics, pd.DataFrame(fracs, index=metrics.index)], axis=1)
 
 
-def _assign_ranks(rank_traces: list[RankTrace]) -> list[int]:
-    """Rank of each trace: from distributedInfo or the file name, else by worker name order."""
-    known = [rt.table.rank for rt in rank_traces]
-    workers = sorted({rt.table.worker for rt, r in zip(rank_traces, known) if r is None})
-    used = {r for r in known if r is not None}
-    free = (r for r in range(len(rank_traces) + len(used)) if r not in used)
-    by_worker = {w: next(free) for w in workers}
-    return [r if r is not None else by_worker[rt.table.worker] for rt, r in zip(rank_traces, known)]
+def _trace_facts(rt: RankTrace, rank: int) -> dict:
+    t = rt.table
+    return {
+        "path": str(t.path) if t.path else None,
+        "worker": t.worker,
+        "rank": rank,
+        "rank_source": t.rank_source,
+        "world_size": t.world_size,
+        "mode": rt.mode,
+        "events": t.n_events,
+        "has_step_markers": rt.has_markers,
+        "truncated": t.truncated,
+        "devices": [d.get("name") for d in t.device_properties if isinstance(d.get("name"), str)],
+        "distributed_info": {k: v for k, v in t.distributed_info.items()
+                             if k in ("backend", "rank", "world_size", "nccl_version") and isinstance(v, (str, int, float))},
+        "base_time_ns": t.base_time_ns,
+        "host_steps_recorded": len(t.host_steps),
+        "warnings": t.warnings + rt.warnings,
+        "data_quality": rt.quality.to_list(),
+    }
 
 
-def _check_steps(frame: pd.DataFrame, common_steps_only: bool, notes: list[str]) -> pd.DataFrame:
-    """Check that ranks hold the same steps; returns the frame (restricted to the common steps
-    when ``common_steps_only`` and they differ)."""
-    dup = frame.duplicated(["rank", "step"])
-    if dup.any():
-        r, s = frame.loc[dup, ["rank", "step"]].iloc[0]
-        raise AnalysisError(f"two traces of rank {r} both hold step {s}: analyze them separately")
-    per_rank = frame.groupby("rank")["step"].apply(lambda s: tuple(sorted(s)))
-    if per_rank.nunique() <= 1:
-        return frame
-    desc = "; ".join(f"rank {r}: steps {_span(v)}" for r, v in per_rank.items())
-    common = set.intersection(*(set(v) for v in per_rank))
-    if not common_steps_only or not common:
-        raise AnalysisError(f"ranks disagree on step numbers ({desc}); profile all ranks with the same schedule or analyze them separately")
-    notes.append(f"ranks captured different steps ({desc}); analyzed the {len(common)} steps all ranks hold")
-    return frame[frame["step"].isin(common)]
-
-
-def _span(steps: tuple) -> str:
-    return f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else str(steps[0])
+def _rank_frame(rt: RankTrace, rank: int) -> pd.DataFrame:
+    f = _with_fractions(rt.metrics)
+    status = rt.evidence.status
+    front = {"rank": rank, "worker": rt.table.worker, "step": rt.steps, "status": status,
+             "status_reason": pd.Series(rt.evidence.reason, dtype=object, index=f.index),
+             "counted": status == ev.OK, "complete": status != ev.INCOMPLETE,
+             "mode": rt.mode, "file": rt.table.path.name if rt.table.path else rt.table.worker}
+    for i, (k, v) in enumerate(front.items()):
+        f.insert(i, k, v)
+    return f
 
 
 def analyze_tables(
@@ -188,67 +204,45 @@ def analyze_tables(
 
     Raises:
         TraceFormatError: a trace holds no events.
-        AnalysisError: ranks disagree on step numbers, or one step is in two traces of a rank.
+        AnalysisError: traces of different jobs (world sizes), ranks disagree on step numbers,
+            one step of a rank in two traces (both named), markers on some ranks only.
     """
     rank_traces = [analyze_table(t) for t in tables]
-    ranks = _assign_ranks(rank_traces)
-    frames, traces, notes, warnings = [], [], [], []
-    for rt, rank in zip(rank_traces, ranks):
-        f = _with_fractions(rt.metrics)
-        f.insert(0, "rank", rank)
-        f.insert(1, "worker", rt.table.worker)
-        f.insert(2, "step", rt.steps)
-        f.insert(3, "complete", rt.complete)
-        f.insert(4, "mode", rt.mode)
-        frames.append(f)
-        devices = [d.get("name") for d in rt.table.device_properties if isinstance(d, dict)]
-        traces.append(
-            {
-                "path": str(rt.table.path) if rt.table.path else None,
-                "worker": rt.table.worker,
-                "rank": rank,
-                "mode": rt.mode,
-                "events": rt.table.n_events,
-                "has_step_markers": rt.has_markers,
-                "devices": devices,
-                "distributed_info": {k: v for k, v in rt.table.distributed_info.items() if k in ("backend", "rank", "world_size", "nccl_version")},
-                "warnings": rt.table.warnings + rt.warnings,
-            }
-        )
+    job.check_world_sizes(rank_traces)
+    ranks = job.assign_ranks(rank_traces)
+    job.check_markers(rank_traces, ranks)
+    notes, warnings = [], []
+    for rt in rank_traces:
         warnings.extend(rt.table.warnings + rt.warnings)
         if not rt.has_markers:
             notes.append(f"{rt.table.worker}: {NO_MARKERS_NOTE}")
-        if not rt.complete.all():
-            cut = ", ".join(str(s) for s in rt.steps[~rt.complete])
-            notes.append(f"{rt.table.worker}: step {cut} was cut off by the end of profiling; shown but not counted in the verdict")
-    frame = pd.concat(frames, ignore_index=True)
-    marked = {rank for rt, rank in zip(rank_traces, ranks) if rt.has_markers}
-    unmarked = set(ranks) - marked
-    if marked and unmarked:
-        raise AnalysisError(
-            f"rank {min(unmarked)} has no ProfilerStep# markers but rank {min(marked)} has; "
-            "steps cannot be matched across ranks, analyze them separately"
-        )
-    if marked:
-        frame = _check_steps(frame, common_steps_only, notes)
-    frame = frame.sort_values(["rank", "step"], kind="stable").reset_index(drop=True)
+    frame = pd.concat([_rank_frame(rt, r) for rt, r in zip(rank_traces, ranks)], ignore_index=True)
+    if rank_traces[0].has_markers:
+        frame = job.check_steps(frame, common_steps_only, notes)
+    frame = frame.sort_values(["rank", "step"], kind="stable").reset_index(drop=True).drop(columns="file")
 
     mode = "gpu" if (frame["mode"] == "gpu").any() else "cpu"
     costs = pd.concat(
         [cost_fractions(frame[frame["mode"] == m], m) for m in ("gpu", "cpu") if (frame["mode"] == m).any()]
     ).loc[frame.index]
     verdict, runner_up = classify(costs)
+    counted = frame["counted"].to_numpy(dtype=bool)
     frame = pd.concat([frame, costs], axis=1)
-    frame["verdict"] = verdict
-    frame["runner_up"] = runner_up
-    counted = frame["complete"].to_numpy(dtype=bool)
-    if not counted.any():  # only cut-off steps: use them rather than nothing
-        counted[:] = True
-        notes.append("every step was cut off; the verdict uses them anyway")
-    rv = run_verdict(frame.loc[counted, "verdict"].to_numpy(), costs.loc[counted], frame.loc[counted, "step_time_us"].to_numpy(), mode)
-    details = build_details(rank_traces, ranks, frame.loc[counted], mode)
+    # object columns: a step without a verdict holds None (pandas would make a string column's None NaN)
+    frame["verdict"] = pd.Series(np.where(counted, verdict, None), index=frame.index, dtype=object)
+    frame["runner_up"] = pd.Series(np.where(counted, runner_up, None), index=frame.index, dtype=object)
+    notes.extend(status_notes(frame))
+    facts = {"cuda_graphs": any(rt.table.name_flag(is_graph_launch)[rt.table.kind == EventKind.RUNTIME].any()
+                                for rt in rank_traces)}
+    if counted.any():
+        rv = run_verdict(frame.loc[counted, "verdict"].to_numpy(), costs.loc[counted],
+                         frame.loc[counted, "step_time_us"].to_numpy(), mode, facts)
+    else:
+        rv = verdict_of_none(frame, [rt.evidence.run_reason for rt in rank_traces])
+    details = build_details(rank_traces, ranks, frame.loc[counted], mode, facts)
     tables_by_path = {str(Path(t.path).resolve()): t for t in tables if t.path is not None}
-    return Analysis(frame, rv, mode, traces, notes, warnings, dict(run_info or {}), details, tables_by_path)
+    traces = [_trace_facts(rt, r) for rt, r in zip(rank_traces, ranks)]
+    return Analysis(frame, rv, mode, traces, notes, warnings, dict(run_info or {}), details, [], tables_by_path)
 
 
 def analyze(path: str | Path, run_info: dict | None = None) -> Analysis:
@@ -257,7 +251,8 @@ def analyze(path: str | Path, run_info: dict | None = None) -> Analysis:
     Args:
         path: A ``.json`` / ``.json.gz`` Kineto trace, or a directory searched recursively for
             them (one file per rank, TensorBoard layout ``<worker>[.<span>].pt.trace.json.gz``).
-            In a directory, files that turn out not to be traces are skipped with a warning.
+            In a directory, files that cannot be read are skipped with a warning (and listed in
+            ``Analysis.skipped``).
         run_info: Metadata of the run when perfscope profiled it (stored in the summary).
 
     Returns:
@@ -266,11 +261,27 @@ def analyze(path: str | Path, run_info: dict | None = None) -> Analysis:
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        TraceFormatError: no trace files, an unreadable or empty trace.
-        AnalysisError: ranks disagree on step numbers.
+        TraceFormatError: no trace files, an unreadable or empty trace (``TraceDamagedError``
+            for damage inside a trace that no rule repairs: file, line and column).
+        AnalysisError: the traces cannot be analyzed as one job (see :func:`analyze_tables`).
     """
     path = Path(path)
     return analyze_files(find_trace_files(path), run_info, skip_unreadable=path.is_dir())
+
+
+def load_table(path: Path) -> TraceTable:
+    """Read one trace file into its table.
+
+    Raises:
+        TraceFormatError: unreadable, or no events.
+    """
+    raw = read_trace(path)
+    with gc_paused():
+        table = build_table(raw)
+    del raw  # free the parsed JSON before the next file
+    if table.n_events == 0:
+        raise TraceFormatError(f"{path}: trace holds no events to analyze (empty or metadata only)")
+    return table
 
 
 def analyze_files(
@@ -285,31 +296,33 @@ def analyze_files(
     Args:
         files: Trace files, one or more per rank.
         run_info: Run metadata for the summary.
-        skip_unreadable: Skip files that are not readable traces (with a warning) as long as one
-            readable trace remains; otherwise such a file is an error.
+        skip_unreadable: Skip files that cannot be read (with a warning, and listed in
+            ``Analysis.skipped``) as long as one readable trace remains; otherwise such a file is
+            an error. A file that breaks perfscope itself is skipped the same way, named as an
+            internal error, so that one file cannot stop the analysis of a directory.
         common_steps_only: See :func:`analyze_tables`.
 
     Raises:
         TraceFormatError: an unreadable or empty trace (every one, with ``skip_unreadable``).
-        AnalysisError: ranks disagree on step numbers.
+        AnalysisError: see :func:`analyze_tables`.
     """
     tables, skipped = [], []
     for f in files:
         try:
-            raw = read_trace(f)
-            with gc_paused():
-                table = build_table(raw)
-            del raw  # free the parsed JSON before reading the next rank
-            if table.n_events == 0:
-                raise TraceFormatError(f"{f}: trace holds no events to analyze (empty or metadata only)")
+            tables.append(load_table(f))
         except TraceFormatError as e:
             if not skip_unreadable:
                 raise
-            skipped.append(str(e))
-            continue
-        tables.append(table)
+            skipped.append({"path": str(f), "reason": str(e), "damaged": isinstance(e, TraceDamagedError)})
+        except (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, RecursionError) as e:
+            if not skip_unreadable:
+                raise
+            skipped.append({"path": str(f), "damaged": True,
+                            "reason": f"{f}: could not be read (internal error: {type(e).__name__}: {e}; please report it)"})
     if not tables:
-        raise TraceFormatError(skipped[0] if len(skipped) == 1 else f"no readable trace among {len(files)} files ({skipped[0]}, ...)")
+        first = skipped[0]["reason"]
+        raise TraceFormatError(first if len(skipped) == 1 else f"no readable trace among {len(files)} files ({first}, ...)")
     analysis = analyze_tables(tables, run_info, common_steps_only=common_steps_only)
-    analysis.warnings[:0] = [f"skipped {s}" for s in skipped]
+    analysis.warnings[:0] = [f"skipped {s['reason']}" for s in skipped]
+    analysis.skipped = skipped
     return analysis

@@ -15,6 +15,7 @@ Definitions (also in ``docs/metrics.md``):
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -26,6 +27,8 @@ from perfscope.trace.kinds import (
     is_optimizer_step_range,
     profiler_step_numbers,
 )
+from perfscope.analysis.intervals import locate
+from perfscope.text import named, plural
 from perfscope.trace.table import TraceTable
 
 # A last step without its optimizer update and shorter than this fraction of the shortest other
@@ -45,7 +48,8 @@ class StepWindows:
         main_thread: ``thread_id`` of the training loop's thread (-1 if the trace has no CPU events).
         gpu_step: For every event row, index of the step that launched it (GPU rows) or -1.
         has_markers: False when the trace had no ``ProfilerStep#`` markers.
-        warnings: Problems with the markers: repeated step numbers, overlapping steps.
+        warnings: Problems with the markers: repeated step numbers, overlapping steps, markers
+            whose number does not parse.
     """
 
     step: np.ndarray
@@ -103,13 +107,6 @@ def launch_times(table: TraceTable) -> Launches:
     return Launches(start, end)
 
 
-def _locate(points: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Index of the span ``[starts[i], ends[i])`` holding each point (spans sorted, disjoint); -1 if none."""
-    idx = np.searchsorted(starts, points, side="right") - 1
-    ok = (idx >= 0) & (points < ends[np.clip(idx, 0, None)])
-    return np.where(ok, idx, -1)
-
-
 def find_steps(table: TraceTable, launches: Launches) -> StepWindows:
     """Find the steps of one trace.
 
@@ -124,6 +121,10 @@ def find_steps(table: TraceTable, launches: Launches) -> StepWindows:
     warnings: list[str] = []
     cpu_side = table.mask(EventKind.CPU_OP, EventKind.ANNOTATION)
     step_no_by_name = profiler_step_numbers(table.names)
+    bad_rows = np.flatnonzero(cpu_side & (step_no_by_name[table.name_id] == -2))
+    if bad_rows.size:
+        warnings.append(f"{plural(int(bad_rows.size), 'ProfilerStep# marker')} with a number that is not a step number "
+                        f"(1 to 18 digits 0-9) ignored: {named(Counter(table.name_of(bad_rows)))}; their time is outside every step")
     step_rows = np.flatnonzero(cpu_side & (step_no_by_name[table.name_id] >= 0))
     main = main_thread_of(table, step_rows)
     if step_rows.size:
@@ -155,7 +156,7 @@ def find_steps(table: TraceTable, launches: Launches) -> StepWindows:
     # Attribute GPU work to the step whose CPU span holds its launch (or, unlinked, its start).
     launched_at = launches.start_ns[gpu_rows]
     anchor = np.where(launched_at >= 0, launched_at, table.ts_ns[gpu_rows])
-    owner = _locate(anchor, cpu_start, cpu_end) if has_markers else np.zeros(gpu_rows.size, np.int64)
+    owner = locate(anchor, cpu_start, cpu_end) if has_markers else np.zeros(gpu_rows.size, np.int64)
     gpu_step = np.full(table.n_events, -1, dtype=np.int64)
     gpu_step[gpu_rows] = owner
     gpu_end = np.full(n, -1, dtype=np.int64)
@@ -186,7 +187,7 @@ def _last_step_cut_off(table: TraceTable, cpu_start: np.ndarray, cpu_end: np.nda
     opt = table.mask(EventKind.CPU_OP, EventKind.ANNOTATION) & table.name_flag(is_optimizer_step_range)
     if not opt.any():
         return False
-    where = _locate(table.ts_ns[opt], cpu_start, cpu_end)
+    where = locate(table.ts_ns[opt], cpu_start, cpu_end)
     has_opt = np.zeros(cpu_start.size, bool)
     has_opt[where[where >= 0]] = True
     durations = cpu_end - cpu_start

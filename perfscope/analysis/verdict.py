@@ -58,6 +58,14 @@ _CPU_COSTS = {
     "other": (),
 }
 
+# The launch advice for a run that already replays CUDA graphs: graphs are not a new idea to it.
+_LAUNCH_WITH_GRAPHS = ("Launch less often: a larger batch per step or gradient accumulation, capture more of the step "
+                       "in the CUDA graphs it already replays, fused/foreach optimizers and fused operators to cut the "
+                       "number of small kernels.")
+HOST_CONTENDED_ADVICE = ("Give the training process the CPU it needs: run on a quieter machine, or use fewer intra-op "
+                         "threads and DataLoader workers than there are cores (torch.set_num_threads, num_workers); "
+                         "then profile again.")
+
 ADVICE = {
     ("io", "gpu"): "Feed the GPU faster: raise DataLoader num_workers, set pin_memory=True and "
     "prefetch_factor, and copy batches with non_blocking=True (or prefetch on a side stream).",
@@ -78,6 +86,20 @@ ADVICE = {
     ("compute", "cpu"): "Make the math cheaper: bf16 autocast on CPU, intra-op threads "
     "(torch.set_num_threads) matched to the cores, torch.compile.",
 }
+
+
+def advice_for(cls: str, mode: str, facts: dict | None = None) -> str:
+    """The advice line of a class, fitted to what the trace showed.
+
+    Args:
+        cls: ``io``, ``comm``, ``launch`` or ``compute``.
+        mode: ``"gpu"`` or ``"cpu"``.
+        facts: What the analysis found; ``cuda_graphs`` (the run replays CUDA graphs) drops the
+            advice to start using them.
+    """
+    if cls == "launch" and mode == "gpu" and (facts or {}).get("cuda_graphs"):
+        return _LAUNCH_WITH_GRAPHS
+    return ADVICE[(cls, mode)]
 
 
 def cost_fractions(metrics: pd.DataFrame, mode: str) -> pd.DataFrame:
@@ -129,35 +151,48 @@ class RunVerdict:
 
     Attributes:
         verdict: The step rule applied to ``fractions``: what removing would save the most time
-            over the whole run.
-        runner_up: The next class by cost.
+            over the whole run. None when no step has the evidence for a verdict.
+        runner_up: The next class by cost (None without a verdict).
         fractions: Each class's (and ``other``'s) share of the total time of the counted steps,
-            i.e. the step-time-weighted mean of the step costs.
+            i.e. the step-time-weighted mean of the step costs (``{}`` without a verdict).
         step_share: Fraction of counted steps with each verdict.
-        advice: One line naming the knobs that address the verdict.
+        advice: One line naming the knobs that address the verdict (or, without one, what to do
+            to get one).
+        reason: Why there is no verdict; None when there is one.
+        other_largest: ``other`` (GPU idle waiting on dependencies) is the largest share, larger
+            than the class the verdict names: the headline must say so.
     """
 
-    verdict: str
-    runner_up: str
+    verdict: str | None
+    runner_up: str | None
     fractions: dict
     step_share: dict
     advice: str
+    reason: str | None = None
+    other_largest: bool = False
 
 
-def run_verdict(verdicts: np.ndarray, costs: pd.DataFrame, step_time_us: np.ndarray, mode: str) -> RunVerdict:
+def no_verdict(reason: str, advice: str) -> RunVerdict:
+    """The run verdict when no step can be classified (``reason`` says why)."""
+    return RunVerdict(None, None, {}, {VERDICTS[c]: 0.0 for c in CLASSES}, advice, reason)
+
+
+def run_verdict(verdicts: np.ndarray, costs: pd.DataFrame, step_time_us: np.ndarray, mode: str,
+                facts: dict | None = None) -> RunVerdict:
     """Combine steps into the run's verdict.
 
     The run is judged on its total time, not on a vote of steps: with DataLoader workers, most
     steps find a batch ready and a few wait long for one, and those few decide the throughput.
 
     Args:
-        verdicts: Verdicts of the steps that count (complete steps, all ranks).
+        verdicts: Verdicts of the steps that count (steps with status ``ok``, all ranks).
         costs: Their :func:`cost_fractions` rows.
         step_time_us: Their step times (microseconds), the weights.
         mode: ``"gpu"`` or ``"cpu"`` (selects the advice wording).
+        facts: What the analysis found that changes the advice (:func:`advice_for`).
 
     Raises:
-        ValueError: no steps given.
+        ValueError: no steps given (use :func:`no_verdict`).
     """
     if len(verdicts) == 0:
         raise ValueError("no steps to classify")
@@ -168,10 +203,12 @@ def run_verdict(verdicts: np.ndarray, costs: pd.DataFrame, step_time_us: np.ndar
     total = pd.DataFrame([np.average(costs[cols].to_numpy(dtype=float), axis=0, weights=weights)], columns=cols)
     verdict, runner_up = classify(total)
     best = verdict[0].removesuffix("-bound")
+    fractions = {c: float(total[f"{c}_cost_frac"].iloc[0]) for c in (*CLASSES, "other")}
     return RunVerdict(
         verdict=verdict[0],
         runner_up=runner_up[0],
-        fractions={c: float(total[f"{c}_cost_frac"].iloc[0]) for c in (*CLASSES, "other")},
+        fractions=fractions,
         step_share={VERDICTS[c]: float(np.mean(verdicts == VERDICTS[c])) for c in CLASSES},
-        advice=ADVICE[(best, mode)],
+        advice=advice_for(best, mode, facts),
+        other_largest=fractions["other"] > max(fractions[c] for c in CLASSES),
     )

@@ -146,7 +146,9 @@ def measure_in_process(
                               last_step=schedule.window_steps, steps_file=steps_file, drain_prefetch=drain_prefetch)
     inner = hooks.NullProfiler()
     if exporter is not None:  # its schedule follows the recorder's window wherever the warm-up ends
-        inner = window_profiler(torch, recorder, profile_steps, exporter)
+        from perfscope.collect.host import HostStepRecorder
+
+        inner = HostStepRecorder(window_profiler(torch, recorder, profile_steps, exporter))
     tracker = StepTracker(hooks.StepClock(inner, recorder), schedule)
     recorder.on_extend = functools.partial(_delay_stop, tracker)
 

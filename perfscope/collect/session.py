@@ -84,7 +84,9 @@ def profile_in_process(
     trace_path = trace_dir / traces.trace_file_name(rank)
     exporter = traces.TraceExporter(trace_path)
 
-    prof = build_profiler(torch, schedule, exporter)
+    from perfscope.collect.host import HostStepRecorder
+
+    prof = HostStepRecorder(build_profiler(torch, schedule, exporter))  # CPU time per step, in the trace
     tracker = StepTracker(prof, schedule)
 
     started_at = utc_now_iso()

@@ -2,8 +2,11 @@
 
 The rules cover the categories of current Kineto (``cpu_op``, ``kernel``, ``gpu_memcpy``...), the
 capitalised ones of 2021-era traces (``Operator``, ``Kernel``, ``Memcpy``...), ROCm traces (HIP calls
-recorded under ``cuda_runtime``), and both generations of NCCL kernel names. They are pure functions
-over arrays of interned strings, so one call classifies every distinct name once.
+recorded under ``cuda_runtime``), other accelerators' runtimes (``mtia_runtime``, ``xpu_runtime``,
+``privateuse1_runtime``), Meta's MTIA device activity (``mtia_ccp_events``: ``dma*`` transfers are
+copies, every other one is a kernel, as Holistic Trace Analysis groups them), and both generations of
+NCCL kernel names. They are pure functions over arrays of interned strings, so one call classifies
+every distinct name once.
 """
 
 from __future__ import annotations
@@ -44,7 +47,24 @@ _CATEGORY_KIND = {
     "gpu_user_annotation": EventKind.GPU_ANNOTATION,
     "python_function": EventKind.PYTHON,
     "cuda_sync": EventKind.SYNC,
+    # Runtimes of other accelerators (Kineto's activity types of the same role as cuda_runtime).
+    "mtia_runtime": EventKind.RUNTIME,
+    "xpu_runtime": EventKind.RUNTIME,
+    "xpu_driver": EventKind.RUNTIME,
+    "privateuse1_runtime": EventKind.RUNTIME,
+    "privateuse1_driver": EventKind.RUNTIME,
+    # MTIA's on-device command processor events: the device's kernels and DMA transfers.
+    "mtia_ccp_events": EventKind.KERNEL,
 }
+# Categories Kineto writes that the analysis does not need: known, so never reported as unknown.
+IGNORED_CATEGORIES = frozenset({
+    "trace", "overhead", "cpu_instant_event", "external_correlation", "cuda_event", "cuda_profiler_range",
+    "mtia_insight", "mtia_counters", "mtia_workloadd", "glow_runtime", "hpu_op", "collective_comm",
+    "activity buffer request", "ac2g", "async_cpu_to_gpu", "fwdbwd", "async", "memory",
+})
+# Device events of these categories whose name starts with "dma" are copies (HTA's MTIA grouping).
+_DMA_CATEGORIES = frozenset({"mtia_ccp_events"})
+_DMA_RE = re.compile(r"^dma", re.IGNORECASE)
 
 GPU_KINDS = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)
 CPU_RANGE_KINDS = (EventKind.CPU_OP, EventKind.ANNOTATION)
@@ -58,11 +78,28 @@ def kinds_of_categories(categories: np.ndarray) -> np.ndarray:
     )
 
 
+def is_known_category(categories: np.ndarray) -> np.ndarray:
+    """True for categories perfscope reads or knows it does not need (bool per entry)."""
+    return np.array([isinstance(c, str) and (c.lower() in _CATEGORY_KIND or c.lower() in IGNORED_CATEGORIES)
+                     for c in categories], dtype=bool)
+
+
+def is_dma_category(categories: np.ndarray) -> np.ndarray:
+    """True for device-event categories whose ``dma*`` events are copies (MTIA)."""
+    return np.array([isinstance(c, str) and c.lower() in _DMA_CATEGORIES for c in categories], dtype=bool)
+
+
+def is_dma_name(names: np.ndarray) -> np.ndarray:
+    return np.array([bool(_DMA_RE.match(n)) for n in names], dtype=bool)
+
+
 # ncclKernel_* (NCCL < 2.19), ncclDevKernel_* (newer), RCCL on ROCm uses the same names.
 _COMM_KERNEL_RE = re.compile(r"nccl|rccl", re.IGNORECASE)
 # Collective record functions as PyTorch names them: nccl:all_reduce, gloo:all_reduce, ...
 _COLLECTIVE_RANGE_RE = re.compile(r"^(nccl|gloo|mpi|ucc|xccl|rccl):", re.IGNORECASE)
-_STEP_RE = re.compile(r"^ProfilerStep#(\d{1,18})$")  # at most 18 digits: fits int64
+# ASCII digits only (``\d`` would read Arabic-Indic digits as a number), at most 18: fits int64.
+_STEP_RE = re.compile(r"^ProfilerStep#([0-9]{1,18})$")
+_STEP_LIKE_RE = re.compile(r"^ProfilerStep#")
 _DATALOADER_RE = re.compile(r"DataLoader.*__next__|DataLoaderIter.*__next__")
 _OPTIMIZER_STEP_RE = re.compile(r"^Optimizer\.step#")
 
@@ -88,13 +125,70 @@ def is_optimizer_step_range(names: np.ndarray) -> np.ndarray:
 
 
 def profiler_step_numbers(names: np.ndarray) -> np.ndarray:
-    """Step number of ``ProfilerStep#N`` names, -1 for every other name (int64)."""
+    """Step number of ``ProfilerStep#N`` names, -1 for every other name (int64).
+
+    ``N`` must be 1 to 18 ASCII digits; a marker with anything else after the ``#`` is -2 (a step
+    marker whose number does not parse, which the analysis reports).
+    """
     out = np.full(len(names), -1, dtype=np.int64)
     for i, n in enumerate(names):
         m = _STEP_RE.match(n)
         if m:
             out[i] = int(m.group(1))
+        elif _STEP_LIKE_RE.match(n):
+            out[i] = -2
     return out
+
+
+# Runtime calls that put work on the device (HTA's kernel-launch list, with the driver, HIP and
+# MTIA spellings): a launch whose correlation finds no GPU event lost that event.
+_KERNEL_LAUNCH_RE = re.compile(r"(cuda.*LaunchKernel|cuLaunchKernel|hipLaunchKernel|hipExtModuleLaunchKernel|"
+                               r"hipModuleLaunchKernel|^runFunction)")
+_GPU_WORK_CALL_RE = re.compile(r"(LaunchKernel|Memcpy|Memset|GraphLaunch|^runFunction)", re.IGNORECASE)
+_GRAPH_LAUNCH_RE = re.compile(r"^(cuda|hip)GraphLaunch")
+# Host calls that block until the device is done: where the GPU's queued work waits on the host.
+_SYNC_CALL_RE = re.compile(r"^(cuda|hip)(Stream|Device|Event)Synchronize|^cuCtxSynchronize|^cuStreamSynchronize"
+                           r"|^cuEventSynchronize|^(cuda|hip)Memcpy(?!Async)|^aten::_local_scalar_dense$|^aten::item$")
+_STREAM_WAIT_RE = re.compile(r"^(cuda|hip)StreamWaitEvent|^cuStreamWaitEvent")
+# One-time set-up of the device: context creation, module loading, device queries, and the first
+# cudaFree / stream-priority query that trigger lazy CUDA initialisation.
+_INIT_CALL_RE = re.compile(
+    r"^(cuInit|cuDevicePrimaryCtxRetain|cuCtxCreate|cuModuleLoad|cuLibraryLoad|cudaGetDeviceCount|"
+    r"cudaSetDevice|cudaGetDeviceProperties|cudaDeviceGetStreamPriorityRange|cudaFree$|cudaStreamCreate|"
+    r"hipInit|hipGetDeviceCount|hipSetDevice|hipGetDeviceProperties|hipDeviceGetStreamPriorityRange|hipFree$|"
+    r"hipModuleLoad|hipStreamCreate)"
+)
+
+
+def is_kernel_launch(names: np.ndarray) -> np.ndarray:
+    """True for runtime calls that launch a kernel (``cudaLaunchKernel``, ``cuLaunchKernel``...)."""
+    return np.array([bool(_KERNEL_LAUNCH_RE.search(n)) for n in names], dtype=bool)
+
+
+def is_gpu_work_call(names: np.ndarray) -> np.ndarray:
+    """True for runtime calls that put work on the device: launches, copies, memsets, graphs."""
+    return np.array([bool(_GPU_WORK_CALL_RE.search(n)) for n in names], dtype=bool)
+
+
+def is_graph_launch(names: np.ndarray) -> np.ndarray:
+    """True for ``cudaGraphLaunch`` / ``hipGraphLaunch``: one call, many kernels."""
+    return np.array([bool(_GRAPH_LAUNCH_RE.match(n)) for n in names], dtype=bool)
+
+
+def is_sync_call(names: np.ndarray) -> np.ndarray:
+    """True for host calls that block until the device finishes: stream/device/event
+    synchronisation, synchronous ``cudaMemcpy``, ``aten::item`` / ``_local_scalar_dense``."""
+    return np.array([bool(_SYNC_CALL_RE.search(n)) for n in names], dtype=bool)
+
+
+def is_stream_wait(names: np.ndarray) -> np.ndarray:
+    """True for ``cudaStreamWaitEvent``: a stream told to wait for another stream's event."""
+    return np.array([bool(_STREAM_WAIT_RE.search(n)) for n in names], dtype=bool)
+
+
+def is_init_call(names: np.ndarray) -> np.ndarray:
+    """True for one-time device set-up calls (context creation, module load, device queries)."""
+    return np.array([bool(_INIT_CALL_RE.search(n)) for n in names], dtype=bool)
 
 
 class CopyKind(IntEnum):
@@ -113,6 +207,8 @@ _COPY_DIRECTIONS = (
     ("dtoh", CopyKind.DTOH),
     ("dtod", CopyKind.DTOD),
     ("ptop", CopyKind.PTOP),
+    ("h2d", CopyKind.HTOD),  # MTIA DMA names
+    ("d2h", CopyKind.DTOH),
 )
 
 

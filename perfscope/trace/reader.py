@@ -1,8 +1,9 @@
 """Reading Kineto trace files (``.json`` / ``.json.gz``) into plain JSON, and finding them on disk.
 
-A trace whose writer died mid-file is common on clusters (a killed rank, a full disk). Where the
-Kineto layout allows it -- one event object per line inside ``"traceEvents": [...]`` -- the complete
-events are recovered and a warning says how much was lost; anything else is a clear error.
+A trace whose writer died mid-file is common on clusters (a killed rank, a full disk); some
+profiler versions write text that is not strict JSON. :mod:`perfscope.trace.decode` tells the two
+apart, repairs what it knows and recovers the complete events of a truncated file, with a warning
+for each; anything else is a clear error naming the line and column.
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import orjson
-
 from perfscope.errors import TraceFormatError
+from perfscope.trace.decode import decode_json
+from perfscope.trace.quality import NOT_READ, DataQuality, QualityEntry
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 # perfscope's own outputs, found when a whole output directory is analyzed again.
@@ -37,13 +38,19 @@ class RawTrace:
         data: The top-level JSON object (``traceEvents`` plus metadata such as
             ``deviceProperties``, ``distributedInfo``, ``baseTimeNanoseconds``).
         worker: Worker name from the file name (TensorBoard layout) or the file stem.
-        warnings: Problems that did not stop the read (e.g. a truncated file).
+        quality: What the read repaired, cut or lost (JSON repairs, truncation), carried on
+            into the table's data-quality record.
+        deep_events: ``traceEvents`` entries replaced by ``null`` because a value in them nested
+            past the decoder's depth (already in ``quality``).
+        truncated: The file ended early; its last step is therefore incomplete.
     """
 
     path: Path
     data: dict
     worker: str
-    warnings: list[str] = field(default_factory=list)
+    quality: DataQuality = field(default_factory=DataQuality)
+    deep_events: int = 0
+    truncated: bool = False
 
 
 @contextmanager
@@ -106,55 +113,32 @@ def find_trace_files(path: Path) -> list[Path]:
     return files
 
 
-def _read_bytes(path: Path) -> tuple[bytes, list[str]]:
+_GZIP_CHUNK = 1 << 16
+
+
+def _read_bytes(path: Path) -> tuple[bytes, str | None]:
+    """The file's text (gunzipped when compressed), and what was wrong with a damaged gzip
+    stream (None when it was whole)."""
     raw = path.read_bytes()
     if not raw.startswith(b"\x1f\x8b"):
-        return raw, []
+        return raw, None
     try:
-        return gzip.decompress(raw), []
+        return gzip.decompress(raw), None
     except (EOFError, OSError, zlib.error):
         pass
-    # A cut gzip stream: keep what decompresses.
+    # A cut or corrupt gzip stream: keep what decompresses before the damage.
     d = zlib.decompressobj(zlib.MAX_WBITS | 16)
-    try:
-        out = d.decompress(raw)
-    except zlib.error as e:
-        raise TraceFormatError(f"{path}: corrupt gzip data ({e})") from None
-    return out, [f"{path.name}: gzip stream is truncated; read the {len(out)} bytes that decompress"]
-
-
-def _recover_truncated(path: Path, text: bytes) -> tuple[dict, str]:
-    """Parse the complete events of a JSON trace that ends early."""
-    start = text.find(b'"traceEvents"')
-    if start < 0:
-        raise TraceFormatError(f"{path}: truncated or invalid JSON with no traceEvents to recover")
-    head = text[:start]
-    bracket = text.find(b"[", start)
-    if bracket < 0:
-        raise TraceFormatError(f"{path}: truncated before its first event")
-    body_start = bracket + 1
-    # Try cutting after the last few object ends; Kineto writes one event per line.
-    end = len(text)
-    for _ in range(64):
-        cut = text.rfind(b"}", body_start, end)
-        if cut < 0:
+    out = []
+    for at in range(0, len(raw), _GZIP_CHUNK):
+        try:
+            out.append(d.decompress(raw[at : at + _GZIP_CHUNK]))
+        except zlib.error as e:
+            if not out or not any(out):
+                raise TraceFormatError(f"{path}: corrupt gzip data ({e})") from None
+            return b"".join(out), f"gzip data corrupt near compressed byte {at:,}: read what decompresses before it"
+        if d.eof:
             break
-        candidate = text[body_start : cut + 1]
-        try:
-            events = orjson.loads(b"[" + candidate + b"]")
-        except orjson.JSONDecodeError:
-            end = cut
-            continue
-        meta = {}
-        try:
-            # The header before traceEvents ends with a comma; close it as an object.
-            meta = orjson.loads(head.rstrip().rstrip(b",") + b"}")
-        except orjson.JSONDecodeError:
-            meta = {}
-        meta["traceEvents"] = events
-        lost = len(text) - (cut + 1)
-        return meta, f"{path.name}: file is truncated; analyzed its {len(events)} complete events ({lost} bytes after them dropped)"
-    raise TraceFormatError(f"{path}: truncated or invalid JSON and no complete events could be recovered")
+    return b"".join(out), None if d.eof else "gzip stream is cut short: read what decompresses"
 
 
 def read_trace(path: Path) -> RawTrace:
@@ -165,27 +149,29 @@ def read_trace(path: Path) -> RawTrace:
             2021) or by Kineto directly.
 
     Returns:
-        The parsed trace with any warnings (truncation).
+        The parsed trace with any warnings (repairs, truncation).
 
     Raises:
+        TraceDamagedError: a trace whose text holds damage no rule repairs (file:line:column).
         TraceFormatError: not JSON / gzip, not a trace object, truncated beyond recovery.
         FileNotFoundError: ``path`` does not exist.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{path}: no such file")
-    text, warnings = _read_bytes(path)
-    if not text.strip():
+    text, gzip_damage = _read_bytes(path)
+    if not text.strip(b" \t\r\n\x00"):
         raise TraceFormatError(f"{path}: file is empty")
-    try:
-        with gc_paused():
-            data = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        data, warning = _recover_truncated(path, text)
-        warnings.append(warning)
+    with gc_paused():
+        decoded = decode_json(str(path), path.name, text)
+    del text
+    data = decoded.data
     if isinstance(data, list):  # bare Chrome-trace array form
         data = {"traceEvents": data}
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents", []), list):
         raise TraceFormatError(f"{path}: not a Kineto trace (no traceEvents list)")
     data.setdefault("traceEvents", [])
-    return RawTrace(path=path, data=data, worker=worker_name(path), warnings=warnings)
+    if gzip_damage:
+        decoded.quality.entries.insert(0, QualityEntry(NOT_READ, gzip_damage, 1, "file"))
+    return RawTrace(path=path, data=data, worker=worker_name(path), quality=decoded.quality,
+                    deep_events=decoded.deep_events, truncated=decoded.truncated)

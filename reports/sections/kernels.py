@@ -55,8 +55,13 @@ def render_launch(summary: dict) -> str:
         ("90th percentile launch delay", dur(ls.get("p90_launch_delay_us"))),
         (f"kernels starting over {esc(long_us)} µs after their launch call", f"{count(long_)} ({pct(long_ / kernels if kernels and long_ is not None else None)})"),
     ]
+    graph = num(ls.get("graph_kernels"))
+    if graph:
+        rows.append(("kernels replayed from CUDA graphs (no launch delay of their own)", count(graph)))
     tab = table([("statistic", "l"), ("value", "")], [("", [r[0], r[1]]) for r in rows],
-                "Launch delay: kernel start minus the start of its launch call (runtime call matched by correlation id).")
+                "Launch delay: kernel start minus the end of its launch call (runtime call matched by correlation id), "
+                "as Holistic Trace Analysis defines it; kernels replayed from a CUDA graph wait in the graph, not in "
+                "the launch queue, and are left out of it.")
     how = note("Many short kernels with short launch delays mean the GPU finishes each kernel before the host "
                "launches the next (launch-bound: fuse, batch, CUDA graphs). Long delays mean kernels wait in a "
                "full queue: the host is ahead and launch overhead is hidden.")

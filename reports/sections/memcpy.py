@@ -35,7 +35,11 @@ def render(summary: dict) -> str:
             ms(e.get("total_us"), unit=False), _bytes(e.get("bytes")), "-" if gbps is None else f"{gbps:.1f}",
         ]))
     tab = table([("direction", "l"), ("host memory", "l"), ("count", ""), ("total (ms)", ""), ("bytes", ""),
-                 ("GB/s", "")], rows, "Copies that are GPU work of the counted steps (all ranks), by direction.")
+                 ("GB/s", "")], rows, "Copies that are GPU work of the counted steps (all ranks), by direction. "
+                 "GB/s is over the copies that took time and say how many bytes they moved.")
+    zero = sum(int(num(e.get("zero_duration")) or 0) for e in entries)
+    if zero:
+        tab += note(f"{zero:,} copies lasted 0 µs: counted above, but not in the bandwidth.")
     warn = ""
     paged = [e for e in entries if e.get("pageable")]
     if paged:

@@ -26,9 +26,22 @@ def _chart(rows: list[dict], slowest) -> str:
     return "".join(out)
 
 
+def _straggler_lead(st: dict) -> str:
+    return (f"Rank {esc(st.get('rank'))} is the straggler: it arrives last at the collectives in "
+            f"{esc(st.get('steps_last'))} of {esc(st.get('steps'))} steps, a median of {ms(st.get('median_late_us'))} "
+            f"after the first rank per step, while the other ranks wait a median of "
+            f"{ms(st.get('median_others_wait_us'))} per step inside collectives. Ranks are compared on one clock "
+            "(each trace's base time plus its timestamps); the wait is each collective's duration minus its shortest "
+            "duration on any rank. Uneven work per rank (variable-length inputs, an unbalanced sampler, a slow "
+            "node) shows up here: balance the data or fix the node before tuning communication.")
+
+
 def render(summary: dict) -> str:
     title = "Ranks"
     rows, slowest = model.rank_rows(summary)
+    straggler = model.details(summary).get("straggler")
+    if isinstance(straggler, dict) and straggler.get("rank") is not None:
+        slowest = straggler.get("rank")
     run = summary.get("run") or {}
     if len(rows) < 2:
         world = run.get("world_size")
@@ -42,23 +55,30 @@ def render(summary: dict) -> str:
     waits = [w for w in waits if w is not None]
     lead = (f"Rank {esc(slowest)} is the slowest: median compute {ms(slow.get('median_compute_us'))} per step against "
             f"{ms(fastest.get('median_compute_us'))} on rank {esc(fastest.get('rank'))}")
-    if waits:
+    if isinstance(straggler, dict) and straggler.get("rank") is not None:
+        lead = _straggler_lead(straggler)
+    elif waits:
         lead += (f"; the other ranks wait for it in collectives a median of {ms(sorted(waits)[len(waits) // 2])} per step "
-                 f"(up to {ms(max(waits))}). Uneven work per rank (variable-length inputs, an unbalanced sampler) "
+                 f"(up to {ms(max(waits))}, estimated from compute times: no collectives could be matched across "
+                 "ranks). Uneven work per rank (variable-length inputs, an unbalanced sampler) "
                  "shows up here: balance the data (bucket by length, pad evenly) before tuning communication.")
     else:
         lead += "."
     trows = []
     for r in rows:
         hl = r.get("rank") == slowest
-        trows.append(("hl" if hl else "", [esc(r.get("rank")) + (" (slowest)" if hl else ""), ms(r.get("median_step_time_us"), unit=False),
+        word = " (straggler)" if hl and isinstance(straggler, dict) else " (slowest)" if hl else ""
+        trows.append(("hl" if hl else "", [esc(r.get("rank")) + word, ms(r.get("median_step_time_us"), unit=False),
                                           ms(r.get("median_compute_us"), unit=False), ms(r.get("median_comm_us"), unit=False),
-                                          ms(r.get("wait_for_slowest_us"), unit=False)]))
+                                          ms(r.get("wait_for_slowest_us"), unit=False), ms(r.get("median_late_us"), unit=False),
+                                          ms(r.get("median_collective_wait_us"), unit=False)]))
     compute = "compute" if summary.get("mode") == "gpu" else "operators"
     tab = table([("rank", "l"), ("median step (ms)", ""), (f"median {compute} (ms)", ""), ("median comm (ms)", ""),
-                 ("wait for slowest (ms)", "")], trows,
-                "Medians over the counted steps of each rank. Wait for slowest: the slowest rank's compute time minus "
-                "this rank's, i.e. time spent waiting for it in collectives.")
+                 ("wait for slowest, est. (ms)", ""), ("arrives late (ms)", ""), ("waits in collectives (ms)", "")], trows,
+                "Medians over the counted steps of each rank. Wait for slowest (estimated): the slowest rank's compute "
+                "time minus this rank's. Arrives late (measured): per step, the sum over its collectives of this "
+                "rank's start minus the earliest rank's, on one clock. Waits in collectives (measured): the sum of "
+                "each collective's duration minus its shortest duration on any rank.")
     fig = figure(_chart(rows, slowest), "Median step time (bar) and median compute time (inner green bar) per rank, "
                  "in ms; the slowest rank in vermillion.")
     return section("ranks", title, f"<p>{lead}</p>" + fig + legend([("step time", GREY), ("slowest rank's step time", VERMILLION),

@@ -8,6 +8,21 @@ from reports.palette import part_us, parts
 from reports.svg import stacked_columns
 
 SHORT = {"io-bound": "io", "comm-bound": "comm", "launch-bound": "launch", "compute-bound": "compute"}
+# Under the bar of a step the verdict leaves out: why, in a word.
+SHORT_STATUS = {"incomplete": "incompl.", "initialisation": "init", "host-contended": "host"}
+
+
+def _label(s: dict) -> str:
+    if model.is_counted(s):
+        return SHORT.get(s.get("verdict"), "-")
+    return SHORT_STATUS.get(s.get("status"), "cut")
+
+
+def _status(s: dict) -> str:
+    """How a left-out step is named in the table and the tooltips."""
+    if s.get("status") and s.get("status") != "ok":
+        return str(s["status"])
+    return "cut off"
 
 # The table shows every column of the partition (docs/metrics.md), not only the bar groups.
 GPU_COLUMNS = (
@@ -27,11 +42,11 @@ def chart(summary: dict, steps: list[dict], mode: str, y_max: float | None = Non
     multi_rank = len({s.get("rank") for s in steps}) > 1
     for i, s in enumerate(steps):
         values = [part_us(s, cols) / 1000.0 for _, _, _, cols in groups_def]
-        title = f"rank {s.get('rank')} step {s.get('step')}: {ms(s.get('step_time_us'))}, {s.get('verdict', '-')}"
-        if not s.get("complete", True):
-            title += " (cut off, not counted)"
-        bars.append({"values": values, "label": str(s.get("step")), "sub": SHORT.get(s.get("verdict"), "-"),
-                     "title": title, "faded": not s.get("complete", True)})
+        counted = model.is_counted(s)
+        title = f"rank {s.get('rank')} step {s.get('step')}: {ms(s.get('step_time_us'))}, {s.get('verdict') or '-'}"
+        if not counted:
+            title += f" ({_status(s)}, not counted" + (f": {s['status_reason']}" if s.get("status_reason") else "") + ")"
+        bars.append({"values": values, "label": str(s.get("step")), "sub": _label(s), "title": title, "faded": not counted})
         if multi_rank:
             if groups and groups[-1][2] == f"rank {s.get('rank')}":
                 groups[-1] = (groups[-1][0], i, groups[-1][2])
@@ -42,31 +57,46 @@ def chart(summary: dict, steps: list[dict], mode: str, y_max: float | None = Non
     caption = (
         "Step time (ms) of each step" + (" and rank" if multi_rank else "") + ", split into the parts of the "
         "step partition (docs/metrics.md); under each bar its step number and verdict. Faded bars are steps "
-        "cut off by the end of profiling (not counted)."
+        "the verdict leaves out (incomplete, initialisation or host-contended; the Data quality section says why)."
     )
     return figure(svg, caption) + legend([(label, colour) for _, label, colour, _ in groups_def])
 
 
+# A page stays readable (and small) however many steps a trace holds: beyond this the chart and the
+# table show the first and last halves; summary.json keeps every step.
+MAX_SHOWN = 300
+
+
+def shown_steps(steps: list[dict]) -> tuple[list[dict], str]:
+    """The steps the section draws, and a note saying what was left out (empty when nothing was)."""
+    if len(steps) <= MAX_SHOWN:
+        return steps, ""
+    half = MAX_SHOWN // 2
+    return steps[:half] + steps[-half:], (f"{len(steps):,} steps: the chart and the table show the first {half} "
+                                           f"and the last {half}; summary.json holds every one.")
+
+
 def render(summary: dict) -> str:
     mode = "gpu" if summary.get("mode") == "gpu" else "cpu"
-    steps = model.steps_of(summary)
-    if not steps:
+    all_steps = model.steps_of(summary)
+    if not all_steps:
         return section("steps", "Per-step breakdown", '<p class="muted">The summary holds no steps.</p>')
+    steps, left_out = shown_steps(all_steps)
     columns = GPU_COLUMNS if mode == "gpu" else CPU_COLUMNS
     headers = [("rank", ""), ("step", ""), ("step time (ms)", "")] + [(h, "") for _, h in columns] + [
         ("verdict", "l"), ("runner-up", "l")]
     rows = []
     for s in steps:
-        cut = not s.get("complete", True)
-        cells = [esc(s.get("rank")), esc(s.get("step")) + (" (cut off)" if cut else ""), ms(s.get("step_time_us"), unit=False)]
+        cut = not model.is_counted(s)
+        cells = [esc(s.get("rank")), esc(s.get("step")) + (f" ({esc(_status(s))})" if cut else ""), ms(s.get("step_time_us"), unit=False)]
         cells += [pct(s.get(c)) for c, _ in columns]
-        cells += [esc(s.get("verdict", "-")), esc(s.get("runner_up", "-"))]
+        cells += [esc(s.get("verdict") or "-"), esc(s.get("runner_up") or "-")]
         rows.append(("cut" if cut else "", cells))
     tab = table(headers, rows, "Step time in milliseconds; the other columns are shares of each step's time "
                 "and add up to 100% (definitions in docs/metrics.md).")
-    med = model.median_step_index(steps)
-    extra = ""
-    if med is not None and num(steps[med].get("step_time_us")) is not None:
-        extra = (f'<p class="muted">Median step: rank {esc(steps[med].get("rank"))} step {esc(steps[med].get("step"))} '
-                 f'({ms(steps[med].get("step_time_us"))}).</p>')
+    med = model.median_step_index(all_steps)
+    extra = f'<p class="muted">{esc(left_out)}</p>' if left_out else ""
+    if med is not None and num(all_steps[med].get("step_time_us")) is not None:
+        extra += (f'<p class="muted">Median step: rank {esc(all_steps[med].get("rank"))} step {esc(all_steps[med].get("step"))} '
+                  f'({ms(all_steps[med].get("step_time_us"))}).</p>')
     return section("steps", "Per-step breakdown", chart(summary, steps, mode) + extra + tab)

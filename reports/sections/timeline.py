@@ -154,9 +154,9 @@ def render(summary: dict, found, step=None) -> str:
         return section("timeline", title, note(f"The traces of rank {rank} hold none of the summary's steps; "
                                                "they are not the traces this summary was made from."))
     chosen = next((k for k, (s, _, _) in enumerate(views) if step is not None and s.get("step") == step), None)
+    median = model.median_step_index([v[0] for v in views])
     if chosen is None:
-        med = model.median_step_index([s for s, _, _ in views])
-        chosen = med if med is not None else 0
+        chosen = median if median is not None else 0
     lo = max(0, min(chosen - MAX_VIEWS // 2, len(views) - MAX_VIEWS))
     shown = list(range(lo, min(len(views), lo + MAX_VIEWS)))
     picker, panes = [], []
@@ -165,10 +165,10 @@ def render(summary: dict, found, step=None) -> str:
         label = f"step {s.get('step')}"
         rid = f"tl{pos}"
         checked = " checked" if k == chosen else ""
-        tag = " (median)" if k == model.median_step_index([v[0] for v in views]) else ""
+        tag = " (median)" if k == median else ""
         picker.append(f'<input type="radio" name="tl" id="{rid}"{checked}><label for="{rid}">{esc(label)}{esc(tag)} · '
-                      f'{ms(s.get("step_time_us"))} · {esc(s.get("verdict", "-"))}</label>')
-        caption = (f"Rank {rank}, {label}{tag}: {ms(s.get('step_time_us'))}, {s.get('verdict', '-')}. One pixel is "
+                      f'{ms(s.get("step_time_us"))} · {esc(s.get("verdict") or s.get("status") or "-")}</label>')
+        caption = (f"Rank {rank}, {label}{tag}: {ms(s.get('step_time_us'))}, {s.get('verdict') or s.get('status') or '-'}. One pixel is "
                    f"{(prep.windows.end[i] - prep.windows.start[i]) / 1e3 / COLUMNS:.1f} µs; events narrower than a "
                    "pixel are merged and a paler block is busy only part of its time. Hover for event names.")
         panes.append(f'<div class="{rid}"><figure>{_svg(prep, i, label)}<figcaption>{esc(caption)}</figcaption></figure></div>')

@@ -45,9 +45,38 @@ def what_if_sentence(cls: str, w: dict, mode: str) -> str:
             "This is an upper bound: it assumes nothing else takes the removed time's place.")
 
 
+def _advice(summary: dict, cls: str, mode: str) -> str:
+    """The analysis's own advice for a class (fitted to the trace: a run replaying CUDA graphs is
+    not told to use them); the generic line for summaries written before it was recorded."""
+    given = model.details(summary).get("advice")
+    if isinstance(given, dict) and isinstance(given.get(cls), str):
+        return given[cls]
+    return ADVICE[(cls, mode)]
+
+
+def _waits(summary: dict) -> str:
+    """When ``other`` is the largest share: say so, and what the GPU waited on."""
+    overall = summary.get("overall") or {}
+    if not overall.get("other_largest"):
+        return ""
+    share = pct((overall.get("fractions") or {}).get("other"), 0)
+    waits = model.details(summary).get("other_waits") or {}
+    total = num(waits.get("other_idle_us")) or 0.0
+    items = []
+    for cause, c in (waits.get("causes") or {}).items():
+        us = num((c or {}).get("us")) or 0.0
+        if total > 0 and us > 0:
+            calls = ", ".join(f"{k} {ms(v)}" for k, v in list(((c or {}).get("calls") or {}).items())[:3])
+            items.append(f"<li>{esc(cause)}: {pct(us / total, 0)}{esc(' (' + calls + ')') if calls else ''}</li>")
+    listing = f"<p>What the GPU waited on (docs/metrics.md, Other):</p><ul>{''.join(items)}</ul>" if items else ""
+    return (f'<p class="warn"><strong>The largest share is other, {esc(share)} of step time</strong>: the GPU sat idle '
+            "with its next work already queued, waiting on a dependency, which no single knob removes. The verdict "
+            "above names the largest cause a knob does remove.</p>" + listing)
+
+
 def _recommendations(summary: dict, mode: str) -> str:
     overall = summary.get("overall") or {}
-    verdict = str(overall.get("verdict", "")).removesuffix("-bound")
+    verdict = str(overall.get("verdict") or "").removesuffix("-bound")
     wif = model.what_if(summary)
     ranked = sorted(wif, key=lambda c: num(wif[c].get("median_step_without_us")) or 0.0)
     ranked = [c for c in ranked if (num(wif[c].get("speedup")) or 0.0) >= MIN_SPEEDUP or c == verdict]
@@ -57,12 +86,12 @@ def _recommendations(summary: dict, mode: str) -> str:
     items = []
     if verdict == "compute":
         items.append((
-            "compute", ADVICE[("compute", mode)],
+            "compute", _advice(summary, "compute", mode),
             "No what-if estimate: compute is the time the measured breakdown cannot remove; only faster "
             "kernels (or fewer of them) shorten it.",
         ))
     for c in ranked[:3]:
-        items.append((c, ADVICE[(c, mode)], what_if_sentence(c, wif[c], mode)))
+        items.append((c, _advice(summary, c, mode), what_if_sentence(c, wif[c], mode)))
     if not items:
         return '<p class="muted">No removable cause costs enough to recommend a change.</p>'
     lis = "".join(
@@ -73,9 +102,21 @@ def _recommendations(summary: dict, mode: str) -> str:
     return f'<h3>What to change</h3><ol class="recs">{lis}</ol>'
 
 
+def _no_verdict(summary: dict) -> str:
+    overall = summary.get("overall") or {}
+    counts = overall.get("steps_by_status") or {}
+    by = ", ".join(f"{n} {s}" for s, n in counts.items()) if isinstance(counts, dict) else ""
+    head = (f'<p class="verdict keep"><strong>No verdict</strong>: {esc(overall.get("reason") or "no step could be classified")}.'
+            f"<small>perfscope gives no verdict where the evidence is incomplete{esc(' (steps: ' + by + ')') if by else ''}; "
+            'see <a href="#quality">Data quality</a> for each step.</small></p>')
+    return section("verdict", "Verdict", head + f"<h3>What to do</h3><p>{esc(overall.get('advice', ''))}</p>")
+
+
 def render(summary: dict) -> str:
     mode = _mode(summary)
     overall = summary.get("overall") or {}
+    if "verdict" in overall and not overall.get("verdict"):
+        return _no_verdict(summary)
     verdict = str(overall.get("verdict", "unknown"))
     cls = verdict.removesuffix("-bound")
     fractions = overall.get("fractions") or {}
@@ -102,4 +143,4 @@ def render(summary: dict) -> str:
         "else the run is compute-bound." + (" Other is GPU idle time waiting on dependencies." if mode == "gpu" else "")
     )
     evidence = figure(bar, caption) + legend([(f"{c} {pct(fractions.get(c))}", CLASS_COLOURS[c]) for c in CLASS_ORDER])
-    return section("verdict", "Verdict", head + evidence + _recommendations(summary, mode))
+    return section("verdict", "Verdict", head + _waits(summary) + evidence + _recommendations(summary, mode))

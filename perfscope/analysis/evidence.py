@@ -1,0 +1,279 @@
+"""Whether each step's evidence is whole enough for a verdict.
+
+A verdict is only as good as the trace behind it, so every step gets a ``status`` before it gets a
+verdict, and only ``ok`` steps are classified and counted in the run's verdict:
+
+==================  ==========================================================================
+status              when (first that applies; the reason says which and by how much)
+==================  ==========================================================================
+``incomplete``      the profiler did not record all of the step: cut off by the end of profiling
+                    (``steps.py``), cut by a truncated file (it ends after the last event the
+                    file kept), zero length, no event inside it, a range running mostly past the
+                    trace's last event (more than :data:`UNOBSERVED_SHARE` of the step after it),
+                    kernel launches whose kernels were lost (:data:`LOST_LAUNCH_SHARE` of them or
+                    more), or GPU activity missing altogether from a trace full of launches; and a
+                    step whose verdict hangs on GPU events without a launch record (the idle time
+                    before them could be launch wait or a dependency wait, and the two choices
+                    give different verdicts)
+``initialisation``  one-time device set-up (context creation, module load, the first
+                    ``cudaFree`` / stream-priority query) covers :data:`INIT_SHARE` of the step
+                    or more
+``host-contended``  the training thread got a CPU for less than :data:`HOST_CPU_SHARE` of the
+                    step time that no data wait, collective or GPU synchronisation explains, and
+                    (where the kernel reports it) waited for a core :data:`RUN_QUEUE_SHARE` of it
+                    or more: descheduled time, not the program, set the step's length
+``ok``              none of the above
+==================  ==========================================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from perfscope.analysis.intervals import locate, union, window_segments
+from perfscope.analysis.steps import Launches, StepWindows
+from perfscope.analysis.verdict import classify, cost_fractions
+from perfscope.text import named, plural
+from perfscope.trace.kinds import (
+    GPU_KINDS, EventKind, is_gpu_work_call, is_init_call, is_kernel_launch, is_sync_call, profiler_step_numbers,
+)
+from perfscope.trace.quality import COUNTED, DataQuality
+from perfscope.trace.table import TraceTable
+
+OK, INCOMPLETE, INITIALISATION, HOST_CONTENDED = "ok", "incomplete", "initialisation", "host-contended"
+STATUSES = (OK, INCOMPLETE, INITIALISATION, HOST_CONTENDED)
+
+# The smallest verdict threshold (io and comm, 10%): set-up taking that much could decide a verdict alone.
+INIT_SHARE = 0.10
+# Nine tenths of the step after the trace's last recorded event: the step ran on long after the
+# profiler stopped seeing anything (a range left open), not a quiet end of an iteration.
+UNOBSERVED_SHARE = 0.9
+# A kernel lost now and then at a buffer's end is noise; one launch in a hundred is a failure of the
+# profiler, and the GPU then looks idle where it worked.
+LOST_LAUNCH_SHARE = 0.01
+# Descheduling: the thread ran less than half of the unexplained time, and waited for a core for a
+# quarter of it (a 2-core machine with 4 busy processes gives each about half a core).
+HOST_CPU_SHARE = 0.5
+RUN_QUEUE_SHARE = 0.25
+_NS_PER_US = 1000.0
+
+
+@dataclass
+class Evidence:
+    """The judgement of one trace's steps.
+
+    Attributes:
+        status: Per step, one of :data:`STATUSES` (object array).
+        reason: Per step, why it is not ``ok`` (object array of str or None).
+        run_reason: A reason that concerns the whole trace (all GPU activity lost), else None.
+        quality: Analysis-level data-quality entries (events outside every step, GPU events
+            without a launch record, ...).
+    """
+
+    status: np.ndarray
+    reason: np.ndarray
+    run_reason: str | None = None
+    quality: DataQuality = field(default_factory=DataQuality)
+
+
+def _set(ev: Evidence, mask: np.ndarray, status: str, reasons) -> None:
+    """Give ``status`` to the steps in ``mask`` that are still ``ok`` (earlier rules win)."""
+    for i in np.flatnonzero(mask & (ev.status == OK)):
+        ev.status[i] = status
+        ev.reason[i] = reasons(i) if callable(reasons) else reasons
+
+
+def _ms(ns) -> str:
+    return f"{ns / 1e6:,.1f} ms" if abs(ns) < 1e9 else f"{ns / 1e9:,.2f} s"
+
+
+def judge(table: TraceTable, steps: StepWindows, launches: Launches, metrics: pd.DataFrame, mode: str) -> Evidence:
+    """The status of every step of one trace (see the module docstring).
+
+    Args:
+        table: The trace.
+        steps: Its steps.
+        launches: Launch call of every GPU event.
+        metrics: Per-step metrics of ``mode`` (``*_us``).
+        mode: ``"gpu"`` or ``"cpu"``.
+    """
+    n = len(steps)
+    ev = Evidence(np.full(n, OK, dtype=object), np.full(n, None, dtype=object))
+    length = steps.end - steps.start
+    kinds = table.kind
+    marker = profiler_step_numbers(table.names)[table.name_id] != -1
+    # Activity: what the profiler recorded that is not a step marker or an unread category.
+    active = (kinds != EventKind.OTHER) & ~marker
+
+    _set(ev, ~steps.complete, INCOMPLETE, "cut off by the end of profiling (a partial last iteration)")
+    _set(ev, length <= 0, INCOMPLETE, "zero length")
+    if table.truncated and table.n_events:
+        last_kept = int(table.ts_ns[-1])  # rows keep the file's order: the last complete event
+        _set(ev, steps.end > last_kept, INCOMPLETE,
+             f"the file is truncated: events after {_ms(last_kept)} into the trace may be lost")
+        devices = [d for d in table.device_properties if isinstance(d, dict)]
+        if devices and not table.mask(*GPU_KINDS).any():
+            # Writers put GPU activity after the CPU events: a cut there loses all of it.
+            _set(ev, np.ones(n, bool), INCOMPLETE, f"the file is truncated and holds no GPU event although its "
+                 f"header lists {plural(len(devices), 'GPU')}: they were in the part that was lost")
+    inside = _events_inside(table, active, steps)
+    _set(ev, inside == 0, INCOMPLETE, "no event recorded inside the step (only its marker)")
+    if active.any():
+        last_end = int(table.end_ns[active].max())
+        tail = steps.end - np.maximum(steps.start, last_end)
+        _set(ev, (tail > UNOBSERVED_SHARE * length) & (length > 0), INCOMPLETE,
+             lambda i: f"its range runs {_ms(tail[i])} past the last event the trace recorded")
+    if mode == "cpu":
+        ev.run_reason = _lost_gpu_activity(table)
+        if ev.run_reason:
+            _set(ev, np.ones(n, bool), INCOMPLETE, ev.run_reason)
+    else:
+        _lost_kernels(table, steps, launches, ev)
+        _unlinked_decides(metrics, ev)
+    _initialisation(table, steps, ev)
+    _host_contended(table, steps, metrics, mode, ev)
+    _count_quality(table, steps, launches, marker, active, ev.quality)
+    return ev
+
+
+def _events_inside(table: TraceTable, active: np.ndarray, steps: StepWindows) -> np.ndarray:
+    """Per step, how many active events overlap its window (sorted starts and ends, no loop).
+
+    An event overlaps ``[s, e)`` when it starts before ``e`` and ends after ``s``; a zero-length
+    event counts as lasting 1 ns, so one at ``s`` is inside.
+    """
+    rows = np.flatnonzero(active)
+    starts = np.sort(table.ts_ns[rows])
+    ends = np.sort(np.maximum(table.end_ns[rows], table.ts_ns[rows] + 1))
+    began = np.searchsorted(starts, steps.end, side="left")
+    before = np.searchsorted(ends, steps.start, side="right")
+    return began - before
+
+
+def _launch_rows(table: TraceTable, predicate) -> np.ndarray:
+    return np.flatnonzero((table.kind == EventKind.RUNTIME) & table.name_flag(predicate))
+
+
+def _lost_gpu_activity(table: TraceTable) -> str | None:
+    """The reason when a trace holds device work calls but no GPU event at all."""
+    calls = _launch_rows(table, is_gpu_work_call)
+    if calls.size == 0 or table.mask(*GPU_KINDS).any():
+        return None
+    names = pd.Series(table.name_of(calls)).value_counts().head(3).to_dict()
+    return (f"{plural(int(calls.size), 'runtime call')} that put work on the GPU ({named(names, 3)}), "
+            "no GPU activity recorded: the profiler lost the GPU events")
+
+
+def _lost_kernels(table: TraceTable, steps: StepWindows, launches: Launches, ev: Evidence) -> None:
+    launch_rows = _launch_rows(table, is_kernel_launch)
+    if launch_rows.size == 0:
+        return
+    gpu_rows = np.flatnonzero(table.mask(*GPU_KINDS))
+    found = np.isin(table.correlation[launch_rows], table.correlation[gpu_rows]) & (table.correlation[launch_rows] >= 0)
+    where = locate(table.ts_ns[launch_rows], steps.cpu_start, steps.cpu_end)
+    ok = where >= 0
+    total = np.bincount(where[ok], minlength=len(steps))
+    lost = np.bincount(where[ok & ~found], minlength=len(steps))
+    ev.quality.add(COUNTED, "kernel launch calls without a kernel (lost by the profiler)", int((~found).sum()),
+                   table.name_of(launch_rows[~found]), unit="event")
+    share = np.divide(lost, total, out=np.zeros(len(steps)), where=total > 0)
+    _set(ev, (lost > 0) & (share >= LOST_LAUNCH_SHARE), INCOMPLETE,
+         lambda i: f"{lost[i]:,} of its {total[i]:,} kernel launches have no kernel in the trace: the profiler lost them")
+
+
+def _unlinked_decides(metrics: pd.DataFrame, ev: Evidence) -> None:
+    """No verdict where the idle time before GPU events without a launch record decides it.
+
+    That time counts as a dependency wait (``other_idle_us``) since nothing says the host held it
+    back; read as launch wait instead, it may give another verdict -- then the trace cannot tell.
+    """
+    if "unlinked_idle_us" not in metrics or not (metrics["unlinked_idle_us"] > 0).any():
+        return
+    as_is = cost_fractions(metrics, "gpu")
+    step = metrics["step_time_us"].to_numpy(dtype=float)
+    share = metrics["unlinked_idle_us"].to_numpy(dtype=float) / np.where(step > 0, step, 1.0)
+    moved = as_is.copy()
+    moved["launch_cost_frac"] += share
+    moved["other_cost_frac"] -= share
+    v0, v1 = classify(as_is)[0], classify(moved)[0]
+    _set(ev, (share > 0) & (v0 != v1), INCOMPLETE, lambda i: (
+        f"{100 * share[i]:.0f}% of the step is GPU idle before GPU events without a launch record: read as launch "
+        f"wait the step is {v1[i]}, as a dependency wait {v0[i]}, and the trace cannot tell which"))
+
+
+def _initialisation(table: TraceTable, steps: StepWindows, ev: Evidence) -> None:
+    rows = np.flatnonzero((table.kind == EventKind.RUNTIME) & table.name_flag(is_init_call))
+    if rows.size == 0:
+        return
+    length = (steps.end - steps.start).astype(float)
+    init = union(table.ts_ns[rows], table.end_ns[rows])
+    seg = window_segments([init], steps.start, steps.end)
+    covered = seg.per_window(seg.member[0])
+    share = np.divide(covered, length, out=np.zeros(len(steps)), where=length > 0)
+    owner = locate(table.ts_ns[rows], steps.start, steps.end)
+
+    def reason(i):
+        mine = rows[owner == i]
+        top = (pd.Series(table.dur_ns[mine], index=table.name_of(mine)).groupby(level=0).sum()
+               .sort_values(ascending=False).head(3))
+        calls = ", ".join(f"{k} {_ms(v)}" for k, v in top.items())
+        return f"one-time device initialisation ({calls}) takes {100 * share[i]:.0f}% of the step"
+
+    _set(ev, share >= INIT_SHARE, INITIALISATION, reason)
+
+
+def _host_contended(table: TraceTable, steps: StepWindows, metrics: pd.DataFrame, mode: str, ev: Evidence) -> None:
+    host = table.host_steps
+    if not host:
+        return
+    explained = metrics["dataloader_us"].to_numpy(dtype=float) + metrics["exposed_comm_us"].to_numpy(dtype=float)
+    if mode == "gpu":
+        explained = explained + _sync_us(table, steps)
+    for i, number in enumerate(steps.step):
+        rec = host.get(int(number))
+        if rec is None or ev.status[i] != OK:
+            continue
+        wall = rec["wall_us"]
+        unexplained = wall - min(explained[i], wall)
+        if unexplained <= 0:
+            continue
+        cpu_share = rec["thread_cpu_us"] / unexplained
+        queue = rec["run_queue_us"]
+        waited = queue is not None and queue >= RUN_QUEUE_SHARE * unexplained
+        if cpu_share < HOST_CPU_SHARE and (queue is None or waited):
+            wait = f", waited for a core {100 * queue / wall:.0f}%" if queue is not None else ""
+            ev.status[i] = HOST_CONTENDED
+            ev.reason[i] = (f"the training thread ran on a CPU for {100 * rec['thread_cpu_us'] / wall:.0f}% of the "
+                            f"step's {wall / 1000:.1f} ms{wait}; no data wait or collective explains the rest")
+
+
+def _sync_us(table: TraceTable, steps: StepWindows) -> np.ndarray:
+    """Per step, time the main thread spent in calls that wait for the GPU (us)."""
+    rows = np.flatnonzero(table.mask(EventKind.RUNTIME, EventKind.CPU_OP) & (table.thread_id == steps.main_thread)
+                          & table.name_flag(is_sync_call))
+    seg = window_segments([union(table.ts_ns[rows], table.end_ns[rows])], steps.start, steps.end)
+    return seg.per_window(seg.member[0]) / _NS_PER_US
+
+
+def _count_quality(table: TraceTable, steps: StepWindows, launches: Launches, marker: np.ndarray,
+                   active: np.ndarray, q: DataQuality) -> None:
+    """Analysis-level counts: events outside every step, GPU events without a launch record,
+    operators cut by a step boundary."""
+    if steps.has_markers:
+        rows = np.flatnonzero(active)
+        outside = rows[locate(table.ts_ns[rows], steps.start, steps.end) < 0]
+        q.add(COUNTED, "outside every step (before the first, after the last or between steps)", int(outside.size),
+              table.name_of(outside))
+        main = np.flatnonzero(table.mask(EventKind.CPU_OP, EventKind.ANNOTATION) & (table.thread_id == steps.main_thread) & ~marker)
+        where = locate(table.ts_ns[main], steps.cpu_start, steps.cpu_end)
+        ok = where >= 0
+        crosses = main[ok][table.end_ns[main[ok]] > steps.cpu_end[where[ok]]]
+        q.add(COUNTED, "start in one step and end after it, on the training thread", int(crosses.size),
+              table.name_of(crosses))
+    gpu_rows = np.flatnonzero(table.mask(*GPU_KINDS))
+    unlinked = gpu_rows[launches.start_ns[gpu_rows] < 0]
+    q.add(COUNTED, "GPU events without a launch record (no runtime call with their correlation id)",
+          int(unlinked.size), table.name_of(unlinked))

@@ -1,0 +1,91 @@
+"""Which traces form one job, and which rank each is: checked before anything is compared.
+
+Traces of different jobs (other world sizes), two files claiming one rank and step, or ranks
+without step markers beside ranks with them cannot be analyzed as one run; each case is an
+:class:`~perfscope.errors.AnalysisError` that names the files, never a silent merge.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from perfscope.errors import AnalysisError
+
+if TYPE_CHECKING:
+    from perfscope.analysis.run import RankTrace
+
+
+def _file(rt: RankTrace) -> str:
+    return rt.table.path.name if rt.table.path is not None else rt.table.worker
+
+
+def check_world_sizes(rank_traces: list[RankTrace]) -> None:
+    """Every trace that records a world size records the same one.
+
+    Raises:
+        AnalysisError: two traces disagree (they come from different jobs).
+    """
+    sizes: dict[int, str] = {}
+    for rt in rank_traces:
+        w = rt.table.world_size
+        if w is not None:
+            sizes.setdefault(w, _file(rt))
+    if len(sizes) > 1:
+        desc = ", ".join(f"{f} has world size {w}" for w, f in sorted(sizes.items()))
+        raise AnalysisError(f"the traces come from different jobs ({desc}): analyze each job's traces separately")
+
+
+def assign_ranks(rank_traces: list[RankTrace]) -> list[int]:
+    """Rank of each trace: from ``distributedInfo`` or the file name (its header says which),
+    else by worker name order among the ranks no trace claims."""
+    known = [rt.table.rank for rt in rank_traces]
+    workers = sorted({rt.table.worker for rt, r in zip(rank_traces, known) if r is None})
+    used = {r for r in known if r is not None}
+    free = (r for r in range(len(rank_traces) + len(used)) if r not in used)
+    by_worker = {w: next(free) for w in workers}
+    return [r if r is not None else by_worker[rt.table.worker] for rt, r in zip(rank_traces, known)]
+
+
+def check_markers(rank_traces: list[RankTrace], ranks: list[int]) -> None:
+    """Either every rank has ``ProfilerStep#`` markers or none has.
+
+    Raises:
+        AnalysisError: some have and some have not (steps cannot be matched).
+    """
+    marked = {rank for rt, rank in zip(rank_traces, ranks) if rt.has_markers}
+    unmarked = set(ranks) - marked
+    if marked and unmarked:
+        raise AnalysisError(
+            f"rank {min(unmarked)} has no ProfilerStep# markers but rank {min(marked)} has; "
+            "steps cannot be matched across ranks, analyze them separately"
+        )
+
+
+def check_steps(frame: pd.DataFrame, common_steps_only: bool, notes: list[str]) -> pd.DataFrame:
+    """Check that ranks hold the same steps; returns the frame (restricted to the common steps
+    when ``common_steps_only`` and they differ). ``frame`` has ``rank``, ``step`` and ``file``.
+
+    Raises:
+        AnalysisError: one rank's step in two files (naming both), or ranks disagree on steps.
+    """
+    dup = frame.duplicated(["rank", "step"], keep=False)
+    if dup.any():
+        first = frame.loc[dup].iloc[0]
+        both = frame.loc[dup & (frame["rank"] == first["rank"]) & (frame["step"] == first["step"]), "file"].tolist()
+        raise AnalysisError(f"{both[0]} and {both[1]} both hold step {first['step']} of rank {first['rank']}: "
+                            "two traces of one rank and step (a copy, or two runs); analyze them separately")
+    per_rank = frame.groupby("rank")["step"].apply(lambda s: tuple(sorted(s)))
+    if per_rank.nunique() <= 1:
+        return frame
+    desc = "; ".join(f"rank {r}: steps {_span(v)}" for r, v in per_rank.items())
+    common = set.intersection(*(set(v) for v in per_rank))
+    if not common_steps_only or not common:
+        raise AnalysisError(f"ranks disagree on step numbers ({desc}); profile all ranks with the same schedule or analyze them separately")
+    notes.append(f"ranks captured different steps ({desc}); analyzed the {len(common)} steps all ranks hold")
+    return frame[frame["step"].isin(common)]
+
+
+def _span(steps: tuple) -> str:
+    return f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else str(steps[0])

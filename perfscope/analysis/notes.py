@@ -1,0 +1,68 @@
+"""Words for the steps the verdict leaves out, and for a run with no verdict at all."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from perfscope.analysis import evidence as ev
+from perfscope.analysis.verdict import HOST_CONTENDED_ADVICE, RunVerdict, no_verdict
+from perfscope.text import plural
+
+MAX_GROUPS = 12  # notes about left-out steps; beyond, one line says how many more
+
+# What to do when every step was left out, by the status that left out most of them.
+NO_VERDICT_ADVICE = {
+    ev.INCOMPLETE: "Profile again so that whole steps are recorded: more active steps (--active), a trace file the "
+                   "writer finished, and the GPU activity the profiler should record.",
+    ev.INITIALISATION: "Profile later in the run, past start-up: raise --skip-first (or the profiler schedule's "
+                       "wait/warmup) so that the window holds training steps.",
+    ev.HOST_CONTENDED: HOST_CONTENDED_ADVICE,
+}
+
+
+def spans(steps) -> str:
+    """``[3, 4, 5, 9]`` -> ``"3-5, 9"``."""
+    values = sorted(int(s) for s in steps)
+    out, start, prev = [], None, None
+    for v in values:
+        if start is None:
+            start = prev = v
+        elif v == prev + 1:
+            prev = v
+        else:
+            out.append(f"{start}-{prev}" if prev > start else str(start))
+            start = prev = v
+    if start is not None:
+        out.append(f"{start}-{prev}" if prev > start else str(start))
+    return ", ".join(out)
+
+
+def status_notes(frame: pd.DataFrame) -> list[str]:
+    """One note per (worker, status, reason) of the steps not counted in the verdict."""
+    left = frame[frame["status"] != ev.OK]
+    if left.empty:
+        return []
+    groups = left.groupby(["worker", "status", "status_reason"], sort=False)["step"]
+    notes = []
+    for (worker, status, reason), steps in groups:
+        word = "step" if len(steps) == 1 else "steps"
+        notes.append(f"{worker}: {word} {spans(steps)} {status} ({reason}); not counted in the verdict")
+    if len(notes) > MAX_GROUPS:
+        rest = len(notes) - MAX_GROUPS
+        notes = notes[:MAX_GROUPS] + [f"... and {plural(rest, 'more group')} of steps not counted (summary.json lists every step)"]
+    return notes
+
+
+def verdict_of_none(frame: pd.DataFrame, run_reasons: list[str | None]) -> RunVerdict:
+    """The run verdict when no step is counted: the reason in one line, and what to do."""
+    reasons = [r for r in run_reasons if r]
+    counts = frame["status"].value_counts()
+    top = str(counts.index[0])
+    if reasons:
+        reason = reasons[0]
+    elif len(counts) == 1 and frame["status_reason"].nunique() == 1:
+        reason = f"every step is {top}: {frame['status_reason'].iloc[0]}"
+    else:
+        parts = ", ".join(f"{plural(int(n), 'step')} {s}" for s, n in counts.items())
+        reason = f"no step has the evidence for a verdict ({parts}; the notes give each reason)"
+    return no_verdict(reason, NO_VERDICT_ADVICE.get(top, NO_VERDICT_ADVICE[ev.INCOMPLETE]))

@@ -1,0 +1,127 @@
+"""What the GPU waited on when it sat idle with work already queued (``other_idle``).
+
+``other`` names no verdict (no single knob removes it), so when it is large the report must say
+what it was, where the trace shows it. Each piece of ``other_idle`` time is given to the first of:
+
+1. **host synchronisation** -- the host was inside a call that waits for the GPU
+   (``cudaStreamSynchronize``, ``cudaDeviceSynchronize``, ``cudaEventSynchronize``, a synchronous
+   ``cudaMemcpy``, ``aten::item`` / ``_local_scalar_dense``), or the GPU side records a stream,
+   event or context sync (``cuda_sync`` events);
+2. **cross-stream wait** -- the GPU event that ends the gap was launched right after a
+   ``cudaStreamWaitEvent`` on the same thread (no other launch between), or a ``cuda_sync`` wait
+   event overlaps the gap: the stream waited for another stream's work;
+3. **not shown in the trace** -- nothing recorded explains it.
+
+Times are microseconds.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from perfscope.analysis.intervals import EMPTY, Intervals, union, window_segments
+from perfscope.analysis.partition import gpu_parts, gpu_sets
+from perfscope.trace.kinds import GPU_KINDS, EventKind, is_gpu_work_call, is_stream_wait, is_sync_call
+
+if TYPE_CHECKING:
+    from perfscope.analysis.run import RankTrace
+
+SYNC, CROSS_STREAM, UNSHOWN = "host synchronisation", "cross-stream wait", "not shown in the trace"
+CAUSES = (SYNC, CROSS_STREAM, UNSHOWN)
+_TOP = 5
+
+
+def _overlap_us(iv: Intervals, pieces: Intervals) -> float:
+    if len(iv) == 0 or len(pieces) == 0:
+        return 0.0
+    seg = window_segments([iv], pieces.starts, pieces.ends)
+    return float(seg.lengths[seg.member[0]].sum()) / 1000.0
+
+
+def _waited_launches(t) -> np.ndarray:
+    """Runtime rows that launch GPU work right after a ``cudaStreamWaitEvent`` on their thread."""
+    rt_rows = np.flatnonzero(t.kind == EventKind.RUNTIME)
+    wait = t.name_flag(is_stream_wait)[rt_rows]
+    work = t.name_flag(is_gpu_work_call)[rt_rows]
+    keep = wait | work
+    rows, wait, work = rt_rows[keep], wait[keep], work[keep]
+    order = np.lexsort((t.ts_ns[rows], t.thread_id[rows]))
+    rows, wait, work = rows[order], wait[order], work[order]
+    same_thread = np.concatenate([[False], t.thread_id[rows][1:] == t.thread_id[rows][:-1]])
+    prev_is_wait = np.concatenate([[False], wait[:-1]]) & same_thread
+    return rows[work & prev_is_wait]
+
+
+def other_waits(rt: RankTrace, lo: np.ndarray, hi: np.ndarray) -> dict | None:
+    """The ``other_idle`` time of the windows ``[lo, hi)`` (sorted, disjoint) by cause.
+
+    Returns:
+        ``{"other_idle_us": total, "causes": {cause: {"us": ..., "calls": {name: us}}}}``, or
+        None for a CPU-only trace.
+    """
+    if rt.mode != "gpu":
+        return None
+    t = rt.table
+    seg = window_segments(gpu_sets(t, rt.launches, rt.windows.main_thread), lo, hi)
+    pieces = seg.pieces(gpu_parts(seg.member)["other_idle"])
+    out = {"other_idle_us": pieces.total / 1000.0, "causes": {c: {"us": 0.0, "calls": {}} for c in CAUSES}}
+    if len(pieces) == 0:
+        return out
+    # 1. host synchronisation, named by call
+    sync_rows = np.flatnonzero(t.mask(EventKind.RUNTIME, EventKind.CPU_OP) & t.name_flag(is_sync_call))
+    gpu_sync = t.kind == EventKind.SYNC
+    waits_on_gpu = np.array(["wait" in n.lower() for n in t.names], bool)[t.name_id]
+    sync_rows = np.concatenate([sync_rows, np.flatnonzero(gpu_sync & ~waits_on_gpu)])
+    sync = union(t.ts_ns[sync_rows], t.end_ns[sync_rows])
+    by_name = {}
+    for nid in np.unique(t.name_id[sync_rows]):
+        mine = sync_rows[t.name_id[sync_rows] == nid]
+        by_name[str(t.names[nid])] = _overlap_us(union(t.ts_ns[mine], t.end_ns[mine]), pieces)
+    out["causes"][SYNC] = {"us": _overlap_us(sync, pieces), "calls": _top(by_name)}
+    rest = _minus(pieces, sync)
+    # 2. cross-stream waits: the gap's next GPU event was launched right after a stream wait
+    gpu_rows = np.flatnonzero(t.mask(*GPU_KINDS))
+    order = gpu_rows[np.argsort(t.ts_ns[gpu_rows], kind="stable")]
+    nxt = order[np.clip(np.searchsorted(t.ts_ns[order], rest.ends, side="left"), 0, max(order.size - 1, 0))]
+    waited = _waited_launches(t)
+    crossed = np.isin(t.correlation[nxt], t.correlation[waited]) & (t.correlation[nxt] >= 0)
+    wait_events = np.flatnonzero(gpu_sync & waits_on_gpu)
+    by_wait = union(t.ts_ns[wait_events], t.end_ns[wait_events])
+    crossed_iv = union(rest.starts[crossed], rest.ends[crossed])
+    crossed_all = union(np.concatenate([crossed_iv.starts, by_wait.starts]), np.concatenate([crossed_iv.ends, by_wait.ends]))
+    cross_us = _overlap_us(crossed_all, rest)
+    calls = {"cudaStreamWaitEvent before the next launch": _overlap_us(crossed_iv, rest)} if len(crossed_iv) else {}
+    if len(by_wait):
+        calls["GPU-side wait events"] = _overlap_us(by_wait, rest)
+    out["causes"][CROSS_STREAM] = {"us": cross_us, "calls": _top(calls)}
+    out["causes"][UNSHOWN] = {"us": max(0.0, out["other_idle_us"] - out["causes"][SYNC]["us"] - cross_us), "calls": {}}
+    return out
+
+
+def _minus(a: Intervals, b: Intervals) -> Intervals:
+    """``a`` without ``b``."""
+    if len(a) == 0 or len(b) == 0:
+        return a
+    seg = window_segments([b], a.starts, a.ends)
+    return seg.pieces(~seg.member[0])
+
+
+def _top(calls: dict) -> dict:
+    return {k: v for k, v in sorted(calls.items(), key=lambda kv: -kv[1])[:_TOP] if v > 0}
+
+
+def merge_waits(parts: list[dict | None]) -> dict | None:
+    """Sum :func:`other_waits` over traces (None when none is a GPU trace)."""
+    parts = [p for p in parts if p]
+    if not parts:
+        return None
+    out = {"other_idle_us": sum(p["other_idle_us"] for p in parts), "causes": {}}
+    for c in CAUSES:
+        calls: dict = {}
+        for p in parts:
+            for k, v in p["causes"][c]["calls"].items():
+                calls[k] = calls.get(k, 0.0) + v
+        out["causes"][c] = {"us": sum(p["causes"][c]["us"] for p in parts), "calls": _top(calls)}
+    return out

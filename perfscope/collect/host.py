@@ -1,0 +1,81 @@
+"""What the host gave the training thread in each profiled step: CPU time beside wall time.
+
+On a loaded machine the training thread is descheduled while it runs an operator, so the trace
+shows long operators and the step looks compute-bound. The trace cannot tell; the operating
+system can. At every step boundary :class:`HostStepRecorder` reads the wall clock
+(``time.perf_counter_ns``), the thread's and the process's CPU clocks (``time.thread_time_ns``,
+``time.process_time_ns``) and the thread's run-queue wait (the second field, ``run_delay``, of
+Linux's ``/proc/thread-self/schedstat``), and writes the step's record (format:
+:mod:`perfscope.host_steps`) into the trace header with
+``torch.profiler.profile.add_metadata_json``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import deque
+from typing import Any
+
+from perfscope.host_steps import HOST_STEPS_KEY, MAX_STEPS, VERSION
+
+_SCHEDSTAT = "/proc/thread-self/schedstat"
+# Profiler actions (torch.profiler.ProfilerAction names) during which events, and metadata, are kept.
+_RECORDING = frozenset({"WARMUP", "RECORD", "RECORD_AND_SAVE"})
+
+
+def _run_queue_ns() -> int | None:
+    try:
+        with open(_SCHEDSTAT, "rb") as f:
+            return int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def snapshot() -> tuple[int, int, int, int | None]:
+    """(wall, thread CPU, process CPU, run-queue wait) now, in nanoseconds of their clocks."""
+    return time.perf_counter_ns(), time.thread_time_ns(), time.process_time_ns(), _run_queue_ns()
+
+
+class HostStepRecorder:
+    """The ``prof`` a :class:`~perfscope.collect.steps.StepTracker` drives, wrapping the torch
+    profiler: at each ``step()`` it closes the host record of the step ending there (the
+    profiler's ``step_num`` before the call is that step's ``ProfilerStep#`` number).
+
+    Args:
+        inner: A ``torch.profiler.profile``.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self._start: tuple | None = None
+        self.steps: deque[dict] = deque(maxlen=MAX_STEPS)
+
+    @property
+    def step_num(self) -> int:
+        return self._inner.step_num
+
+    def __enter__(self) -> HostStepRecorder:  # noqa: PYI034 - typing.Self needs Python 3.11
+        self._inner.__enter__()
+        self._start = snapshot()
+        return self
+
+    def __exit__(self, *exc: object) -> Any:
+        return self._inner.__exit__(*exc)
+
+    def step(self) -> None:
+        now = snapshot()
+        if self._start is not None:
+            self.steps.append(_record(self._inner.step_num, self._start, now))
+            action = getattr(getattr(self._inner, "current_action", None), "name", None)
+            if action in _RECORDING:
+                # Overwrites the key: the header holds every step recorded so far.
+                self._inner.add_metadata_json(HOST_STEPS_KEY, json.dumps({"version": VERSION, "steps": list(self.steps)}))
+        self._inner.step()
+        self._start = snapshot()  # after the profiler's own work at the boundary
+
+
+def _record(step: int, a: tuple, b: tuple) -> dict:
+    run_queue = (b[3] - a[3]) / 1000.0 if a[3] is not None and b[3] is not None else None
+    return {"step": int(step), "wall_us": (b[0] - a[0]) / 1000.0, "thread_cpu_us": (b[1] - a[1]) / 1000.0,
+            "process_cpu_us": (b[2] - a[2]) / 1000.0, "run_queue_us": run_queue}

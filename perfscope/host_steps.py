@@ -1,0 +1,52 @@
+"""The host record of a profiled run: CPU time beside wall time per step, kept in the trace header.
+
+``perfscope profile`` writes it (:mod:`perfscope.collect.host`); the trace reader reads it back
+(:mod:`perfscope.trace.header`), so ``perfscope analyze`` of the same trace later sees it too. This
+module owns the format, so both sides agree. It imports nothing heavy: it is loaded into the
+profiled script's process.
+
+The header key :data:`HOST_STEPS_KEY` holds ``{"version": 1, "steps": [...]}``, one entry per step
+with its ``ProfilerStep#`` number ``step`` and, in microseconds (trace units):
+
+- ``wall_us``: wall-clock time of the step;
+- ``thread_cpu_us``: CPU time the training thread got (CLOCK_THREAD_CPUTIME_ID);
+- ``process_cpu_us``: CPU time of the whole process, every thread;
+- ``run_queue_us``: time the training thread was runnable but waited for a core (Linux
+  ``schedstat`` ``run_delay``); null where the kernel does not report it.
+"""
+
+from __future__ import annotations
+
+HOST_STEPS_KEY = "perfscope_host_steps"
+VERSION = 1
+FIELDS = ("wall_us", "thread_cpu_us", "process_cpu_us", "run_queue_us")
+# Entries kept in the header: the profiled window is a few steps; a cap keeps a long warm-up
+# from growing the header.
+MAX_STEPS = 256
+
+
+def _number(v) -> bool:
+    return type(v) in (int, float) and v == v and v >= 0
+
+
+def parse(value) -> tuple[dict[int, dict], int]:
+    """The host record by step number, and how many entries were unusable.
+
+    Args:
+        value: The header value under :data:`HOST_STEPS_KEY` (any JSON value).
+
+    Returns:
+        ``({step: {field: float or None}}, unusable)``; ``({}, -1)`` when ``value`` is not
+        such a record at all.
+    """
+    steps = value.get("steps") if isinstance(value, dict) else None
+    if not isinstance(steps, list):
+        return {}, -1
+    out: dict[int, dict] = {}
+    for s in steps:
+        if not isinstance(s, dict) or type(s.get("step")) is not int:
+            continue
+        row = {f: float(s[f]) if _number(s.get(f)) else None for f in FIELDS}
+        if row["wall_us"] is not None and row["thread_cpu_us"] is not None:
+            out[s["step"]] = row
+    return out, len(steps) - len(out)

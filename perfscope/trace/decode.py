@@ -1,0 +1,245 @@
+"""JSON text of a trace -> Python objects, telling truncation from damage inside the text.
+
+The strict parse (orjson) is tried first. When it fails:
+
+1. The known damages of real writers are repaired (:mod:`perfscope.trace.repair`) and the
+   parse tried again; a warning names each kind of repair and how many strings or values it took.
+2. Values nested deeper than the parser allows (valid JSON, but past orjson's 1024 levels) are
+   replaced by ``null``: the event holding one is dropped and counted, a header field holding one
+   is dropped and named.
+3. A text that still ends early -- the parser ran out of input -- was truncated: its complete
+   events are recovered and a warning says how many bytes were lost after them.
+4. Anything else is damage that cannot be repaired: :class:`TraceDamagedError` names the file,
+   the line and the column of the original text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+import orjson
+
+from perfscope.errors import TraceFormatError
+from perfscope.trace.quality import DROPPED, NOT_READ, REPAIRED, DataQuality
+from perfscope.trace.repair import WORDING, repair_json
+
+# orjson refuses deeper input (its documented recursion limit); a value reaching this depth
+# is cut out before that happens.
+MAX_DEPTH = 1000
+_END_OF_DATA = "unexpected end of data"
+_DEPTH = "depth limit"
+# Structure tokens for the nesting scan: strings (skipped whole) and brackets.
+_STRUCT = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}]', re.DOTALL)
+_COLON = re.compile(rb"\s*:")
+
+
+class TraceDamagedError(TraceFormatError):
+    """A file that is a trace holds damage that cannot be repaired (its data would be lost)."""
+
+
+@dataclass
+class Decoded:
+    """What :func:`decode_json` read.
+
+    Attributes:
+        data: The parsed top-level value.
+        quality: Entries for every repair kind, nesting cut and truncation
+            (:class:`~perfscope.trace.quality.DataQuality`).
+        deep_events: Events replaced by ``null`` because a value in them nested too deep (they
+            are counted in ``quality`` already).
+        truncated: True when the text ended early and only its complete events were kept.
+    """
+
+    data: object
+    quality: DataQuality = field(default_factory=DataQuality)
+    deep_events: int = 0
+    truncated: bool = False
+
+
+def _line_col(text: bytes, pos: int) -> tuple[int, int]:
+    pos = max(0, min(pos, len(text)))
+    line = text.count(b"\n", 0, pos) + 1
+    return line, pos - (text.rfind(b"\n", 0, pos) + 1) + 1
+
+
+def _first_bad_utf8(text: bytes) -> int | None:
+    try:
+        text.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return e.start
+    return None
+
+
+def _byte_pos(err: orjson.JSONDecodeError) -> int:
+    """orjson reports positions in characters of the decoded text; the file has bytes."""
+    doc = err.doc if isinstance(err.doc, str) else ""
+    return len(doc[: err.pos].encode("utf-8", "surrogatepass")) if doc else err.pos
+
+
+def _is_truncation(err: orjson.JSONDecodeError, text: bytes) -> bool:
+    """The parser ran out of input: the text ends inside a value."""
+    if err.msg.startswith(_END_OF_DATA):
+        return True
+    # A cut inside a literal (``tr`` of ``true``) fails on its first character near the end.
+    tail = text.rstrip()
+    return _byte_pos(err) >= len(tail) - 8 and not tail.endswith((b"}", b"]"))
+
+
+def _cut_deep(text: bytes) -> tuple[bytes, int, list[str], list[tuple[int, int]]]:
+    """Replace every event (or header value) nesting deeper than :data:`MAX_DEPTH` with ``null``.
+
+    Returns the new text, the number of events cut, the names of header fields cut, and the cut
+    spans of the input (start, end).
+    """
+    depth = 0
+    root_is_list = None
+    events_depth = None  # depth inside the traceEvents array, while in it
+    key = None  # the current top-level key
+    unit_start, unit_deep, unit_is_event = -1, False, False
+    cuts: list[tuple[int, int, bool, bytes | None]] = []
+    for m in _STRUCT.finditer(text):
+        c = text[m.start()]
+        if c == 0x22:  # a string: at depth 1 of an object it may be a key
+            if depth == 1 and not root_is_list and _COLON.match(text, m.end()):
+                key = m.group(0)
+            continue
+        if c in (0x5B, 0x7B):  # [ {
+            depth += 1
+            if depth == 1:
+                root_is_list = c == 0x5B
+                if root_is_list:
+                    events_depth = 1
+                continue
+            if depth == 2 and not root_is_list:
+                if key == b'"traceEvents"' and c == 0x5B and events_depth is None:
+                    events_depth = 2
+                    continue
+                unit_start, unit_deep, unit_is_event = m.start(), False, False
+            elif events_depth is not None and depth == events_depth + 1:
+                unit_start, unit_deep, unit_is_event = m.start(), False, True
+            if depth > MAX_DEPTH:
+                unit_deep = True
+        else:
+            if unit_start >= 0 and (depth == events_depth + 1 if unit_is_event else depth == 2):
+                if unit_deep:
+                    cuts.append((unit_start, m.end(), unit_is_event, None if unit_is_event else key))
+                unit_start = -1
+            elif events_depth is not None and depth == events_depth:
+                events_depth = -10  # the array closed; no later array is the events
+            depth -= 1
+    pieces, last = [], 0
+    for a, b, _, _ in cuts:
+        pieces += [text[last:a], b"null"]
+        last = b
+    pieces.append(text[last:])
+    n_events = sum(1 for c in cuts if c[2])
+    header = [c[3].decode("utf-8", "replace").strip('"') for c in cuts if not c[2] and c[3]]
+    return b"".join(pieces), n_events, header, [(a, b) for a, b, _, _ in cuts]
+
+
+def _map_back(pos: int, cuts: list[tuple[int, int]]) -> int:
+    """Position before :func:`_cut_deep` of ``pos`` after it (each cut became 4 bytes)."""
+    shift = 0  # bytes removed by the cuts before the one looked at
+    for a, b in cuts:
+        if pos + shift <= a:
+            break
+        if pos + shift < a + 4:
+            return a
+        shift += (b - a) - 4
+    return pos + shift
+
+
+def _recover_truncated(name: str, text: bytes) -> tuple[dict, int]:
+    """Parse the complete events of a JSON trace that ends early."""
+    start = text.find(b'"traceEvents"')
+    if start < 0:
+        raise TraceFormatError(f"{name}: truncated or invalid JSON with no traceEvents to recover")
+    head = text[:start]
+    bracket = text.find(b"[", start)
+    if bracket < 0:
+        raise TraceFormatError(f"{name}: truncated before its first event")
+    body_start = bracket + 1
+    # Try cutting after the last few object ends; Kineto writes one event per line.
+    end = len(text)
+    for _ in range(64):
+        cut = text.rfind(b"}", body_start, end)
+        if cut < 0:
+            break
+        try:
+            events = orjson.loads(b"[" + text[body_start : cut + 1] + b"]")
+        except orjson.JSONDecodeError:
+            end = cut
+            continue
+        try:
+            # The header before traceEvents ends with a comma; close it as an object.
+            meta = orjson.loads(head.rstrip().rstrip(b",") + b"}")
+        except orjson.JSONDecodeError:
+            meta = {}
+        if not isinstance(meta, dict):
+            meta = {}
+        meta["traceEvents"] = events
+        return meta, len(text) - (cut + 1)
+    raise TraceFormatError(f"{name}: truncated JSON and no complete events could be recovered")
+
+
+def _damage(path_text: str, original: bytes, pos: int, msg: str) -> TraceFormatError:
+    line, col = _line_col(original, pos)
+    if b'"traceEvents"' not in original:
+        return TraceFormatError(f"{path_text}:{line}:{col}: not a JSON trace ({msg})")
+    return TraceDamagedError(f"{path_text}:{line}:{col}: invalid JSON that cannot be repaired ({msg})")
+
+
+def decode_json(path_text: str, name: str, text: bytes) -> Decoded:
+    """Parse a trace's JSON text, repairing what can be repaired (see the module docstring).
+
+    Args:
+        path_text: The file as the user named it (for the error line).
+        name: The file name (for warnings).
+        text: The decompressed text.
+
+    Returns:
+        The :class:`Decoded` value with its warnings.
+
+    Raises:
+        TraceDamagedError: damage inside the text that no rule repairs (file, line and column).
+        TraceFormatError: truncated with nothing recoverable.
+    """
+    try:
+        return Decoded(orjson.loads(text))
+    except orjson.JSONDecodeError:
+        pass
+    stripped = text.rstrip(b"\x00")
+    out = Decoded(None)
+    q = out.quality
+    # A writer that died after the file was extended leaves zero bytes at its end.
+    q.add(NOT_READ, "zero bytes at the end of the file (the writer stopped)", len(text) - len(stripped), unit="byte")
+    repaired = repair_json(stripped)
+    for kind, n in repaired.counts.items():
+        reason, unit = WORDING[kind]
+        q.add(REPAIRED, reason, n, unit=unit)
+    work = repaired.text
+    cuts: list[tuple[int, int]] = []
+    for attempt in range(2):
+        try:
+            out.data = orjson.loads(work)
+            return out
+        except orjson.JSONDecodeError as e:
+            err = e
+        if attempt == 0 and err.msg.startswith(_DEPTH):
+            work, out.deep_events, header, cuts = _cut_deep(work)
+            deeper = f"a value nested deeper than {MAX_DEPTH} levels (more than the JSON decoder reads)"
+            q.add(DROPPED, deeper, out.deep_events)
+            q.add(DROPPED, deeper, len(header), header, unit="header field")
+            if cuts:
+                continue
+        break
+    if _is_truncation(err, work):
+        out.data, lost = _recover_truncated(name, work)
+        q.add(DROPPED, "after the last complete event: the file is truncated", lost, unit="byte")
+        out.truncated = True
+        return out
+    bad = _first_bad_utf8(work)
+    pos = bad if bad is not None and "UTF-8" in err.msg else _byte_pos(err)
+    original_pos = repaired.original_pos(_map_back(pos, cuts)) if (repaired.any or cuts) else pos
+    raise _damage(path_text, text, original_pos, err.msg)

@@ -1,0 +1,119 @@
+"""The header of a trace: base time, rank and world size, devices, and perfscope's host record.
+
+Every field is checked for its type and range before it is believed: a boolean or negative rank,
+a rank past the world size, a device name that is a list, ``args`` that are not an object all
+occur in real or hostile files. What is refused is said in a warning, never silently guessed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from perfscope import host_steps
+from perfscope.host_steps import HOST_STEPS_KEY
+from perfscope.trace.columns import is_number
+from perfscope.trace.quality import DataQuality
+from perfscope.trace.reader import RawTrace
+
+_RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?([0-9]{1,9})(?:[^0-9]|$)", re.IGNORECASE)
+_MAX_BASE_NS = 2**62  # ~146 years past the epoch: beyond, a base time is not a clock reading
+
+
+@dataclass
+class Header:
+    """The header fields of one trace, checked (see the module docstring).
+
+    Attributes:
+        base_time_ns: ``baseTimeNanoseconds`` (0 when absent or unusable).
+        rank, rank_source: The rank and where it came from (``"distributedInfo"``, ``"file name"``).
+        world_size: ``distributedInfo.world_size`` when usable.
+        distributed_info: ``distributedInfo`` (``{}`` when not an object).
+        device_properties: ``deviceProperties`` entries that are objects, with ``name`` a string
+            or None.
+        host_steps: Step number -> the host measurements ``perfscope profile`` recorded
+            (:mod:`perfscope.host_steps`; microseconds).
+        warnings: What was refused, one line each (file name first).
+    """
+
+    base_time_ns: int = 0
+    rank: int | None = None
+    rank_source: str | None = None
+    world_size: int | None = None
+    distributed_info: dict = field(default_factory=dict)
+    device_properties: list = field(default_factory=list)
+    host_steps: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+
+
+def _whole(v) -> bool:
+    return type(v) is int
+
+
+def read_header(raw: RawTrace, quality: DataQuality) -> Header:
+    """Read and check the header of ``raw`` (warnings name the file)."""
+    data, name = raw.data, raw.path.name
+    h = Header()
+    base = data.get("baseTimeNanoseconds")
+    if base is not None:
+        if is_number(base) and 0 <= base < _MAX_BASE_NS:
+            h.base_time_ns = int(base)
+        else:
+            h.warnings.append(f"{name}: baseTimeNanoseconds {str(base)[:40]!r} is not a time; ranks are aligned without it")
+    dist = data.get("distributedInfo")
+    if dist is not None and not isinstance(dist, dict):
+        h.warnings.append(f"{name}: distributedInfo is not an object; ignored")
+    h.distributed_info = dist if isinstance(dist, dict) else {}
+    world = h.distributed_info.get("world_size")
+    if world is not None:
+        if _whole(world) and world >= 1:
+            h.world_size = world
+        else:
+            h.warnings.append(f"{name}: distributedInfo.world_size {str(world)[:40]!r} is not a positive whole number; ignored")
+    rank = h.distributed_info.get("rank")
+    if rank is not None:
+        if not _whole(rank) or rank < 0:
+            h.warnings.append(f"{name}: distributedInfo.rank {str(rank)[:40]!r} is not a whole number >= 0; ignored")
+        elif h.world_size is not None and rank >= h.world_size:
+            h.warnings.append(f"{name}: distributedInfo.rank {rank} is out of range for world size {h.world_size}; ignored")
+        else:
+            h.rank, h.rank_source = rank, "distributedInfo"
+    if h.rank is None:
+        m = _RANK_IN_NAME.search(raw.worker)
+        if m:
+            h.rank, h.rank_source = int(m.group(1)), "file name"
+            h.warnings.append(f"{name}: no usable rank in distributedInfo; rank {h.rank} taken from the file name")
+    h.device_properties = _devices(data, name, h.warnings)
+    h.host_steps = _host_steps(data.get(HOST_STEPS_KEY), name, h.warnings)
+    return h
+
+
+def _devices(data: dict, name: str, warnings: list[str]) -> list[dict]:
+    props = data.get("deviceProperties") or data.get("computeProperties") or []
+    if not isinstance(props, list):
+        warnings.append(f"{name}: deviceProperties is not a list; ignored")
+        return []
+    out, bad = [], 0
+    for d in props:
+        if not isinstance(d, dict):
+            bad += 1
+            continue
+        if "name" in d and not isinstance(d["name"], str):
+            d = {**d, "name": None}
+            bad += 1
+        out.append(d)
+    if bad:
+        warnings.append(f"{name}: {bad} deviceProperties entries (or their names) are not what the format says; ignored them")
+    return out
+
+
+def _host_steps(value, name: str, warnings: list[str]) -> dict:
+    """Step -> host measurements from perfscope's own header key; refused entries are named."""
+    if value is None:
+        return {}
+    steps, unusable = host_steps.parse(value)
+    if unusable < 0:
+        warnings.append(f"{name}: {HOST_STEPS_KEY} is not perfscope's host record; ignored")
+    elif unusable:
+        warnings.append(f"{name}: {unusable} host measurements in {HOST_STEPS_KEY} are unusable; ignored them")
+    return steps

@@ -1,0 +1,178 @@
+"""Lenient repair of the JSON damage real Kineto writers leave inside a trace.
+
+Some profiler versions write text that no strict JSON parser accepts, although every event in it
+is whole. The damages known and repaired here, each counted by kind:
+
+=====================  ========================================================================
+kind                   what was written, and the repair
+=====================  ========================================================================
+``raw backslashes``    a Windows path written without escaping (``C:\\Users\\me\\train.py`` with
+                       single backslashes, so ``\\U`` is an invalid escape while ``\\t`` and
+                       ``\\n`` would silently become a tab and a newline). A string with an
+                       invalid escape, or a drive letter followed by one backslash, is taken
+                       literally: every backslash in it is a backslash.
+``control characters`` raw bytes 0x00-0x1F inside a string; kept as the characters they are.
+``not UTF-8``          bytes that are not UTF-8 (a Latin-1 ``µ``, 0xB5, in a kernel name); each
+                       such byte is read as the Latin-1 character it is.
+``non-standard values``  unquoted ``N/A``, ``NaN``, ``Infinity`` (Python's ``json.dump`` writes
+                       the last two) in place of a value; each becomes ``null``.
+``byte-order mark``    a UTF-8 byte-order mark before the text; removed.
+=====================  ========================================================================
+
+The repair runs only after the strict parse failed, so clean files pay nothing. Positions in the
+repaired text map back to the original (:meth:`Repaired.original_pos`) so that damage that
+cannot be repaired is reported where it is in the file.
+"""
+
+from __future__ import annotations
+
+import bisect
+import codecs
+import re
+from dataclasses import dataclass, field
+
+# Runs of text that need no look: structure, numbers and strings of plain ASCII, taken in one
+# match so that a clean file costs a few regex steps per line, not one per string.
+_CLEAN = rb'(?:[^"\\\x00-\x08\x0b\x0c\x0e-\x1f\x80-\xffNIn-]+|"[^"\\\x00-\x1f\x80-\xff]*")+'
+# Then: a JSON string that may need repair (escapes consumed whole, so an escaped quote does not
+# end it), one of the non-standard bare values, or any other single byte.
+_TOKEN = re.compile(
+    _CLEAN + rb'|(?P<str>"(?:[^"\\]|\\.)*")|(?P<bare>N/A|-?Infinity|-?NaN|-?nan|-?inf\b)|.', re.DOTALL
+)
+_ESCAPE = re.compile(rb"\\(.)", re.DOTALL)
+_VALID_ESCAPE = frozenset(b'"\\/bfnrt')
+_HEX4 = re.compile(rb"[0-9A-Fa-f]{4}")
+# A drive letter, a colon and a single backslash: a Windows path written raw.
+_RAW_DRIVE = re.compile(rb"(?<![A-Za-z])[A-Za-z]:\\(?![\\\"/])")
+_CONTROL = re.compile(rb"[\x00-\x1f]")
+_BOM = b"\xef\xbb\xbf"
+
+RAW_BACKSLASHES = "raw backslashes"
+CONTROL_CHARACTERS = "control characters"
+NOT_UTF8 = "not UTF-8"
+NON_STANDARD = "non-standard values"
+BOM = "byte-order mark"
+# Each kind of repair in a warning's words, and what its count counts.
+WORDING = {
+    RAW_BACKSLASHES: ("unescaped backslashes (Windows paths), taken literally", "string"),
+    CONTROL_CHARACTERS: ("raw control characters, kept as characters", "string"),
+    NOT_UTF8: ("bytes that are not UTF-8, read as Latin-1", "string"),
+    NON_STANDARD: ("N/A, NaN or Infinity in place of a value, read as null", "value"),
+    BOM: ("a byte-order mark before the JSON text, removed", "file"),
+}
+
+
+def _latin1_fallback(err: UnicodeDecodeError):
+    # Each undecodable byte is the Latin-1 character of the same value (0xB5 -> "µ").
+    return "".join(chr(b) for b in err.object[err.start : err.end]), err.end
+
+
+codecs.register_error("perfscope-latin1", _latin1_fallback)
+
+
+@dataclass
+class Repaired:
+    """The outcome of :func:`repair_json`.
+
+    Attributes:
+        text: The repaired JSON text (bytes).
+        counts: Number of strings (or values) repaired, by kind (see the module docstring).
+    """
+
+    text: bytes
+    counts: dict[str, int] = field(default_factory=dict)
+    # Replaced spans: start in the repaired text, start and end in the original, new length.
+    _new_starts: list[int] = field(default_factory=list, repr=False)
+    _orig: list[tuple[int, int, int]] = field(default_factory=list, repr=False)
+    _shift: int = field(default=0, repr=False)  # bytes removed at the very start (a BOM)
+
+    def original_pos(self, pos: int) -> int:
+        """The byte offset in the original text of offset ``pos`` in the repaired text."""
+        k = bisect.bisect_right(self._new_starts, pos) - 1
+        if k < 0:
+            return pos + self._shift
+        new_start = self._new_starts[k]
+        orig_start, orig_end, new_len = self._orig[k]
+        if pos < new_start + new_len:
+            return orig_start
+        return orig_end + (pos - new_start - new_len)
+
+    @property
+    def any(self) -> bool:
+        return any(self.counts.values())
+
+
+def _fix_string(s: bytes, counts: dict[str, int]) -> bytes:
+    """One JSON string token (quotes included), repaired; ``s`` itself when it is sound."""
+    try:
+        s.decode("utf-8")
+    except UnicodeDecodeError:
+        s = s.decode("utf-8", "perfscope-latin1").encode("utf-8")
+        counts[NOT_UTF8] = counts.get(NOT_UTF8, 0) + 1
+    if _CONTROL.search(s):
+        s = _CONTROL.sub(lambda m: b"\\u%04x" % m.group(0)[0], s)
+        counts[CONTROL_CHARACTERS] = counts.get(CONTROL_CHARACTERS, 0) + 1
+    if b"\\" in s and _is_raw(s):
+        inner = s[1:-1]
+        # Every backslash is literal; one before the closing quote was an escaped quote and stays.
+        inner = re.sub(rb'\\(?!")', rb"\\\\", inner)
+        s = b'"' + inner + b'"'
+        counts[RAW_BACKSLASHES] = counts.get(RAW_BACKSLASHES, 0) + 1
+    return s
+
+
+def _is_raw(s: bytes) -> bool:
+    """Whether a string token holds backslashes written without escaping."""
+    if _RAW_DRIVE.search(s):
+        return True
+    for m in _ESCAPE.finditer(s):
+        c = m.group(1)[0]
+        if c == ord("u"):
+            if not _HEX4.match(s, m.end()):
+                return True
+        elif c not in _VALID_ESCAPE:
+            return True
+    return False
+
+
+def repair_json(text: bytes) -> Repaired:
+    """Repair the known damages of a Kineto JSON text (see the module docstring).
+
+    Args:
+        text: The whole file's text, as bytes.
+
+    Returns:
+        A :class:`Repaired` whose ``text`` is ``text`` itself when nothing needed repair.
+    """
+    counts: dict[str, int] = {}
+    shift = 0
+    if text.startswith(_BOM):
+        text, shift = text[len(_BOM):], len(_BOM)
+        counts[BOM] = 1
+    pieces: list[bytes] = []
+    new_starts: list[int] = []
+    orig: list[tuple[int, int, int]] = []
+    last = 0
+    out_len = 0
+    for m in _TOKEN.finditer(text):
+        if m.lastgroup == "str":
+            tok = m.group(0)
+            fixed = _fix_string(tok, counts)
+            if fixed is tok:
+                continue
+        elif m.lastgroup == "bare":
+            fixed = b"null"
+            counts[NON_STANDARD] = counts.get(NON_STANDARD, 0) + 1
+        else:
+            continue
+        pieces.append(text[last : m.start()])
+        out_len += m.start() - last
+        new_starts.append(out_len)
+        orig.append((m.start() + shift, m.end() + shift, len(fixed)))
+        pieces.append(fixed)
+        out_len += len(fixed)
+        last = m.end()
+    if not pieces:
+        return Repaired(text, counts, _shift=shift)
+    pieces.append(text[last:])
+    return Repaired(b"".join(pieces), counts, new_starts, orig, shift)

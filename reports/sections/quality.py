@@ -1,0 +1,83 @@
+"""What the analysis could not use: the warnings at the top of the page, and the data-quality
+section -- every event dropped, clipped, set aside or left unread, and why each left-out step was
+left out."""
+
+from __future__ import annotations
+
+from reports import model
+from reports.html import count, esc, note, section, table, truncate
+
+MAX_SHOWN = 30  # warnings listed at the top; summary.json holds them all
+STATUS_WORDS = {
+    "ok": "counted in the verdict",
+    "incomplete": "incomplete: the profiler did not record all of it",
+    "initialisation": "one-time initialisation",
+    "host-contended": "host-contended: the training thread was starved of CPU",
+}
+
+
+def render_warnings(summary: dict) -> str:
+    """The warnings, first thing under the header (empty when there are none)."""
+    warnings = [w for w in summary.get("warnings") or [] if isinstance(w, str)]
+    if not warnings:
+        return ""
+    items = "".join(f"<li>{esc(truncate(w, 400))}</li>" for w in warnings[:MAX_SHOWN])
+    more = (f"<li>... and {len(warnings) - MAX_SHOWN:,} more (summary.json lists them all)</li>"
+            if len(warnings) > MAX_SHOWN else "")
+    n = len(warnings)
+    return (f'<div class="warnbox" id="warnings"><strong>{n} warning{"s" if n != 1 else ""}</strong>: the analysis '
+            f'read the traces with the repairs and omissions below (details in <a href="#quality">Data quality</a>).'
+            f"<ul>{items}{more}</ul></div>\n")
+
+
+def _entries(summary: dict) -> list[dict]:
+    merged = summary.get("data_quality")
+    if isinstance(merged, list):
+        return [e for e in merged if isinstance(e, dict)]
+    out = []  # an older summary: only per-trace lists, if any
+    for t in summary.get("traces") or []:
+        if isinstance(t, dict):
+            out += [e for e in t.get("data_quality") or [] if isinstance(e, dict)]
+    return out
+
+
+def render(summary: dict) -> str:
+    title = "Data quality"
+    steps = model.steps_of(summary)
+    by_status: dict = {}
+    for s in steps:
+        st = s.get("status") or ("ok" if s.get("complete", True) else "incomplete")
+        by_status[st] = by_status.get(st, 0) + 1
+    status_rows = [("" if st == "ok" else "cut", [esc(STATUS_WORDS.get(st, st)), count(n)]) for st, n in by_status.items()]
+    parts = [table([("steps", "l"), ("count", "")], status_rows,
+                   "Steps by status: only counted steps enter the verdict (docs/metrics.md, Evidence).")]
+    reasons = {}
+    for s in steps:
+        if s.get("status") not in (None, "ok") and s.get("status_reason"):
+            reasons.setdefault((s.get("status"), s.get("status_reason")), []).append(s)
+    if reasons:
+        rows = [("cut", [esc(st), esc(", ".join(f"{x.get('rank')}:{x.get('step')}" for x in ss[:8])
+                                       + (f" and {len(ss) - 8} more" if len(ss) > 8 else "")), esc(truncate(r, 300))])
+                for (st, r), ss in list(reasons.items())[:40]]
+        parts.append(table([("status", "l"), ("rank:step", "l"), ("why", "l")], rows, "Why each left-out step was left out."))
+    entries = _entries(summary)
+    if entries:
+        rows = []
+        for e in entries:
+            ex = ", ".join(f"{k} ({v:,})" for k, v in list((e.get("examples") or {}).items())[:5])
+            rows.append(("hl" if e.get("action") != "counted" else "", [
+                esc(e.get("action", "-")), count(e.get("count")), esc(e.get("unit", "event")),
+                esc(truncate(e.get("reason", ""), 200)), f'<span class="name">{esc(truncate(ex, 300))}</span>']))
+        parts.append(table([("action", "l"), ("count", ""), ("of", "l"), ("reason", "l"), ("examples", "l")], rows,
+                           "Every event the analysis could not use as written, summed over the traces "
+                           "(repair order in docs/metrics.md). Highlighted rows changed or left out data."))
+    elif "data_quality" in summary:
+        parts.append(note("Nothing was repaired, dropped, clipped or set aside: every event was used as written."))
+    else:
+        parts.append(note("This summary predates the data-quality record; run perfscope analyze on the traces again."))
+    skipped = [s for s in summary.get("skipped") or [] if isinstance(s, dict)]
+    if skipped:
+        parts.append(table([("file left out", "l"), ("why", "l")],
+                           [("hl", [esc(s.get("path")), esc(truncate(s.get("reason"), 300))]) for s in skipped],
+                           "Trace files that could not be read; the analysis describes the others."))
+    return section("quality", title, "".join(parts))
