@@ -242,6 +242,10 @@ def _host_contended(table: TraceTable, steps: StepWindows, metrics: pd.DataFrame
             continue
         cpu_share = rec["thread_cpu_us"] / unexplained
         queue = rec["run_queue_us"]
+        if queue is not None:
+            # The kernel books a wait when the thread next runs, so a step's figure can hold some of
+            # the previous one's; the thread cannot have waited longer than it was off the CPU.
+            queue = min(queue, max(wall - rec["thread_cpu_us"], 0.0))
         waited = queue is not None and queue >= RUN_QUEUE_SHARE * unexplained
         if cpu_share < HOST_CPU_SHARE and (queue is None or waited):
             wait = f", waited for a core {100 * queue / wall:.0f}%" if queue is not None else ""

@@ -37,15 +37,22 @@ def check_world_sizes(rank_traces: list[RankTrace]) -> None:
         raise AnalysisError(f"the traces come from different jobs ({desc}): analyze each job's traces separately")
 
 
-def assign_ranks(rank_traces: list[RankTrace]) -> list[int]:
+def assign_ranks(rank_traces: list[RankTrace], warnings: list[str]) -> list[int]:
     """Rank of each trace: from ``distributedInfo`` or the file name (its header says which),
-    else by worker name order among the ranks no trace claims."""
+    else by worker name order among the ranks no trace claims. Where several traces are compared,
+    every rank not taken from ``distributedInfo`` is said in ``warnings``."""
     known = [rt.table.rank for rt in rank_traces]
     workers = sorted({rt.table.worker for rt, r in zip(rank_traces, known) if r is None})
     used = {r for r in known if r is not None}
     free = (r for r in range(len(rank_traces) + len(used)) if r not in used)
     by_worker = {w: next(free) for w in workers}
-    return [r if r is not None else by_worker[rt.table.worker] for rt, r in zip(rank_traces, known)]
+    ranks = [r if r is not None else by_worker[rt.table.worker] for rt, r in zip(rank_traces, known)]
+    if len({rt.table.worker for rt in rank_traces}) > 1:
+        for rt, r in zip(rank_traces, ranks):
+            if rt.table.rank_source != "distributedInfo":
+                how = "taken from the file name" if rt.table.rank_source == "file name" else "given by file name order"
+                warnings.append(f"{_file(rt)}: no usable rank in distributedInfo; rank {r} {how}")
+    return ranks
 
 
 def check_markers(rank_traces: list[RankTrace], ranks: list[int]) -> None:

@@ -209,13 +209,13 @@ def analyze_tables(
     """
     rank_traces = [analyze_table(t) for t in tables]
     job.check_world_sizes(rank_traces)
-    ranks = job.assign_ranks(rank_traces)
-    job.check_markers(rank_traces, ranks)
     notes, warnings = [], []
     for rt in rank_traces:
         warnings.extend(rt.table.warnings + rt.warnings)
         if not rt.has_markers:
             notes.append(f"{rt.table.worker}: {NO_MARKERS_NOTE}")
+    ranks = job.assign_ranks(rank_traces, warnings)
+    job.check_markers(rank_traces, ranks)
     frame = pd.concat([_rank_frame(rt, r) for rt, r in zip(rank_traces, ranks)], ignore_index=True)
     if rank_traces[0].has_markers:
         frame = job.check_steps(frame, common_steps_only, notes)

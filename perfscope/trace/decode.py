@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from perfscope.errors import TraceFormatError
-from perfscope.trace.quality import DROPPED, NOT_READ, REPAIRED, DataQuality
+from perfscope.trace.quality import DROPPED, NOT_READ, REPAIRED, TRUNCATED, DataQuality, QualityEntry
 from perfscope.trace.repair import WORDING, repair_json
 
 # orjson refuses deeper input (its documented recursion limit); a value reaching this depth
@@ -150,7 +150,7 @@ def _map_back(pos: int, cuts: list[tuple[int, int]]) -> int:
     return pos + shift
 
 
-def _recover_truncated(name: str, text: bytes) -> tuple[dict, int]:
+def _recover_truncated(name: str, text: bytes) -> tuple[dict, int, int]:
     """Parse the complete events of a JSON trace that ends early."""
     start = text.find(b'"traceEvents"')
     if start < 0:
@@ -179,7 +179,7 @@ def _recover_truncated(name: str, text: bytes) -> tuple[dict, int]:
         if not isinstance(meta, dict):
             meta = {}
         meta["traceEvents"] = events
-        return meta, len(text) - (cut + 1)
+        return meta, len(events), len(text) - (cut + 1)
     raise TraceFormatError(f"{name}: truncated JSON and no complete events could be recovered")
 
 
@@ -235,8 +235,9 @@ def decode_json(path_text: str, name: str, text: bytes) -> Decoded:
                 continue
         break
     if _is_truncation(err, work):
-        out.data, lost = _recover_truncated(name, work)
-        q.add(DROPPED, "after the last complete event: the file is truncated", lost, unit="byte")
+        out.data, kept, lost = _recover_truncated(name, work)
+        q.entries.append(QualityEntry(TRUNCATED, f"it ends early; read its {kept:,} complete events, "
+                                      f"lost the {lost:,} bytes after them and whatever followed", 1, "file"))
         out.truncated = True
         return out
     bad = _first_bad_utf8(work)

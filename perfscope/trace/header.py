@@ -80,9 +80,8 @@ def read_header(raw: RawTrace, quality: DataQuality) -> Header:
             h.rank, h.rank_source = rank, "distributedInfo"
     if h.rank is None:
         m = _RANK_IN_NAME.search(raw.worker)
-        if m:
+        if m:  # the job check warns about it where ranks are compared (analysis/job.py)
             h.rank, h.rank_source = int(m.group(1)), "file name"
-            h.warnings.append(f"{name}: no usable rank in distributedInfo; rank {h.rank} taken from the file name")
     h.device_properties = _devices(data, name, h.warnings)
     h.host_steps = _host_steps(data.get(HOST_STEPS_KEY), name, h.warnings)
     return h

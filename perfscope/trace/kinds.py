@@ -70,6 +70,12 @@ GPU_KINDS = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)
 CPU_RANGE_KINDS = (EventKind.CPU_OP, EventKind.ANNOTATION)
 
 
+def _flags(rx: re.Pattern, names: np.ndarray, how: str = "search") -> np.ndarray:
+    """Per name, whether ``rx`` finds (``how="search"``) or starts (``"match"``) in it (bool array)."""
+    test = getattr(rx, how)
+    return np.array([bool(test(n)) for n in names], dtype=bool)
+
+
 def kinds_of_categories(categories: np.ndarray) -> np.ndarray:
     """Map category strings (any case; ``None`` allowed) to :class:`EventKind` codes (int8)."""
     return np.array(
@@ -90,7 +96,7 @@ def is_dma_category(categories: np.ndarray) -> np.ndarray:
 
 
 def is_dma_name(names: np.ndarray) -> np.ndarray:
-    return np.array([bool(_DMA_RE.match(n)) for n in names], dtype=bool)
+    return _flags(_DMA_RE, names, "match")
 
 
 # ncclKernel_* (NCCL < 2.19), ncclDevKernel_* (newer), RCCL on ROCm uses the same names.
@@ -106,22 +112,22 @@ _OPTIMIZER_STEP_RE = re.compile(r"^Optimizer\.step#")
 
 def is_comm_kernel(names: np.ndarray) -> np.ndarray:
     """True for communication kernels (NCCL/RCCL), given kernel names."""
-    return np.array([bool(_COMM_KERNEL_RE.search(n)) for n in names], dtype=bool)
+    return _flags(_COMM_KERNEL_RE, names)
 
 
 def is_collective_range(names: np.ndarray) -> np.ndarray:
     """True for CPU record functions of collectives (``nccl:*``, ``gloo:*``, ...)."""
-    return np.array([bool(_COLLECTIVE_RANGE_RE.match(n)) for n in names], dtype=bool)
+    return _flags(_COLLECTIVE_RANGE_RE, names, "match")
 
 
 def is_dataloader_range(names: np.ndarray) -> np.ndarray:
     """True for DataLoader fetches: ``enumerate(DataLoader)#_...DataLoaderIter.__next__``."""
-    return np.array([bool(_DATALOADER_RE.search(n)) for n in names], dtype=bool)
+    return _flags(_DATALOADER_RE, names)
 
 
 def is_optimizer_step_range(names: np.ndarray) -> np.ndarray:
     """True for ``Optimizer.step#SGD.step`` style ranges."""
-    return np.array([bool(_OPTIMIZER_STEP_RE.match(n)) for n in names], dtype=bool)
+    return _flags(_OPTIMIZER_STEP_RE, names, "match")
 
 
 def profiler_step_numbers(names: np.ndarray) -> np.ndarray:
@@ -162,33 +168,33 @@ _INIT_CALL_RE = re.compile(
 
 def is_kernel_launch(names: np.ndarray) -> np.ndarray:
     """True for runtime calls that launch a kernel (``cudaLaunchKernel``, ``cuLaunchKernel``...)."""
-    return np.array([bool(_KERNEL_LAUNCH_RE.search(n)) for n in names], dtype=bool)
+    return _flags(_KERNEL_LAUNCH_RE, names)
 
 
 def is_gpu_work_call(names: np.ndarray) -> np.ndarray:
     """True for runtime calls that put work on the device: launches, copies, memsets, graphs."""
-    return np.array([bool(_GPU_WORK_CALL_RE.search(n)) for n in names], dtype=bool)
+    return _flags(_GPU_WORK_CALL_RE, names)
 
 
 def is_graph_launch(names: np.ndarray) -> np.ndarray:
     """True for ``cudaGraphLaunch`` / ``hipGraphLaunch``: one call, many kernels."""
-    return np.array([bool(_GRAPH_LAUNCH_RE.match(n)) for n in names], dtype=bool)
+    return _flags(_GRAPH_LAUNCH_RE, names, "match")
 
 
 def is_sync_call(names: np.ndarray) -> np.ndarray:
     """True for host calls that block until the device finishes: stream/device/event
     synchronisation, synchronous ``cudaMemcpy``, ``aten::item`` / ``_local_scalar_dense``."""
-    return np.array([bool(_SYNC_CALL_RE.search(n)) for n in names], dtype=bool)
+    return _flags(_SYNC_CALL_RE, names)
 
 
 def is_stream_wait(names: np.ndarray) -> np.ndarray:
     """True for ``cudaStreamWaitEvent``: a stream told to wait for another stream's event."""
-    return np.array([bool(_STREAM_WAIT_RE.search(n)) for n in names], dtype=bool)
+    return _flags(_STREAM_WAIT_RE, names)
 
 
 def is_init_call(names: np.ndarray) -> np.ndarray:
     """True for one-time device set-up calls (context creation, module load, device queries)."""
-    return np.array([bool(_INIT_CALL_RE.search(n)) for n in names], dtype=bool)
+    return _flags(_INIT_CALL_RE, names)
 
 
 class CopyKind(IntEnum):

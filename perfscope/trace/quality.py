@@ -31,10 +31,10 @@ from perfscope.text import named, plural
 ABSURD_DUR_US = 86_400e6
 EXAMPLES = 5  # names kept per entry
 
-DROPPED, CLIPPED, SET_ASIDE, REPAIRED, NOT_READ, COUNTED = (
-    "dropped", "clipped", "set aside", "repaired", "not read", "counted")
+DROPPED, CLIPPED, SET_ASIDE, REPAIRED, NOT_READ, TRUNCATED, COUNTED = (
+    "dropped", "clipped", "set aside", "repaired", "not read", "truncated", "counted")
 # Entries with these actions changed or left out data: each is also a warning.
-WARN_ACTIONS = (DROPPED, CLIPPED, SET_ASIDE, REPAIRED, NOT_READ)
+WARN_ACTIONS = (DROPPED, CLIPPED, SET_ASIDE, REPAIRED, NOT_READ, TRUNCATED)
 
 
 @dataclass
@@ -43,7 +43,8 @@ class QualityEntry:
 
     Attributes:
         action: ``dropped``, ``clipped``, ``set aside``, ``repaired``, ``not read`` (present in
-            the file, not used by the analysis), or ``counted`` (kept, but worth knowing).
+            the file, not used by the analysis), ``truncated`` (the file ends early), or
+            ``counted`` (kept, but worth knowing).
         reason: What was wrong, in words (``"negative duration"``).
         count: How many of ``unit`` it concerns.
         unit: What is counted: ``event`` (most entries), ``string`` or ``value`` (JSON repairs),

@@ -1,4 +1,6 @@
-"""Run facts: what ran, where, with which versions and schedule; the traces read; notes and warnings."""
+"""Run facts: what ran, where, with which versions and schedule; the traces read; the notes.
+
+The warnings head the page (:func:`reports.sections.quality.render_warnings`), not this section."""
 
 from __future__ import annotations
 
@@ -54,5 +56,4 @@ def render(summary: dict) -> str:
     traces = table([("file", "l"), ("rank", ""), ("mode", "l"), ("events", ""), ("devices", "l")], rows,
                    "The trace files analyzed.") if rows else ""
     notes = "".join(note(f"Note: {n}") for n in summary.get("notes") or [])
-    warns = "".join(note(f"Warning: {w}", "warn") for w in summary.get("warnings") or [])
-    return section("facts", "Run facts", facts + traces + notes + warns)
+    return section("facts", "Run facts", facts + traces + notes)

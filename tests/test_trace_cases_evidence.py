@@ -1,0 +1,149 @@
+"""Hand-written trace cases: steps whose evidence is incomplete get no verdict -- a range far past
+the trace's end, start-up, unparsable or empty markers, GPU events without launch records that
+decide the verdict, a starved host (see tracekit.py for the conventions)."""
+
+from __future__ import annotations
+
+import pytest
+from tracegen import annotation, cpu_op, dataloader, kernel, launch, runtime, step
+from tracekit import analyze, check_partition, only_row
+
+from perfscope.host_steps import HOST_STEPS_KEY
+
+
+def _steady(n_steps=3, t0=0):
+    """CPU steps of 100 us, each 90 us of operators: compute-bound."""
+    events = []
+    for n in range(n_steps):
+        s = t0 + 100 * n
+        events += [step(n + 1, s, 100), cpu_op("aten::mm", s + 5, 90)]
+    return events
+
+
+def test_a_step_range_far_past_the_last_event_is_incomplete(tmp_path):
+    # ProfilerStep#1 lasts 13 s; the last event ends 2 ms in
+    events = [step(1, 0, 13_000_000), cpu_op("aten::mm", 0, 2000)]
+    a = analyze(tmp_path, events)
+    row = only_row(a)
+    assert row["status"] == "incomplete"
+    assert row["status_reason"] == "its range runs 13.00 s past the last event the trace recorded"  # 12.998 s
+    assert a.verdict.verdict is None
+    assert a.verdict.reason.startswith("every step is incomplete")
+
+
+def test_a_window_dominated_by_initialisation_is_not_launch_bound(tmp_path):
+    # step 1 [0, 5 s): CUDA context creation hides in cudaDeviceGetStreamPriorityRange (3 s) and
+    # cudaFree (1 s): 80% of the step, well over the 10% rule. Steps 2-3 are ordinary.
+    events = [step(1, 0, 5_000_000), cpu_op("aten::to", 0, 4_000_100),
+              runtime("cudaDeviceGetStreamPriorityRange", 10, 3_000_000, correlation=None),
+              runtime("cudaFree", 3_000_020, 1_000_000, correlation=None),
+              *launch("k", 4_000_200, 4_000_210, 900_000, correlation=1)]
+    for n, s in ((2, 5_000_000), (3, 5_001_000)):
+        events += [step(n, s, 1000), cpu_op("aten::mm", s, 990), *launch("gemm", s + 1, s + 10, 980, correlation=n)]
+    a = analyze(tmp_path, events)
+    check_partition(a.steps)
+    st = a.steps.set_index("step")
+    assert st.loc[1, "status"] == "initialisation"
+    assert st.loc[1, "status_reason"] == ("one-time device initialisation (cudaDeviceGetStreamPriorityRange 3.00 s, "
+                                          "cudaFree 1.00 s) takes 80% of the step")
+    assert st.loc[1, "verdict"] is None
+    assert a.verdict.verdict == "compute-bound"  # steps 2 and 3: 980 of 1000 us busy
+    assert a.summary()["overall"]["steps_counted"] == 2
+
+
+def test_a_run_of_initialisation_only_has_no_verdict_and_says_what_to_do(tmp_path):
+    events = [step(1, 0, 1_000_000), cpu_op("aten::to", 0, 999_000),
+              runtime("cuInit", 10, 900_000, correlation=None), *launch("k", 900_100, 900_200, 50, correlation=1)]
+    a = analyze(tmp_path, events)
+    assert a.verdict.verdict is None
+    assert "past start-up" in a.verdict.advice
+
+
+@pytest.mark.parametrize("marker", ["ProfilerStep#NaN", "ProfilerStep#-1", "ProfilerStep# 7",
+                                    "ProfilerStep#1234567890123456789", "ProfilerStep#١٢"])
+def test_a_step_marker_whose_number_does_not_parse_is_named(tmp_path, marker):
+    events = _steady(2) + [annotation(marker, 300, 100), cpu_op("aten::mm", 305, 90)]
+    a = analyze(tmp_path, events)
+    assert list(a.steps["step"]) == [1, 2]  # ProfilerStep#١٢ is not step 12
+    (w,) = [w for w in a.warnings if "ProfilerStep# marker" in w]
+    assert "1 ProfilerStep# marker with a number that is not a step number" in w and marker in w
+    assert any("outside every step" in e["reason"] for e in a.summary()["data_quality"])
+
+
+def test_a_zero_length_step_is_incomplete(tmp_path):
+    events = _steady(2) + [step(3, 300, 0), cpu_op("aten::mm", 300, 0)]
+    a = analyze(tmp_path, events)
+    assert a.steps.set_index("step").loc[3, "status_reason"] == "zero length"
+    assert a.summary()["overall"]["steps_counted"] == 2
+
+
+def test_a_trace_of_step_markers_only_has_no_verdict(tmp_path):
+    a = analyze(tmp_path, [step(n + 1, 100 * n, 100) for n in range(3)])
+    assert set(a.steps["status_reason"]) == {"no event recorded inside the step (only its marker)"}
+    assert a.verdict.verdict is None  # not "100% launch-bound"
+
+
+def test_gpu_events_without_launch_records_withhold_a_verdict_they_would_decide(tmp_path):
+    # step [0, 1000): the host runs one op [0, 990); two kernels without launch records (no
+    # correlation id, as with args: null) run [50, 450) and [600, 995).
+    events = [step(1, 0, 1000), cpu_op("aten::mm", 0, 990), kernel("k_a", 50, 400, correlation=None),
+              kernel("k_b", 600, 395, correlation=None)]
+    # GPU busy [50, 450) and [600, 995): compute 795 us. Idle: [0, 50) before k_a (unlinked, other),
+    # [450, 600) before k_b (unlinked, other) = 200 us = 20%, [995, 1000) host wait 5 us.
+    # As recorded: launch 0.5%, other 20% -> compute-bound. Read as launch wait: launch 20.5% < 25%
+    # -> still compute-bound: the verdict stands.
+    a = analyze(tmp_path, events)
+    row = only_row(a)
+    assert row["unlinked_idle_us"] == pytest.approx(200)
+    assert row["status"] == "ok" and row["verdict"] == "compute-bound"
+    # Now the gap decides: k_b starts at 700, so 300 us (30%) of unlinked idle -> launch 30.5% >= 25%.
+    events[-1] = kernel("k_b", 700, 295, correlation=None)
+    a = analyze(tmp_path, events)
+    row = only_row(a)
+    assert row["unlinked_idle_us"] == pytest.approx(300)
+    assert row["status"] == "incomplete" and row["verdict"] is None
+    assert row["status_reason"] == ("30% of the step is GPU idle before GPU events without a launch record: read as "
+                                    "launch wait the step is launch-bound, as a dependency wait compute-bound, and the "
+                                    "trace cannot tell which")
+
+
+def _host(tmp_path, steps_record, events):
+    return analyze(tmp_path, events, **{HOST_STEPS_KEY: {"version": 1, "steps": steps_record}})
+
+
+def test_a_starved_host_is_host_contended_not_compute_bound(tmp_path):
+    # Three 1-second CPU steps, almost all inside operators (compute-bound by the trace alone). The
+    # host record says the training thread ran 200 ms of each second and waited 700 ms for a core.
+    events = []
+    for n in range(3):
+        s = 1_000_000 * n
+        events += [step(n + 1, s, 1_000_000), cpu_op("aten::tiny_op", s + 1000, 998_000)]
+    rec = [{"step": n + 1, "wall_us": 1_000_000, "thread_cpu_us": 200_000, "process_cpu_us": 210_000,
+            "run_queue_us": 700_000} for n in range(3)]
+    a = _host(tmp_path, rec, events)
+    assert a.steps["status"].tolist() == ["host-contended"] * 3
+    assert a.steps["status_reason"].iloc[0] == ("the training thread ran on a CPU for 20% of the step's 1000.0 ms, "
+                                                "waited for a core 70%; no data wait or collective explains the rest")
+    assert a.verdict.verdict is None
+    assert "quieter machine" in a.verdict.advice and "fewer intra-op threads" in a.verdict.advice
+
+
+def test_a_data_wait_explains_low_cpu_time(tmp_path):
+    # 90% of each step in a DataLoader fetch: the thread sleeps on the workers' queue, not starved
+    events = []
+    for n in range(2):
+        s = 1000 * n
+        events += [step(n + 1, s, 1000), dataloader(s, 900), cpu_op("aten::mm", s + 905, 90)]
+    rec = [{"step": n + 1, "wall_us": 1000, "thread_cpu_us": 100, "process_cpu_us": 100, "run_queue_us": 0}
+           for n in range(2)]
+    a = _host(tmp_path, rec, events)
+    assert a.steps["status"].tolist() == ["ok", "ok"]
+    assert a.verdict.verdict == "io-bound"
+
+
+def test_off_cpu_time_without_run_queue_wait_is_not_contention(tmp_path):
+    # the thread blocked voluntarily (a lock, an intra-op pool): off the CPU, but never waiting for a core
+    events = _steady(2)
+    rec = [{"step": n + 1, "wall_us": 100, "thread_cpu_us": 20, "process_cpu_us": 180, "run_queue_us": 1}
+           for n in range(2)]
+    assert _host(tmp_path, rec, events).steps["status"].tolist() == ["ok", "ok"]
