@@ -18,6 +18,7 @@ from pathlib import Path
 from perfscope import __version__
 from perfscope.errors import PerfscopeError
 from perfscope.siblings import import_sibling
+from perfscope.text import safe, safe_lines
 
 EXIT_USAGE = 2  # bad input, as argparse uses
 EXIT_PARTIAL = 3  # outputs written, but some trace files held damage and were left out
@@ -149,7 +150,7 @@ def _finish(analysis, out_dir: Path, open_report: bool = False) -> int:
     damaged = [s for s in analysis.skipped if s.get("damaged")]
     if damaged:
         print(f"perfscope: {len(damaged)} of the trace files could not be read and were left out "
-              f"(first: {damaged[0]['reason']}); the outputs describe the others", file=sys.stderr)
+              f"(first: {safe(damaged[0]['reason'])}); the outputs describe the others", file=sys.stderr)
         return EXIT_PARTIAL
     return 0
 
@@ -220,7 +221,7 @@ def cmd_diff(args) -> int:
     else:
         out = (DEFAULT_OUT_ROOT / f"diff-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.html").resolve()
     try:
-        print(reports.text_diff(a, b, str(args.a), str(args.b)))
+        print(safe_lines(reports.text_diff(a, b, str(args.a), str(args.b))))
         written = reports.write_diff(a, b, out, str(args.a), str(args.b))
     except (KeyError, TypeError, AttributeError) as e:
         raise PerfscopeError(f"malformed summary ({type(e).__name__}: {e})") from None
@@ -307,7 +308,7 @@ def cmd_profile(args, script_args: list[str]) -> int:
 
     if not trace_files:
         if result.error:
-            print(f"perfscope: the script failed before a profiled step was recorded: {result.error}", file=sys.stderr)
+            print(f"perfscope: the script failed before a profiled step was recorded: {safe(result.error)}", file=sys.stderr)
             return result.exit_code or 1
         raise PerfscopeError(
             f"no steps were profiled: the script ran {result.steps_seen} steps, but profiling records steps "
@@ -315,7 +316,7 @@ def cmd_profile(args, script_args: list[str]) -> int:
             "lower --skip-first/--warmup, or mark steps with perfscope.step() if the loop uses no torch optimizer"
         )
     if result.error:
-        print(f"perfscope: the script failed ({result.error}); analyzing the steps captured before it did", file=sys.stderr)
+        print(f"perfscope: the script failed ({safe(result.error)}); analyzing the steps captured before it did", file=sys.stderr)
     # Only this run's traces: the directory may hold older ones from a run with more ranks. When
     # the script failed, ranks may have stopped at different steps: keep the ones all ranks hold.
     analysis = analyze_files(trace_files, run_info=run_info, common_steps_only=result.error is not None)
@@ -354,10 +355,11 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_tune(args, script_args, _open_in_browser)
         return cmd_analyze(args)
     except PerfscopeError as e:
-        print(f"perfscope: error: {e}", file=sys.stderr)
+        print(f"perfscope: error: {safe(e)}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as e:  # missing or unreadable input files
-        print(f"perfscope: error: {e.strerror + ': ' + str(e.filename) if e.filename and e.strerror else e}", file=sys.stderr)
+        print(f"perfscope: error: {safe(e.strerror + ': ' + str(e.filename) if e.filename and e.strerror else e)}",
+              file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("perfscope: interrupted", file=sys.stderr)
@@ -365,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # a bug in perfscope, not the user's mistake: one line, traceback on request
         if os.environ.get("PERFSCOPE_DEBUG"):
             raise
-        print(f"perfscope: internal error: {type(e).__name__}: {e} (set PERFSCOPE_DEBUG=1 to see the traceback, "
+        print(f"perfscope: internal error: {type(e).__name__}: {safe(e)} (set PERFSCOPE_DEBUG=1 to see the traceback, "
               "and please report it)", file=sys.stderr)
         return 1
 

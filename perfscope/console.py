@@ -8,22 +8,13 @@ move the cursor or recolour the terminal.
 
 from __future__ import annotations
 
-import re
-
 from perfscope.analysis.verdict import CLASSES
+from perfscope.text import safe
 
 MAX_ROWS = 24  # beyond this the table shows the first and last steps only
 MAX_WARNINGS = 20  # beyond this stderr says how many more summary.json holds
 # The cost columns add up to 100% of each step; "other" (GPU idle on dependencies) is GPU-only.
 COST_COLUMNS = {"gpu": (*CLASSES, "other"), "cpu": CLASSES}
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def safe(text) -> str:
-    """``text`` with control characters (escape sequences among them) shown as ``?``."""
-    return _CONTROL.sub("?", str(text))
-
-
 def _row(cells: list[str], widths: list[int]) -> str:
     return "  ".join(c.rjust(w) if i < len(cells) - 1 else c for i, (c, w) in enumerate(zip(cells, widths)))
 

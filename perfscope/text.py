@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
+
+# C0 and C1 controls (escape sequences start with one) and the bidi embeddings, overrides and
+# isolates that can make a line read otherwise than it is.
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 _IRREGULAR = {"entry": "entries", "category": "categories", "index": "indices"}
 
@@ -29,3 +34,14 @@ def named(counts: Mapping[str, int] | Iterable[tuple[str, int]], limit: int = 5)
 def _short(name) -> str:
     text = str(name)
     return text if len(text) <= 60 else text[:59] + "…"
+
+
+def safe(text) -> str:
+    """``text`` for a terminal: control characters (escape sequences among them) and bidi
+    controls shown as ``?``, so a file or kernel name cannot move the cursor or reorder a line."""
+    return _UNSAFE.sub("?", str(text))
+
+
+def safe_lines(text: str) -> str:
+    """:func:`safe` for each line of a multi-line text (its newlines kept)."""
+    return "\n".join(safe(line) for line in str(text).split("\n"))

@@ -31,6 +31,7 @@ from perfscope.trace.table import TraceTable
 from reports.palette import BLUE, DARK, GREEN, GREY, ORANGE, PURPLE, SKY, VERMILLION
 
 COLUMNS = 1000
+MAX_STREAM_LANES = 16  # GPU streams drawn as lanes of their own; the others share one lane
 
 # Category tables: (name, colour). A lane's categories index into its table.
 STREAM_CATS = (("compute kernel", GREEN), ("communication kernel", PURPLE), ("host-to-device copy", VERMILLION),
@@ -104,6 +105,29 @@ def _top_level(table: TraceTable, rows: np.ndarray) -> np.ndarray:
     return rows[table.ts_ns[rows] >= reach]
 
 
+def _stream_lanes(table: TraceTable, gpu_rows: np.ndarray, cat: np.ndarray) -> list[Lane]:
+    """One lane per GPU stream, the :data:`MAX_STREAM_LANES` busiest of them; any others share
+    one last lane (a trace with thousands of streams must not draw thousands of lanes)."""
+    pairs = np.stack([table.device[gpu_rows].astype(np.int64), table.stream[gpu_rows]], axis=1)
+    keys, which = np.unique(pairs, axis=0, return_inverse=True) if gpu_rows.size else (np.zeros((0, 2), np.int64), None)
+    if not len(keys):
+        return []
+    which = which.reshape(-1)
+    busy = np.bincount(which, weights=table.dur_ns[gpu_rows], minlength=len(keys))
+    top = set(np.argsort(-busy, kind="stable")[:MAX_STREAM_LANES].tolist())
+    lanes = []
+    for k, (dev, stream) in enumerate(keys.tolist()):
+        if k in top:
+            rows = gpu_rows[which == k]
+            lanes.append(_lane(table, f"GPU {dev} · stream {stream}", STREAM_CATS, "GPU events", rows, cat[rows]))
+    rest = np.flatnonzero(~np.isin(which, list(top)))
+    if rest.size:
+        rows = gpu_rows[rest]
+        n = len(keys) - len(top)
+        lanes.append(_lane(table, f"{n} other streams", STREAM_CATS, "GPU events", rows, cat[rows]))
+    return lanes
+
+
 def prepare(table: TraceTable) -> Prepared:
     launches = launch_times(table)
     windows = find_steps(table, launches)
@@ -131,9 +155,7 @@ def prepare(table: TraceTable) -> Prepared:
     h2d = memcpy & (copy_kind_of_names(table.names)[table.name_id] == CopyKind.HTOD)
     cat = np.where(comm, 1, np.where(kernel, 0, np.where(h2d, 2, 3)))
     gpu_rows = np.flatnonzero(gpu)
-    for dev, stream in sorted({(int(d), int(s)) for d, s in zip(table.device[gpu_rows], table.stream[gpu_rows])}):
-        rows = gpu_rows[(table.device[gpu_rows] == dev) & (table.stream[gpu_rows] == stream)]
-        lanes.append(_lane(table, f"GPU {dev} · stream {stream}", STREAM_CATS, "GPU events", rows, cat[rows]))
+    lanes += _stream_lanes(table, gpu_rows, cat)
 
     if mode == "gpu":
         return Prepared(table, windows, mode, lanes, gpu_sets(table, launches, main), GPU_PARTITION)

@@ -12,6 +12,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _out_of(folder: Path) -> Path:
+    """The output directory of the last :func:`profile_counted` attempt in ``folder``."""
+    return sorted(folder.glob("try*/out"))[-1]
+
+
 def profile(tmp_path: Path, *args: str) -> dict:
     out = tmp_path / "out"
     proc = subprocess.run(
@@ -27,6 +32,27 @@ def profile(tmp_path: Path, *args: str) -> dict:
     return json.loads((out / "summary.json").read_text())
 
 
+MIN_COUNTED = 3  # of the 5 profiled steps
+
+
+def profile_counted(tmp_path: Path, *args: str, attempts: int = 3) -> dict:
+    """Profile until at least :data:`MIN_COUNTED` steps are counted in the verdict.
+
+    On a loaded machine perfscope marks steps whose training thread waited for a core as
+    host-contended and leaves them out (that is the product working); the run is tried again in
+    a quieter moment, and skipped -- saying why -- if the machine starves it every time. Any other
+    reason to leave a step out is a failure.
+    """
+    for k in range(attempts):
+        summary = profile(tmp_path / f"try{k}", *args)
+        statuses = {s["status"] for s in summary["steps"]}
+        assert statuses <= {"ok", "host-contended"}, [s["status_reason"] for s in summary["steps"]]
+        if summary["overall"]["steps_counted"] >= MIN_COUNTED:
+            return summary
+    pytest.skip(f"the machine starved the training thread in {attempts} runs (steps host-contended: "
+                f"{summary['overall']['steps_by_status']}); the example's verdict needs a quieter machine")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "script, verdict",
@@ -37,16 +63,16 @@ def profile(tmp_path: Path, *args: str) -> dict:
     ],
 )
 def test_single_process_examples(tmp_path, script, verdict):
-    summary = profile(tmp_path, script)
+    summary = profile_counted(tmp_path, script)
     assert summary["overall"]["verdict"] == verdict
     assert summary["run"]["script"].endswith(script.split("/")[-1])
     assert summary["run"]["world_size"] == 1
-    assert summary["overall"]["steps_counted"] == 5  # the default --active
+    assert summary["overall"]["steps_total"] == 5  # the default --active
 
 
 @pytest.mark.slow
 def test_comm_example_two_ranks(tmp_path):
-    summary = profile(tmp_path, "--nproc-per-node", "2", "examples/comm_bound.py")
+    summary = profile_counted(tmp_path, "--nproc-per-node", "2", "examples/comm_bound.py")
     assert summary["overall"]["verdict"] == "comm-bound"
     assert sorted({s["rank"] for s in summary["steps"]}) == [0, 1]
     assert summary["run"]["world_size"] == 2
@@ -60,8 +86,8 @@ def test_io_example_workers_cut_step_time(tmp_path):
     leaves room for a noisy machine. Shares are not compared: on a loaded machine the compute of
     either run can stretch, moving shares more than the workers do.
     """
-    base = profile(tmp_path / "w0", "examples/io_bound.py", "--active", "8")
-    more = profile(tmp_path / "w4", "examples/io_bound.py", "--active", "8", "--", "--num-workers", "4")
+    base = profile_counted(tmp_path / "w0", "examples/io_bound.py", "--active", "8")
+    more = profile_counted(tmp_path / "w4", "examples/io_bound.py", "--active", "8", "--", "--num-workers", "4")
     assert more["run"]["args"] == ["--num-workers", "4"]
     assert base["overall"]["verdict"] == "io-bound"
     assert more["overall"]["mean_step_time_us"] < 0.6 * base["overall"]["mean_step_time_us"]
@@ -70,10 +96,11 @@ def test_io_example_workers_cut_step_time(tmp_path):
 @pytest.mark.slow
 def test_diff_of_two_io_runs(tmp_path):
     """`perfscope diff` on the io example with num_workers 0 and 2: the before/after the tuner uses."""
-    before = profile(tmp_path / "w0", "examples/io_bound.py")
-    after = profile(tmp_path / "w2", "examples/io_bound.py", "--", "--num-workers", "2")
+    before = profile_counted(tmp_path / "w0", "examples/io_bound.py")
+    after = profile_counted(tmp_path / "w2", "examples/io_bound.py", "--", "--num-workers", "2")
+    a_out, b_out = _out_of(tmp_path / "w0"), _out_of(tmp_path / "w2")
     proc = subprocess.run(
-        [sys.executable, "-m", "perfscope", "diff", str(tmp_path / "w0" / "out"), str(tmp_path / "w2" / "out"),
+        [sys.executable, "-m", "perfscope", "diff", str(a_out), str(b_out),
          "--out", str(tmp_path / "diff.html")],
         cwd=ROOT, capture_output=True, text=True, timeout=120,
     )

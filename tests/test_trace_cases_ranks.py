@@ -89,8 +89,9 @@ def test_a_rank_taken_from_the_file_name_is_said(tmp_path):
     assert any("rank0.json: no usable rank in distributedInfo; rank 0 taken from the file name" in w for w in a.warnings)
 
 
-@pytest.mark.parametrize("rank, why", [(-1, "not a whole number >= 0"), (True, "not a whole number >= 0"),
-                                       (5, "out of range for world size 2"), ("3", "not a whole number >= 0")])
+@pytest.mark.parametrize("rank, why", [(-1, "not a whole number from 0"), (True, "not a whole number from 0"),
+                                       (5, "out of range for world size 2"), ("3", "not a whole number from 0"),
+                                       (10**12, "not a whole number from 0")])
 def test_a_rank_that_is_not_a_rank_is_refused(tmp_path, rank, why):
     path = write_trace(tmp_path / "worker.json", [step(1, 0, 100), cpu_op("aten::mm", 0, 90)],
                        distributedInfo={"rank": rank, "world_size": 2})
@@ -131,3 +132,79 @@ def test_one_bad_file_does_not_stop_a_directory(tmp_path):
     (skipped,) = a.skipped
     assert skipped["damaged"] and f"rank1.json:1:{col}: invalid JSON that cannot be repaired" in skipped["reason"]
     assert any(w.startswith("skipped ") and "rank1.json" in w for w in a.warnings)
+
+
+def test_a_file_that_breaks_perfscope_is_skipped_in_a_directory_and_named(tmp_path, monkeypatch):
+    import perfscope.analysis.run as run
+
+    d = tmp_path / "run"
+    d.mkdir()
+    _rank(d / "rank0.json", 0, BASE, 3_000)
+    _rank(d / "rank1.json", 1, BASE, 3_000)
+    real = run.build_table
+
+    def build(raw):  # a bug of perfscope's, simulated on one file
+        if raw.path.name == "rank1.json":
+            raise OverflowError("simulated")
+        return real(raw)
+
+    monkeypatch.setattr(run, "build_table", build)
+    a = perfscope.analyze(d)
+    assert [t["rank"] for t in a.traces] == [0]
+    (skipped,) = a.skipped
+    assert skipped["damaged"] and "internal error: OverflowError: simulated; please report it" in skipped["reason"]
+    with pytest.raises(OverflowError):  # a single file is not skipped: the error reaches the caller
+        perfscope.analyze(d / "rank1.json")
+
+
+def test_clocks_that_disagree_give_the_straggler_from_collective_waits(tmp_path):
+    # rank 1's file lacks its base time: its ts cannot be placed on rank 0's clock (they differ by
+    # 1.7e18 ns). Rank 0 computes 3 ms and rank 1 6 ms before the all-reduce that ends for both at
+    # s + 9000: rank 0's all-reduce lasts 5990 us, rank 1's 2990 us. Rank 1 waits least: the straggler.
+    d = tmp_path / "run"
+    d.mkdir()
+    _rank(d / "rank0.json", 0, BASE, 3_000)
+    events = []
+    for n in range(2):
+        s = 10_000 * n
+        events += [step(n + 1, s, 10_000), cpu_op("aten::mm", s, 9_500),
+                   *launch("gemm", s + 1, s + 10, 6_000, correlation=10 * n + 1),
+                   *launch(NCCL_NEW, s + 2, s + 6_010, 9_000 - 6_010, correlation=10 * n + 2, stream=20)]
+    write_trace(d / "rank1.json", events, distributedInfo={"rank": 1, "world_size": 2})  # no baseTimeNanoseconds
+    a = perfscope.analyze(d)
+    st = a.details["straggler"]
+    assert a.details["clocks_agree"] is False
+    assert st["rank"] == 1 and st["basis"] == "collective waits" and st["median_late_us"] is None
+    assert st["median_others_wait_us"] == pytest.approx(3000)  # 5990 - 2990
+    assert any("clocks do not agree" in w for w in a.warnings)
+    assert all(r["median_late_us"] is None for r in a.details["ranks"])
+
+
+def test_a_rank_missing_from_the_job_is_noted(tmp_path):
+    d = tmp_path / "run"
+    d.mkdir()
+    _rank(d / "rank0.json", 0, BASE, 3_000, world=8)
+    _rank(d / "rank1.json", 1, BASE, 3_000, world=8)
+    a = perfscope.analyze(d)
+    assert any("2 of the job's 8 ranks were analyzed (ranks 0, 1)" in n for n in a.notes)
+
+
+def test_a_trace_without_gpu_activity_in_a_gpu_run_gets_no_verdict(tmp_path):
+    d = tmp_path / "run"
+    d.mkdir()
+    _rank(d / "rank0.json", 0, BASE, 3_000)
+    write_trace(d / "rank1.json", [step(1, 0, 10_000), cpu_op("aten::mm", 0, 9_000), step(2, 10_000, 10_000),
+                                   cpu_op("aten::mm", 10_000, 9_000)],
+                baseTimeNanoseconds=BASE, distributedInfo={"rank": 1, "world_size": 2})
+    a = perfscope.analyze(d)
+    assert a.steps[a.steps["rank"] == 1]["status"].tolist() == ["incomplete", "incomplete"]
+    assert a.steps[a.steps["rank"] == 0]["status"].tolist() == ["ok", "ok"]
+    assert any("rank1.json: this trace holds no GPU activity while the other traces of the run do" in w for w in a.warnings)
+
+
+def test_a_file_name_that_contradicts_distributed_info_is_said(tmp_path):
+    path = write_trace(tmp_path / "rank0.json", [step(1, 0, 100), cpu_op("aten::mm", 0, 90)],
+                       distributedInfo={"rank": 1, "world_size": 2})
+    a = perfscope.analyze(path)
+    assert a.traces[0]["rank"] == 1
+    assert any("the file name says rank 0, distributedInfo says rank 1; used distributedInfo" in w for w in a.warnings)

@@ -41,7 +41,7 @@ def test_unquoted_na_value_is_read_as_null_and_every_event_kept(tmp_path):
     assert row["compute_us"] == pytest.approx(70)  # 60 + 10
     (entry,) = _quality(a, "repaired")
     assert entry["count"] == 1 and entry["unit"] == "value"
-    assert any(w.startswith("t.json: 1 value repaired: N/A, NaN or Infinity") for w in a.warnings)
+    assert any(w.startswith("t.json: 1 value repaired: N/A, NaN, Infinity or a number too large") for w in a.warnings)
     assert not any("truncated" in w for w in a.warnings)
 
 
@@ -74,7 +74,8 @@ def test_latin1_bytes_in_a_kernel_name_are_read_as_latin1(tmp_path):
     a = perfscope.analyze(_write(tmp_path, data))
     assert "k2 10µs" in set(a.tables[next(iter(a.tables))].names)
     assert a.details["top_kernels"][1]["name"] == "k2 10µs"
-    assert _quality(a, "repaired")[0]["count"] == 1
+    (entry,) = _quality(a, "repaired")
+    assert entry["count"] == 1 and entry["examples"] == {"k2 10µs": 1}  # the string, as repaired
 
 
 def test_non_standard_numbers_keep_the_header(tmp_path):

@@ -208,6 +208,7 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
         "straggler": straggler,
         "collectives_matched": skew["matched"],
         "collectives_unmatched": skew["unmatched"],
+        "clocks_agree": skew["clocks_agree"],
         "slowest_rank": slowest,
         "advice": {c: advice_for(c, mode, facts) for c in CLASSES},
         "facts": dict(facts or {}),

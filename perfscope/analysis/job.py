@@ -55,6 +55,34 @@ def assign_ranks(rank_traces: list[RankTrace], warnings: list[str]) -> list[int]
     return ranks
 
 
+def mark_cpu_ranks_of_a_gpu_run(rank_traces: list[RankTrace], warnings: list[str]) -> None:
+    """A trace without GPU activity in a run whose other traces have it: its steps are
+    incomplete (profiled without CUDA activity, or its GPU events were lost), not a CPU-only
+    rank to classify beside GPU ones."""
+    if not any(rt.mode == "gpu" for rt in rank_traces):
+        return
+    from perfscope.analysis import evidence as ev
+
+    why = "this trace holds no GPU activity while the other traces of the run do (profiled without CUDA, or lost)"
+    for rt in rank_traces:
+        if rt.mode == "cpu":
+            warnings.append(f"{_file(rt)}: {why}; its steps get no verdict")
+            keep = rt.evidence.status == ev.OK
+            rt.evidence.status[keep] = ev.INCOMPLETE
+            rt.evidence.reason[keep] = why
+
+
+def missing_ranks(rank_traces: list[RankTrace], ranks: list[int]) -> list[str]:
+    """A note when the job's world size says more ranks ran than were analyzed."""
+    world = max((rt.table.world_size for rt in rank_traces if rt.table.world_size), default=None)
+    have = sorted(set(ranks))
+    if world is None or len(have) >= world:
+        return []
+    shown = ", ".join(map(str, have[:8])) + (", ..." if len(have) > 8 else "")
+    return [f"{len(have)} of the job's {world} ranks were analyzed (ranks {shown}): comparisons between ranks, the "
+            "straggler among them, cover those only"]
+
+
 def check_markers(rank_traces: list[RankTrace], ranks: list[int]) -> None:
     """Either every rank has ``ProfilerStep#`` markers or none has.
 

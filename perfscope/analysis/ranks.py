@@ -17,6 +17,12 @@ collective *c*:
 Per rank and step these are summed over the step's collectives. The **straggler** of a step is the
 rank with the largest summed lateness (the one the others wait for); the run's straggler is the
 rank that is the step's straggler most often (ties: the larger total lateness).
+
+The clocks are checked first: every rank is inside a collective at once at some moment, so no
+rank can arrive after another has finished. When that fails for half of the matched collectives
+or more (a file without its base time, nodes whose clocks drift apart), arrivals are not compared:
+lateness is not reported and the straggler is the rank that waits least in the collectives (it is
+the one the others wait for), which needs durations only.
 """
 
 from __future__ import annotations
@@ -33,6 +39,10 @@ if TYPE_CHECKING:
     from perfscope.analysis.run import RankTrace
 
 _NS_PER_US = 1000.0
+# How far a rank may seem to arrive after another finished before the clocks count as disagreeing:
+# NTP keeps nodes within about a millisecond; plus a tenth of the collective's length.
+CLOCK_SLACK_NS = 1_000_000
+CLOCK_SLACK_SHARE = 0.1
 
 
 def _collectives(rt: RankTrace, rank: int, counted: set) -> pd.DataFrame:
@@ -73,7 +83,7 @@ def collective_skew(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Da
         if counted:
             parts.append(_collectives(rt, rank, counted))
     empty = {"per_rank_step": pd.DataFrame(columns=["rank", "step", "late_us", "wait_us", "collectives"]),
-             "straggler": None, "matched": 0, "unmatched": 0}
+             "straggler": None, "matched": 0, "unmatched": 0, "clocks_agree": None}
     if not parts:
         return empty
     df = pd.concat(parts, ignore_index=True)
@@ -89,24 +99,46 @@ def collective_skew(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Da
     g = matched.groupby(key)
     matched["late_us"] = (matched["arrival_ns"] - g["arrival_ns"].transform("min")) / _NS_PER_US
     matched["wait_us"] = (matched["dur_ns"] - g["dur_ns"].transform("min")) / _NS_PER_US
+    clocks_agree = _clocks_agree(matched, key)
     per = (matched.groupby(["rank", "step"])
            .agg(late_us=("late_us", "sum"), wait_us=("wait_us", "sum"), collectives=("late_us", "size"))
            .reset_index())
-    # The step's straggler: largest summed lateness (stable: the lower rank on a tie).
-    last = per.sort_values(["step", "late_us", "rank"], ascending=[True, False, True]).groupby("step").head(1)
+    if clocks_agree:
+        # The step's straggler: largest summed lateness (stable: the lower rank on a tie).
+        last = per.sort_values(["step", "late_us", "rank"], ascending=[True, False, True]).groupby("step").head(1)
+        score = per.groupby("rank")["late_us"].sum()
+    else:
+        per["late_us"] = np.nan  # arrivals on clocks that disagree mean nothing
+        last = per.sort_values(["step", "wait_us", "rank"], ascending=[True, True, True]).groupby("step").head(1)
+        score = -per.groupby("rank")["wait_us"].sum()
+    spread = per["late_us"] if clocks_agree else per["wait_us"]
+    if not (spread > 0).any():  # every rank arrived together (or nobody waited): no straggler
+        return {"per_rank_step": per, "straggler": None, "matched": int(g.ngroups), "unmatched": unmatched,
+                "clocks_agree": clocks_agree}
     times = last["rank"].value_counts()
-    total_late = per.groupby("rank")["late_us"].sum()
-    best = max(times.index, key=lambda r: (int(times[r]), float(total_late[r]), -int(r)))
+    best = max(times.index, key=lambda r: (int(times[r]), float(score[r]), -int(r)))
     mine = per[per["rank"] == best]
     others = per[per["rank"] != best]
     straggler = {
         "rank": int(best),
+        "basis": "arrival" if clocks_agree else "collective waits",
         "steps_last": int(times[best]),
         "steps": int(per["step"].nunique()),
-        "median_late_us": float(mine["late_us"].median()),
+        "median_late_us": float(mine["late_us"].median()) if clocks_agree else None,
         "median_others_wait_us": float(others.groupby("step")["wait_us"].median().median()) if len(others) else 0.0,
     }
-    return {"per_rank_step": per, "straggler": straggler, "matched": int(g.ngroups), "unmatched": unmatched}
+    return {"per_rank_step": per, "straggler": straggler, "matched": int(g.ngroups), "unmatched": unmatched,
+            "clocks_agree": clocks_agree}
+
+
+def _clocks_agree(matched: pd.DataFrame, key: list[str]) -> bool:
+    """Whether, in most matched collectives, no rank arrives after another rank has finished."""
+    ends = matched["arrival_ns"] + matched["dur_ns"]
+    g = matched.assign(_end=ends).groupby(key)
+    last_arrival = g["arrival_ns"].max()
+    first_end = g["_end"].min()
+    slack = CLOCK_SLACK_NS + CLOCK_SLACK_SHARE * g["dur_ns"].max()
+    return bool((last_arrival <= first_end + slack).mean() >= 0.5)
 
 
 def rank_rows(frame: pd.DataFrame, mode: str, skew: dict) -> tuple[list[dict], int | None]:
@@ -130,7 +162,7 @@ def rank_rows(frame: pd.DataFrame, mode: str, skew: dict) -> tuple[list[dict], i
             "median_compute_us": float(g[compute].median()),
             "median_comm_us": float(g["comm_us"].median()) if "comm_us" in g else 0.0,
             "wait_for_slowest_us": float(g["_wait"].median()),
-            "median_late_us": float(mine["late_us"].median()) if len(mine) else None,
+            "median_late_us": float(mine["late_us"].median()) if len(mine) and mine["late_us"].notna().any() else None,
             "median_collective_wait_us": float(mine["wait_us"].median()) if len(mine) else None,
         })
     slowest = max(rows, key=lambda r: r["median_compute_us"])["rank"] if len(rows) > 1 else None

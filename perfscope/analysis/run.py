@@ -216,6 +216,8 @@ def analyze_tables(
             notes.append(f"{rt.table.worker}: {NO_MARKERS_NOTE}")
     ranks = job.assign_ranks(rank_traces, warnings)
     job.check_markers(rank_traces, ranks)
+    job.mark_cpu_ranks_of_a_gpu_run(rank_traces, warnings)
+    notes.extend(job.missing_ranks(rank_traces, ranks))
     frame = pd.concat([_rank_frame(rt, r) for rt, r in zip(rank_traces, ranks)], ignore_index=True)
     if rank_traces[0].has_markers:
         frame = job.check_steps(frame, common_steps_only, notes)
@@ -240,6 +242,10 @@ def analyze_tables(
     else:
         rv = verdict_of_none(frame, [rt.evidence.run_reason for rt in rank_traces])
     details = build_details(rank_traces, ranks, frame.loc[counted], mode, facts)
+    if details.get("clocks_agree") is False:
+        warnings.append("the ranks' clocks do not agree (in most collectives a rank seems to arrive after another has "
+                        "finished: a trace without its base time, or node clocks apart): arrivals are not compared, the "
+                        "straggler is the rank that waits least in collectives")
     tables_by_path = {str(Path(t.path).resolve()): t for t in tables if t.path is not None}
     traces = [_trace_facts(rt, r) for rt, r in zip(rank_traces, ranks)]
     return Analysis(frame, rv, mode, traces, notes, warnings, dict(run_info or {}), details, [], tables_by_path)

@@ -49,7 +49,8 @@ class StepWindows:
         gpu_step: For every event row, index of the step that launched it (GPU rows) or -1.
         has_markers: False when the trace had no ``ProfilerStep#`` markers.
         warnings: Problems with the markers: repeated step numbers, overlapping steps, markers
-            whose number does not parse.
+            whose number does not parse, markers on another thread.
+        overlapping: Per step, its range overlaps another step's (its evidence is incomplete).
     """
 
     step: np.ndarray
@@ -63,6 +64,11 @@ class StepWindows:
     gpu_step: np.ndarray
     has_markers: bool
     warnings: list[str] = field(default_factory=list)
+    overlapping: np.ndarray | None = None
+
+    def __post_init__(self):
+        if self.overlapping is None:
+            self.overlapping = np.zeros(self.step.shape[0], dtype=bool)
 
     def __len__(self) -> int:
         return int(self.step.shape[0])
@@ -88,12 +94,25 @@ class Launches(NamedTuple):
     end_ns: np.ndarray
 
 
+def shared_correlation_calls(table: TraceTable) -> np.ndarray:
+    """Runtime call rows whose correlation id another runtime call also has: which of them
+    launched a GPU event with that id cannot be told."""
+    rt = np.flatnonzero((table.kind == EventKind.RUNTIME) & (table.correlation >= 0))
+    ids, counts = np.unique(table.correlation[rt], return_counts=True)
+    return rt[np.isin(table.correlation[rt], ids[counts > 1])]
+
+
 def launch_times(table: TraceTable) -> Launches:
-    """The launching runtime call of every GPU event row (see :class:`Launches`)."""
+    """The launching runtime call of every GPU event row (see :class:`Launches`).
+
+    A correlation id that several runtime calls share links none of them: their GPU events count
+    as having no launch record (:func:`shared_correlation_calls`).
+    """
     start = np.full(table.n_events, -1, dtype=np.int64)
     end = np.full(table.n_events, -1, dtype=np.int64)
     gpu_rows = np.flatnonzero(table.mask(*GPU_KINDS))
     rt = np.flatnonzero((table.kind == EventKind.RUNTIME) & (table.correlation >= 0))
+    rt = rt[~np.isin(rt, shared_correlation_calls(table))]
     if rt.size == 0 or gpu_rows.size == 0:
         return Launches(start, end)
     order = np.argsort(table.correlation[rt], kind="stable")
@@ -124,9 +143,15 @@ def find_steps(table: TraceTable, launches: Launches) -> StepWindows:
     bad_rows = np.flatnonzero(cpu_side & (step_no_by_name[table.name_id] == -2))
     if bad_rows.size:
         warnings.append(f"{plural(int(bad_rows.size), 'ProfilerStep# marker')} with a number that is not a step number "
-                        f"(1 to 18 digits 0-9) ignored: {named(Counter(table.name_of(bad_rows)))}; their time is outside every step")
+                        f"(1 to 18 digits 0-9, no leading zero) ignored: {named(Counter(table.name_of(bad_rows)))}; their time is outside every step")
     step_rows = np.flatnonzero(cpu_side & (step_no_by_name[table.name_id] >= 0))
     main = main_thread_of(table, step_rows)
+    elsewhere = step_rows[table.thread_id[step_rows] != main]
+    if elsewhere.size:
+        # prof.step() runs on the training loop's thread: markers on another thread are not its steps.
+        warnings.append(f"{plural(int(elsewhere.size), 'ProfilerStep# marker')} on another thread than the training "
+                        f"loop's ignored: {named(Counter(table.name_of(elsewhere)))}")
+        step_rows = step_rows[table.thread_id[step_rows] == main]
     if step_rows.size:
         # Keep one range per step number (a repeated marker keeps the earliest), ordered by time.
         step_rows = step_rows[np.argsort(table.ts_ns[step_rows], kind="stable")]
@@ -169,12 +194,15 @@ def find_steps(table: TraceTable, launches: Launches) -> StepWindows:
         k = int(np.argmax(overlap))
         warnings.append(f"{int((overlap > 0).sum())} step ranges overlap the next one (most: step {step[k]} by "
                         f"{overlap[k] / 1000:.1f} us); each window ends where the next step starts")
+    # A step overlapping another (a nested or interleaved marker) has no window of its own to measure.
+    reach = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(cpu_end)[:-1]])
+    overlapping = (cpu_end > next_start) | (cpu_start < reach)
     end = np.minimum(np.maximum(cpu_end, gpu_end), next_start)
     complete = np.ones(n, dtype=bool)
     if has_markers and n >= 2:
         complete[-1] = not _last_step_cut_off(table, cpu_start, cpu_end)
     return StepWindows(step, cpu_start, cpu_end, gpu_end, cpu_start.copy(), end, complete, main, gpu_step,
-                       has_markers, warnings)
+                       has_markers, warnings, overlapping)
 
 
 def _last_step_cut_off(table: TraceTable, cpu_start: np.ndarray, cpu_end: np.ndarray) -> bool:

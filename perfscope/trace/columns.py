@@ -8,6 +8,8 @@ data-quality record can count them.
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pandas as pd
 
@@ -65,18 +67,23 @@ def int_column(values: list, *, upper: int = _I64_MAX) -> tuple[np.ndarray, int]
     return out, bad
 
 
-def id_column(values: list) -> np.ndarray:
+def id_column(values: list) -> tuple[np.ndarray, int]:
     """Identifiers that need only equality (correlation ids) as int64 codes >= 0, -1 when absent.
 
     Values that fit int64 are kept as they are; when some do not (u64 ids past 2**63), every
-    distinct value is given a dense code instead, which keeps equality and never fails.
+    distinct integer is given a dense code instead, which keeps equality and never fails.
+
+    Returns:
+        ``(column, unusable)``: how many present values were not integers (a float such as 1.5, a
+        string), which become -1.
     """
     col, bad = int_column(values)
     if not bad:
-        return col
-    present = [v if (type(v) is int or type(v) is str) else None for v in values]
+        return col, 0
+    present = [v if type(v) is int else (int(v) if type(v) is float and v.is_integer() else None) for v in values]
+    unusable = sum(1 for v, p in zip(values, present) if v is not None and p is None)
     codes, _ = pd.factorize(pd.Series(present, dtype=object), use_na_sentinel=True)
-    return codes.astype(np.int64)
+    return codes.astype(np.int64), unusable
 
 
 def stream_of_tid(tid) -> int:
@@ -90,6 +97,14 @@ def stream_of_tid(tid) -> int:
 def device_of_pid(pid) -> int:
     """GPU index from a 2021 GPU event's ``pid``; -1 when it is not a plausible index."""
     return pid if type(pid) is int and 0 <= pid <= _I32_MAX else NO_ID
+
+
+def fingerprint(event: dict) -> str:
+    """A text equal for two events exactly when every field (``args`` included) is equal."""
+    try:
+        return json.dumps(event, sort_keys=True, separators=(",", ":"))
+    except (TypeError, ValueError):  # keys that do not sort: not from a JSON file, compare as written
+        return repr(event)
 
 
 def factorize_text(values: list) -> tuple[np.ndarray, np.ndarray]:

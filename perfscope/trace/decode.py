@@ -16,6 +16,7 @@ The strict parse (orjson) is tried first. When it fails:
 from __future__ import annotations
 
 import re
+from collections import Counter
 from dataclasses import dataclass, field
 
 import orjson
@@ -78,7 +79,9 @@ def _byte_pos(err: orjson.JSONDecodeError) -> int:
 
 
 def _is_truncation(err: orjson.JSONDecodeError, text: bytes) -> bool:
-    """The parser ran out of input: the text ends inside a value."""
+    """The parser ran out of input: the text ends inside a value (of a text that starts as JSON)."""
+    if text.lstrip()[:1] not in (b"{", b"["):
+        return False
     if err.msg.startswith(_END_OF_DATA):
         return True
     # A cut inside a literal (``tr`` of ``true``) fails on its first character near the end.
@@ -150,17 +153,43 @@ def _map_back(pos: int, cuts: list[tuple[int, int]]) -> int:
     return pos + shift
 
 
+def _last_element_end(text: bytes, body_start: int) -> int:
+    """End offset of the last complete element of the array whose body starts at ``body_start``
+    (-1 when none is complete): a scan of strings and brackets, for cuts the quick tries miss."""
+    depth, last = 0, -1
+    for m in _STRUCT.finditer(text, body_start):
+        c = text[m.start()]
+        if c == 0x22:
+            continue
+        if c in (0x5B, 0x7B):
+            depth += 1
+        else:
+            depth -= 1
+            if depth == 0:
+                last = m.end()
+            elif depth < 0:  # the array itself closed
+                break
+    return last
+
+
 def _recover_truncated(name: str, text: bytes) -> tuple[dict, int, int]:
-    """Parse the complete events of a JSON trace that ends early."""
+    """Parse the complete events of a JSON trace that ends early: (header and events, events
+    kept, bytes lost after them).
+
+    Raises:
+        TraceDamagedError: a trace with no complete event to recover.
+        TraceFormatError: no traceEvents in the text (not a trace).
+    """
     start = text.find(b'"traceEvents"')
     if start < 0:
-        raise TraceFormatError(f"{name}: truncated or invalid JSON with no traceEvents to recover")
+        raise TraceFormatError(f"{name}: truncated JSON with no traceEvents: not a trace, or cut before its events")
     head = text[:start]
     bracket = text.find(b"[", start)
     if bracket < 0:
-        raise TraceFormatError(f"{name}: truncated before its first event")
+        raise TraceDamagedError(f"{name}: truncated before its first event")
     body_start = bracket + 1
-    # Try cutting after the last few object ends; Kineto writes one event per line.
+    events, cut = None, -1
+    # Quick tries: cut after the last few object ends (Kineto writes one event per line) ...
     end = len(text)
     for _ in range(64):
         cut = text.rfind(b"}", body_start, end)
@@ -168,19 +197,28 @@ def _recover_truncated(name: str, text: bytes) -> tuple[dict, int, int]:
             break
         try:
             events = orjson.loads(b"[" + text[body_start : cut + 1] + b"]")
+            break
         except orjson.JSONDecodeError:
             end = cut
-            continue
-        try:
-            # The header before traceEvents ends with a comma; close it as an object.
-            meta = orjson.loads(head.rstrip().rstrip(b",") + b"}")
-        except orjson.JSONDecodeError:
-            meta = {}
-        if not isinstance(meta, dict):
-            meta = {}
-        meta["traceEvents"] = events
-        return meta, len(events), len(text) - (cut + 1)
-    raise TraceFormatError(f"{name}: truncated JSON and no complete events could be recovered")
+    if events is None:
+        # ... else a scan for where the last complete event ends (one cut inside a long event).
+        cut = _last_element_end(text, body_start) - 1
+        if cut >= body_start:
+            try:
+                events = orjson.loads(b"[" + text[body_start : cut + 1] + b"]")
+            except orjson.JSONDecodeError:
+                events = None
+    if events is None:
+        raise TraceDamagedError(f"{name}: truncated, and no complete event before the cut could be recovered")
+    try:
+        # The header before traceEvents ends with a comma; close it as an object.
+        meta = orjson.loads(head.rstrip().rstrip(b",") + b"}")
+    except orjson.JSONDecodeError:
+        meta = {}
+    if not isinstance(meta, dict):
+        meta = {}
+    meta["traceEvents"] = events
+    return meta, len(events), len(text) - (cut + 1)
 
 
 def _damage(path_text: str, original: bytes, pos: int, msg: str) -> TraceFormatError:
@@ -217,7 +255,7 @@ def decode_json(path_text: str, name: str, text: bytes) -> Decoded:
     repaired = repair_json(stripped)
     for kind, n in repaired.counts.items():
         reason, unit = WORDING[kind]
-        q.add(REPAIRED, reason, n, unit=unit)
+        q.add(REPAIRED, reason, n, Counter(repaired.examples.get(kind, [])) or None, unit=unit)
     work = repaired.text
     cuts: list[tuple[int, int]] = []
     for attempt in range(2):

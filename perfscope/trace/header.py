@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from perfscope import host_steps
 from perfscope.host_steps import HOST_STEPS_KEY
 from perfscope.trace.columns import is_number
-from perfscope.trace.quality import DataQuality
 from perfscope.trace.reader import RawTrace
 
 _RANK_IN_NAME = re.compile(r"(?:^|[^a-z])rank[-_]?([0-9]{1,9})(?:[^0-9]|$)", re.IGNORECASE)
+_MAX_RANK = 2**31 - 1  # torch.distributed ranks are 32-bit
 _MAX_BASE_NS = 2**62  # ~146 years past the epoch: beyond, a base time is not a clock reading
 
 
@@ -50,7 +50,7 @@ def _whole(v) -> bool:
     return type(v) is int
 
 
-def read_header(raw: RawTrace, quality: DataQuality) -> Header:
+def read_header(raw: RawTrace) -> Header:
     """Read and check the header of ``raw`` (warnings name the file)."""
     data, name = raw.data, raw.path.name
     h = Header()
@@ -72,16 +72,19 @@ def read_header(raw: RawTrace, quality: DataQuality) -> Header:
             h.warnings.append(f"{name}: distributedInfo.world_size {str(world)[:40]!r} is not a positive whole number; ignored")
     rank = h.distributed_info.get("rank")
     if rank is not None:
-        if not _whole(rank) or rank < 0:
-            h.warnings.append(f"{name}: distributedInfo.rank {str(rank)[:40]!r} is not a whole number >= 0; ignored")
+        if not _whole(rank) or rank < 0 or rank > _MAX_RANK:
+            h.warnings.append(f"{name}: distributedInfo.rank {str(rank)[:40]!r} is not a whole number from 0 to "
+                              f"{_MAX_RANK}; ignored")
         elif h.world_size is not None and rank >= h.world_size:
             h.warnings.append(f"{name}: distributedInfo.rank {rank} is out of range for world size {h.world_size}; ignored")
         else:
             h.rank, h.rank_source = rank, "distributedInfo"
-    if h.rank is None:
-        m = _RANK_IN_NAME.search(raw.worker)
-        if m:  # the job check warns about it where ranks are compared (analysis/job.py)
-            h.rank, h.rank_source = int(m.group(1)), "file name"
+    m = _RANK_IN_NAME.search(raw.worker)
+    if h.rank is None and m:  # the job check warns about it where ranks are compared (analysis/job.py)
+        h.rank, h.rank_source = int(m.group(1)), "file name"
+    elif m and int(m.group(1)) != h.rank:
+        h.warnings.append(f"{name}: the file name says rank {int(m.group(1))}, distributedInfo says rank {h.rank}; "
+                          "used distributedInfo")
     h.device_properties = _devices(data, name, h.warnings)
     h.host_steps = _host_steps(data.get(HOST_STEPS_KEY), name, h.warnings)
     return h

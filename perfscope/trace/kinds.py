@@ -103,8 +103,9 @@ def is_dma_name(names: np.ndarray) -> np.ndarray:
 _COMM_KERNEL_RE = re.compile(r"nccl|rccl", re.IGNORECASE)
 # Collective record functions as PyTorch names them: nccl:all_reduce, gloo:all_reduce, ...
 _COLLECTIVE_RANGE_RE = re.compile(r"^(nccl|gloo|mpi|ucc|xccl|rccl):", re.IGNORECASE)
-# ASCII digits only (``\d`` would read Arabic-Indic digits as a number), at most 18: fits int64.
-_STEP_RE = re.compile(r"^ProfilerStep#([0-9]{1,18})$")
+# ASCII digits only (``\d`` would read Arabic-Indic digits as a number), at most 18 (fits int64),
+# no leading zero: torch writes ``ProfilerStep#7``, never ``#07``.
+_STEP_RE = re.compile(r"^ProfilerStep#(0|[1-9][0-9]{0,17})$")
 _STEP_LIKE_RE = re.compile(r"^ProfilerStep#")
 _DATALOADER_RE = re.compile(r"DataLoader.*__next__|DataLoaderIter.*__next__")
 _OPTIMIZER_STEP_RE = re.compile(r"^Optimizer\.step#")
@@ -133,8 +134,8 @@ def is_optimizer_step_range(names: np.ndarray) -> np.ndarray:
 def profiler_step_numbers(names: np.ndarray) -> np.ndarray:
     """Step number of ``ProfilerStep#N`` names, -1 for every other name (int64).
 
-    ``N`` must be 1 to 18 ASCII digits; a marker with anything else after the ``#`` is -2 (a step
-    marker whose number does not parse, which the analysis reports).
+    ``N`` must be 1 to 18 ASCII digits without a leading zero; a marker with anything else after
+    the ``#`` is -2 (a step marker whose number does not parse, which the analysis reports).
     """
     out = np.full(len(names), -1, dtype=np.int64)
     for i, n in enumerate(names):

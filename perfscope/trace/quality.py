@@ -103,17 +103,18 @@ class DataQuality:
         return [e.to_dict() for e in self.entries]
 
 
-def duplicate_rows(keys: list[np.ndarray], same) -> np.ndarray:
+def duplicate_rows(keys: list[np.ndarray], fingerprint) -> np.ndarray:
     """Rows that repeat an earlier row exactly.
 
     Args:
         keys: Columns (equal length) that two copies of an event share; rows equal in all of them
             are candidates.
-        same: ``same(i, j)`` tells whether candidate rows ``i`` and ``j`` are the same event in
-            every field (called only for candidates, so it may be slow).
+        fingerprint: ``fingerprint(i)`` is a hashable value equal for two rows exactly when they
+            are the same event in every field; called only for candidates, so it may be slow.
 
     Returns:
-        Indices of the later copies (int64, sorted).
+        Indices of the later copies (int64, sorted). Linear after one sort: candidates are
+        grouped by fingerprint, never compared pairwise.
     """
     n = keys[0].shape[0] if keys else 0
     if n < 2:
@@ -125,21 +126,18 @@ def duplicate_rows(keys: list[np.ndarray], same) -> np.ndarray:
         eq &= ks[1:] == ks[:-1]
     if not eq.any():
         return np.zeros(0, np.int64)
+    candidate = np.zeros(n, dtype=bool)
+    candidate[order[1:][eq]] = True
+    candidate[order[:-1][eq]] = True
+    seen: set = set()
     dup = []
-    # Runs of equal keys: compare every member with the earlier distinct members of its run.
-    starts = np.flatnonzero(np.concatenate([[True], ~eq]))
-    ends = np.append(starts[1:], n)
-    for a, b in zip(starts, ends):
-        if b - a < 2:
-            continue
-        run = np.sort(order[a:b])
-        kept: list[int] = []
-        for r in run:
-            if any(same(int(k), int(r)) for k in kept):
-                dup.append(int(r))
-            else:
-                kept.append(int(r))
-    return np.array(sorted(dup), dtype=np.int64)
+    for r in np.flatnonzero(candidate):  # file order: the first copy is kept
+        fp = fingerprint(int(r))
+        if fp in seen:
+            dup.append(int(r))
+        else:
+            seen.add(fp)
+    return np.array(dup, dtype=np.int64)
 
 
 def stream_overruns(ts: np.ndarray, end: np.ndarray, device: np.ndarray, stream: np.ndarray,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from perfscope.errors import TraceFormatError
 from perfscope.trace.decode import decode_json
-from perfscope.trace.quality import NOT_READ, DataQuality, QualityEntry
+from perfscope.trace.quality import NOT_READ, TRUNCATED, DataQuality, QualityEntry
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 # perfscope's own outputs, found when a whole output directory is analyzed again.
@@ -116,7 +116,7 @@ def find_trace_files(path: Path) -> list[Path]:
 _GZIP_CHUNK = 1 << 14  # what a corrupt chunk loses
 
 
-def _read_bytes(path: Path) -> tuple[bytes, str | None]:
+def _read_bytes(path: Path) -> tuple[bytes, QualityEntry | None]:
     """The file's text (gunzipped when compressed), and what was wrong with a damaged gzip
     stream (None when it was whole)."""
     raw = path.read_bytes()
@@ -126,19 +126,29 @@ def _read_bytes(path: Path) -> tuple[bytes, str | None]:
         return gzip.decompress(raw), None
     except (EOFError, OSError, zlib.error):
         pass
-    # A cut or corrupt gzip stream: keep what decompresses before the damage.
-    d = zlib.decompressobj(zlib.MAX_WBITS | 16)
-    out = []
-    for at in range(0, len(raw), _GZIP_CHUNK):
-        try:
-            out.append(d.decompress(raw[at : at + _GZIP_CHUNK]))
-        except zlib.error as e:
-            if not out or not any(out):
-                raise TraceFormatError(f"{path}: corrupt gzip data ({e})") from None
-            return b"".join(out), f"gzip data corrupt near compressed byte {at:,}: read what decompresses before it"
-        if d.eof:
-            break
-    return b"".join(out), None if d.eof else "gzip stream is cut short: read what decompresses"
+    # A cut or corrupt stream, or bytes after it: keep what decompresses, say what did not.
+    out: list[bytes] = []
+    rest = raw
+    while rest.startswith(b"\x1f\x8b"):  # one gzip member after the other
+        d = zlib.decompressobj(zlib.MAX_WBITS | 16)
+        for at in range(0, len(rest), _GZIP_CHUNK):
+            try:
+                out.append(d.decompress(rest[at : at + _GZIP_CHUNK]))
+            except zlib.error as e:
+                if not any(out):
+                    raise TraceFormatError(f"{path}: corrupt gzip data ({e})") from None
+                done = len(raw) - len(rest) + at
+                return b"".join(out), QualityEntry(
+                    TRUNCATED, f"its gzip data is corrupt near compressed byte {done:,}; read what decompresses before it",
+                    1, "file")
+            if d.eof:
+                break
+        if not d.eof:
+            return b"".join(out), QualityEntry(TRUNCATED, "its gzip stream is cut short; read what decompresses", 1, "file")
+        rest = d.unused_data + rest[at + _GZIP_CHUNK:]
+    if rest.strip(b"\x00"):
+        return b"".join(out), QualityEntry(NOT_READ, "after the gzip stream, not gzip data", len(rest), "byte")
+    return b"".join(out), None
 
 
 def read_trace(path: Path) -> RawTrace:
@@ -172,6 +182,6 @@ def read_trace(path: Path) -> RawTrace:
         raise TraceFormatError(f"{path}: not a Kineto trace (no traceEvents list)")
     data.setdefault("traceEvents", [])
     if gzip_damage:
-        decoded.quality.entries.insert(0, QualityEntry(NOT_READ, gzip_damage, 1, "file"))
+        decoded.quality.entries.insert(0, gzip_damage)
     return RawTrace(path=path, data=data, worker=worker_name(path), quality=decoded.quality,
                     deep_events=decoded.deep_events, truncated=decoded.truncated)

@@ -15,7 +15,8 @@ kind                   what was written, and the repair
 ``not UTF-8``          bytes that are not UTF-8 (a Latin-1 ``µ``, 0xB5, in a kernel name); each
                        such byte is read as the Latin-1 character it is.
 ``non-standard values``  unquoted ``N/A``, ``NaN``, ``Infinity`` (Python's ``json.dump`` writes
-                       the last two) in place of a value; each becomes ``null``.
+                       the last two) or a number past a float's range (``1e400``) in place of a
+                       value; each becomes ``null``.
 ``byte-order mark``    a UTF-8 byte-order mark before the text; removed.
 =====================  ========================================================================
 
@@ -31,14 +32,18 @@ import codecs
 import re
 from dataclasses import dataclass, field
 
+import orjson
+
 # Runs of text that need no look: structure, numbers and strings of plain ASCII, taken in one
 # match so that a clean file costs a few regex steps per line, not one per string.
-_CLEAN = rb'(?:[^"\\\x00-\x08\x0b\x0c\x0e-\x1f\x80-\xffNIn-]+|"[^"\\\x00-\x1f\x80-\xff]*")+'
+_CLEAN = rb'(?:[^"\\\x00-\x08\x0b\x0c\x0e-\x1f\x80-\xff0-9NIn-]+|"[^"\\\x00-\x1f\x80-\xff]*")+'
 # Then: a JSON string that may need repair (escapes consumed whole, so an escaped quote does not
-# end it), one of the non-standard bare values, or any other single byte.
+# end it), a number (checked for overflow), one of the non-standard bare values, or any other byte.
 _TOKEN = re.compile(
-    _CLEAN + rb'|(?P<str>"(?:[^"\\]|\\.)*")|(?P<bare>N/A|-?Infinity|-?NaN|-?nan|-?inf\b)|.', re.DOTALL
+    _CLEAN + rb'|(?P<str>"(?:[^"\\]|\\.)*")|(?P<num>-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)'
+    rb'|(?P<bare>N/A|-?Infinity|-?NaN|-?nan|-?inf\b)|.', re.DOTALL
 )
+_HUGE_DIGITS = 309  # a float64 overflows past 1.8e308: a number that long, or with such an exponent
 _ESCAPE = re.compile(rb"\\(.)", re.DOTALL)
 _VALID_ESCAPE = frozenset(b'"\\/bfnrt')
 _HEX4 = re.compile(rb"[0-9A-Fa-f]{4}")
@@ -57,7 +62,8 @@ WORDING = {
     RAW_BACKSLASHES: ("unescaped backslashes (Windows paths), taken literally", "string"),
     CONTROL_CHARACTERS: ("raw control characters, kept as characters", "string"),
     NOT_UTF8: ("bytes that are not UTF-8, read as Latin-1", "string"),
-    NON_STANDARD: ("N/A, NaN or Infinity in place of a value, read as null", "value"),
+    NON_STANDARD: ("N/A, NaN, Infinity or a number too large for a float (1e400) in place of a value, read as null",
+                   "value"),
     BOM: ("a byte-order mark before the JSON text, removed", "file"),
 }
 
@@ -77,10 +83,12 @@ class Repaired:
     Attributes:
         text: The repaired JSON text (bytes).
         counts: Number of strings (or values) repaired, by kind (see the module docstring).
+        examples: The first five repaired strings of each kind, as they read after the repair.
     """
 
     text: bytes
     counts: dict[str, int] = field(default_factory=dict)
+    examples: dict[str, list[str]] = field(default_factory=dict)  # kind -> the first repaired strings
     # Replaced spans: start in the repaired text, start and end in the original, new length.
     _new_starts: list[int] = field(default_factory=list, repr=False)
     _orig: list[tuple[int, int, int]] = field(default_factory=list, repr=False)
@@ -101,23 +109,35 @@ class Repaired:
     def any(self) -> bool:
         return any(self.counts.values())
 
+    def count(self, kind: str, token: bytes | None = None) -> None:
+        """Count one repair of ``kind``; keep the repaired string as an example (first five)."""
+        self.counts[kind] = self.counts.get(kind, 0) + 1
+        shown = self.examples.setdefault(kind, [])
+        if token is not None and len(shown) < 5:
+            try:
+                shown.append(str(orjson.loads(token))[:80])
+            except orjson.JSONDecodeError:  # a string the repair could not make whole
+                shown.append(token[1:-1].decode("utf-8", "replace")[:80])
 
-def _fix_string(s: bytes, counts: dict[str, int]) -> bytes:
+
+def _fix_string(s: bytes, repaired: Repaired) -> bytes:
     """One JSON string token (quotes included), repaired; ``s`` itself when it is sound."""
+    kinds = []
     try:
         s.decode("utf-8")
     except UnicodeDecodeError:
         s = s.decode("utf-8", "perfscope-latin1").encode("utf-8")
-        counts[NOT_UTF8] = counts.get(NOT_UTF8, 0) + 1
+        kinds.append(NOT_UTF8)
+    # Backslashes before control characters: the escapes written for those must stay escapes.
+    if b"\\" in s and _is_raw(s):
+        # Every backslash is literal; one before the closing quote was an escaped quote and stays.
+        s = b'"' + re.sub(rb'\\(?!")', rb"\\\\", s[1:-1]) + b'"'
+        kinds.append(RAW_BACKSLASHES)
     if _CONTROL.search(s):
         s = _CONTROL.sub(lambda m: b"\\u%04x" % m.group(0)[0], s)
-        counts[CONTROL_CHARACTERS] = counts.get(CONTROL_CHARACTERS, 0) + 1
-    if b"\\" in s and _is_raw(s):
-        inner = s[1:-1]
-        # Every backslash is literal; one before the closing quote was an escaped quote and stays.
-        inner = re.sub(rb'\\(?!")', rb"\\\\", inner)
-        s = b'"' + inner + b'"'
-        counts[RAW_BACKSLASHES] = counts.get(RAW_BACKSLASHES, 0) + 1
+        kinds.append(CONTROL_CHARACTERS)
+    for kind in kinds:
+        repaired.count(kind, s)
     return s
 
 
@@ -144,11 +164,10 @@ def repair_json(text: bytes) -> Repaired:
     Returns:
         A :class:`Repaired` whose ``text`` is ``text`` itself when nothing needed repair.
     """
-    counts: dict[str, int] = {}
-    shift = 0
+    out = Repaired(text)
     if text.startswith(_BOM):
-        text, shift = text[len(_BOM):], len(_BOM)
-        counts[BOM] = 1
+        text, out._shift = text[len(_BOM):], len(_BOM)
+        out.count(BOM)
     pieces: list[bytes] = []
     new_starts: list[int] = []
     orig: list[tuple[int, int, int]] = []
@@ -157,22 +176,34 @@ def repair_json(text: bytes) -> Repaired:
     for m in _TOKEN.finditer(text):
         if m.lastgroup == "str":
             tok = m.group(0)
-            fixed = _fix_string(tok, counts)
+            fixed = _fix_string(tok, out)
             if fixed is tok:
                 continue
+        elif m.lastgroup == "num":
+            tok = m.group(0)
+            if len(tok) < _HUGE_DIGITS and b"e" not in tok and b"E" not in tok:
+                continue
+            try:
+                if abs(float(tok)) != float("inf"):
+                    continue
+            except ValueError:
+                continue
+            fixed = b"null"
+            out.count(NON_STANDARD, b'"' + tok[:40] + b'"')
         elif m.lastgroup == "bare":
             fixed = b"null"
-            counts[NON_STANDARD] = counts.get(NON_STANDARD, 0) + 1
+            out.count(NON_STANDARD)
         else:
             continue
         pieces.append(text[last : m.start()])
         out_len += m.start() - last
         new_starts.append(out_len)
-        orig.append((m.start() + shift, m.end() + shift, len(fixed)))
+        orig.append((m.start() + out._shift, m.end() + out._shift, len(fixed)))
         pieces.append(fixed)
         out_len += len(fixed)
         last = m.end()
-    if not pieces:
-        return Repaired(text, counts, _shift=shift)
-    pieces.append(text[last:])
-    return Repaired(b"".join(pieces), counts, new_starts, orig, shift)
+    out.text = text
+    if pieces:
+        pieces.append(text[last:])
+        out.text, out._new_starts, out._orig = b"".join(pieces), new_starts, orig
+    return out

@@ -10,6 +10,7 @@ data-quality record.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from perfscope.trace import columns as col
 from perfscope.trace.header import Header, read_header
 from perfscope.trace.kinds import GPU_KINDS, EventKind, is_dma_category, is_dma_name, is_known_category, kinds_of_categories
 from perfscope.trace.quality import (
-    ABSURD_DUR_US, CLIPPED, DROPPED, NOT_READ, SET_ASIDE, DataQuality, duplicate_rows, stream_overruns,
+    ABSURD_DUR_US, CLIPPED, DROPPED, NOT_READ, REPAIRED, SET_ASIDE, DataQuality, duplicate_rows, stream_overruns,
 )
 from perfscope.trace.reader import RawTrace
 
@@ -145,8 +146,8 @@ def _split_events(events: list, quality: DataQuality, deep_events: int) -> tuple
                 thread_names[(str(e.get("pid")), str(e.get("tid")))] = col.text(col.args_of(e).get("name", ""))
         elif ph in ("B", "E"):
             begin_end += 1
-        elif ph not in _OTHER_PHASES:
-            unknown_ph[col.text(ph)] = unknown_ph.get(col.text(ph), 0) + 1
+        elif type(ph) is not str or ph not in _OTHER_PHASES:  # a list as ph must not end the read
+            unknown_ph[col.text(ph)[:40]] = unknown_ph.get(col.text(ph)[:40], 0) + 1
     quality.add(DROPPED, "entries of traceEvents that are not event objects", not_objects - deep_events)
     quality.add(NOT_READ, "begin/end (B/E) duration events: perfscope reads complete (X) events, as Kineto writes",
                 begin_end)
@@ -155,11 +156,12 @@ def _split_events(events: list, quality: DataQuality, deep_events: int) -> tuple
 
 
 def _usable(xs: list[dict], quality: DataQuality) -> list[dict]:
-    """Events with a numeric ``ts`` in range and a numeric ``dur`` (absent: 0)."""
+    """Events with a numeric ``ts`` in range and a numeric ``dur`` (a complete event without one
+    has no length to measure)."""
+    number = col.is_number  # a local: this runs once per event
     good = [
         e for e in xs
-        if col.is_number(ts := e.get("ts")) and -MAX_ABS_TS_US <= ts <= MAX_ABS_TS_US
-        and col.is_number(e.get("dur", 0))
+        if number(ts := e.get("ts")) and -MAX_ABS_TS_US <= ts <= MAX_ABS_TS_US and number(e.get("dur"))
     ]  # fmt: skip
     if len(good) < len(xs):
         kept = {id(e) for e in good}
@@ -184,15 +186,20 @@ def build_table(raw: RawTrace) -> TraceTable:
     xs = _usable(xs, quality)
 
     ts = np.array([e["ts"] for e in xs], dtype=np.float64)
-    dur = np.array([e.get("dur", 0) for e in xs], dtype=np.float64)
+    dur = np.array([e["dur"] for e in xs], dtype=np.float64)
     zeroed = (ts == 0) & (dur == 0)
     negative = dur < 0
     absurd = dur > ABSURD_DUR_US
+    # An event a day away from the bulk of the trace is a corrupt timestamp, not work (and would
+    # move the origin so far that float rounding blurs every other time).
+    bulk = np.median(ts[~zeroed]) if (~zeroed).any() else 0.0
+    astray = ~zeroed & (np.abs(ts - bulk) > ABSURD_DUR_US)
     names_of = lambda mask: [col.text(xs[i].get("name")) for i in np.flatnonzero(mask)]  # noqa: E731
     quality.add(SET_ASIDE, "ts and dur both 0, which Kineto writes for an event it lost", int(zeroed.sum()), names_of(zeroed))
     quality.add(DROPPED, "negative duration", int(negative.sum()), names_of(negative))
     quality.add(DROPPED, "duration longer than a day", int(absurd.sum()), names_of(absurd))
-    keep = ~(zeroed | negative | absurd)
+    quality.add(DROPPED, "ts more than a day from the rest of the trace", int(astray.sum()), names_of(astray))
+    keep = ~(zeroed | negative | absurd | astray)
     if not keep.all():
         xs = [xs[i] for i in np.flatnonzero(keep)]
         ts, dur = ts[keep], dur[keep]
@@ -200,9 +207,15 @@ def build_table(raw: RawTrace) -> TraceTable:
     origin = float(ts.min()) if len(ts) else 0.0
     ts_ns = np.rint((ts - origin) * 1000.0).astype(np.int64)
     dur_ns = np.rint(dur * 1000.0).astype(np.int64)
-    cat_codes, cat_uniques = col.factorize_text([col.text(e.get("cat")) for e in xs])
+    text = col.text
+    raw_cats, raw_names = [e.get("cat") for e in xs], [e.get("name", "") for e in xs]
+    odd = sum(1 for v in raw_cats if v is not None and type(v) is not str) + sum(1 for v in raw_names if type(v) is not str)
+    quality.add(REPAIRED, "name or category that is not text (a list, an object), read as its text form", odd,
+                [text(v)[:60] for v in raw_names + raw_cats if v is not None and type(v) is not str], unit="value")
+    cat_codes, cat_uniques = col.factorize_text([text(v) for v in raw_cats])
     kind = kinds_of_categories(cat_uniques)[cat_codes] if len(xs) else np.zeros(0, np.int8)
-    name_id, names = col.factorize_text([col.text(e.get("name", "")) for e in xs])
+    name_id, names = col.factorize_text([text(v) for v in raw_names])
+    names = _windows_paths(names, quality)
     # MTIA's device events: a dma* transfer is a copy, the rest are kernels.
     dma = is_dma_category(cat_uniques)[cat_codes] & is_dma_name(names)[name_id] if len(xs) else np.zeros(0, bool)
     kind[dma & (kind == EventKind.KERNEL)] = EventKind.MEMCPY
@@ -217,7 +230,7 @@ def build_table(raw: RawTrace) -> TraceTable:
 
     # 5. exact copies of an earlier event
     dup = duplicate_rows([kind.astype(np.int64), name_id, thread_id.astype(np.int64), ts_ns, dur_ns],
-                         lambda i, j: xs[i] == xs[j])
+                         lambda i: col.fingerprint(xs[i]))
     if dup.size:
         quality.add(DROPPED, "exact copy of an earlier event", int(dup.size), names[name_id[dup]])
         keep = np.ones(len(xs), dtype=bool)
@@ -233,7 +246,7 @@ def build_table(raw: RawTrace) -> TraceTable:
                     int(over.size), names[name_id[over]])
         dur_ns[over] = clip_to - ts_ns[over]
 
-    header: Header = read_header(raw, quality)
+    header: Header = read_header(raw)
     return TraceTable(
         kind=kind, name_id=name_id.astype(np.int32), ts_ns=ts_ns, dur_ns=dur_ns, thread_id=thread_id.astype(np.int32),
         device=device.astype(np.int32), stream=stream, correlation=correlation, copy_bytes=copy_bytes,
@@ -242,6 +255,26 @@ def build_table(raw: RawTrace) -> TraceTable:
         distributed_info=header.distributed_info, host_steps=header.host_steps, path=raw.path, worker=raw.worker,
         truncated=raw.truncated, quality=quality, warnings=quality.warnings(raw.path.name) + header.warnings,
     )
+
+
+# A drive letter and a control character that an escape made of a backslash: "C:\new" parsed as
+# "C:" + newline + "ew". Only such names are touched.
+_WINDOWS_PATH = re.compile(r"(?<![A-Za-z])[A-Za-z]:[\x08\x09\x0a\x0c\x0d\\]")
+_UNESCAPE = {"\x08": "\\b", "\x09": "\\t", "\x0a": "\\n", "\x0c": "\\f", "\x0d": "\\r"}
+
+
+def _windows_paths(names: np.ndarray, quality: DataQuality) -> np.ndarray:
+    """Names holding a Windows path whose backslashes a valid JSON escape turned into control
+    characters (``\\t``, ``\\n`` written unescaped) get them back; counted as repaired."""
+    fixed = 0
+    out = names.copy()
+    for k, n in enumerate(names):
+        if any(c in n for c in _UNESCAPE) and _WINDOWS_PATH.search(n):
+            out[k] = "".join(_UNESCAPE.get(c, c) for c in n)
+            fixed += 1
+    quality.add(REPAIRED, "Windows path whose backslashes were read as escapes (\\t, \\n), taken literally", fixed,
+                out[[k for k in range(len(names)) if out[k] != names[k]]], unit="name")
+    return out
 
 
 def _threads(xs: list[dict], thread_names: dict) -> tuple[np.ndarray, pd.DataFrame]:
@@ -273,7 +306,7 @@ def _gpu_columns(xs: list[dict], kind: np.ndarray, quality: DataQuality):
     unusable: dict[str, int] = {}
     device[gpu_rows], unusable["device"] = col.int_column([a.get("device") for a in gpu_args], upper=2**31 - 1)
     stream[gpu_rows], unusable["stream"] = col.int_column([a.get("stream") for a in gpu_args])
-    correlation[linked_rows] = col.id_column([col.args_of(xs[i]).get("correlation") for i in linked_rows])
+    correlation[linked_rows], unusable["correlation"] = col.id_column([col.args_of(xs[i]).get("correlation") for i in linked_rows])
     copy_bytes[copy_rows], unusable["bytes"] = col.int_column([col.args_of(xs[i]).get("bytes") for i in copy_rows])
     unusable = {k: v for k, v in unusable.items() if v}
     quality.add(DROPPED, "values of args that are not integers in range (treated as unknown)",

@@ -27,13 +27,20 @@ def _chart(rows: list[dict], slowest) -> str:
 
 
 def _straggler_lead(st: dict) -> str:
-    return (f"Rank {esc(st.get('rank'))} is the straggler: it arrives last at the collectives in "
-            f"{esc(st.get('steps_last'))} of {esc(st.get('steps'))} steps, a median of {ms(st.get('median_late_us'))} "
-            f"after the first rank per step, while the other ranks wait a median of "
-            f"{ms(st.get('median_others_wait_us'))} per step inside collectives. Ranks are compared on one clock "
-            "(each trace's base time plus its timestamps); the wait is each collective's duration minus its shortest "
-            "duration on any rank. Uneven work per rank (variable-length inputs, an unbalanced sampler, a slow "
-            "node) shows up here: balance the data or fix the node before tuning communication.")
+    if st.get("basis") == "collective waits":  # the clocks disagree: durations only
+        how = (f"Rank {esc(st.get('rank'))} is the straggler: it waits least in the collectives in "
+               f"{esc(st.get('steps_last'))} of {esc(st.get('steps'))} steps, so the others wait for it, a median of "
+               f"{ms(st.get('median_others_wait_us'))} per step. The ranks' clocks do not agree, so arrivals are not "
+               "compared; the wait is each collective's duration minus its shortest duration on any rank.")
+    else:
+        how = (f"Rank {esc(st.get('rank'))} is the straggler: it arrives last at the collectives in "
+               f"{esc(st.get('steps_last'))} of {esc(st.get('steps'))} steps, a median of {ms(st.get('median_late_us'))} "
+               f"after the first rank per step, while the other ranks wait a median of "
+               f"{ms(st.get('median_others_wait_us'))} per step inside collectives. Ranks are compared on one clock "
+               "(each trace's base time plus its timestamps); the wait is each collective's duration minus its "
+               "shortest duration on any rank.")
+    return how + (" Uneven work per rank (variable-length inputs, an unbalanced sampler, a slow node) shows up here: "
+                  "balance the data or fix the node before tuning communication.")
 
 
 def render(summary: dict) -> str:
