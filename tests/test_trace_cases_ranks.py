@@ -14,17 +14,22 @@ from perfscope.errors import AnalysisError
 BASE = 1_700_000_000_000_000_000  # ns
 
 
-def _rank(path, rank, base_ns, compute_us, world=2):
-    """Two steps of 10 ms: compute then one all-reduce. Timestamps are relative to ``base_ns``;
-    the all-reduce ends for every rank at the same absolute time (it completes together)."""
+def _rank(path, rank, base_ns, compute_us, world=2, shift_us=0):
+    """Two steps of 10 ms: compute then one all-reduce, which ends for every rank at the same
+    absolute time (it completes together). Timestamps are written relative to ``base_ns`` (None:
+    no base time in the file) and shifted by ``shift_us``, so that the same absolute times can be
+    written against another base."""
     events = []
     for n in range(2):
-        s = 10_000 * n
-        end = s + 9_000  # absolute end of the collective, the same on every rank
+        s = 10_000 * n + shift_us
+        end = s + 9_000  # end of the collective, the same absolute time on every rank
         events += [step(n + 1, s, 10_000), cpu_op("aten::mm", s, 9_500),
                    *launch("gemm", s + 1, s + 10, compute_us, correlation=10 * n + 1),
                    *launch(NCCL_NEW, s + 2, s + 10 + compute_us, end - (s + 10 + compute_us), correlation=10 * n + 2, stream=20)]
-    return write_trace(path, events, baseTimeNanoseconds=base_ns, distributedInfo={"rank": rank, "world_size": world})
+    meta = {"distributedInfo": {"rank": rank, "world_size": world}}
+    if base_ns is not None:
+        meta["baseTimeNanoseconds"] = base_ns
+    return write_trace(path, events, **meta)
 
 
 def test_ranks_are_compared_on_base_time_plus_ts(tmp_path):
@@ -34,16 +39,7 @@ def test_ranks_are_compared_on_base_time_plus_ts(tmp_path):
     d = tmp_path / "run"
     d.mkdir()
     _rank(d / "rank0.json", 0, BASE, 3_000)
-    # rank 1: same absolute times, written relative to a base 5 ms later
-    events = []
-    for n in range(2):
-        s = 10_000 * n - 5_000
-        end = s + 9_000
-        events += [step(n + 1, s, 10_000), cpu_op("aten::mm", s, 9_500),
-                   *launch("gemm", s + 1, s + 10, 6_000, correlation=10 * n + 1),
-                   *launch(NCCL_NEW, s + 2, s + 6_010, end - (s + 6_010), correlation=10 * n + 2, stream=20)]
-    write_trace(d / "rank1.json", events, baseTimeNanoseconds=BASE + 5_000_000,
-                distributedInfo={"rank": 1, "world_size": 2})
+    _rank(d / "rank1.json", 1, BASE + 5_000_000, 6_000, shift_us=-5_000)  # the same absolute times
     a = perfscope.analyze(d)
     st = a.details["straggler"]
     # per step: rank 0 arrives at s+3010, rank 1 at s+6010 (absolute): rank 1 is 3000 us late
@@ -164,13 +160,7 @@ def test_clocks_that_disagree_give_the_straggler_from_collective_waits(tmp_path)
     d = tmp_path / "run"
     d.mkdir()
     _rank(d / "rank0.json", 0, BASE, 3_000)
-    events = []
-    for n in range(2):
-        s = 10_000 * n
-        events += [step(n + 1, s, 10_000), cpu_op("aten::mm", s, 9_500),
-                   *launch("gemm", s + 1, s + 10, 6_000, correlation=10 * n + 1),
-                   *launch(NCCL_NEW, s + 2, s + 6_010, 9_000 - 6_010, correlation=10 * n + 2, stream=20)]
-    write_trace(d / "rank1.json", events, distributedInfo={"rank": 1, "world_size": 2})  # no baseTimeNanoseconds
+    _rank(d / "rank1.json", 1, None, 6_000)  # no baseTimeNanoseconds
     a = perfscope.analyze(d)
     st = a.details["straggler"]
     assert a.details["clocks_agree"] is False

@@ -14,9 +14,10 @@ import pandas as pd
 
 from perfscope.analysis.intervals import locate, union, window_segments
 from perfscope.analysis.ranks import collective_skew, rank_rows
+from perfscope.analysis.steps import graph_launched
 from perfscope.analysis.verdict import CLASSES, advice_for
 from perfscope.analysis.waits import merge_waits, other_waits
-from perfscope.trace.kinds import GPU_KINDS, CopyKind, EventKind, copy_kind_of_names, is_graph_launch, is_pageable_copy
+from perfscope.trace.kinds import GPU_KINDS, CopyKind, EventKind, copy_kind_of_names, is_pageable_copy
 
 if TYPE_CHECKING:
     from perfscope.analysis.run import RankTrace
@@ -84,23 +85,16 @@ def _top_level_ops(rt: RankTrace, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     return rows[locate(t.ts_ns[rows], lo[order], hi[order]) >= 0]
 
 
-def _launch_delay_us(rt: RankTrace, kernel_rows: np.ndarray) -> np.ndarray:
+def _launch_delay_us(rt: RankTrace, kernel_rows: np.ndarray, graph: np.ndarray) -> np.ndarray:
     """Launch delay of each kernel as Holistic Trace Analysis defines it: kernel start minus the
     *end* of its launch call, clipped at 0 (``hta/analyzers/cuda_kernel_analysis.py``,
     ``cuda_kernel_launch_stats``); -1 where no launch call is recorded, and for kernels replayed
-    from a CUDA graph (one ``cudaGraphLaunch`` runs many kernels: they wait in the graph, not in
-    the launch queue)."""
+    from a CUDA graph (``graph``: one ``cudaGraphLaunch`` runs many kernels, which wait in the
+    graph, not in the launch queue)."""
     t = rt.table
     end = rt.launches.end_ns[kernel_rows]
     delay = np.where(end >= 0, np.maximum(t.ts_ns[kernel_rows] - end, 0) / 1000.0, -1.0)
-    return np.where(_graph_kernels(rt, kernel_rows), -1.0, delay)
-
-
-def _graph_kernels(rt: RankTrace, kernel_rows: np.ndarray) -> np.ndarray:
-    """True for kernels launched by a graph launch call (they share its correlation id)."""
-    t = rt.table
-    graph_calls = np.flatnonzero((t.kind == EventKind.RUNTIME) & t.name_flag(is_graph_launch) & (t.correlation >= 0))
-    return np.isin(t.correlation[kernel_rows], t.correlation[graph_calls]) & (t.correlation[kernel_rows] >= 0)
+    return np.where(graph, -1.0, delay)
 
 
 def _launch_stats(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> dict | None:
@@ -177,7 +171,8 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
         mine = _counted_rows(rt, counted)
         k = np.flatnonzero(mine & (t.kind == EventKind.KERNEL))
         kernels.append((t.name_of(k), t.dur_ns[k] / 1000.0))
-        launch_parts.append((t.dur_ns[k] / 1000.0, _launch_delay_us(rt, k), _graph_kernels(rt, k)))
+        graph = graph_launched(t, k)
+        launch_parts.append((t.dur_ns[k] / 1000.0, _launch_delay_us(rt, k, graph), graph))
         m = np.flatnonzero(mine & (t.kind == EventKind.MEMCPY))
         direction = copy_kind_of_names(t.names)[t.name_id[m]]
         copies.append(pd.DataFrame({

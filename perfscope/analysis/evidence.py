@@ -36,12 +36,11 @@ import numpy as np
 import pandas as pd
 
 from perfscope.analysis.intervals import locate, union, window_segments
-from perfscope.analysis.steps import Launches, StepWindows, shared_correlation_calls
+from perfscope.analysis.steps import Launches, StepWindows, graph_launched, shared_correlation_calls
 from perfscope.analysis.verdict import classify, cost_fractions
 from perfscope.text import named, plural
 from perfscope.trace.kinds import (
-    GPU_KINDS, EventKind, is_gpu_work_call, is_graph_launch, is_init_call, is_kernel_launch, is_sync_call,
-    profiler_step_numbers,
+    GPU_KINDS, EventKind, is_gpu_work_call, is_init_call, is_kernel_launch, is_sync_call, profiler_step_numbers,
 )
 from perfscope.trace.quality import COUNTED, DataQuality
 from perfscope.trace.table import TraceTable
@@ -291,9 +290,9 @@ def _count_quality(table: TraceTable, steps: StepWindows, launches: Launches, ma
     unlinked = gpu_rows[launches.start_ns[gpu_rows] < 0]
     q.add(COUNTED, "GPU events without a launch record (no runtime call with their correlation id)",
           int(unlinked.size), table.name_of(unlinked))
-    linked = gpu_rows[launches.start_ns[gpu_rows] >= 0]
+    linked = gpu_rows[(launches.start_ns[gpu_rows] >= 0)]
+    linked = linked[~graph_launched(table, linked)]
     ids, counts = np.unique(table.correlation[linked], return_counts=True)
-    graph = table.correlation[np.flatnonzero((table.kind == EventKind.RUNTIME) & table.name_flag(is_graph_launch))]
-    many = linked[np.isin(table.correlation[linked], ids[(counts > 1) & ~np.isin(ids, graph)])]
+    many = linked[np.isin(table.correlation[linked], ids[counts > 1])]
     q.add(COUNTED, "GPU events sharing one launch call that is not a CUDA graph launch", int(many.size),
           table.name_of(many))

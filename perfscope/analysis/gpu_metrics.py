@@ -28,20 +28,25 @@ def per_step_median(values: np.ndarray, step: np.ndarray, n_steps: int) -> np.nd
     return out
 
 
-def gpu_step_metrics(table: TraceTable, steps: StepWindows, launches: Launches) -> pd.DataFrame:
+def gpu_step_metrics(table: TraceTable, steps: StepWindows, launches: Launches,
+                     sets: list | None = None) -> pd.DataFrame:
     """Per-step metrics of a GPU trace (linear in events and steps).
 
     Args:
         table: The trace (must hold GPU events).
         steps: Its steps from :func:`perfscope.analysis.steps.find_steps`.
         launches: Per-row launch calls from :func:`perfscope.analysis.steps.launch_times`.
+        sets: The partition's interval sets (:func:`perfscope.analysis.partition.gpu_sets`), when
+            the caller already has them.
 
     Returns:
         One row per step; time columns in microseconds (float), see ``docs/metrics.md``.
         ``unlinked_idle_us`` (the part of ``other_idle_us`` before GPU events without a launch
         record) is not a part of the partition.
     """
-    seg = window_segments(gpu_sets(table, launches, steps.main_thread), steps.start, steps.end)
+    if sets is None:
+        sets = gpu_sets(table, launches, steps.main_thread)
+    seg = window_segments(sets, steps.start, steps.end)
     parts = gpu_parts(seg.member)
 
     def us(name):

@@ -18,6 +18,7 @@ from perfscope.analysis.cpu_metrics import cpu_step_metrics
 from perfscope.analysis.details import build_details
 from perfscope.analysis.gpu_metrics import gpu_step_metrics
 from perfscope.analysis.notes import status_notes, verdict_of_none
+from perfscope.analysis.partition import gpu_sets
 from perfscope.analysis.steps import Launches, StepWindows, find_steps, launch_times
 from perfscope.analysis.verdict import RunVerdict, classify, cost_fractions, run_verdict
 from perfscope.errors import TraceFormatError
@@ -43,6 +44,8 @@ class RankTrace:
         evidence: Each step's status and reason (:mod:`perfscope.analysis.evidence`).
         quality: The file's data-quality record: the table's, then the analysis's counts.
         warnings: Problems with the step markers (duplicates, overlaps, unparsable numbers).
+        partition_sets: GPU traces: the interval sets the step partition is cut from
+            (:func:`perfscope.analysis.partition.gpu_sets`), kept for the run-level details.
     """
 
     table: TraceTable
@@ -53,6 +56,7 @@ class RankTrace:
     evidence: ev.Evidence
     quality: DataQuality
     warnings: list[str] = field(default_factory=list)
+    partition_sets: list | None = field(default=None, repr=False)
 
     @property
     def steps(self) -> np.ndarray:
@@ -83,10 +87,12 @@ def analyze_table(table: TraceTable) -> RankTrace:
     if len(windows) == 0:
         raise TraceFormatError(f"{table.path or table.worker}: trace holds no events to analyze (empty or metadata only)")
     mode = "gpu" if table.mask(*GPU_KINDS).any() else "cpu"
-    metrics = gpu_step_metrics(table, windows, launch) if mode == "gpu" else cpu_step_metrics(table, windows)
+    sets = gpu_sets(table, launch, windows.main_thread) if mode == "gpu" else None
+    metrics = gpu_step_metrics(table, windows, launch, sets) if mode == "gpu" else cpu_step_metrics(table, windows)
     judged = ev.judge(table, windows, launch, metrics, mode)
     quality = DataQuality(table.quality.entries + judged.quality.entries)
-    return RankTrace(table, mode, metrics, windows, launch, judged, quality, [f"{where}: {w}" for w in windows.warnings])
+    return RankTrace(table, mode, metrics, windows, launch, judged, quality, [f"{where}: {w}" for w in windows.warnings],
+                     sets)
 
 
 @dataclass

@@ -24,6 +24,7 @@ import numpy as np
 from perfscope.trace.kinds import (
     GPU_KINDS,
     EventKind,
+    is_graph_launch,
     is_optimizer_step_range,
     profiler_step_numbers,
 )
@@ -100,6 +101,13 @@ def shared_correlation_calls(table: TraceTable) -> np.ndarray:
     rt = np.flatnonzero((table.kind == EventKind.RUNTIME) & (table.correlation >= 0))
     ids, counts = np.unique(table.correlation[rt], return_counts=True)
     return rt[np.isin(table.correlation[rt], ids[counts > 1])]
+
+
+def graph_launched(table: TraceTable, rows: np.ndarray) -> np.ndarray:
+    """Per row of ``rows``, whether a CUDA/HIP graph launch call launched it (one
+    ``cudaGraphLaunch`` replays many kernels, all with its correlation id)."""
+    calls = np.flatnonzero((table.kind == EventKind.RUNTIME) & table.name_flag(is_graph_launch) & (table.correlation >= 0))
+    return np.isin(table.correlation[rows], table.correlation[calls]) & (table.correlation[rows] >= 0)
 
 
 def launch_times(table: TraceTable) -> Launches:

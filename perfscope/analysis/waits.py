@@ -64,7 +64,8 @@ def other_waits(rt: RankTrace, lo: np.ndarray, hi: np.ndarray) -> dict | None:
     if rt.mode != "gpu":
         return None
     t = rt.table
-    seg = window_segments(gpu_sets(t, rt.launches, rt.windows.main_thread), lo, hi)
+    sets = rt.partition_sets if rt.partition_sets is not None else gpu_sets(t, rt.launches, rt.windows.main_thread)
+    seg = window_segments(sets, lo, hi)
     pieces = seg.pieces(gpu_parts(seg.member)["other_idle"])
     out = {"other_idle_us": pieces.total / 1000.0, "causes": {c: {"us": 0.0, "calls": {}} for c in CAUSES}}
     if len(pieces) == 0:
