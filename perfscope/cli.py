@@ -149,8 +149,8 @@ def _finish(analysis, out_dir: Path, open_report: bool = False) -> int:
         _open_in_browser(paths["report"])
     damaged = [s for s in analysis.skipped if s.get("damaged")]
     if damaged:
-        print(f"perfscope: {len(damaged)} of the trace files could not be read and were left out "
-              f"(first: {safe(damaged[0]['reason'])}); the outputs describe the others", file=sys.stderr)
+        files = "1 trace file holds damage and was" if len(damaged) == 1 else f"{len(damaged)} trace files hold damage and were"
+        print(f"perfscope: {files} left out (see the warnings above); the outputs describe the others", file=sys.stderr)
         return EXIT_PARTIAL
     return 0
 

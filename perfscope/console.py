@@ -42,8 +42,23 @@ def _waits_line(summary: dict) -> str | None:
             calls = ", ".join(safe(k) for k in list(c.get("calls") or {})[:2])
             parts.append(f"{cause} {100 * c['us'] / total:.0f}%" + (f" ({calls})" if calls else ""))
     share = 100 * (o.get("fractions") or {}).get("other", 0.0)
+    unshown = parts == [] or all(p.startswith("not shown") for p in parts)
+    what = ("; the trace does not show what it waited on" if unshown else f"; the GPU waited on: {'; '.join(parts)}")
     return (f"largest share: other {share:.0f}% (GPU idle with work already queued, waiting on a dependency; no "
-            f"single knob removes it)" + (f"; the GPU waited on: {'; '.join(parts)}" if parts else ""))
+            f"single knob removes it){what}")
+
+
+def _straggler_line(summary: dict) -> str | None:
+    st = (summary.get("details") or {}).get("straggler")
+    if not isinstance(st, dict) or st.get("rank") is None:
+        return None
+    wait = st.get("median_others_wait_us") or 0.0
+    if st.get("basis") == "collective waits":
+        how = f"waits least in the collectives in {st.get('steps_last')} of {st.get('steps')} steps (the clocks disagree)"
+    else:
+        how = (f"arrives last at the collectives in {st.get('steps_last')} of {st.get('steps')} steps, "
+               f"{(st.get('median_late_us') or 0.0) / 1000:.2f} ms late per step (median)")
+    return f"straggler: rank {st['rank']} {how}; the other ranks wait {wait / 1000:.2f} ms per step for it"
 
 
 def format_summary(summary: dict) -> str:
@@ -78,9 +93,7 @@ def format_summary(summary: dict) -> str:
         fr = ", ".join(f"{c} {100 * o['fractions'][c]:.0f}%" for c in costs)
         lines.append(f"verdict: {o['verdict']} (runner-up {o['runner_up']}; share of step time: {fr}; "
                      f"mean step {o['mean_step_time_us'] / 1000:.2f} ms)")
-        waits = _waits_line(summary)
-        if waits:
-            lines.append(waits)
+        lines += [line for line in (_waits_line(summary), _straggler_line(summary)) if line]
     else:
         lines.append(f"verdict: none ({safe(o.get('reason') or 'no step could be classified')})")
     lines.append(f"advice: {o['advice']}")

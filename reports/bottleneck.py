@@ -28,6 +28,9 @@ def header(summary: dict, heading: str = "perfscope bottleneck report") -> str:
     bits = [str(what), f"{str(summary.get('mode', '-')).upper()} trace"]
     if world is not None:
         bits.append(f"world size {world}" + (f" ({ranks_} analyzed)" if ranks_ not in (None, world) else ""))
+    skipped = [x for x in summary.get("skipped") or [] if isinstance(x, dict)]
+    if skipped:
+        bits.append(f"{len(skipped)} trace file{'s' if len(skipped) != 1 else ''} left out (see Data quality)")
     bits.append(f"analyzed {summary.get('generated_at', '-')}")
     return f'<h1>{esc(heading)}</h1>\n<p class="muted">{" · ".join(esc(b) for b in bits)}</p>'
 

@@ -122,8 +122,11 @@ def test_a_starved_host_is_host_contended_not_compute_bound(tmp_path):
             "run_queue_us": 700_000} for n in range(3)]
     a = _host(tmp_path, rec, events)
     assert a.steps["status"].tolist() == ["host-contended"] * 3
-    assert a.steps["status_reason"].iloc[0] == ("the training thread waited for a core 70% of the step (ran on a CPU "
-                                                "for 20% of the step's 1000.0 ms)")
+    assert a.steps["status_reason"].iloc[0] == ("of the step's 1000.0 ms the training thread waited 70% for a core, "
+                                                "ran 20% and slept or waited for data the rest")
+    # the host record travels with the step (microseconds)
+    assert a.steps["host_run_queue_us"].iloc[0] == pytest.approx(700_000)
+    assert a.steps["host_thread_cpu_us"].iloc[0] == pytest.approx(200_000)
     assert a.verdict.verdict is None
     assert "quieter machine" in a.verdict.advice and "fewer intra-op threads" in a.verdict.advice
 

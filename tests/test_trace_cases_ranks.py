@@ -15,17 +15,18 @@ BASE = 1_700_000_000_000_000_000  # ns
 
 
 def _rank(path, rank, base_ns, compute_us, world=2, shift_us=0):
-    """Two steps of 10 ms: compute then one all-reduce, which ends for every rank at the same
+    """Two steps of 10 ms: compute (``compute_us``, or one figure per step) then one all-reduce, which ends for every rank at the same
     absolute time (it completes together). Timestamps are written relative to ``base_ns`` (None:
     no base time in the file) and shifted by ``shift_us``, so that the same absolute times can be
     written against another base."""
     events = []
-    for n in range(2):
+    per_step = compute_us if isinstance(compute_us, tuple) else (compute_us, compute_us)
+    for n, c in enumerate(per_step):
         s = 10_000 * n + shift_us
         end = s + 9_000  # end of the collective, the same absolute time on every rank
         events += [step(n + 1, s, 10_000), cpu_op("aten::mm", s, 9_500),
-                   *launch("gemm", s + 1, s + 10, compute_us, correlation=10 * n + 1),
-                   *launch(NCCL_NEW, s + 2, s + 10 + compute_us, end - (s + 10 + compute_us), correlation=10 * n + 2, stream=20)]
+                   *launch("gemm", s + 1, s + 10, c, correlation=10 * n + 1),
+                   *launch(NCCL_NEW, s + 2, s + 10 + c, end - (s + 10 + c), correlation=10 * n + 2, stream=20)]
     meta = {"distributedInfo": {"rank": rank, "world_size": world}}
     if base_ns is not None:
         meta["baseTimeNanoseconds"] = base_ns
@@ -198,3 +199,23 @@ def test_a_file_name_that_contradicts_distributed_info_is_said(tmp_path):
     a = perfscope.analyze(path)
     assert a.traces[0]["rank"] == 1
     assert any("the file name says rank 0, distributedInfo says rank 1; used distributedInfo" in w for w in a.warnings)
+
+
+def test_no_straggler_when_the_last_rank_changes_from_step_to_step(tmp_path):
+    # step 1: rank 0 computes 6 ms, rank 1 3 ms (rank 0 last); step 2 the other way round
+    d = tmp_path / "run"
+    d.mkdir()
+    _rank(d / "rank0.json", 0, BASE, (6_000, 3_000))
+    _rank(d / "rank1.json", 1, BASE, (3_000, 6_000))
+    det = perfscope.analyze(d).details
+    assert det["straggler"] is None
+    assert det["last_counts"] == {"0": 1, "1": 1}
+
+
+def test_two_windows_of_one_worker_are_said(tmp_path):
+    d = tmp_path / "tb"
+    d.mkdir()
+    write_trace(d / "worker0.1.pt.trace.json", [step(1, 0, 100), cpu_op("aten::mm", 0, 90)])
+    write_trace(d / "worker0.2.pt.trace.json", [step(7, 0, 100), cpu_op("aten::mm", 0, 90)])
+    a = perfscope.analyze(d)
+    assert any("2 files read as one rank" in n for n in a.notes)

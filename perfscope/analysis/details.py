@@ -204,6 +204,7 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
         "collectives_matched": skew["matched"],
         "collectives_unmatched": skew["unmatched"],
         "clocks_agree": skew["clocks_agree"],
+        "last_counts": skew["last_counts"],
         "slowest_rank": slowest,
         "advice": {c: advice_for(c, mode, facts) for c in CLASSES},
         "facts": dict(facts or {}),

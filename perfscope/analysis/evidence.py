@@ -42,7 +42,7 @@ from perfscope.text import named, plural
 from perfscope.trace.kinds import (
     GPU_KINDS, EventKind, is_gpu_work_call, is_init_call, is_kernel_launch, is_sync_call, profiler_step_numbers,
 )
-from perfscope.trace.quality import COUNTED, DataQuality
+from perfscope.trace.quality import NOTED, DataQuality
 from perfscope.trace.table import TraceTable
 
 OK, INCOMPLETE, INITIALISATION, HOST_CONTENDED = "ok", "incomplete", "initialisation", "host-contended"
@@ -182,7 +182,7 @@ def _lost_kernels(table: TraceTable, steps: StepWindows, launches: Launches, ev:
     ok = where >= 0
     total = np.bincount(where[ok], minlength=len(steps))
     lost = np.bincount(where[ok & ~found], minlength=len(steps))
-    ev.quality.add(COUNTED, "kernel launch calls without a kernel (lost by the profiler)", int((~found).sum()),
+    ev.quality.add(NOTED, "kernel launch calls without a kernel (lost by the profiler)", int((~found).sum()),
                    table.name_of(launch_rows[~found]), unit="event")
     share = np.divide(lost, total, out=np.zeros(len(steps)), where=total > 0)
     _set(ev, (lost > 0) & (share >= LOST_LAUNCH_SHARE), INCOMPLETE,
@@ -244,15 +244,16 @@ def _host_contended(table: TraceTable, steps: StepWindows, metrics: pd.DataFrame
         wall, cpu, queue = rec["wall_us"], rec["thread_cpu_us"], rec["run_queue_us"]
         if wall <= 0:
             continue
-        ran = f"ran on a CPU for {100 * cpu / wall:.0f}% of the step's {wall / 1000:.1f} ms"
         if queue is not None:
             # The kernel books a wait when the thread next runs, so a step's figure can hold some of
             # the previous one's; the thread cannot have waited longer than it was off the CPU.
             queue = min(queue, max(wall - cpu, 0.0))
             if queue >= RUN_QUEUE_SHARE * wall:
                 ev.status[i] = HOST_CONTENDED
-                ev.reason[i] = f"the training thread waited for a core {100 * queue / wall:.0f}% of the step ({ran})"
+                ev.reason[i] = (f"of the step's {wall / 1000:.1f} ms the training thread waited {100 * queue / wall:.0f}% "
+                                f"for a core, ran {100 * cpu / wall:.0f}% and slept or waited for data the rest")
             continue
+        ran = f"ran on a CPU for {100 * cpu / wall:.0f}% of the step's {wall / 1000:.1f} ms"
         unexplained = wall - min(explained[i], wall)
         if unexplained > 0 and cpu < HOST_CPU_SHARE * unexplained:
             ev.status[i] = HOST_CONTENDED
@@ -275,24 +276,24 @@ def _count_quality(table: TraceTable, steps: StepWindows, launches: Launches, ma
     if steps.has_markers:
         rows = np.flatnonzero(active)
         outside = rows[locate(table.ts_ns[rows], steps.start, steps.end) < 0]
-        q.add(COUNTED, "outside every step (before the first, after the last or between steps)", int(outside.size),
+        q.add(NOTED, "outside every step (before the first, after the last or between steps)", int(outside.size),
               table.name_of(outside))
         main = np.flatnonzero(table.mask(EventKind.CPU_OP, EventKind.ANNOTATION) & (table.thread_id == steps.main_thread) & ~marker)
         where = locate(table.ts_ns[main], steps.cpu_start, steps.cpu_end)
         ok = where >= 0
         crosses = main[ok][table.end_ns[main[ok]] > steps.cpu_end[where[ok]]]
-        q.add(COUNTED, "start in one step and end after it, on the training thread", int(crosses.size),
+        q.add(NOTED, "start in one step and end after it, on the training thread", int(crosses.size),
               table.name_of(crosses))
     shared = shared_correlation_calls(table)
-    q.add(COUNTED, "runtime calls sharing their correlation id with another call: none of them is taken as "
+    q.add(NOTED, "runtime calls sharing their correlation id with another call: none of them is taken as "
           "the launch of its GPU events", int(shared.size), table.name_of(shared))
     gpu_rows = np.flatnonzero(table.mask(*GPU_KINDS))
     unlinked = gpu_rows[launches.start_ns[gpu_rows] < 0]
-    q.add(COUNTED, "GPU events without a launch record (no runtime call with their correlation id)",
+    q.add(NOTED, "GPU events without a launch record (no runtime call with their correlation id)",
           int(unlinked.size), table.name_of(unlinked))
     linked = gpu_rows[(launches.start_ns[gpu_rows] >= 0)]
     linked = linked[~graph_launched(table, linked)]
     ids, counts = np.unique(table.correlation[linked], return_counts=True)
     many = linked[np.isin(table.correlation[linked], ids[counts > 1])]
-    q.add(COUNTED, "GPU events sharing one launch call that is not a CUDA graph launch", int(many.size),
+    q.add(NOTED, "GPU events sharing one launch call that is not a CUDA graph launch", int(many.size),
           table.name_of(many))

@@ -78,9 +78,21 @@ def missing_ranks(rank_traces: list[RankTrace], ranks: list[int]) -> list[str]:
     have = sorted(set(ranks))
     if world is None or len(have) >= world:
         return []
+    if len(have) == 1:
+        return [f"1 of the job's {world} ranks was analyzed (rank {have[0]}): analyze the traces of several ranks to "
+                "compare them (stragglers, load imbalance)"]
     shown = ", ".join(map(str, have[:8])) + (", ..." if len(have) > 8 else "")
     return [f"{len(have)} of the job's {world} ranks were analyzed (ranks {shown}): comparisons between ranks, the "
             "straggler among them, cover those only"]
+
+
+def windows_of_one_worker(rank_traces: list[RankTrace], ranks: list[int]) -> list[str]:
+    """A note for each rank read from several files (profiling windows of one process)."""
+    files: dict = {}
+    for rt, r in zip(rank_traces, ranks):
+        files.setdefault(r, []).append(_file(rt))
+    return [f"rank {r}: {len(f)} files read as one rank (profiling windows of one process: {', '.join(f[:4])})"
+            for r, f in sorted(files.items()) if len(f) > 1]
 
 
 def check_markers(rank_traces: list[RankTrace], ranks: list[int]) -> None:

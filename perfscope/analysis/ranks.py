@@ -16,7 +16,9 @@ collective *c*:
 
 Per rank and step these are summed over the step's collectives. The **straggler** of a step is the
 rank with the largest summed lateness (the one the others wait for); the run's straggler is the
-rank that is the step's straggler most often (ties: the larger total lateness).
+rank that is the step's straggler in more than half of the steps. When no rank is (the last one
+changes from step to step), there is no straggler, and ``last_counts`` says how often each rank was
+last.
 
 The clocks are checked first: every rank is inside a collective at once at some moment, so no
 rank can arrive after another has finished. When that fails for half of the matched collectives
@@ -83,7 +85,7 @@ def collective_skew(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Da
         if counted:
             parts.append(_collectives(rt, rank, counted))
     empty = {"per_rank_step": pd.DataFrame(columns=["rank", "step", "late_us", "wait_us", "collectives"]),
-             "straggler": None, "matched": 0, "unmatched": 0, "clocks_agree": None}
+             "straggler": None, "matched": 0, "unmatched": 0, "clocks_agree": None, "last_counts": {}}
     if not parts:
         return empty
     df = pd.concat(parts, ignore_index=True)
@@ -114,21 +116,26 @@ def collective_skew(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Da
     spread = per["late_us"] if clocks_agree else per["wait_us"]
     if not (spread > 0).any():  # every rank arrived together (or nobody waited): no straggler
         return {"per_rank_step": per, "straggler": None, "matched": int(g.ngroups), "unmatched": unmatched,
-                "clocks_agree": clocks_agree}
+                "clocks_agree": clocks_agree, "last_counts": {}}
     times = last["rank"].value_counts()
+    n_steps = int(per["step"].nunique())
     best = max(times.index, key=lambda r: (int(times[r]), float(score[r]), -int(r)))
+    last_counts = {str(int(r)): int(c) for r, c in times.items()}  # JSON object keys are text
+    if 2 * int(times[best]) <= n_steps:  # last in half the steps or fewer: not one rank the others wait for
+        return {"per_rank_step": per, "straggler": None, "matched": int(g.ngroups), "unmatched": unmatched,
+                "clocks_agree": clocks_agree, "last_counts": last_counts}
     mine = per[per["rank"] == best]
     others = per[per["rank"] != best]
     straggler = {
         "rank": int(best),
         "basis": "arrival" if clocks_agree else "collective waits",
         "steps_last": int(times[best]),
-        "steps": int(per["step"].nunique()),
+        "steps": n_steps,
         "median_late_us": float(mine["late_us"].median()) if clocks_agree else None,
         "median_others_wait_us": float(others.groupby("step")["wait_us"].median().median()) if len(others) else 0.0,
     }
     return {"per_rank_step": per, "straggler": straggler, "matched": int(g.ngroups), "unmatched": unmatched,
-            "clocks_agree": clocks_agree}
+            "clocks_agree": clocks_agree, "last_counts": last_counts}
 
 
 def _clocks_agree(matched: pd.DataFrame, key: list[str]) -> bool:

@@ -185,8 +185,21 @@ def _trace_facts(rt: RankTrace, rank: int) -> dict:
     }
 
 
+HOST_COLUMNS = {"wall_us": "host_wall_us", "thread_cpu_us": "host_thread_cpu_us",
+                "process_cpu_us": "host_process_cpu_us", "run_queue_us": "host_run_queue_us"}
+
+
+def _host_columns(rt: RankTrace) -> pd.DataFrame:
+    """The host record of each step (``perfscope.host_steps``), NaN where the trace has none."""
+    recs = [rt.table.host_steps.get(int(s), {}) for s in rt.steps]
+    return pd.DataFrame({col: [r.get(f) if r.get(f) is not None else np.nan for r in recs]
+                         for f, col in HOST_COLUMNS.items()}, index=rt.metrics.index)
+
+
 def _rank_frame(rt: RankTrace, rank: int) -> pd.DataFrame:
     f = _with_fractions(rt.metrics)
+    if rt.table.host_steps:
+        f = pd.concat([f, _host_columns(rt)], axis=1)
     status = rt.evidence.status
     front = {"rank": rank, "worker": rt.table.worker, "step": rt.steps, "status": status,
              "status_reason": pd.Series(rt.evidence.reason, dtype=object, index=f.index),
@@ -223,7 +236,7 @@ def analyze_tables(
     ranks = job.assign_ranks(rank_traces, warnings)
     job.check_markers(rank_traces, ranks)
     job.mark_cpu_ranks_of_a_gpu_run(rank_traces, warnings)
-    notes.extend(job.missing_ranks(rank_traces, ranks))
+    notes.extend(job.missing_ranks(rank_traces, ranks) + job.windows_of_one_worker(rank_traces, ranks))
     frame = pd.concat([_rank_frame(rt, r) for rt, r in zip(rank_traces, ranks)], ignore_index=True)
     if rank_traces[0].has_markers:
         frame = job.check_steps(frame, common_steps_only, notes)

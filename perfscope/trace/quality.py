@@ -31,8 +31,8 @@ from perfscope.text import named, plural
 ABSURD_DUR_US = 86_400e6
 EXAMPLES = 5  # names kept per entry
 
-DROPPED, CLIPPED, SET_ASIDE, REPAIRED, NOT_READ, TRUNCATED, COUNTED = (
-    "dropped", "clipped", "set aside", "repaired", "not read", "truncated", "counted")
+DROPPED, CLIPPED, SET_ASIDE, REPAIRED, NOT_READ, TRUNCATED, NOTED = (
+    "dropped", "clipped", "set aside", "repaired", "not read", "truncated", "noted")
 # Entries with these actions changed or left out data: each is also a warning.
 WARN_ACTIONS = (DROPPED, CLIPPED, SET_ASIDE, REPAIRED, NOT_READ, TRUNCATED)
 
@@ -44,7 +44,7 @@ class QualityEntry:
     Attributes:
         action: ``dropped``, ``clipped``, ``set aside``, ``repaired``, ``not read`` (present in
             the file, not used by the analysis), ``truncated`` (the file ends early), or
-            ``counted`` (kept, but worth knowing).
+            ``noted`` (kept as they are, but worth knowing).
         reason: What was wrong, in words (``"negative duration"``).
         count: How many of ``unit`` it concerns.
         unit: What is counted: ``event`` (most entries), ``string`` or ``value`` (JSON repairs),
@@ -61,7 +61,7 @@ class QualityEntry:
     def sentence(self) -> str:
         """``"3 events dropped: negative duration (aten::mm (2), gemm (1))"``."""
         ex = f" ({named(self.examples)})" if self.examples else ""
-        if self.action == COUNTED:
+        if self.action == NOTED:
             return f"{plural(self.count, self.unit)} {self.reason}{ex}"
         return f"{plural(self.count, self.unit)} {self.action}: {self.reason}{ex}"
 

@@ -181,7 +181,11 @@ def read_trace(path: Path) -> RawTrace:
     if not isinstance(data, dict) or not isinstance(data.get("traceEvents", []), list):
         raise TraceFormatError(f"{path}: not a Kineto trace (no traceEvents list)")
     data.setdefault("traceEvents", [])
-    if gzip_damage:
-        decoded.quality.entries.insert(0, gzip_damage)
+    if gzip_damage is not None:
+        cut = [e for e in decoded.quality.entries if e.action == TRUNCATED]
+        if cut and gzip_damage.action == TRUNCATED:  # one cut, seen twice: say it once, with both causes
+            cut[0].reason = cut[0].reason.replace("it ends early", gzip_damage.reason.split(";")[0], 1)
+        else:
+            decoded.quality.entries.insert(0, gzip_damage)
     return RawTrace(path=path, data=data, worker=worker_name(path), quality=decoded.quality,
                     deep_events=decoded.deep_events, truncated=decoded.truncated)

@@ -30,6 +30,8 @@ def render(summary: dict) -> str:
         return section("gaps", title, note("CPU-only run: there is no GPU to be idle."))
     h = model.details(summary).get("idle_gaps")
     if not isinstance(h, dict) or not isinstance(h.get("edges_us"), list):
+        if (summary.get("overall") or {}).get("steps_counted") == 0:
+            return section("gaps", title, note("No step is counted (see Data quality): no idle gaps to show."))
         return section("gaps", title, note("No idle-gap histogram in this summary."))
     labels = bin_labels(h["edges_us"])
     counts = [num(c) or 0.0 for c in h.get("count") or []][: len(labels)]

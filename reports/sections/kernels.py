@@ -64,5 +64,7 @@ def render_launch(summary: dict) -> str:
                 "the launch queue, and are left out of it.")
     how = note("Many short kernels with short launch delays mean the GPU finishes each kernel before the host "
                "launches the next (launch-bound: fuse, batch, CUDA graphs). Long delays mean kernels wait in a "
-               "full queue: the host is ahead and launch overhead is hidden.")
+               "queue: while they do, the host is ahead and launch overhead is hidden. A run can have both -- a "
+               "full queue in one part of the step, an idle GPU waiting for the host in another -- so read this "
+               "beside the verdict's launch share and the timeline.")
     return section("launch", title, tab + how)

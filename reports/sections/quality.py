@@ -65,7 +65,7 @@ def render(summary: dict) -> str:
         rows = []
         for e in entries:
             ex = ", ".join(f"{k} ({v:,})" for k, v in list((e.get("examples") or {}).items())[:5])
-            rows.append(("hl" if e.get("action") != "counted" else "", [
+            rows.append(("hl" if e.get("action") != "noted" else "", [
                 esc(e.get("action", "-")), count(e.get("count")), esc(e.get("unit", "event")),
                 esc(truncate(e.get("reason", ""), 200)), f'<span class="name">{esc(truncate(ex, 300))}</span>']))
         parts.append(table([("action", "l"), ("count", ""), ("of", "l"), ("reason", "l"), ("examples", "l")], rows,

@@ -34,8 +34,8 @@ def _straggler_lead(st: dict) -> str:
                "compared; the wait is each collective's duration minus its shortest duration on any rank.")
     else:
         how = (f"Rank {esc(st.get('rank'))} is the straggler: it arrives last at the collectives in "
-               f"{esc(st.get('steps_last'))} of {esc(st.get('steps'))} steps, a median of {ms(st.get('median_late_us'))} "
-               f"after the first rank per step, while the other ranks wait a median of "
+               f"{esc(st.get('steps_last'))} of {esc(st.get('steps'))} steps, and its lateness summed over a step's "
+               f"collectives is a median of {ms(st.get('median_late_us'))}, while the other ranks wait a median of "
                f"{ms(st.get('median_others_wait_us'))} per step inside collectives. Ranks are compared on one clock "
                "(each trace's base time plus its timestamps); the wait is each collective's duration minus its "
                "shortest duration on any rank.")
@@ -62,8 +62,14 @@ def render(summary: dict) -> str:
     waits = [w for w in waits if w is not None]
     lead = (f"Rank {esc(slowest)} is the slowest: median compute {ms(slow.get('median_compute_us'))} per step against "
             f"{ms(fastest.get('median_compute_us'))} on rank {esc(fastest.get('rank'))}")
+    last_counts = model.details(summary).get("last_counts") or {}
     if isinstance(straggler, dict) and straggler.get("rank") is not None:
         lead = _straggler_lead(straggler)
+    elif isinstance(last_counts, dict) and len(last_counts) > 1:
+        steps = sum(v for v in last_counts.values() if isinstance(v, int))
+        who = ", ".join(f"rank {esc(r)} in {esc(n)}" for r, n in sorted(last_counts.items(), key=lambda kv: str(kv[0])))
+        lead = (f"No rank is consistently the last to arrive at the collectives: {who} of {steps} steps. No straggler "
+                "holds the others back; the measured lateness and waits per rank are in the table.")
     elif waits:
         lead += (f"; the other ranks wait for it in collectives a median of {ms(sorted(waits)[len(waits) // 2])} per step "
                  f"(up to {ms(max(waits))}, estimated from compute times: no collectives could be matched across "

@@ -107,7 +107,8 @@ def _no_verdict(summary: dict) -> str:
     counts = overall.get("steps_by_status") or {}
     by = ", ".join(f"{n} {s}" for s, n in counts.items()) if isinstance(counts, dict) else ""
     head = (f'<p class="verdict keep"><strong>No verdict</strong>: {esc(overall.get("reason") or "no step could be classified")}.'
-            f"<small>perfscope gives no verdict where the evidence is incomplete{esc(' (steps: ' + by + ')') if by else ''}; "
+            f"<small>perfscope classifies only steps whose evidence is whole: not incomplete, not start-up, not on a "
+            f"starved host{esc(' (steps here: ' + by + ')') if by else ''}; "
             'see <a href="#quality">Data quality</a> for each step.</small></p>')
     return section("verdict", "Verdict", head + f"<h3>What to do</h3><p>{esc(overall.get('advice', ''))}</p>")
 
