@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from perfscope.analysis import evidence as ev
 from perfscope.errors import AnalysisError
 
 if TYPE_CHECKING:
@@ -61,8 +62,6 @@ def mark_cpu_ranks_of_a_gpu_run(rank_traces: list[RankTrace], warnings: list[str
     rank to classify beside GPU ones."""
     if not any(rt.mode == "gpu" for rt in rank_traces):
         return
-    from perfscope.analysis import evidence as ev
-
     why = "this trace holds no GPU activity while the other traces of the run do (profiled without CUDA, or lost)"
     for rt in rank_traces:
         if rt.mode == "cpu":
