@@ -189,3 +189,16 @@ def test_gpu_only_trace_is_one_window_of_other_idle(tmp_path):
     assert row["other_idle_us"] == pytest.approx(30)  # the gap [20, 50) > 10 us
     assert row["launch_wait_us"] == 0 and row["input_wait_us"] == 0
     assert any("no ProfilerStep# markers" in n for n in a.notes)
+
+
+def test_the_partition_is_defined_once_for_the_metrics_and_the_timeline(tmp_path):
+    # every part of the partition is a metric column, and the timeline draws each one
+    from perfscope.analysis.partition import CPU_PARTS, GPU_PARTS
+    from reports.timeline_data import CPU_PARTITION_PARTS, GPU_PARTITION_PARTS
+
+    gpu = analyze(tmp_path, [step(1, 0, 100), *launch("k", 1, 10, 30, correlation=1)], name="g.json")
+    cpu = analyze(tmp_path, [step(1, 0, 100), cpu_op("aten::mm", 0, 50)], name="c.json")
+    assert {f"{p}_us" for p in GPU_PARTS} <= set(gpu.steps.columns)
+    assert {f"{p}_us" for p in CPU_PARTS} <= set(cpu.steps.columns)
+    assert {p for p, _, _ in GPU_PARTITION_PARTS} == set(GPU_PARTS)
+    assert {p for p, _, _ in CPU_PARTITION_PARTS} == set(CPU_PARTS)

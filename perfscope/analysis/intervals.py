@@ -157,12 +157,3 @@ def window_segments(sets: list[Intervals], starts: np.ndarray, ends: np.ndarray)
     left, lengths, window = left[keep], lengths[keep], window[keep]
     member = np.stack([covers(s, left) for s in sets]) if sets else np.zeros((0, left.size), bool)
     return WindowSegments(lengths, member, window, int(starts.size), left)
-
-
-def gaps(iv: Intervals, lo: int, hi: int) -> Intervals:
-    """The complement of ``iv`` inside ``[lo, hi)``."""
-    c = clip(iv, lo, hi)
-    starts = np.concatenate([[lo], c.ends])
-    ends = np.concatenate([c.starts, [hi]])
-    keep = ends > starts
-    return Intervals(starts[keep].astype(np.int64), ends[keep].astype(np.int64))

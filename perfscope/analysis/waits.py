@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from perfscope.analysis.intervals import EMPTY, Intervals, union, window_segments
+from perfscope.analysis.intervals import Intervals, union, window_segments
 from perfscope.analysis.partition import gpu_parts, gpu_sets
 from perfscope.trace.kinds import GPU_KINDS, EventKind, is_gpu_work_call, is_stream_wait, is_sync_call
 
