@@ -20,8 +20,9 @@ from typing import Any
 from perfscope.host_steps import HOST_STEPS_KEY, MAX_STEPS, VERSION
 
 _SCHEDSTAT = "/proc/thread-self/schedstat"
-# Profiler actions (torch.profiler.ProfilerAction names) during which events, and metadata, are kept.
-_RECORDING = frozenset({"WARMUP", "RECORD", "RECORD_AND_SAVE"})
+# Profiler actions (torch.profiler.ProfilerAction names) of the steps the trace keeps: only then is the
+# profiler's session live to take metadata (a warm-up step is traced and thrown away).
+_RECORDING = frozenset({"RECORD", "RECORD_AND_SAVE"})
 
 
 def _run_queue_ns() -> int | None:
