@@ -16,44 +16,30 @@ import time
 from pathlib import Path
 
 from perfscope import __version__
+from perfscope.collect.schedule import MAX_ACTIVE, MAX_STEPS
+from perfscope.cli_args import MAX_NPROC_PER_NODE, number, out_path, whole
 from perfscope.errors import PerfscopeError
+from perfscope.redact import redact
 from perfscope.siblings import import_sibling
 from perfscope.text import safe, safe_lines
 
 EXIT_USAGE = 2  # bad input, as argparse uses
 EXIT_PARTIAL = 3  # outputs written, but some trace files held damage and were left out
 DEFAULT_OUT_ROOT = Path("perfscope-out")
+MAX_RANK_WAIT_S = 86400.0  # a day: the longest a rank's trace write can reasonably lag
 
 
-def _nonneg(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
-    return value
+class _Parser(argparse.ArgumentParser):
+    """argparse with its error messages escaped: they quote what was typed (``unrecognized
+    arguments: ...``), which may hold terminal escapes. Sub-parsers are of this class too."""
 
-
-def _positive(text: str) -> int:
-    value = _nonneg(text)
-    if value == 0:
-        raise argparse.ArgumentTypeError("must be 1 or more")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return value
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {safe(message)}\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="perfscope",
         description="Find what limits each PyTorch training step: io, compute, launch or communication.",
     )
@@ -69,16 +55,17 @@ def build_parser() -> argparse.ArgumentParser:
         usage="perfscope profile SCRIPT [options] [-- script args]",
     )
     p.add_argument("script", help="the training script (.py)")
-    p.add_argument("--out", type=Path, help="output directory (default: perfscope-out/<script>-<time>)")
-    p.add_argument("--skip-first", type=_nonneg, default=3, help="steps run unprofiled first (default 3)")
-    p.add_argument("--warmup", type=_nonneg, default=2, help="steps traced then discarded (default 2)")
-    p.add_argument("--active", type=_positive, default=5, help="steps recorded (default 5)")
+    p.add_argument("--out", type=out_path, help="output directory (default: perfscope-out/<script>-<time>)")
+    p.add_argument("--skip-first", type=whole(0, MAX_STEPS), default=3, help="steps run unprofiled first (default 3)")
+    p.add_argument("--warmup", type=whole(0, MAX_STEPS), default=2, help="steps traced then discarded (default 2)")
+    p.add_argument("--active", type=whole(1, MAX_ACTIVE), default=5, help="steps recorded (default 5)")
     p.add_argument(
-        "--max-steps", type=_nonneg, default=None,
+        "--max-steps", type=whole(0, MAX_STEPS), default=None,
         help="end the script after this many steps (default: once profiling is done; 0: run to the end)",
     )
-    p.add_argument("--nproc-per-node", type=_positive, default=None, help="launch N ranks with torch.distributed.run")
-    p.add_argument("--rank-wait", type=float, default=120.0, metavar="S",
+    p.add_argument("--nproc-per-node", type=whole(1, MAX_NPROC_PER_NODE), default=None,
+                   help="launch N ranks with torch.distributed.run")
+    p.add_argument("--rank-wait", type=number(0.0, MAX_RANK_WAIT_S, "a number of seconds"), default=120.0, metavar="S",
                    help="under torchrun: seconds rank 0 waits for the other ranks' traces (default 120)")
     p.add_argument("--config", type=Path, default=None, metavar="FILE",
                    help="acceleration configuration (YAML) to run with: the knobs needing no code change are "
@@ -91,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Analyze a .json/.json.gz trace or a directory of per-rank traces; write summary.json and report.html.",
     )
     a.add_argument("path", help="trace file or directory")
-    a.add_argument("--out", type=Path, help="output directory (default: perfscope-out/<name>-<time>)")
+    a.add_argument("--out", type=out_path, help="output directory (default: perfscope-out/<name>-<time>)")
     a.add_argument("--open", action="store_true", help="open report.html in the web browser when done")
 
     r = sub.add_parser(
@@ -101,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
         "The timeline reads the traces from the output directory's traces/ folder or the paths the summary records.",
     )
     r.add_argument("summary", metavar="SUMMARY_OR_OUT_DIR", help="summary.json, or the output directory holding it")
-    r.add_argument("--out", type=Path, help="HTML file to write (default: report.html beside the summary)")
+    r.add_argument("--out", type=out_path, help="HTML file to write (default: report.html beside the summary)")
     r.add_argument("--step", type=int, default=None, metavar="N", help="step the timeline shows first (default: the median step)")
     r.add_argument("--open", action="store_true", help="open the report in the web browser")
 
@@ -113,12 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     d.add_argument("a", metavar="A", help="summary.json or output directory of the first run")
     d.add_argument("b", metavar="B", help="summary.json or output directory of the second run")
-    d.add_argument("--out", type=Path, help="HTML file to write (default: perfscope-out/diff-<time>.html)")
+    d.add_argument("--out", type=out_path, help="HTML file to write (default: perfscope-out/diff-<time>.html)")
     d.add_argument("--open", action="store_true", help="open the comparison in the web browser")
 
     from perfscope.cli_tune import add_tune_parser
 
-    add_tune_parser(sub, _positive, _nonneg, _positive_float)
+    add_tune_parser(sub)
     return parser
 
 
@@ -141,7 +128,7 @@ def _finish(analysis, out_dir: Path, open_report: bool = False) -> int:
     summary = analysis.summary()
     paths = write_outputs(summary, out_dir, analysis.tables)  # the report reuses the parsed traces
     print(format_summary(summary))
-    print(f"\nwrote {paths['summary']} and {paths['report']}")
+    print(f"\nwrote {safe(paths['summary'])} and {safe(paths['report'])}")
     sys.stdout.flush()  # the table first, then the warnings, where both go to one terminal
     for line in format_warnings(summary):
         print(line, file=sys.stderr)
@@ -164,7 +151,7 @@ def _open_in_browser(path: Path) -> None:
     except Exception:  # noqa: BLE001 - a missing or broken browser must not fail the analysis
         opened = False
     if not opened:
-        print(f"perfscope: could not open a web browser; open {path} yourself", file=sys.stderr)
+        print(f"perfscope: could not open a web browser; open {safe(path)} yourself", file=sys.stderr)
 
 
 def _summary_path(text: str) -> Path:
@@ -200,11 +187,16 @@ def cmd_report(args) -> int:
     if out.is_dir():
         raise PerfscopeError(f"--out {args.out}: is a directory; give the HTML file to write")
     write_report = import_sibling("reports").write_report
+    from reports.traces import locate
+
+    for replaced in locate(summary, path.parent).replaced:
+        print(f"perfscope: warning: {safe(replaced)} is no longer the trace {safe(path)} was made from (a later run "
+              "replaced it): its events are left out of the timeline", file=sys.stderr)
     try:
         written = write_report(summary, out, base_dir=path.parent, step=args.step)
     except (KeyError, TypeError, AttributeError) as e:
         raise PerfscopeError(f"{path}: malformed summary ({type(e).__name__}: {e})") from None
-    print(f"wrote {written}")
+    print(f"wrote {safe(written)}")
     if args.open:
         _open_in_browser(written)
     return 0
@@ -221,11 +213,12 @@ def cmd_diff(args) -> int:
     else:
         out = (DEFAULT_OUT_ROOT / f"diff-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.html").resolve()
     try:
-        print(safe_lines(reports.text_diff(a, b, str(args.a), str(args.b))))
+        # labels escaped before they join a line: a newline in a path must not start a line of its own
+        print(safe_lines(reports.text_diff(a, b, safe(args.a), safe(args.b))))
         written = reports.write_diff(a, b, out, str(args.a), str(args.b))
     except (KeyError, TypeError, AttributeError) as e:
         raise PerfscopeError(f"malformed summary ({type(e).__name__}: {e})") from None
-    print(f"\nwrote {written}")
+    print(f"\nwrote {safe(written)}")
     if args.open:
         _open_in_browser(written)
     return 0
@@ -255,6 +248,15 @@ def _out_dir(explicit: Path | None, name: str) -> Path:
     raise PerfscopeError(f"too many output directories named {base}-N; pass --out")
 
 
+def _remove_if_empty(out: Path) -> None:
+    """Remove an output directory (and its ``traces/``) that a run left empty."""
+    for d in (out / "traces", out):
+        try:
+            d.rmdir()  # only ever removes an empty directory
+        except OSError:
+            return
+
+
 def cmd_analyze(args) -> int:
     from perfscope.analysis.run import analyze_files
     from perfscope.trace import find_trace_files
@@ -264,8 +266,13 @@ def cmd_analyze(args) -> int:
     path = Path(args.path)
     files = find_trace_files(path)  # validates the input before anything is written
     out = _out_dir(args.out, path.name.split(".")[0] or "trace")
-    analysis = analyze_files(files, run_info={"source": str(path)}, skip_unreadable=path.is_dir())
-    return _finish(analysis, out, args.open)
+    try:
+        analysis = analyze_files(files, run_info={"source": str(path)}, skip_unreadable=path.is_dir())
+        return _finish(analysis, out, args.open)
+    except BaseException:
+        if args.out is None:
+            _remove_if_empty(out)  # no empty directory left behind by a failed analysis
+        raise
 
 
 def cmd_profile(args, script_args: list[str]) -> int:
@@ -297,19 +304,27 @@ def cmd_profile(args, script_args: list[str]) -> int:
     if args.nproc_per_node is None and collect.is_distributed_worker():
         rank = int(os.environ.get("RANK", "0"))
         if rank != 0:
-            print(f"perfscope: rank {rank}: wrote {', '.join(map(str, trace_files)) or 'no trace'}", file=sys.stderr)
+            print(f"perfscope: rank {rank}: wrote {safe(', '.join(map(str, trace_files))) or 'no trace'}", file=sys.stderr)
             return result.exit_code
         # Rank 0 analyzes the whole job once the other ranks' traces of this run are there.
         world = int(os.environ.get("WORLD_SIZE", "1"))
         trace_files = collect.wait_for_rank_traces(result.trace_dir, world, args.rank_wait, newer_than=started)
         if len(trace_files) < world:
-            print(f"perfscope: only {len(trace_files)} of {world} rank traces reached {result.trace_dir}; "
-                  f"analyzing those (run `perfscope analyze {result.trace_dir}` once all are there)", file=sys.stderr)
+            print(f"perfscope: only {len(trace_files)} of {world} rank traces reached {safe(result.trace_dir)}; "
+                  f"analyzing those (run `perfscope analyze {safe(result.trace_dir)}` once all are there)", file=sys.stderr)
 
     if not trace_files:
+        if args.out is None:
+            _remove_if_empty(out)  # the default directory was made for this run
         if result.error:
             print(f"perfscope: the script failed before a profiled step was recorded: {safe(result.error)}", file=sys.stderr)
             return result.exit_code or 1
+        if result.steps_seen == 0 and not result.stopped_early:
+            # It ended on its own before training (`-- --help`, a dry run): its exit is the run's.
+            print(f"perfscope: {safe(args.script)} exited with status {result.exit_code} before its first training "
+                  "step; nothing was profiled (a loop without a torch optimizer must call perfscope.step())",
+                  file=sys.stderr)
+            return result.exit_code
         raise PerfscopeError(
             f"no steps were profiled: the script ran {result.steps_seen} steps, but profiling records steps "
             f"{args.skip_first + args.warmup + 1} to {args.skip_first + args.warmup + args.active}; "
@@ -355,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_tune(args, script_args, _open_in_browser)
         return cmd_analyze(args)
     except PerfscopeError as e:
-        print(f"perfscope: error: {safe(e)}", file=sys.stderr)
+        print(f"perfscope: error: {safe(redact(str(e)))}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as e:  # missing or unreadable input files
         print(f"perfscope: error: {safe(e.strerror + ': ' + str(e.filename) if e.filename and e.strerror else e)}",
@@ -367,8 +382,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # a bug in perfscope, not the user's mistake: one line, traceback on request
         if os.environ.get("PERFSCOPE_DEBUG"):
             raise
-        print(f"perfscope: internal error: {type(e).__name__}: {safe(e)} (set PERFSCOPE_DEBUG=1 to see the traceback, "
-              "and please report it)", file=sys.stderr)
+        print(f"perfscope: internal error: {type(e).__name__}: {safe(redact(str(e)))} (set PERFSCOPE_DEBUG=1 to see the "
+              "traceback, and please report it)", file=sys.stderr)
         return 1
 
 

@@ -8,14 +8,38 @@ import sys
 import time
 from pathlib import Path
 
+from perfscope.cli_args import MAX_NPROC_PER_NODE, not_empty, number, out_path, whole
 from perfscope.errors import PerfscopeError
+from perfscope.redact import redact
+from perfscope.text import safe
 
 DEFAULT_OUT_ROOT = Path("perfscope-out")
 
 
-def add_tune_parser(sub, positive, nonneg, positive_float) -> None:
-    """Add the ``tune`` sub-command to the ``perfscope`` parser (argument types from cli.py)."""
-    _positive, _nonneg, _positive_float = positive, nonneg, positive_float
+# The allowed range of each numeric option (inclusive): an absurd value is refused at once with
+# the range, rather than sizing a loop, a timeout or a progress bar by it.
+LIMITS = {
+    "--trials": (2, 10_000),  # the baseline is trial 0: a search needs one more
+    "--time-budget": (1.0, 30 * 86_400.0),
+    "--steps-per-trial": (1, 100_000),
+    "--warmup-steps": (0, 100_000),
+    "--profile-steps": (0, 100),  # each profiled step adds to a trace file of every trial
+    "--nproc-per-node": (1, MAX_NPROC_PER_NODE),
+    "--seed": (0, 2**32 - 1),  # NumPy's seed range; the script's generators are seeded with it
+    "--confirm-top": (1, 100),
+    "--confirm-rounds": (2, 1_000),  # an interval needs two rounds
+    "--min-gain": (0.0, 10.0),
+    "--trial-timeout": (1.0, 7 * 86_400.0),
+}
+
+
+def add_tune_parser(sub) -> None:
+    """Add the ``tune`` sub-command to the ``perfscope`` parser (every numeric option with its
+    range from :data:`LIMITS`).
+
+    Args:
+        sub: The ``add_subparsers`` object of the ``perfscope`` parser.
+    """
     t = sub.add_parser(
         "tune",
         allow_abbrev=False,  # a script's --steps must not pass for --steps-per-trial
@@ -25,41 +49,54 @@ def add_tune_parser(sub, positive, nonneg, positive_float) -> None:
         "report.html. Script arguments go after `--`. See docs/tune.md.",
         usage="perfscope tune SCRIPT [options] [-- script args]",
     )
+    t.error = _one_line_error  # the project's form of bad input: one line, exit status 2
     t.add_argument("script", help="the training script (.py)")
-    t.add_argument("--trials", type=_positive, default=12, help="trials in the study, the baseline included (default 12)")
-    t.add_argument("--time-budget", type=_positive_float, default=None, metavar="S",
+    t.add_argument("--trials", type=_whole("--trials"), default=12,
+                   help="trials in the study, the baseline included (default 12; 2..10,000)")
+    t.add_argument("--time-budget", type=_number("--time-budget", "a number of seconds"), default=None, metavar="S",
                    help="start no new trial after S seconds (default: no limit)")
-    t.add_argument("--steps-per-trial", type=_positive, default=8, metavar="K", help="measured steps per trial (default 8)")
-    t.add_argument("--warmup-steps", type=_nonneg, default=3, metavar="W", help="uncounted steps first (default 3)")
-    t.add_argument("--profile-steps", type=_nonneg, default=2, metavar="P",
+    t.add_argument("--steps-per-trial", type=_whole("--steps-per-trial"), default=8, metavar="K",
+                   help="measured steps per trial (default 8)")
+    t.add_argument("--warmup-steps", type=_whole("--warmup-steps"), default=3, metavar="W",
+                   help="uncounted steps first (default 3)")
+    t.add_argument("--profile-steps", type=_whole("--profile-steps"), default=2, metavar="P",
                    help="steps profiled after the measured ones, for each trial's verdict (default 2; 0: none)")
-    t.add_argument("--nproc-per-node", type=_positive, default=None, help="run each trial as N ranks (torch.distributed.run)")
+    t.add_argument("--nproc-per-node", type=_whole("--nproc-per-node"), default=None,
+                   help="run each trial as N ranks (torch.distributed.run)")
     t.add_argument("--storage", default=None, metavar="URL",
                    help="study storage: an RDB URL (postgresql://...) or journal:PATH (default: sqlite in the output folder)")
-    t.add_argument("--study-name", default=None, metavar="NAME", help="study name (default: tune-<script>)")
-    t.add_argument("--out", type=Path, default=None, metavar="DIR_OR_YAML",
+    t.add_argument("--study-name", type=not_empty, default=None, metavar="NAME",
+                   help="study name (default: tune-<script>)")
+    t.add_argument("--out", type=out_path, default=None, metavar="DIR_OR_YAML",
                    help="output folder, or the .yaml file for the best configuration (default: perfscope-out/tune-<script>/)")
-    t.add_argument("--seed", type=_seed, default=0, help="seed for the script and the sampler (default 0)")
-    t.add_argument("--confirm-top", type=_positive, default=2, metavar="N", help="candidates to confirm (default 2)")
-    t.add_argument("--confirm-rounds", type=_positive, default=5, metavar="R",
+    t.add_argument("--seed", type=_whole("--seed"), default=0, help="seed for the script and the sampler (default 0)")
+    t.add_argument("--confirm-top", type=_whole("--confirm-top"), default=2, metavar="N",
+                   help="candidates to confirm (default 2)")
+    t.add_argument("--confirm-rounds", type=_whole("--confirm-rounds"), default=5, metavar="R",
                    help="interleaved baseline/candidate rounds (default 5, at least 2)")
-    t.add_argument("--min-gain", type=float, default=0.02, help="gain the speed-up's interval must clear (default 0.02)")
-    t.add_argument("--trial-timeout", type=_positive_float, default=None, metavar="S",
+    t.add_argument("--min-gain", type=_number("--min-gain", "a fraction (0.02 = 2%)", high_open=True), default=0.02,
+                   help="gain the speed-up's interval must clear (default 0.02 = 2%%)")
+    t.add_argument("--trial-timeout", type=_number("--trial-timeout", "a number of seconds"), default=None, metavar="S",
                    help="limit of one trial (default: from the baseline's duration)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--open", action="store_true", help="open report.html in the web browser when done")
 
 
-def _seed(text: str) -> int:
-    import argparse
+def _whole(option: str):
+    """A whole number in the option's range (:data:`LIMITS`)."""
+    return whole(*LIMITS[option])
 
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if not 0 <= value < 2**32:  # NumPy's seed range; the script's generators are seeded with it
-        raise argparse.ArgumentTypeError(f"must be in 0..{2**32 - 1}, got {value}")
-    return value
+
+def _number(option: str, what: str, *, high_open: bool = False):
+    """A finite number in the option's range (:data:`LIMITS`), ``what`` naming it in the message."""
+    return number(*LIMITS[option], what, high_open=high_open)
+
+
+def _one_line_error(message: str) -> None:
+    """The ``tune`` parser's errors: ``perfscope: error: ...`` on stderr, exit status 2 (no usage
+    block: the message names the option and its range)."""
+    print(f"perfscope: error: {safe(message)} (see perfscope tune --help)", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def _outputs(out: Path | None, stem: str) -> tuple[Path, Path]:
@@ -90,12 +127,6 @@ def cmd_tune(args, script_args: list[str], open_in_browser) -> int:
     from perfscope.siblings import import_sibling
 
     script = check_script(args.script)  # one-line error before anything is created
-    if args.confirm_rounds < 2:
-        raise PerfscopeError("--confirm-rounds must be at least 2 (an interval needs two rounds)")
-    if not 0 <= args.min_gain < 10:
-        raise PerfscopeError(f"--min-gain must be a fraction >= 0 (0.02 = 2%), got {args.min_gain}")
-    if args.trials < 2:
-        raise PerfscopeError("--trials must be at least 2 (the baseline is trial 0)")
     try:
         import_sibling("tuner")
         tune_mod = importlib.import_module("tuner.tune")
@@ -124,17 +155,19 @@ def cmd_tune(args, script_args: list[str], open_in_browser) -> int:
         print("perfscope: interrupted; finished trials are kept in the study. Run the same command again to "
               f"resume{where}", file=sys.stderr)
         return 130
+    except PerfscopeError as e:  # a storage's or a driver's words may quote a URL with its password
+        raise PerfscopeError(redact(str(e))) from None
     rec = record["recommendation"]
-    print(f"\n{rec['line']}")
+    print(f"\n{safe(rec['line'])}")
     if rec["status"] == "faster":
         changes = ", ".join(f"{k}={v!r}" for k, v in rec["config"].items())
-        print(f"best configuration ({changes}): {_shown(best_path)}")
+        print(safe(f"best configuration ({changes}): {_shown(best_path)}"))
         after = record.get("after") or {}
         if after.get("verdict"):
-            print(f"verdict before: {record['baseline']['verdict']}; after: {after['verdict']}")
+            print(safe(f"verdict before: {record['baseline']['verdict']}; after: {after['verdict']}"))
         if rec.get("hint"):
-            print(f"next: {rec['hint']}")
-    print(f"wrote {_shown(best_path)}, {_shown(out_dir / 'tune.json')} and {_shown(out_dir / 'report.html')}")
+            print(f"next: {safe(rec['hint'])}")
+    print(safe(f"wrote {_shown(best_path)}, {_shown(out_dir / 'tune.json')} and {_shown(out_dir / 'report.html')}"))
     if args.open:
         open_in_browser(out_dir / "report.html")
     return 0

@@ -13,6 +13,7 @@ from perfscope.text import safe
 
 MAX_ROWS = 24  # beyond this the table shows the first and last steps only
 MAX_WARNINGS = 20  # beyond this stderr says how many more summary.json holds
+MAX_SKIPPED_NAMED = 3  # skipped trace files named on stderr; one line counts the rest
 # The cost columns add up to 100% of each step; "other" (GPU idle on dependencies) is GPU-only.
 COST_COLUMNS = {"gpu": (*CLASSES, "other"), "cpu": CLASSES}
 def _row(cells: list[str], widths: list[int]) -> str:
@@ -97,14 +98,36 @@ def format_summary(summary: dict) -> str:
     else:
         lines.append(f"verdict: none ({safe(o.get('reason') or 'no step could be classified')})")
     lines.append(f"advice: {o['advice']}")
-    lines += [f"note: {safe(n)}" for n in summary.get("notes", [])]
-    return "\n".join(lines)
+    lines += [f"note: {n}" for n in summary.get("notes", [])]
+    # Every line escaped as a whole: a newline inside a name, a verdict or the advice of a
+    # hand-edited summary shows as "?" and cannot start a forged "verdict:" line.
+    return "\n".join(safe(line) for line in lines)
 
 
 def format_warnings(summary: dict) -> list[str]:
-    """The summary's warnings as lines for standard error (``perfscope: warning: ...``)."""
-    warnings = [safe(w) for w in summary.get("warnings", [])]
-    lines = [f"perfscope: warning: {w}" for w in warnings[:MAX_WARNINGS]]
-    if len(warnings) > MAX_WARNINGS:
-        lines.append(f"perfscope: warning: ... and {len(warnings) - MAX_WARNINGS} more (summary.json lists them all)")
+    """The summary's warnings as lines for standard error (``perfscope: warning: ...``).
+
+    The warnings about skipped trace files come first; beyond :data:`MAX_SKIPPED_NAMED` of them
+    one line counts the rest, so a directory of a thousand bad files does not hide the other
+    warnings. Beyond :data:`MAX_WARNINGS` lines in all, one line says how many more there are.
+
+    Args:
+        summary: A summary record (``warnings`` and ``skipped`` are read).
+
+    Returns:
+        The lines, without newlines, every one escaped for the terminal.
+    """
+    warnings = [safe(w) for w in summary.get("warnings") or []]
+    n_skipped = len(summary.get("skipped") or [])
+    # analysis.run puts one "skipped ..." warning per skipped file first
+    n_skip_warnings = next((i for i, w in enumerate(warnings[:n_skipped]) if not w.startswith("skipped ")), n_skipped)
+    skips, others = warnings[:n_skip_warnings], warnings[n_skip_warnings:]
+    shown = skips[:MAX_SKIPPED_NAMED]
+    if len(skips) > MAX_SKIPPED_NAMED:
+        shown.append(f"... and {len(skips) - MAX_SKIPPED_NAMED:,} more trace files skipped (summary.json's skipped "
+                     "list and the report's Data quality section name them all)")
+    shown += others
+    lines = [f"perfscope: warning: {w}" for w in shown[:MAX_WARNINGS]]
+    if len(shown) > MAX_WARNINGS:
+        lines.append(f"perfscope: warning: ... and {len(shown) - MAX_WARNINGS:,} more (summary.json lists them all)")
     return lines

@@ -6,9 +6,10 @@ import os
 import tempfile
 from pathlib import Path
 
+from perfscope.atomic import write_files_atomic
 from perfscope.errors import PerfscopeError
 from perfscope.siblings import import_sibling
-from perfscope.summary import write_summary
+from perfscope.summary import dump_summary
 
 
 def ensure_writable_dir(path: str | os.PathLike) -> Path:
@@ -28,16 +29,25 @@ def ensure_writable_dir(path: str | os.PathLike) -> Path:
 
 
 def write_outputs(summary: dict, out_dir: str | os.PathLike, tables: dict | None = None) -> dict[str, Path]:
-    """Write ``summary.json`` and ``report.html`` of a summary record into ``out_dir`` (each
-    atomically; the report's timeline uses ``tables`` -- the analysis's trace tables by path --
-    and reads any other trace it needs from disk).
+    """Write ``summary.json`` and ``report.html`` of a summary record into ``out_dir``, as one
+    unit (:func:`perfscope.atomic.write_files_atomic`: both are complete before either replaces
+    an earlier file). The report's timeline uses ``tables`` -- the analysis's trace tables by
+    path -- and reads any other trace it needs from disk.
 
     Returns:
         The written paths by name (``"summary"``, ``"report"``).
+
+    Raises:
+        PerfscopeError: the directory cannot be written, or the files cannot be (a full disk);
+            the earlier outputs in it are then unchanged, and the message says so.
     """
-    write_report = import_sibling("reports").write_report
+    render_report = import_sibling("reports").render_report
     out = ensure_writable_dir(out_dir)
-    return {
-        "summary": write_summary(summary, out / "summary.json"),
-        "report": write_report(summary, out / "report.html", tables=tables),
-    }
+    paths = {"summary": out / "summary.json", "report": out / "report.html"}
+    html = render_report(summary, base_dir=out, tables=tables)
+    try:
+        write_files_atomic({paths["summary"]: dump_summary(summary), paths["report"]: html.encode("utf-8")})
+    except OSError as e:
+        raise PerfscopeError(f"cannot write summary.json and report.html to {out}: {e.strerror or e}; "
+                             "any earlier ones there are unchanged") from None
+    return paths

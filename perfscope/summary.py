@@ -15,6 +15,8 @@ import orjson
 
 from perfscope.atomic import write_bytes_atomic
 from perfscope.errors import PerfscopeError
+from perfscope.summary_check import summary_problem
+from perfscope.text import short_repr
 
 if TYPE_CHECKING:
     from perfscope.analysis.run import Analysis
@@ -107,16 +109,23 @@ def merged_quality(traces: list[dict]) -> list[dict]:
     return list(merged.values())
 
 
+def dump_summary(summary: dict) -> bytes:
+    """``summary`` as the indented JSON text of ``summary.json``."""
+    return orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
+
+
 def write_summary(summary: dict, path: str | Path) -> Path:
     """Write ``summary`` as indented JSON, atomically."""
-    return write_bytes_atomic(path, orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY))
+    return write_bytes_atomic(path, dump_summary(summary))
 
 
 def load_summary(path: str | Path) -> dict:
     """Read a ``summary.json`` (or the one inside an output directory).
 
     Raises:
-        PerfscopeError: missing, not JSON, or not a perfscope summary of a known major version.
+        PerfscopeError: missing, not JSON, not a perfscope summary of a known major version, or
+            malformed (a field of the wrong type or a number out of range: see
+            :func:`summary_problem`).
     """
     path = Path(path)
     if path.is_dir():
@@ -125,11 +134,14 @@ def load_summary(path: str | Path) -> dict:
         data = orjson.loads(path.read_bytes())
     except FileNotFoundError:
         raise PerfscopeError(f"{path}: no such summary file") from None
-    except orjson.JSONDecodeError as e:
-        raise PerfscopeError(f"{path}: not valid JSON ({e})") from None
+    except orjson.JSONDecodeError as e:  # also Infinity, NaN and 1e999, which JSON has no room for
+        raise PerfscopeError(f"{path}: malformed summary: not valid JSON ({e})") from None
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise PerfscopeError(f"{path}: not a perfscope summary (schema field missing)")
     if data.get("schema_version") not in READABLE_VERSIONS:
-        raise PerfscopeError(f"{path}: summary schema version {data.get('schema_version')!r} is not supported "
-                             f"(this perfscope reads {', '.join(map(str, READABLE_VERSIONS))})")
+        raise PerfscopeError(f"{path}: summary schema version {short_repr(data.get('schema_version'))} is not "
+                             f"supported (this perfscope reads {', '.join(map(str, READABLE_VERSIONS))})")
+    problem = summary_problem(data)
+    if problem:
+        raise PerfscopeError(f"{path}: malformed summary: {problem}")
     return data

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import reprlib
 from collections.abc import Iterable, Mapping
 
 # C0 and C1 controls (escape sequences start with one) and the bidi embeddings, overrides and
@@ -40,6 +41,29 @@ def safe(text) -> str:
     """``text`` for a terminal: control characters (escape sequences among them) and bidi
     controls shown as ``?``, so a file or kernel name cannot move the cursor or reorder a line."""
     return _UNSAFE.sub("?", str(text))
+
+
+# Bounded at every level, so the repr of a huge or deeply nested value (an expanded YAML alias
+# bomb) is cheap to build, not only short to show.
+_REPR = reprlib.Repr()  # attributes, not keywords: those need Python 3.12
+_REPR.maxlevel, _REPR.maxstring, _REPR.maxlong, _REPR.maxother = 3, 60, 40, 60
+for _name in ("maxtuple", "maxlist", "maxarray", "maxdict", "maxset", "maxfrozenset", "maxdeque"):
+    setattr(_REPR, _name, 6)
+
+
+def short_repr(value, limit: int = 80) -> str:
+    """A :func:`repr` of ``value`` for an error message: at most ``limit`` characters, nested
+    containers and long strings elided with ``...``, control characters shown as ``?``.
+
+    Args:
+        value: Any object, e.g. a configuration value as the user wrote it.
+        limit: Most characters returned.
+
+    Returns:
+        The shortened, terminal-safe repr.
+    """
+    text = safe(_REPR.repr(value))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def safe_lines(text: str) -> str:

@@ -11,6 +11,7 @@ import statistics
 from pathlib import Path
 
 from perfscope.atomic import write_text_atomic
+from perfscope.text import safe
 from reports import model
 from reports.html import esc, figure, legend, ms, num, page, pct, section, table
 from reports.palette import CLASS_ORDER, part_us, parts
@@ -39,7 +40,7 @@ def ratio(a: dict, b: dict) -> float | None:
 
 
 def ratio_words(r: float | None) -> str:
-    if r is None:
+    if r is None or not r > 0:  # a step time of 0 in a hand-edited summary: no ratio to invert
         return "step time ratio unknown"
     if abs(r - 1) < 0.005:
         return f"B/A {r:.2f}x: no change"
@@ -95,7 +96,7 @@ def text_diff(a: dict, b: dict, label_a: str = "A", label_b: str = "B") -> str:
     shares = ", ".join(
         f"{c} {pct(_frac(a, c), 0)} -> {pct(_frac(b, c), 0)}" for c in CLASS_ORDER if c != "other" or a.get("mode") == "gpu"
     )
-    return "\n".join([
+    return "\n".join(safe(line) for line in [  # escaped per line: a name's newline cannot start a line
         f"A: {label_a}  {va}, median step {ms(_median(a))}",
         f"B: {label_b}  {vb}, median step {ms(_median(b))}",
         f"verdict: {va} -> {vb}" if va != vb else f"verdict: unchanged ({va})",

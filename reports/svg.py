@@ -115,7 +115,7 @@ def hbar(parts: list[tuple[str, float, str]], total: float, label: str, width: i
     x = 0.0
     scale = width / total if total > 0 else 0.0
     for name, v, colour in parts:
-        if v <= 0:
+        if v <= 0 or total <= 0:  # negative parts (a hand-edited summary) can sum to nothing
             continue
         w = v * scale
         out.append(rect(x, 2, w, height - 4, colour, f"{name}: {100 * v / total:.1f}%"))

@@ -1,9 +1,10 @@
 """Finding the traces a summary was made from, for the sections that need events (the timeline).
 
-A summary records each trace's path. The report looks first in the output directory's
-``traces/`` folder (where ``perfscope profile`` writes them, and where a moved output directory
-still has them), then at the recorded path. Only one rank is loaded: the lowest rank whose
-traces are found.
+A summary records each trace's path and fingerprint (:mod:`perfscope.fileid`). The report looks
+first in the output directory's ``traces/`` folder (where ``perfscope profile`` writes them, and
+where a moved output directory still has them), then at the recorded path; a file whose
+fingerprint is not the recorded one is another run's and is not used. Only one rank is loaded:
+the lowest rank whose traces are found.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from perfscope.errors import PerfscopeError
+from perfscope.fileid import fingerprint
 
 
 def _candidates(recorded: str, base_dir: Path | None) -> list[Path]:
@@ -32,6 +34,7 @@ class Found:
     rank: object = None
     files: list = field(default_factory=list)
     problem: str | None = None
+    replaced: list = field(default_factory=list)  # recorded paths whose file is now another one
     tables: dict = field(default_factory=dict)  # already-built tables by resolved path
     _prepared: list | None = None
 
@@ -57,20 +60,26 @@ class Found:
 def locate(summary: dict, base_dir: Path | None) -> Found:
     """The traces of the lowest rank that are still on disk (``problem`` says why when none is)."""
     by_rank: dict = {}
-    missing = []
+    missing, replaced = [], []
     for t in summary.get("traces") or []:
         if not isinstance(t, dict) or not isinstance(t.get("path"), str):
             continue
-        hit = next((c for c in _candidates(t["path"], base_dir) if c.is_file()), None)
+        on_disk = [c for c in _candidates(t["path"], base_dir) if c.is_file()]
+        recorded = t.get("fingerprint")
+        # A file there that is not the one analyzed (a later run's) must not be drawn as this one.
+        hit = next((c for c in on_disk if not isinstance(recorded, str) or fingerprint(c) == recorded), None)
         if hit is None:
-            missing.append(t["path"])
+            (replaced if on_disk else missing).append(t["path"])
         else:
             by_rank.setdefault(t.get("rank"), []).append(hit)
     if not by_rank:
+        if replaced:
+            return Found(problem=f"{replaced[0]} is no longer the trace this summary was made from (a later run "
+                         "replaced it); run `perfscope analyze` on it to see that run", replaced=replaced)
         what = f"{missing[0]} is gone" if missing else "the summary records no trace paths"
         return Found(problem=f"none of the traces were found: {what}")
     rank = min(by_rank, key=lambda r: (not isinstance(r, int), r if isinstance(r, int) else 0))
-    return Found(rank=rank, files=by_rank[rank])
+    return Found(rank=rank, files=by_rank[rank], replaced=replaced)
 
 
 def load(found: Found, tables: dict | None = None) -> Found:

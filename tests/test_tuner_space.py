@@ -11,7 +11,7 @@ from tuner.confirm import confirm_candidates
 from tuner.numerics import check_losses
 from tuner.pruner import SlowerThanBestPruner
 from tuner.space import SearchSpace, build_space, rule_based_guess
-from tuner.tune import _range_hint
+from tuner.prove import range_hint as _range_hint
 
 CPU_LOADER = {"cuda": False, "cpu_count": 2, "world_size": 1, "local_world_size": 1,
               "dataloader": {"num_workers": 0, "pin_memory": False, "prefetch_factor": None, "iterable": False},

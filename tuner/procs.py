@@ -1,10 +1,11 @@
-"""A trial's processes: started in their own session, marked, and all stopped at the end.
+"""A trial's processes: started under a keeper, marked, and all stopped at the end.
 
-Killing the trial's process group reaches the script, its DataLoader workers and anything else
-that stays in the group. A process the script starts in a session of its own (``setsid``,
-``start_new_session=True``) leaves the group; it still inherits the environment, so every trial
-runs with ``PERFSCOPE_TRIAL=<unique token>`` and whatever still carries the token once the group is
-gone is killed too.
+Every trial runs under :mod:`perfscope.collect.keeper`: a child subreaper that ends every process the
+trial started -- also one that left the trial's process group and session and cleared its
+environment -- when the trial is stopped or exits, and also when the tuner itself is killed
+outright (the kernel tells the keeper). As a second line, every trial runs with
+``PERFSCOPE_TRIAL=<unique token>`` and whatever still carries the token once the keeper is done is
+killed too.
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ import subprocess
 import uuid
 from pathlib import Path
 
+from perfscope.collect import keeper
 from perfscope.collect.launch import signal_group
 
 MARK_ENV = "PERFSCOPE_TRIAL"
-# Seconds the group gets after SIGTERM before SIGKILL: torchrun needs a moment to stop its ranks.
+# Seconds the trial gets after SIGTERM before SIGKILL: torchrun needs a moment to stop its ranks.
 TERM_GRACE_S = {False: 3.0, True: 10.0}
 
 
@@ -27,21 +29,29 @@ def new_mark() -> str:
     return uuid.uuid4().hex
 
 
-def stop_trial(proc: subprocess.Popen, launched: bool, mark: str | None = None) -> None:
-    """Stop a trial: SIGTERM to its group, SIGKILL after a grace period, then any marked stray.
+def trial_command(command: list[str], launched: bool) -> list[str]:
+    """``command`` run under a keeper; start it with ``start_new_session=True``.
 
     Args:
-        proc: The trial's process, started with ``start_new_session=True``.
+        command: The trial's measurement command.
         launched: True when it is ``torch.distributed.run`` (a longer grace to stop its ranks).
+    """
+    return keeper.command(command, TERM_GRACE_S[launched])
+
+
+def stop_trial(proc: subprocess.Popen, launched: bool, mark: str | None = None) -> None:
+    """Stop a trial started with :func:`trial_command`, and everything it started.
+
+    Its keeper gets SIGTERM and stops the trial (SIGTERM to the trial's group, SIGKILL to every
+    descendant after the grace); then the keeper's group and any marked stray are killed.
+
+    Args:
+        proc: The keeper's process.
+        launched: As given to :func:`trial_command`.
         mark: The trial's MARK_ENV token, or None.
     """
-    if proc.poll() is None:
-        signal_group(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=TERM_GRACE_S[launched])
-        except subprocess.TimeoutExpired:
-            pass
-    signal_group(proc.pid, signal.SIGKILL)  # DataLoader workers and the rest of the group
+    keeper.stop(proc, TERM_GRACE_S[launched])
+    signal_group(proc.pid, signal.SIGKILL)  # a command started without a keeper, or a keeper cut short
     proc.wait()
     if mark is not None:
         for pid in marked_processes(mark):

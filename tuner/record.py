@@ -27,10 +27,14 @@ def _finite(value) -> float | None:
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else None
 
 
-def trial_entry(t) -> dict:
-    """One trial of the study as a ``tune.json`` entry."""
+def trial_entry(t, retried: bool = False) -> dict:
+    """One trial of the study as a ``tune.json`` entry (``retried``: a later trial retries it, as
+    the storage does for a trial whose worker stopped sending heartbeats)."""
     attrs = t.user_attrs
     failure = attrs.get("failure")
+    if t.state == TrialState.FAIL and not failure and retried and "fail_reason" not in t.system_attrs:
+        failure = {"kind": "lost", "reason": "its worker stopped sending heartbeats (killed, or its machine lost); "
+                                             "its configuration was queued again"}
     if t.state == TrialState.FAIL and not failure:
         failure = {"kind": "crash", "reason": t.system_attrs.get("fail_reason") or "the trial raised an error in perfscope"}
     if t.state == TrialState.PRUNED:
@@ -72,7 +76,9 @@ def build(*, options, session, storage: str, notes: list[str], confirmation: dic
           recommendation: dict | None = None, after: dict | None = None) -> dict:
     """The ``tune.json`` record of the study as it stands."""
     baseline = dict(session.baseline or {})
-    trials = [trial_entry(t) for t in session.study.get_trials(deepcopy=False)
+    stored = session.study.get_trials(deepcopy=False)
+    retried = {t.system_attrs.get("failed_trial") for t in stored}
+    trials = [trial_entry(t, t.number in retried) for t in stored
               if (t.user_attrs.get("failure") or {}).get("kind") != "duplicate"]  # never run
     base_trial = next((t["number"] for t in trials if t["role"] == "baseline"), None)
     return {

@@ -49,6 +49,8 @@ from optuna.storages import BaseStorage, RDBStorage, RetryHeartbeatStaleTrialCal
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 
 from perfscope.errors import PerfscopeError
+from perfscope.redact import host_has_at
+from tuner.storage_schema import foreign_tables
 from tuner.storage_text import (
     db_reason,
     first_line,
@@ -118,9 +120,7 @@ def describe_storage(url: str | None, out_dir: Path | None = None) -> str:
     """
     if url is None:
         return default_url(out_dir) if out_dir is not None else "sqlite:///" + DEFAULT_FILE
-    if _journal_path(url) is not None:
-        return url
-    return mask_password(url)
+    return mask_password(url)  # a journal path too: it may be a mistyped database URL
 
 
 def open_storage(
@@ -218,6 +218,11 @@ def _open_rdb(url: str, heartbeat_interval: int, grace_period: int) -> RDBStorag
         # SQLAlchemy's message repeats the URL, password included: not shown.
         raise StorageError(f"cannot parse study storage URL {shown}: expected {ACCEPTED}") from None
     secrets = secrets_of(url, parsed)
+    if "@" in (parsed.host or "") or host_has_at(url):
+        # The parser took what follows the password's first "@" for the host name: the driver's
+        # "could not translate host name" would print the rest of the password.
+        raise StorageError(f"cannot use study storage {shown}: its password holds an unencoded '@'; "
+                           "URL-encode it as %40 (and any other reserved character, e.g. with urllib.parse.quote)")
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         _check_sqlite_file(parsed.database, shown)
@@ -240,6 +245,10 @@ def _open_rdb(url: str, heartbeat_interval: int, grace_period: int) -> RDBStorag
         ) from None
     try:
         with engine.connect() as connection, _init_lock(connection, backend):
+            foreign = foreign_tables(connection)
+            if foreign:
+                raise StorageError(f"cannot use study storage {shown}: its tables are not Optuna's "
+                                   f"({'; '.join(foreign)}): use another database or file")
             return _make_rdb_storage(
                 url, backend, engine_kwargs, heartbeat_interval, grace_period, shown, secrets
             )
@@ -282,6 +291,8 @@ def _make_rdb_storage(
                     f"cannot open study storage {shown}: {db_reason(e, secrets)}"
                 ) from None
             time.sleep(random.uniform(0.1, 0.5))
+        except optuna.exceptions.StorageInternalError as e:  # e.g. a table it could not read
+            raise StorageError(f"cannot use study storage {shown}: {scrub(first_line(e), secrets)}") from None
         except RuntimeError as e:  # Optuna: the tables were written by another Optuna version
             raise StorageError(
                 f"cannot use study storage {shown}: {scrub(first_line(e), secrets)}"

@@ -13,15 +13,16 @@ from urllib.parse import quote, unquote
 import sqlalchemy
 import sqlalchemy.exc
 
+from perfscope.redact import redact
+
 # password=, passwd= and pwd= query parameters, the spellings libpq and MySQL drivers accept.
 _PASSWORD_QUERY = re.compile(r"(?i)([?&](?:password|passwd|pwd)=)([^&#]*)")
-_USERINFO_PASSWORD = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*://[^/?#@:]*:)(.*)@([^@]*)$")
 
 
 def mask_password(url: str) -> str:
-    """``url`` with the password of ``USER:PASS@`` and of a ``password=`` parameter as ``***``."""
-    masked = _USERINFO_PASSWORD.sub(r"\1***@\3", url)
-    return _PASSWORD_QUERY.sub(r"\1***", masked)
+    """``url`` with the password of ``USER:PASS@`` and of a ``password=`` parameter as ``***``
+    (also in a mistyped URL, ``postgresql//USER:PASS@HOST``: :func:`perfscope.redact.redact`)."""
+    return redact(url)
 
 
 def secrets_of(url: str, parsed: sqlalchemy.engine.URL) -> list[str]:
@@ -35,10 +36,10 @@ def secrets_of(url: str, parsed: sqlalchemy.engine.URL) -> list[str]:
 
 
 def scrub(text: str, secrets: list[str]) -> str:
-    """``text`` with each of ``secrets`` replaced by ``***``."""
+    """``text`` with each of ``secrets`` replaced by ``***``, and any URL's password masked."""
     for secret in secrets:
         text = text.replace(secret, "***")
-    return text
+    return redact(text)
 
 
 def first_line(error: BaseException) -> str:

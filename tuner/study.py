@@ -11,6 +11,7 @@ constraint, so the sampler learns from them.
 
 from __future__ import annotations
 
+import copy
 import os
 import random
 import socket
@@ -18,6 +19,7 @@ import time
 from pathlib import Path
 
 import optuna
+from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 from optuna.trial import TrialState
 
 from perfscope.errors import PerfscopeError
@@ -77,7 +79,8 @@ class TuningStudy:
         self.space: SearchSpace | None = None
         self.baseline: dict | None = None
         self.duplicates_in_a_row = 0
-        self.exhausted = False
+        self.exhausted: str | None = None
+        """Why the search stopped early (None: it did not)."""
 
     # ------------------------------------------------------------------ setup
     def load_setup(self) -> bool:
@@ -160,6 +163,41 @@ class TuningStudy:
             self.study.set_user_attr(REQUEUED_ATTR, sorted(done | set(queued)))
         return queued
 
+    def fail_stale_trials(self) -> list[int]:
+        """Fail the running trials whose worker stopped sending heartbeats (killed, its machine
+        lost), kind ``lost``, and queue their configurations again once (the storage's retry
+        callback). SQL storages only: a journal file has no heartbeat.
+
+        Optuna does this when a worker starts a trial; this also does it where none starts (the
+        search's end), so a dead worker's trial is not left RUNNING for ever.
+
+        Returns:
+            The numbers of the trials failed.
+        """
+        storage = self.study._storage
+        if not isinstance(storage, BaseHeartbeat) or not is_heartbeat_enabled(storage):
+            return []
+        grace = getattr(storage, "grace_period", None)
+        reason = ("its worker stopped sending heartbeats" + (f" for over {grace} s" if grace else "") +
+                  " (killed, or its machine lost); its configuration is queued again")
+        failed = []
+        for trial_id in storage._get_stale_trial_ids(self.study._study_id):
+            try:
+                # The reason first: a finished trial takes no more attributes.
+                storage.set_trial_user_attr(trial_id, "failure", {"kind": "lost", "reason": reason})
+                if storage.set_trial_state_values(trial_id, TrialState.FAIL):
+                    failed.append(trial_id)
+            except optuna.exceptions.UpdateFinishedTrialError:
+                pass  # another worker failed it first
+        callback = storage.get_heartbeat_stale_trial_callback()
+        numbers = []
+        for trial_id in failed:
+            trial = copy.deepcopy(storage.get_trial(trial_id))
+            numbers.append(trial.number)
+            if callback is not None:
+                callback(self.study, trial)
+        return numbers
+
     # ------------------------------------------------------------------ trials
     def finished_count(self) -> int:
         """Trials that count towards the study's target: complete or pruned, baseline included."""
@@ -174,6 +212,8 @@ class TuningStudy:
         """
         assert self.space is not None and self.baseline is not None
         trial.set_user_attr("worker", worker_id())
+        if "failure" in trial.user_attrs:  # a re-queued trial inherits the failure of the one it retries
+            trial.set_user_attr("failure", None)
         if "role" not in trial.user_attrs:
             trial.set_user_attr("role", "search")
         try:
@@ -197,7 +237,13 @@ class TuningStudy:
             self.duplicates_in_a_row += 1
             fresh = self.unmeasured_params(seed=trial.number)
             if fresh is None or self.duplicates_in_a_row >= MAX_DUPLICATES_IN_A_ROW:
-                self.exhausted = True
+                running = [t.number for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                           if t.number != trial.number]
+                if fresh is not None:
+                    self.exhausted = "the sampler kept proposing configurations already measured"
+                else:
+                    self.exhausted = "every configuration of the space has been measured" + (
+                        f" or is being measured (trial(s) {', '.join(map(str, running))} running)" if running else "")
                 self.study.stop()  # (nearly) every configuration has been measured
             else:
                 self.study.enqueue_trial(fresh, user_attrs={"role": "search"})

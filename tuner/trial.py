@@ -9,6 +9,10 @@ its exit status, losses, facts about the run and its trace. Whatever happens -- 
 Ctrl-C, an error here -- the whole process group is stopped (SIGTERM, then SIGKILL) before
 :func:`run_trial` returns or raises.
 
+The script's output goes through a pipe into a bounded ``output.log`` (:mod:`tuner.output`): a
+trial whose output outruns :data:`tuner.output.LIMIT_BYTES`, or whose log cannot be written (a
+full disk), is stopped and failed with that reason (kind ``output``).
+
 Throughput of measured step ``s``: the samples all ranks fetched in ``s`` divided by the longest
 rank's duration of ``s`` (samples/s); steps/s (1 / longest duration) when no batch size is seen.
 A trial's value is the throughput of its whole measured window: all its samples (or steps) over
@@ -34,11 +38,15 @@ from pathlib import Path
 
 from perfscope.collect.launch import child_env
 from perfscope.runtime.config import CONFIG_ENV, AccelConfig, save_config
-from tuner.procs import MARK_ENV, new_mark, stop_trial
+from tuner.failure import failure_line, killed_reason, seconds_text
+from tuner.output import KEEP_BYTES, LIMIT_BYTES, OutputLog
+from tuner.procs import MARK_ENV, new_mark, stop_trial, trial_command
 from tuner.records import StepReader, drawn_from_queues, new_measured, read_jsonl
 
 POLL_S = 0.1
-FAILURE_KINDS = ("oom", "crash", "timeout", "too-few-steps", "unsafe", "interrupted")
+# killed: SIGKILL from outside (the OOM killer, usually); output: too much output, or its log could
+# not be written; lost: its worker stopped sending heartbeats (tuner/study.py).
+FAILURE_KINDS = ("oom", "crash", "killed", "timeout", "output", "too-few-steps", "unsafe", "interrupted", "lost")
 _OOM = re.compile(r"out of memory|OutOfMemoryError|MemoryError|can't allocate memory|Cannot allocate memory", re.IGNORECASE)
 # torchrun would outlive a killed perfscope: it is exec'd by this, which set PR_SET_PDEATHSIG to SIGKILL.
 _DIE_WITH_PARENT = ("import ctypes,os,sys;p=os.getppid();getattr(ctypes.CDLL(None),'prctl',lambda*a:0)(1,9);"
@@ -62,6 +70,8 @@ class TrialSpec:
         profile_steps: Steps profiled after the measured ones (0: none) for the trial's verdict.
         seed: Seed of Python, NumPy and torch before the script runs.
         timeout_s: Wall-clock limit of one trial (seconds), start-up included.
+        output_keep_bytes: Bytes of the script's output kept in ``output.log`` (the last ones).
+        output_limit_bytes: Bytes of output after which the trial is stopped and failed.
     """
 
     script: str
@@ -72,6 +82,8 @@ class TrialSpec:
     profile_steps: int = 2
     seed: int = 0
     timeout_s: float = 600.0
+    output_keep_bytes: int = KEEP_BYTES
+    output_limit_bytes: int = LIMIT_BYTES
 
 
 @dataclasses.dataclass
@@ -79,8 +91,8 @@ class TrialOutcome:
     """What one trial measured, or why it failed.
 
     Attributes:
-        status: ``ok`` or a failure kind: ``oom``, ``crash``, ``timeout``, ``too-few-steps``,
-            ``pruned``, ``interrupted``.
+        status: ``ok`` or a failure kind: ``oom``, ``crash``, ``killed``, ``timeout``,
+            ``output``, ``too-few-steps``, ``pruned``, ``interrupted``.
         reason: One line for a failure (None when ok).
         step_values: Throughput of each measured step seen (samples/s or steps/s).
         step_samples: Samples of each measured step over all ranks (None: unknown).
@@ -236,34 +248,54 @@ def run_trial(
     unit = "samples/s"
     status, reason = None, None
     started = time.monotonic()
-    with open(work_dir / "output.log", "wb") as log:
-        proc = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
+    log = OutputLog(work_dir / "output.log", spec.output_keep_bytes, spec.output_limit_bytes)
+    read_end, write_end = os.pipe()
+    try:
         try:
-            while True:
-                exited = proc.poll() is not None
-                for step_samples, step_seconds in new_measured(readers, len(values)):
-                    samples.append(step_samples)
-                    seconds.append(step_seconds)
-                    values.append((step_samples if step_samples is not None else 1) / step_seconds)
-                    unit = "samples/s" if all(n is not None for n in samples) else "steps/s"
-                    # Intermediate values over whole worker rounds only: part of a round holds the
-                    # bursts' fast steps without their waiting one.
-                    if on_step is not None and len(values) % max(1, loader_workers or 1) == 0:
-                        on_step(len(values) - 1, window_throughput(samples, seconds))
-                if exited:
-                    break
-                if time.monotonic() - started > spec.timeout_s:
-                    status, reason = "timeout", f"no result within the trial timeout of {spec.timeout_s:.0f} s"
-                    break
-                time.sleep(POLL_S)
-        except Pruned:
-            status, reason = "pruned", "clearly slower than the best trial so far"
-        except KeyboardInterrupt:
-            stop_trial(proc, spec.nproc_per_node is not None, mark)
-            raise
-        finally:
-            stop_trial(proc, spec.nproc_per_node is not None, mark)
+            log.start(read_end)
+        except OSError as e:  # a full disk: this trial fails, the study goes on
+            os.close(read_end)
+            return TrialOutcome(status="output", reason=f"the trial's log {log.path} could not be created: "
+                                                         f"{e.strerror or e}")
+        # Under a keeper: whatever the trial starts ends with it (tuner/procs.py).
+        proc = subprocess.Popen(trial_command(command, spec.nproc_per_node is not None), env=env, stdout=write_end,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+    except BaseException:
+        log.close()
+        raise
+    finally:
+        os.close(write_end)  # the child holds its own copy: EOF once every writer is gone
+    try:
+        while True:
+            exited = proc.poll() is not None
+            for step_samples, step_seconds in new_measured(readers, len(values)):
+                samples.append(step_samples)
+                seconds.append(step_seconds)
+                values.append((step_samples if step_samples is not None else 1) / step_seconds)
+                unit = "samples/s" if all(n is not None for n in samples) else "steps/s"
+                # Intermediate values over whole worker rounds only: part of a round holds the
+                # bursts' fast steps without their waiting one.
+                if on_step is not None and len(values) % max(1, loader_workers or 1) == 0:
+                    on_step(len(values) - 1, window_throughput(samples, seconds))
+            if log.problem is not None:
+                status, reason = "output", log.problem
+                break
+            if exited:
+                break
+            if time.monotonic() - started > spec.timeout_s:
+                status, reason = "timeout", f"no result within the trial timeout of {seconds_text(spec.timeout_s)}"
+                break
+            time.sleep(POLL_S)
+    except Pruned:
+        status, reason = "pruned", "clearly slower than the best trial so far"
+    except KeyboardInterrupt:
+        stop_trial(proc, spec.nproc_per_node is not None, mark)
+        raise
+    finally:
+        stop_trial(proc, spec.nproc_per_node is not None, mark)
+        log.close()
+    if status is None and log.problem is not None:  # e.g. the disk filled while joining the log
+        status, reason = "output", log.problem
     if unit == "steps/s":  # one rank or step without a batch size: count steps throughout
         values = [1.0 / t for t in seconds]
     outcome = TrialOutcome(status=status or "ok", reason=reason, step_values=values, step_samples=samples,
@@ -297,11 +329,17 @@ def _read_results(outcome: TrialOutcome, record_dir: Path, ranks: int, log: Path
     failed = [(r, d) for r, d in sorted(results.items()) if d.get("error")]
     if outcome.exit_code != 0 or failed:
         _, first_failure = failed[0] if failed else (None, {})
-        message = first_failure.get("error") or _log_tail(log) or f"exited with status {outcome.exit_code}"
-        if "exited with status" in message and _log_tail(log):  # e.g. argparse's error line
-            message = f"{message}: {_log_tail(log)}"
+        tail = failure_line(log)
+        message = first_failure.get("error") or tail or f"exited with status {outcome.exit_code}"
+        if "exited with status" in message and tail:  # e.g. argparse's error line
+            message = f"{message}: {tail}"
+        killed = None if first_failure.get("error") else killed_reason(outcome.exit_code, log)
+        if killed is not None:
+            outcome.status = "killed"
+            outcome.reason = killed + (f"; its last output: {tail}" if tail else "")
+            return
         if outcome.exit_code is not None and outcome.exit_code < 0:
-            message = f"killed by {signal.Signals(-outcome.exit_code).name}; {message}"
+            message = f"killed by {_signal_name(-outcome.exit_code)}; {message}"
         kind = "oom" if first_failure.get("error_kind") == "oom" or _OOM.search(message) else "crash"
         outcome.status, outcome.reason = kind, message
         return
@@ -316,17 +354,11 @@ def _read_results(outcome: TrialOutcome, record_dir: Path, ranks: int, log: Path
                                "once per iteration)")
 
 
-def _log_tail(log: Path) -> str | None:
-    """The last meaningful line the script printed (its error, usually)."""
+def _signal_name(number: int) -> str:
     try:
-        lines = log.read_text(errors="replace").splitlines()
-    except OSError:
-        return None
-    for line in reversed(lines):
-        line = line.strip()
-        if line and not line.startswith(("USDT:", "Traceback", "  File", "[W", "W1")):
-            return line[:300]
-    return None
+        return signal.Signals(number).name
+    except ValueError:  # a real-time or unknown signal
+        return f"signal {number}"
 
 
 def cleanup_traces(outcome: TrialOutcome) -> None:

@@ -9,19 +9,26 @@ import dataclasses
 import os
 import socket
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import optuna
+import sqlalchemy.exc
 from optuna.trial import TrialState
 
 from perfscope.errors import PerfscopeError
-from perfscope.runtime.config import AccelConfig, config_from_dict, save_config
+from perfscope.redact import redact
+from perfscope.runtime.config import config_from_dict
+from perfscope.text import safe
 from tuner import record as tune_record
-from tuner.confirm import confirm_candidates
+from tuner.command import check_same_command
+from tuner.outlock import FolderLock
 from tuner.progress import Progress
+from tuner.prove import prove
 from tuner.pruner import SlowerThanBestPruner
+from tuner.results import RunOutputs
 from tuner.space import build_space, rule_based_guess
-from tuner.storage import describe_storage, open_storage
+from tuner.storage import StorageError, describe_storage, open_storage
 from tuner.study import (
     SPACE_ATTR,
     DuplicateTrial,
@@ -33,9 +40,8 @@ from tuner.study import (
 from tuner.trial import TrialSpec, cleanup_traces, run_trial
 
 BASELINE_PROFILE_STEPS = 5  # as `perfscope profile`'s default active window
-SETUP_WAIT_S = 180.0
-COMMAND_ATTR = "perfscope.command"
-SETUP_BY_ATTR = "perfscope.setup_by"  # the worker profiling the baseline  # how long a second worker waits for the first one's baseline
+SETUP_WAIT_S = 180.0  # how long a second worker waits for the first one's baseline
+SETUP_BY_ATTR = "perfscope.setup_by"  # the worker profiling the baseline
 
 
 class TuneError(PerfscopeError):
@@ -86,22 +92,41 @@ def tune(options: TuneOptions) -> dict:
 
     Raises:
         TuneError: the baseline run fails or measures too few steps.
-        StorageError: the study storage cannot be opened.
+        StorageError: the study storage cannot be opened, or fails while the tuning runs.
+        tuner.outlock.FolderBusy: another tuner holds the output folder.
+        tuner.command.CommandChanged: the study was made for another command or measurement.
         KeyboardInterrupt: after writing the outputs of the finished trials.
     """
     started = time.monotonic()
     # The progress bar and our lines say it. ERROR, not WARNING: Optuna logs a trial that raised
     # (Ctrl-C) as a warning with its traceback, and Ctrl-C must end with our one line.
     optuna.logging.set_verbosity(optuna.logging.ERROR)
+    with FolderLock(options.out_dir), _storage_failures(options):  # one tuner per folder, for its whole life
+        return _tune(options, started)
+
+
+@contextmanager
+def _storage_failures(options: TuneOptions):
+    """A storage that fails while the tuning runs (a server gone, a table it cannot read) is a
+    :class:`StorageError` naming it, not an internal error; the study keeps what it stored."""
+    try:
+        yield
+    except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError) as e:
+        shown = describe_storage(options.storage, options.out_dir)
+        reason = str(getattr(e, "orig", None) or e).strip().splitlines()
+        raise StorageError(f"the study storage {shown} failed: {redact(reason[0] if reason else type(e).__name__)}; "
+                           "the finished trials are kept in it: run the same command again to resume") from None
+
+
+def _tune(options: TuneOptions, started: float) -> dict:
     out = options.out_dir
-    out.mkdir(parents=True, exist_ok=True)
     storage = open_storage(options.storage, out)
     spec = TrialSpec(script=options.script, script_args=tuple(options.script_args),
                      nproc_per_node=options.nproc_per_node, warmup_steps=options.warmup_steps,
                      measure_steps=options.measure_steps, profile_steps=options.profile_steps, seed=options.seed,
                      timeout_s=options.trial_timeout_s or 900.0)
     study, created = _open_study(storage, options)
-    _check_same_command(study, options)
+    check_same_command(study, options, space_attr=SPACE_ATTR)
     session = TuningStudy(study, spec, out / "trials")
     if created:
         study.set_user_attr(SETUP_BY_ATTR, worker_id())
@@ -116,36 +141,61 @@ def tune(options: TuneOptions) -> dict:
     if options.trial_timeout_s is None:  # a trial may take a few times the baseline's time
         session.spec = dataclasses.replace(spec, timeout_s=max(60.0, 4.0 * float(session.baseline.get("duration_s") or 60.0) + 30.0))
     _print_space(session)
+    notes: list[str] = []
     requeued = session.requeue_lost_trials()
     if requeued:
         print(f"perfscope: resuming: trial(s) {', '.join(map(str, requeued))} were cut short and are queued again")
-    notes: list[str] = []
+    _note_stale(session, notes)
     if not any(v is not None for v in session.baseline.get("losses") or []):
         line = ("the numerics guard did not run: no loss was seen (perfscope sees the loss passed to "
                 "perfscope.backward or to backward() of a scalar), so trials are compared on speed only")
-        print(f"perfscope: {line}")
+        print(f"perfscope: {safe(line)}")
         notes.append(line)
     storage_text = describe_storage(options.storage, out)
     record_args = {"options": options, "session": session, "storage": storage_text}
     confirmation = recommendation = after = None
+    outputs = RunOutputs(out, options.best_path)
+    comment = f"perfscope tune {Path(options.script).name}"
     try:  # Ctrl-C at any point: tune.json says what finished
         _search(session, options, started, notes)
-        confirmation, recommendation = _prove(session, options, notes)
-        _write_best(options, recommendation)
+        _note_stale(session, notes)  # a dead worker's trial is not left running for ever
+        confirmation, recommendation = prove(session, options, notes)
+        _note_outputs(outputs, recommendation, notes)
         record = tune_record.build(**record_args, notes=notes, confirmation=confirmation, recommendation=recommendation)
-        tune_record.write_outputs(out, record, best=options.best_path)  # before the last profile
+        outputs.write(record, recommendation, comment=f"{comment}: {recommendation['line']}")  # before the last profile
         if recommendation["status"] == "faster":
             after = _profile_after(session, options, recommendation)
     except KeyboardInterrupt:
         notes.append("interrupted by Ctrl-C: the finished trials are kept; run the same command again to resume")
-        tune_record.write_outputs(out, tune_record.build(**record_args, notes=notes, confirmation=confirmation,
-                                                         recommendation=recommendation),
-                                  best=options.best_path if recommendation else None)
+        _note_outputs(outputs, recommendation, notes)
+        outputs.write(tune_record.build(**record_args, notes=notes, confirmation=confirmation,
+                                        recommendation=recommendation), recommendation,
+                      comment=f"{comment}: {recommendation['line']}" if recommendation else None)
         raise
     record = tune_record.build(**record_args, notes=notes, confirmation=confirmation,
                                recommendation=recommendation, after=after)
-    tune_record.write_outputs(out, record, best=options.best_path)
+    outputs.write(record, recommendation, comment=f"{comment}: {recommendation['line']}")
     return record
+
+
+def _note_stale(session: TuningStudy, notes: list[str]) -> None:
+    lost = session.fail_stale_trials()
+    if lost:
+        line = (f"trial(s) {', '.join(map(str, lost))} of a worker that stopped sending heartbeats (killed, or its "
+                "machine lost) were failed and their configurations queued again")
+        print(f"perfscope: {safe(line)}")
+        notes.append(line)
+
+
+def _note_outputs(outputs: RunOutputs, recommendation: dict | None, notes: list[str]) -> None:
+    """Set the earlier run's outputs aside (once), and say so and where they are."""
+    lines = outputs.begin()
+    extra = outputs.previous_note(recommendation)
+    if extra:  # it says where the earlier results are, and that this run did not confirm them
+        lines = [extra] if extra not in notes else []
+    for line in lines:
+        print(f"perfscope: {safe(line)}")
+        notes.append(line)
 
 
 def _open_study(storage, options: TuneOptions) -> tuple[optuna.Study, bool]:
@@ -162,38 +212,12 @@ def _open_study(storage, options: TuneOptions) -> tuple[optuna.Study, bool]:
         return study, False
 
 
-def _write_best(options: TuneOptions, recommendation: dict) -> None:
-    best = config_from_dict(recommendation["config"])
-    comment = f"perfscope tune {Path(options.script).name}: {recommendation['line']}"
-    save_config(best, options.best_path, comment=comment, only_changes=True)
-
-
 def _setup_owner_may_be_running(study: optuna.Study) -> bool:
     """Whether the worker that took on the study's setup may still be doing it (so wait for it)."""
     owner = study.user_attrs.get(SETUP_BY_ATTR) or {}
     if owner.get("host") != socket.gethostname():
         return bool(owner)  # another machine: only its heartbeat-less word; wait, with the timeout
     return owner.get("pid") != os.getpid() and pid_alive(int(owner.get("pid") or 0))
-
-
-def _check_same_command(study: optuna.Study, options: TuneOptions) -> None:
-    """A study belongs to one script and its arguments: resuming it with others would mix baselines.
-
-    A study whose setup never finished (its baseline failed) holds no trial and takes the new command.
-    """
-    command = {"script": options.script, "args": list(options.script_args), "nproc_per_node": options.nproc_per_node}
-    stored = study.user_attrs.get(COMMAND_ATTR)
-    if stored is None or (stored != command and SPACE_ATTR not in study.user_attrs and not study.get_trials()):
-        study.set_user_attr(COMMAND_ATTR, command)
-    elif stored != command:
-        raise TuneError(f"study {options.study_name!r} was made for `{_words(stored)}`, not `{_words(command)}`; "
-                        "pass another --study-name or --out to start a new one")
-
-
-def _words(command: dict) -> str:
-    ranks = f" --nproc-per-node {command['nproc_per_node']}" if command.get("nproc_per_node") else ""
-    args = f" -- {' '.join(command['args'])}" if command.get("args") else ""
-    return f"perfscope tune{ranks} {Path(command['script']).name}{args}"
 
 
 def _set_up(session: TuningStudy, options: TuneOptions, out: Path) -> None:
@@ -225,7 +249,7 @@ def _set_up(session: TuningStudy, options: TuneOptions, out: Path) -> None:
         write_outputs(summary, out / "baseline")
         baseline["summary"], baseline["report"] = "baseline/summary.json", "baseline/report.html"
     cleanup_traces(outcome)
-    print(f"perfscope: baseline {outcome.value:.4g} {outcome.unit}, verdict {verdict or 'unknown (no profiled steps)'}")
+    print(safe(f"perfscope: baseline {outcome.value:.4g} {outcome.unit}, verdict {verdict or 'unknown (no profiled steps)'}"))
     space = build_space(outcome.facts, fractions or {}, verdict or "unknown")
     session.store_setup(space, baseline, rule_based_guess(space, outcome.facts, fractions=fractions))
 
@@ -235,7 +259,7 @@ def _print_space(session: TuningStudy) -> None:
     names = ", ".join(k.name for k in space.knobs) or "none"
     print(f"perfscope: searching {names} (groups by share of step time: {', '.join(space.order)})")
     for knob, why in space.excluded.items():
-        print(f"  left out {knob}: {why}")
+        print(safe(f"  left out {knob}: {why}"))
 
 
 def _search(session: TuningStudy, options: TuneOptions, started: float, notes: list[str]) -> None:
@@ -246,7 +270,7 @@ def _search(session: TuningStudy, options: TuneOptions, started: float, notes: l
     if done >= options.trials:
         line = (f"the study already holds {done} finished trials (--trials {options.trials}); no new trial ran "
                 "(pass a larger --trials to search more); confirming its best again")
-        print(f"perfscope: {line}")
+        print(f"perfscope: {safe(line)}")
         notes.append(line)
         return
     timeout = None
@@ -258,96 +282,7 @@ def _search(session: TuningStudy, options: TuneOptions, started: float, notes: l
         session.study.optimize(session.objective, timeout=timeout, callbacks=[target, progress.update],
                                catch=(DuplicateTrial,))
     if session.exhausted:
-        notes.append("the search stopped early: the sampler kept proposing configurations already measured")
-
-
-def _prove(session: TuningStudy, options: TuneOptions, notes: list[str]) -> tuple[dict | None, dict]:
-    """Confirm the best few candidates against the baseline; the recommendation."""
-    baseline_value = float(session.baseline["value"])
-    keep = {"status": "keep-current", "trial": None, "config": {}, "speedup": None, "ci_low": None, "ci_high": None}
-    candidates, seen = [], set()
-    for t in session.feasible_trials():
-        key = tuple(sorted((t.user_attrs.get("config") or {}).items()))
-        if not key or key in seen or t.value <= baseline_value * (1 + options.min_gain):
-            continue
-        seen.add(key)
-        candidates.append(t)
-        if len(candidates) >= options.confirm_top:
-            break
-    if not candidates:
-        if not session.space.knobs:
-            keep["line"] = "keep your current settings: no knob can apply to this run (see the knobs left out)"
-        else:
-            keep["line"] = ("keep your current settings: no feasible trial beat the baseline by more than "
-                            f"{options.min_gain:.0%} in the search")
-        return None, keep
-    spec = session.spec
-    work = session.work_dir / f"confirm-{os.getpid()}"  # other workers may confirm at the same time
-    print(f"perfscope: confirming trial(s) {', '.join(str(t.number) for t in candidates)} against the baseline, "
-          f"{options.confirm_rounds} interleaved rounds...")
-
-    def measure(config: AccelConfig | None, name: str):
-        def run() -> float | None:
-            outcome = run_trial(spec, config, work / name, profile_steps=0,
-                                **session.loader_settings(config))
-            if not outcome.ok or outcome.value is None:
-                notes.append(f"confirmation run of {name} failed ({outcome.status}): {outcome.reason}")
-                return None
-            return outcome.value
-        return run
-
-    def baseline_run() -> float:
-        value = measure(None, "baseline")()
-        if value is None:
-            raise TuneError("the baseline failed during confirmation; see the notes in tune.json")
-        return value
-
-    results = confirm_candidates(
-        baseline_run,
-        {t.number: measure(config_from_dict(t.user_attrs["config"]), f"trial-{t.number}") for t in candidates},
-        rounds=options.confirm_rounds, confidence=options.confidence, min_gain=options.min_gain,
-    )
-    confirmation = {"rounds": options.confirm_rounds, "confidence": options.confidence, "min_gain": options.min_gain,
-                    "candidates": []}
-    best = None
-    for t in candidates:
-        c = results.get(t.number)
-        entry = {"trial": t.number, "config": t.user_attrs["config"], "baseline": None, "candidate": None,
-                 "speedup": None, "ci_low": None, "ci_high": None, "faster": False}
-        if c is not None:
-            entry.update(baseline=list(c.baseline), candidate=list(c.candidate), speedup=c.speedup,
-                         ci_low=c.ci_low, ci_high=c.ci_high, faster=c.faster)
-            # The largest *proven* gain: the interval's low end, not the noisier point estimate.
-            if c.faster and (best is None or c.ci_low > best[1].ci_low):
-                best = (t, c)
-        confirmation["candidates"].append(entry)
-    if best is None:
-        lines = [f"trial {e['trial']}: {e['speedup']:.2f}x ({e['ci_low']:.2f}x-{e['ci_high']:.2f}x)"
-                 for e in confirmation["candidates"] if e["speedup"] is not None]
-        keep["line"] = ("keep your current settings: no candidate was faster beyond the measured noise"
-                        + (f" ({'; '.join(lines)})" if lines else ""))
-        return confirmation, keep
-    t, c = best
-    recommendation = {"status": "faster", "trial": t.number, "config": t.user_attrs["config"], "speedup": c.speedup,
-                      "ci_low": c.ci_low, "ci_high": c.ci_high, "line": c.describe(),
-                      "hint": _range_hint(session.space, t.user_attrs["config"])}
-    return confirmation, recommendation
-
-
-def _range_hint(space, config: dict) -> str | None:
-    """What to try next when the recommendation sits at the top of a searched range."""
-    top = space.at_top(config)
-    if not top:
-        return None
-    which = " and ".join(f"{k.name}={config[k.name]!r}" for k in top)
-    ranges = "; ".join(f"{k.name} {k.choices_text()}" for k in top)
-    line = (f"{which} {'is the largest value' if len(top) == 1 else 'are the largest values'} searched ({ranges}): "
-            "larger ones were not tried and may be faster still")
-    if any(k.name == "num_workers" for k in top):
-        # build_space's range: 2 workers per core (at least 4, at most 16), or the script's own value.
-        line += ("; num_workers goes up to 2 per CPU core (at least 4, at most 16) or to the script's own "
-                 "value: set more workers in the script to search further")
-    return line
+        notes.append(f"the search stopped early: {session.exhausted}")
 
 
 def _profile_after(session: TuningStudy, options: TuneOptions, recommendation: dict) -> dict | None:

@@ -22,6 +22,7 @@ from perfscope.analysis.partition import gpu_sets
 from perfscope.analysis.steps import Launches, StepWindows, find_steps, launch_times
 from perfscope.analysis.verdict import RunVerdict, classify, cost_fractions, run_verdict
 from perfscope.errors import TraceFormatError
+from perfscope.fileid import fingerprint
 from perfscope.trace import TraceTable, build_table, find_trace_files, read_trace
 from perfscope.trace.decode import TraceDamagedError
 from perfscope.trace.kinds import GPU_KINDS, EventKind, is_graph_launch
@@ -167,6 +168,7 @@ def _trace_facts(rt: RankTrace, rank: int) -> dict:
     t = rt.table
     return {
         "path": str(t.path) if t.path else None,
+        "fingerprint": fingerprint(t.path) if t.path else None,
         "worker": t.worker,
         "rank": rank,
         "rank_source": t.rank_source,

@@ -28,6 +28,14 @@ class _StopScript(BaseException):
     """
 
 
+class ScriptRefused(BaseException):
+    """Raised into the script where it does something perfscope cannot profile (e.g. start a
+    profiler of its own); the run ends with this one-line message, without a traceback.
+
+    A BaseException for the same reason as :class:`_StopScript`.
+    """
+
+
 # The tracker of the profiling session running in this process, or None.
 # Read on every hook call, so it is a plain module global (one dict lookup).
 active: _Tracker | None = None

@@ -13,6 +13,7 @@ Linux's ``/proc/thread-self/schedstat``), and writes the step's record (format:
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections import deque
 from typing import Any
@@ -33,9 +34,11 @@ def _run_queue_ns() -> int | None:
         return None
 
 
-def snapshot() -> tuple[int, int, int, int | None]:
-    """(wall, thread CPU, process CPU, run-queue wait) now, in nanoseconds of their clocks."""
-    return time.perf_counter_ns(), time.thread_time_ns(), time.process_time_ns(), _run_queue_ns()
+def snapshot() -> tuple[int, int, int, int | None, int]:
+    """(wall, thread CPU, process CPU, run-queue wait) now, in nanoseconds of their clocks, and the
+    thread they were read on."""
+    return (time.perf_counter_ns(), time.thread_time_ns(), time.process_time_ns(), _run_queue_ns(),
+            threading.get_ident())
 
 
 class HostStepRecorder:
@@ -66,7 +69,9 @@ class HostStepRecorder:
 
     def step(self) -> None:
         now = snapshot()
-        if self._start is not None:
+        # A thread's clocks compare only on that thread: a loop training in a thread of its own
+        # ends its first step there, after the profiler was entered on the main thread.
+        if self._start is not None and self._start[4] == now[4]:
             self.steps.append(_record(self._inner.step_num, self._start, now))
             action = getattr(getattr(self._inner, "current_action", None), "name", None)
             if action in _RECORDING:

@@ -5,10 +5,12 @@
     python -m torch.distributed.run --standalone --nproc-per-node N \\
         -m perfscope.collect.worker <options> -- SCRIPT ARGS...
 
-in a new session, waits for it, and gathers the ranks' trace files. On
-Ctrl-C, SIGTERM or any error while waiting, the launcher is terminated (it
-stops the ranks and their DataLoader workers), then killed; ranks whose
-launcher is killed die with it, so nothing is left behind.
+under a keeper (:mod:`perfscope.collect.keeper`) in a new session, waits for
+it, and gathers the ranks' trace files. On Ctrl-C, SIGTERM or any error while
+waiting, the keeper is told to stop: the launcher gets SIGTERM (it stops the
+ranks and their DataLoader workers) and, after a grace period, every process
+the job started is killed. If perfscope itself is killed (SIGKILL included),
+the kernel tells the keeper, which does the same: nothing is left behind.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import time
 from collections.abc import Sequence
 
 import perfscope.collect
-from perfscope.collect import traces
+from perfscope.collect import keeper, traces
 from perfscope.collect.result import CollectResult, build_run_info, utc_now_iso
 from perfscope.collect.schedule import ProfileSchedule
 from perfscope.collect.script import check_script
@@ -163,7 +165,7 @@ def _run_group(command: list[str], env: dict[str, str]) -> tuple[int, bool]:
     their DataLoader workers) and reaps them. SIGTERM sent to perfscope
     itself (a batch scheduler ending the job) also stops the launcher first.
     """
-    proc = subprocess.Popen(command, env=env, start_new_session=True)
+    proc = subprocess.Popen(keeper.command(command, _TERMINATE_GRACE_S), env=env, start_new_session=True)
     interrupted = False
     previous = _on_sigterm_exit()
     try:
@@ -198,16 +200,17 @@ def _on_sigterm_exit():
 
 
 def _terminate(proc: subprocess.Popen) -> None:
-    # SIGTERM to the launcher only: it shuts its ranks down itself (SIGTERM to
-    # each rank's group, SIGKILL after 30 s). Ranks also die with the launcher
-    # if it has to be killed (the worker sets PR_SET_PDEATHSIG).
-    signal_group(proc.pid, signal.SIGTERM)
+    # SIGTERM to the keeper: the launcher gets it and shuts its ranks down
+    # itself (SIGTERM to each rank's group, SIGKILL after 30 s); the keeper
+    # then kills whatever is left. Ranks also die with the launcher if it has
+    # to be killed (the worker sets PR_SET_PDEATHSIG).
     try:
-        proc.wait(timeout=_TERMINATE_GRACE_S)
-    except (subprocess.TimeoutExpired, KeyboardInterrupt):
-        # Out of time, or a second Ctrl-C from a user who will not wait for
-        # ranks that ignore SIGTERM: kill now. Swallowing that Ctrl-C keeps
-        # the interrupted run's result (exit code 130, traces written).
+        keeper.stop(proc, _TERMINATE_GRACE_S)
+    except KeyboardInterrupt:
+        # A second Ctrl-C from a user who will not wait for ranks that ignore
+        # SIGTERM: kill now. Swallowing that Ctrl-C keeps the interrupted
+        # run's result (exit code 130, traces written).
+        keeper.kill_tree(proc.pid)
         signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
 

@@ -33,9 +33,10 @@ from collections.abc import Sequence
 from perfscope.atomic import write_text_atomic
 from perfscope.collect import traces
 from perfscope.collect.errors import CollectError
-from perfscope.collect.schedule import ProfileSchedule
+from perfscope.collect.schedule import MAX_ACTIVE, MAX_STEPS, ProfileSchedule
 from perfscope.collect.script import check_script, run_script
 from perfscope.errors import PerfscopeError
+from perfscope.text import safe
 
 _PROG = "perfscope.collect.measure"
 _INT_OPTIONS = {"--warmup-steps": 0, "--measure-steps": 1, "--profile-steps": 0, "--seed": 0}  # name -> minimum
@@ -45,6 +46,13 @@ _OOM = re.compile(r"OutOfMemoryError|MemoryError|out of memory|can't allocate me
                   r"not enough memory", re.IGNORECASE)
 _MAX_SEED = 2**32 - 1  # NumPy's legacy seed range
 _REAP_WAIT_S = 5.0
+
+
+class _NoLosses:
+    losses: dict = {}  # a step that kept nothing (its bucket was never made)
+
+
+_NO_LOSSES = _NoLosses()
 
 
 class UsageError(ValueError):
@@ -110,10 +118,11 @@ def measure_in_process(
         CollectError: bad script path, unwritable record folder, torch missing.
         ConfigError: an invalid configuration.
     """
-    for name, value, minimum in (("warmup_steps", warmup_steps, 0), ("measure_steps", measure_steps, 1),
-                                 ("profile_steps", profile_steps, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+    for name, value, minimum, maximum in (("warmup_steps", warmup_steps, 0, MAX_STEPS),
+                                          ("measure_steps", measure_steps, 1, MAX_STEPS),
+                                          ("profile_steps", profile_steps, 0, MAX_ACTIVE)):
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+            raise ValueError(f"{name} must be an integer in {minimum}..{maximum:,}, got {value!r}")
     from perfscope.collect import session
 
     script = check_script(script)
@@ -122,6 +131,7 @@ def measure_in_process(
     from perfscope.collect import measure_hooks as hooks
     from perfscope.collect.measure_facts import run_facts
     from perfscope.collect.measure_warmup import window_profiler
+    from perfscope.collect.one_profiler import only_ours
     from perfscope.collect.steps import StepTracker
 
     record_dir = traces.absolute_out_dir(record_dir)  # the script may chdir
@@ -144,11 +154,12 @@ def measure_in_process(
         raise CollectError(f"cannot write to record directory {record_dir}: {exc.strerror or exc}") from None
     recorder = hooks.Recorder(warmup_steps=warmup_steps, measure_steps=measure_steps,
                               last_step=schedule.window_steps, steps_file=steps_file, drain_prefetch=drain_prefetch)
-    inner = hooks.NullProfiler()
+    inner, ours = hooks.NullProfiler(), None
     if exporter is not None:  # its schedule follows the recorder's window wherever the warm-up ends
         from perfscope.collect.host import HostStepRecorder
 
-        inner = HostStepRecorder(window_profiler(torch, recorder, profile_steps, exporter))
+        ours = window_profiler(torch, recorder, profile_steps, exporter)
+        inner = HostStepRecorder(ours)
     tracker = StepTracker(hooks.StepClock(inner, recorder), schedule)
     recorder.on_extend = functools.partial(_delay_stop, tracker)
 
@@ -158,7 +169,7 @@ def measure_in_process(
         with recorder.observing(), session._applied_config(accel_config, config_path) as patch_report:
             tracker.start()
             try:
-                with recorder.hooks():
+                with recorder.hooks(), only_ours(torch, ours):
                     seed_everything(seed, torch)
                     outcome = run_script(script, list(args))
                 # Before patching restores the flags and the script's group may be gone.
@@ -177,9 +188,9 @@ def measure_in_process(
     if exporter is not None and exporter.written:
         trace = str(exporter.path)
     elif exporter is not None and exporter.error is not None:
-        print(f"perfscope: could not write trace {exporter.path}: {exporter.error}", file=sys.stderr)
+        print(safe(f"perfscope: could not write trace {exporter.path}: {exporter.error}"), file=sys.stderr)
     if recorder.write_error is not None:
-        print(f"perfscope: could not write {steps_path}: {recorder.write_error}", file=sys.stderr)
+        print(safe(f"perfscope: could not write {steps_path}: {recorder.write_error}"), file=sys.stderr)
     losses, loss_source = loss_means(recorder, tracker.steps_seen, torch)
     error_kind = None
     if outcome.exit_code != 0:
@@ -228,7 +239,7 @@ def loss_means(recorder, steps: int, torch) -> tuple[list[float | None], str | N
     ``perfscope.backward`` wins over plain ``backward()`` calls when a script has both. The
     tensors become floats here, all at once: one device sync, after the run.
     """
-    kept = recorder.buckets[1 : min(steps, recorder.last_step) + 1]
+    kept = [recorder.buckets.get(step) or _NO_LOSSES for step in range(1, min(steps, recorder.last_step) + 1)]
     source = next((s for s in ("perfscope.backward", "autograd.backward") if any(b.losses.get(s) for b in kept)),
                   None)
     if source is None:
@@ -299,9 +310,9 @@ def parse_argv(argv: Sequence[str]) -> tuple[dict, str, list[str]]:
             value = int(raw[name])
         except ValueError:
             raise UsageError(f"{name} must be an integer, got {raw[name]!r}") from None
-        if value < minimum or (name == "--seed" and value > _MAX_SEED):
-            allowed = f"0..{_MAX_SEED}" if name == "--seed" else f">= {minimum}"
-            raise UsageError(f"{name} must be {allowed}, got {value}")
+        maximum = _MAX_SEED if name == "--seed" else MAX_ACTIVE if name == "--profile-steps" else MAX_STEPS
+        if not minimum <= value <= maximum:
+            raise UsageError(f"{name} must be {minimum}..{maximum:,}, got {value:,}")
         options[name[2:].replace("-", "_")] = value
     if not options["record_dir"]:
         raise UsageError("--record-dir must not be empty")
@@ -324,7 +335,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if rank < 0:
             raise ValueError
     except UsageError as exc:
-        print(f"{_PROG}: error: {exc}", file=sys.stderr)
+        print(f"{_PROG}: error: {safe(exc)}", file=sys.stderr)
         return 2
     except ValueError:
         print(f"{_PROG}: error: environment variable RANK must be an integer >= 0, got "
@@ -337,7 +348,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                     seed=options["seed"], rank=rank, drain_prefetch=options["drain_prefetch"])
     except PerfscopeError as exc:  # a bad script path, config or record folder: nothing ran
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"{_PROG}: error: {message}", file=sys.stderr)
+        print(f"{_PROG}: error: {safe(message)}", file=sys.stderr)
         _write_failure(pathlib.Path(options["record_dir"]), rank, message)
         return 2
     _reap_workers()

@@ -129,7 +129,8 @@ class Recorder:
         self.write_error: OSError | None = None
         self.current = 0
         self.times: list[float] = []
-        self.buckets = [_Bucket() for _ in range(last_step + 1)]  # [0] is the setup, unused
+        # By step, made on first use: memory follows the steps run, not the steps asked for.
+        self.buckets: dict[int, _Bucket] = {}
         self.backward_depth = 0
         self.loader: dict | None = None
         self.ddp: dict | None = None
@@ -148,7 +149,6 @@ class Recorder:
         if self.current == self.warmup_steps + 1 and self.warmup.extends():
             self.warmup_steps, self.measured_end, self.last_step = (
                 self.warmup_steps + 1, self.measured_end + 1, self.last_step + 1)
-            self.buckets.append(_Bucket())
             if self.on_extend is not None:
                 self.on_extend()
         if self.current == 1:
@@ -161,7 +161,7 @@ class Recorder:
     def _write_step(self, step: int) -> None:
         if self._file is None:
             return
-        bucket = self.buckets[step]
+        bucket = self.buckets.get(step) or _Bucket()
         record = {
             "step": step,
             "seconds": self.times[step] - self.times[step - 1],
@@ -182,7 +182,12 @@ class Recorder:
 
     def _bucket(self) -> _Bucket | None:
         step = self.current
-        return self.buckets[step] if 1 <= step <= self.last_step else None
+        if not 1 <= step <= self.last_step:
+            return None
+        bucket = self.buckets.get(step)
+        if bucket is None:
+            bucket = self.buckets[step] = _Bucket()
+        return bucket
 
     # ------------------------------------------------------------------ events
     def fetched(self, iterator: Any, start: float, end: float, batch: Any, ended: bool,

@@ -6,11 +6,20 @@ import dataclasses
 
 from perfscope.collect.errors import ScheduleError
 
+# Upper bounds of step counts. No training run profiled by perfscope needs a billion steps before
+# or after its window, and a typo of that size must be refused, not allocated for.
+MAX_STEPS = 10**9
+# Recorded steps: the profiler holds every event of the window in memory until the trace is
+# written, so a window of thousands of steps exhausts memory long before it ends.
+MAX_ACTIVE = 1000
 
-def _check_int(name: str, value: object, minimum: int, allowed: str) -> None:
+
+def _check_int(name: str, value: object, minimum: int, allowed: str, maximum: int = MAX_STEPS) -> None:
     # bool is an int subclass; `active=True` is a typo, not a step count.
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ScheduleError(f"ProfileSchedule.{name} must be {allowed}, got {value!r}")
+    if value > maximum:
+        raise ScheduleError(f"ProfileSchedule.{name} must be at most {maximum:,}, got {value:,}")
 
 
 @dataclasses.dataclass(kw_only=True, frozen=True)
@@ -27,12 +36,14 @@ class ProfileSchedule:
             started, cuDNN autotuning and the caching allocator have warmed up.
         warmup: Steps traced but discarded; the profiler's own start-up cost
             lands in them instead of in the recorded steps.
-        active: Steps recorded in the trace (at least 1).
+        active: Steps recorded in the trace (1 to :data:`MAX_ACTIVE`).
         max_steps: End the script cleanly after this many steps. ``None``
             (default) ends it once the window is recorded, i.e. after
             ``skip_first + warmup + active`` steps; ``0`` lets the script run
             to its own end. Any other value must be at least the window, since
             stopping earlier would silently record fewer steps.
+
+    Every count is at most :data:`MAX_STEPS` (``active``: :data:`MAX_ACTIVE`).
 
     Raises:
         ValueError: A field is not an integer in its allowed range; the message
@@ -48,7 +59,7 @@ class ProfileSchedule:
     def __post_init__(self) -> None:
         _check_int("skip_first", self.skip_first, 0, "an integer >= 0")
         _check_int("warmup", self.warmup, 0, "an integer >= 0")
-        _check_int("active", self.active, 1, "an integer >= 1")
+        _check_int("active", self.active, 1, "an integer >= 1", MAX_ACTIVE)
         if self.max_steps is not None and self.max_steps != 0:
             window = self.window_steps
             _check_int(

@@ -14,9 +14,11 @@ from typing import Any
 
 from perfscope.collect import control
 from perfscope.collect.errors import CollectError
+from perfscope.text import safe
 
 # Exit status of a process ended by Ctrl-C (128 + SIGINT), as shells report it.
 _INTERRUPTED_EXIT_CODE = 130
+_REFUSED_EXIT_CODE = 2  # perfscope's own "bad input" status
 _MAX_MESSAGE_CHARS = 200
 
 
@@ -77,6 +79,14 @@ def run_script(script: str, args: Sequence[str]) -> ScriptOutcome:
     Returns:
         The outcome; perfscope's own stop signal counts as a clean exit.
     """
+    owner = os.getpid()
+    outcome = _run_as_main(script, args)
+    if os.getpid() != owner:
+        _end_forked_child(outcome)
+    return outcome
+
+
+def _run_as_main(script: str, args: Sequence[str]) -> ScriptOutcome:
     saved_argv = sys.argv
     saved_path = list(sys.path)
     saved_cwd = os.getcwd()
@@ -91,6 +101,8 @@ def run_script(script: str, args: Sequence[str]) -> ScriptOutcome:
         runpy.run_path(script, run_name="__main__")
     except control._StopScript:
         return ScriptOutcome(stopped_early=True)
+    except control.ScriptRefused as exc:
+        return ScriptOutcome(_REFUSED_EXIT_CODE, f"perfscope stopped {script}: {exc}")
     except SystemExit as exc:
         return _outcome_of_exit(script, exc, streams.stderr_for_report())
     except KeyboardInterrupt as exc:
@@ -105,6 +117,22 @@ def run_script(script: str, args: Sequence[str]) -> ScriptOutcome:
         streams.restore()
         _chdir_back(saved_cwd)
     return ScriptOutcome()
+
+
+def _end_forked_child(outcome: ScriptOutcome) -> None:
+    """End a process the script forked (``os.fork``) that came back out of the script.
+
+    The parent runs perfscope's shutdown (stop the profiler, write the trace, analyze); a forked
+    copy must not: it ends here with the status ``python SCRIPT`` would have given it. As
+    multiprocessing's forked children do, it flushes the standard streams and leaves with
+    ``os._exit``, so no ``finally`` or ``atexit`` code of perfscope runs in it.
+    """
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed or broken stream of the script's
+            pass
+    os._exit(outcome.exit_code)
 
 
 class _StdStreams:
@@ -194,7 +222,7 @@ def _chdir_back(cwd: str) -> None:
     try:
         os.chdir(cwd)
     except OSError as exc:  # the script removed it: stay where it left us
-        print(f"perfscope: cannot return to directory {cwd}: {exc.strerror}", file=sys.stderr)
+        print(safe(f"perfscope: cannot return to directory {cwd}: {exc.strerror}"), file=sys.stderr)
 
 
 def _safe_str(obj: object) -> str:
@@ -213,15 +241,29 @@ def _outcome_of_exit(script: str, exc: SystemExit, err: Any) -> ScriptOutcome:
     if code is None:
         return ScriptOutcome()
     if isinstance(code, int):
-        if code == 0:
+        status = exit_status(code)
+        if status == 0:
             return ScriptOutcome()
-        return ScriptOutcome(int(code), f"{script} exited with status {int(code)}")
+        return ScriptOutcome(status, f"{script} exited with status {status}")
     message = _safe_str(code)
     try:
         print(message, file=err, flush=True)
     except Exception:  # noqa: BLE001 - a broken stream of the script's; Python ignores it too
         pass
     return ScriptOutcome(1, f"{script} exited: {_first_line(message)}")
+
+
+def exit_status(code: int) -> int:
+    """The status a process gets from ``sys.exit(code)``, as CPython and the kernel reduce it.
+
+    CPython converts ``code`` to a C ``long`` (64 bits here; an integer outside that range becomes
+    -1) and the kernel keeps its low 8 bits: ``sys.exit(256)`` exits 0, ``sys.exit(2**70)`` and
+    ``sys.exit(-1)`` exit 255.
+    """
+    code = int(code)
+    if not -(2**63) <= code < 2**63:
+        code = -1
+    return code & 0xFF
 
 
 def _describe(script: str, exc: BaseException, verb: str) -> str:

@@ -86,7 +86,11 @@ def profile_in_process(
 
     from perfscope.collect.host import HostStepRecorder
 
-    prof = HostStepRecorder(build_profiler(torch, schedule, exporter))  # CPU time per step, in the trace
+    from perfscope.collect.guardian import guarded
+    from perfscope.collect.one_profiler import only_ours
+
+    ours = build_profiler(torch, schedule, exporter)
+    prof = HostStepRecorder(ours)  # CPU time per step, in the trace
     tracker = StepTracker(prof, schedule)
 
     started_at = utc_now_iso()
@@ -94,7 +98,8 @@ def profile_in_process(
     with _applied_config(accel_config, config_path) as patch_report:
         tracker.start()
         try:
-            outcome = run_script(script, list(script_args))
+            with only_ours(torch, ours), guarded():
+                outcome = run_script(script, list(script_args))
         finally:
             tracker.close()
     if outcome.stopped_early:

@@ -122,6 +122,7 @@ class StepTracker:
         self._patch(torch.amp.GradScaler, "step", _wrap_scaler_step)
         self._patch(profiler_mod.record_function, "__exit__", _wrap_range_exit)
         self._arm()  # the first iteration point ends the setup
+        self._patch(threading, "excepthook", _quiet_stop)
         try:
             self._prof.__enter__()
         except BaseException:
@@ -167,9 +168,20 @@ class StepTracker:
 
     # ----------------------------------------------------------------- events
     def _on_script_thread(self) -> bool:
-        # Threads other than the script's main thread (DataParallel replicas,
+        # Threads other than the training thread (DataParallel replicas,
         # prefetch threads) must not move the step boundary.
         return control.active is self and threading.get_ident() == self._thread
+
+    def _adopt_training_thread(self) -> None:
+        """An optimizer step or ``perfscope.step()`` on another thread before any training step
+        on the script's: that thread trains (a loop run in a ``threading.Thread``), and the
+        steps are counted there from now on.
+
+        Only a step adopts a thread: a fetch or forward can come from a prefetch thread.
+        """
+        if (control.active is self and self.steps_seen == 0 and not self.step_depth
+                and threading.get_ident() != self._thread):
+            self._thread = threading.get_ident()
 
     def _acting(self) -> bool:
         return not self.stopped_early and self._on_script_thread()
@@ -189,6 +201,7 @@ class StepTracker:
 
         Also the last-resort boundary for loops without any other point.
         """
+        self._adopt_training_thread()
         if not self._on_script_thread():
             return
         self.step_depth += 1
@@ -231,6 +244,7 @@ class StepTracker:
 
     def explicit_step(self) -> None:
         """``perfscope.step()``: the step ends here."""
+        self._adopt_training_thread()
         if not self._acting():
             return
         if self._stop_pending:
@@ -327,3 +341,14 @@ class StepTracker:
 
 def _restore_active() -> None:
     control.active = None
+
+
+def _quiet_stop(original: Callable) -> Callable:
+    """``threading.excepthook`` that lets perfscope's stop signal end a training thread quietly,
+    as it ends the main thread (no "Exception in thread" traceback)."""
+
+    def excepthook(args: Any) -> None:
+        if not isinstance(args.exc_value, control._StopScript):
+            original(args)
+
+    return excepthook

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 
 from perfscope.collect.schedule import ProfileSchedule
 from perfscope.errors import PerfscopeError
+from perfscope.text import safe
 
 _OPTIONS = ("--out", "--result-dir", "--skip-first", "--warmup", "--active", "--max-steps", "--config")
 
@@ -126,7 +127,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             config=options.get("config"),
         )
     except PerfscopeError as exc:  # CollectError, or a config changed since it was checked
-        print(f"perfscope: error: rank {rank}: {exc}", file=sys.stderr)
+        print(f"perfscope: error: rank {rank}: {safe(exc)}", file=sys.stderr)
         _write_json(result_file, {"exit_code": 2, "error": str(exc), "steps_seen": 0,
                                   "stopped_early": False, "ended_at": time.time()})  # fmt: skip
         return 2

@@ -127,10 +127,12 @@ def accelerate(model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
         returns the :class:`Accelerator` with what was applied and skipped.
 
     Raises:
+        TypeError: ``model``, ``optimizer`` or ``loader`` is not of a type it can be (named).
         ConfigError: invalid configuration, or one this setup cannot honour (named key).
         AlreadyAcceleratedError: an object came from an earlier ``accelerate`` call.
     """
     global _active
+    _check_types(model, optimizer, loader)
     control.note_accelerate(model, optimizer, loader)  # also when no config applies: a fact for the tuner
     cfg = load_config(config)
     if cfg is None:
@@ -164,6 +166,18 @@ def accelerate(model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
     _active = acc
     patching.note_accelerated(acc.applied)  # under `perfscope profile --config`: these knobs took effect
     return model, optimizer, loader
+
+
+def _check_types(model, optimizer, loader) -> None:
+    """One-line ``TypeError`` naming the argument, before anything is applied (arguments swapped,
+    or a model's ``parameters()`` passed as the optimizer, would otherwise fail deep inside)."""
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"accelerate(): model must be a torch.nn.Module, got {type(model).__name__}")
+    if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError(f"accelerate(): optimizer must be a torch.optim.Optimizer or None, got {type(optimizer).__name__}")
+    if loader is not None and not (hasattr(type(loader), "__iter__") or hasattr(type(loader), "__getitem__")):
+        raise TypeError(f"accelerate(): loader must be a DataLoader or another iterable of batches, or None, "
+                        f"got {type(loader).__name__}")
 
 
 def _is_accelerated(obj) -> bool:

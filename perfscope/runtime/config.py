@@ -13,12 +13,20 @@ from pathlib import Path
 import yaml
 
 from perfscope.errors import PerfscopeError
+from perfscope.text import safe, short_repr
 
 CONFIG_ENV = "PERFSCOPE_CONFIG"  # path of the configuration a tuning trial runs with
 
 AMP_LEVELS = ("O0", "O1", "O2")
 AMP_DTYPES = ("bf16", "fp16")
 GRAD_COMPRESSIONS = ("none", "fp16", "bf16")
+# Sane ranges of the numeric knobs (docs/runtime.md): far above any real setting, low enough that
+# a typo (10**12 workers) is an error here, not a fork bomb or an allocation failure later.
+MAX_WORKERS = 1024
+MAX_PREFETCH_FACTOR = 128
+MAX_BUCKET_CAP_MB = 10240.0  # 10 GiB
+MAX_GRAD_ACCUM_STEPS = 1024
+MAX_CONFIG_BYTES = 64 * 1024  # a configuration is a few hundred bytes
 
 
 class ConfigError(PerfscopeError, ValueError):
@@ -67,7 +75,7 @@ class AccelConfig:
     def __post_init__(self) -> None:
         def check(ok: bool, key: str, allowed: str) -> None:
             if not ok:
-                raise ConfigError(f"config key {key!r}: got {getattr(self, key)!r}, allowed: {allowed}")
+                raise ConfigError(f"config key {key!r}: got {short_repr(getattr(self, key))}, allowed: {allowed}")
 
         def is_int(v) -> bool:
             return isinstance(v, int) and not isinstance(v, bool)
@@ -76,16 +84,19 @@ class AccelConfig:
             check(getattr(self, key) is None or isinstance(getattr(self, key), bool), key, "true, false or null")
         for key in ("device_prefetch", "hierarchical_allreduce", "static_graph"):
             check(isinstance(getattr(self, key), bool), key, "true or false")
-        check(self.num_workers is None or (is_int(self.num_workers) and self.num_workers >= 0), "num_workers", "an integer >= 0")
-        check(self.prefetch_factor is None or (is_int(self.prefetch_factor) and self.prefetch_factor >= 1),
-              "prefetch_factor", "an integer >= 1")
+        check(self.num_workers is None or (is_int(self.num_workers) and 0 <= self.num_workers <= MAX_WORKERS),
+              "num_workers", f"an integer >= 0 and <= {MAX_WORKERS}")
+        check(self.prefetch_factor is None
+              or (is_int(self.prefetch_factor) and 1 <= self.prefetch_factor <= MAX_PREFETCH_FACTOR),
+              "prefetch_factor", f"an integer >= 1 and <= {MAX_PREFETCH_FACTOR}")
         check(self.amp_level in AMP_LEVELS, "amp_level", ", ".join(AMP_LEVELS))
         check(self.amp_dtype in AMP_DTYPES, "amp_dtype", ", ".join(AMP_DTYPES))
         check(self.bucket_cap_mb is None or (isinstance(self.bucket_cap_mb, (int, float))
-              and not isinstance(self.bucket_cap_mb, bool) and 0 < self.bucket_cap_mb < float("inf")),
-              "bucket_cap_mb", "a finite number > 0 (MiB)")
+              and not isinstance(self.bucket_cap_mb, bool) and 0 < self.bucket_cap_mb <= MAX_BUCKET_CAP_MB),
+              "bucket_cap_mb", f"a number > 0 and <= {MAX_BUCKET_CAP_MB:g} (MiB)")
         check(self.grad_compression in GRAD_COMPRESSIONS, "grad_compression", ", ".join(GRAD_COMPRESSIONS))
-        check(is_int(self.grad_accum_steps) and self.grad_accum_steps >= 1, "grad_accum_steps", "an integer >= 1")
+        check(is_int(self.grad_accum_steps) and 1 <= self.grad_accum_steps <= MAX_GRAD_ACCUM_STEPS,
+              "grad_accum_steps", f"an integer >= 1 and <= {MAX_GRAD_ACCUM_STEPS}")
         if self.num_workers == 0:
             for key in ("prefetch_factor", "persistent_workers"):
                 if getattr(self, key):
@@ -112,9 +123,11 @@ def config_from_dict(data: dict) -> AccelConfig:
     """
     if not isinstance(data, dict):
         raise ConfigError(f"a configuration must be a mapping of keys to values, got {type(data).__name__}")
-    unknown = sorted(set(data) - set(KEYS))
+    unknown = sorted((k for k in data if k not in KEYS), key=str)  # keys of YAML may be numbers
     if unknown:
-        raise ConfigError(f"unknown config key(s) {', '.join(map(repr, unknown))}; allowed keys: {', '.join(KEYS)}")
+        shown = ", ".join(short_repr(k, 40) for k in unknown[:5])
+        more = f" and {len(unknown) - 5:,} more" if len(unknown) > 5 else ""
+        raise ConfigError(f"unknown config key(s) {shown}{more}; allowed keys: {', '.join(KEYS)}")
     return AccelConfig(**data)
 
 
@@ -129,7 +142,8 @@ def load_config(config: str | os.PathLike | dict | AccelConfig | None) -> AccelC
         The validated configuration, or None when there is none.
 
     Raises:
-        ConfigError: unreadable file, invalid YAML, unknown keys or bad values.
+        ConfigError: ``config`` of another type, an unreadable, too large or invalid YAML file
+            (anchors and aliases are refused: :func:`read_yaml`), unknown keys or bad values.
     """
     if config is None:
         path = os.environ.get(CONFIG_ENV)
@@ -143,14 +157,67 @@ def load_config(config: str | os.PathLike | dict | AccelConfig | None) -> AccelC
         return config
     if isinstance(config, dict):
         return config_from_dict(config)
+    if not isinstance(config, (str, os.PathLike)) or isinstance(config, bytes):
+        raise ConfigError(f"config must be a YAML file path, a dict or an AccelConfig, got {type(config).__name__}")
     path = Path(config)
+    data = read_yaml(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        return config_from_dict({} if data is None else data)  # an empty file is an empty mapping; 0 is not
+    except ConfigError as e:
+        raise ConfigError(f"{safe(path)}: {e}") from None
+
+
+class _AnchorError(yaml.MarkedYAMLError):
+    """An anchor or alias in a configuration file."""
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` that refuses anchors and aliases: a configuration never needs them, and
+    nested aliases expand a few hundred bytes into gigabytes (the "billion laughs")."""
+
+    def compose_node(self, parent, index):
+        event = self.peek_event()
+        if isinstance(event, yaml.AliasEvent) or getattr(event, "anchor", None) is not None:
+            raise _AnchorError(None, None, "YAML anchors and aliases (&name, *name) are not allowed in a "
+                               "configuration; write each value out", event.start_mark)
+        return super().compose_node(parent, index)
+
+
+def read_yaml(path: str | os.PathLike):
+    """The YAML document of a configuration file, read safely.
+
+    At most :data:`MAX_CONFIG_BYTES` are read, with ``yaml.SafeLoader`` minus anchors and
+    aliases, so neither a huge file nor an alias bomb can take the memory or the time.
+
+    Args:
+        path: The file.
+
+    Returns:
+        The document (a dict, list, scalar, or None for an empty file).
+
+    Raises:
+        ConfigError: unreadable, too large, not valid YAML, anchors or aliases; one line naming
+            the file (and the line, where YAML says it).
+    """
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            text = f.read(MAX_CONFIG_BYTES + 1)
     except OSError as e:
-        raise ConfigError(f"cannot read configuration {path}: {e.strerror or e}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
-    return config_from_dict(data or {})
+        raise ConfigError(f"cannot read configuration {safe(path)}: {e.strerror or e}") from None
+    if len(text) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{safe(path)}: too large for a configuration (more than {MAX_CONFIG_BYTES // 1024} KiB)")
+    try:
+        return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader, minus aliases
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = f"line {mark.line + 1}: " if mark is not None else ""
+        what = safe(e.problem or e.context or "error")
+        raise ConfigError(f"{safe(path)}: {where}" + (what if isinstance(e, _AnchorError) else f"not valid YAML ({what})")) from None
+    except yaml.YAMLError as e:  # e.g. bytes that are not UTF-8
+        raise ConfigError(f"{safe(path)}: not valid YAML ({safe(str(e).splitlines()[0])})") from None
+    except RecursionError:  # thousands of nested brackets
+        raise ConfigError(f"{safe(path)}: not valid YAML (nested too deeply)") from None
 
 
 def save_config(config: AccelConfig, path: str | os.PathLike, comment: str = "", *, only_changes: bool = False) -> Path:

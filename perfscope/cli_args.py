@@ -1,0 +1,63 @@
+"""argparse types shared by perfscope's commands: every number with its range, no empty paths.
+
+An absurd value is refused at once with the allowed range in one line, rather than sizing a
+loop, a timeout or an allocation by it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+# Ranks one node can hold: far above any machine's GPU count; a larger number is a typo.
+MAX_NPROC_PER_NODE = 1_024
+
+
+def quoted(text: str, limit: int = 40) -> str:
+    """``text`` quoted for a message, cut to ``limit`` characters (a pasted megabyte stays out)."""
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def whole(low: int, high: int):
+    """An argparse type: a whole number in ``low..high`` (inclusive); the message gives the range."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be a whole number from {low:,} to {high:,}, got {quoted(text)}")
+        return value
+
+    return parse
+
+
+def number(low: float, high: float, what: str, *, high_open: bool = False):
+    """An argparse type: a finite number in ``low..high`` (``high`` excluded with ``high_open``);
+    ``what`` names it in the message (e.g. ``a number of seconds``). NaN and infinities are refused."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        inside = low <= value < high if high_open else low <= value <= high  # False for nan
+        if not inside:
+            upper = f"below {high:g}" if high_open else f"{high:g}"
+            raise argparse.ArgumentTypeError(f"must be {what} from {low:g} to {upper}, got {quoted(text)}")
+        return value
+
+    return parse
+
+
+def not_empty(text: str) -> str:
+    """An argparse type: any text but an empty (or blank) one."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("must not be empty")
+    return text
+
+
+def out_path(text: str) -> Path:
+    """``--out``: a non-empty path (an empty one would write into the current directory)."""
+    return Path(not_empty(text))

@@ -1,0 +1,241 @@
+"""The keeper: a small process between perfscope and a command it starts, so that whatever dies,
+nothing the command started keeps running.
+
+perfscope starts the torchrun launcher of ``profile --nproc-per-node`` and every tuner trial as::
+
+    python -m perfscope.collect.keeper --grace S -- COMMAND ARGS...
+
+The keeper is a *child subreaper* (Linux ``PR_SET_CHILD_SUBREAPER``): a process of the command's
+tree whose parent exits is re-parented to the keeper, not to init, so the keeper's descendants are
+exactly the command's processes, including those that started a session of their own or cleared
+their environment. The keeper ends them all:
+
+* when the command exits: whatever it left running is killed (SIGTERM, one second, SIGKILL);
+* when the keeper gets SIGTERM, SIGINT or SIGHUP: the signal goes to the command's process group,
+  the command has ``--grace`` seconds to stop its own processes (torchrun stops its ranks), then
+  every descendant is killed;
+* when perfscope dies, even by SIGKILL: the kernel sends the keeper SIGTERM
+  (``PR_SET_PDEATHSIG``), and the case above follows.
+
+The keeper exits as the command did (the same status, or the same signal), so callers read
+``returncode`` as if they had started the command themselves. Only a SIGKILL aimed at the keeper
+itself defeats it; :func:`stop` therefore signals the keeper alone and waits for it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+
+from perfscope.text import safe
+
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+PR_SET_CHILD_SUBREAPER = 36
+_STRAY_GRACE_S = 1.0  # what a stray left after the command exited gets between SIGTERM and SIGKILL
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def command(argv: Sequence[str], grace_s: float) -> list[str]:
+    """``argv`` run under a keeper that gives it ``grace_s`` seconds to stop after SIGTERM.
+
+    Args:
+        argv: The command (program and arguments).
+        grace_s: Seconds between the stop signal and SIGKILL of everything left.
+
+    Returns:
+        The keeper's command line (``sys.executable -m perfscope.collect.keeper ...``); start it
+        with ``start_new_session=True`` and stop it with :func:`stop`.
+    """
+    return [sys.executable, "-m", "perfscope.collect.keeper", "--grace", f"{grace_s:g}",
+            "--parent", str(os.getpid()), "--", *argv]
+
+
+def stop(proc: subprocess.Popen, grace_s: float) -> None:
+    """Stop a keeper started from :func:`command`, and with it everything its command started.
+
+    SIGTERM goes to the keeper alone; it stops the command within its own grace and exits. Only if
+    it has not exited ``grace_s + 5`` seconds later is its whole tree killed from here.
+
+    Args:
+        proc: The keeper's process.
+        grace_s: The grace given to :func:`command`.
+    """
+    if proc.poll() is None:
+        try:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=grace_s + 5.0)
+        except subprocess.TimeoutExpired:
+            kill_tree(proc.pid)
+            proc.wait()
+        except ProcessLookupError:
+            proc.wait()
+
+
+def descendants(pid: int) -> list[int]:
+    """PIDs of the live descendants of ``pid``, parents before children ([] where /proc is missing).
+
+    Zombies (exited, not yet reaped) are left out: they hold no resources but a PID.
+    """
+    parents: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for name in entries:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue  # gone meanwhile
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ')'.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if fields and fields[0] != b"Z":
+            parents.setdefault(int(fields[1]), []).append(int(name))
+    found, frontier = [], [pid]
+    while frontier:
+        children = parents.get(frontier.pop(), [])
+        found.extend(children)
+        frontier.extend(children)
+    return found
+
+
+def kill_tree(pid: int, sig: int = signal.SIGKILL) -> None:
+    """Send ``sig`` to every live descendant of ``pid`` (not to ``pid`` itself)."""
+    for child in descendants(pid):
+        try:
+            os.kill(child, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def prctl(option: int, value: int) -> bool:
+    """``prctl(option, value)`` on Linux; False where it is missing or fails."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+class _Stop(Exception):
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _on_stop(signum: int, frame: object) -> None:
+    raise _Stop(signum)
+
+
+def _reap(block: bool) -> list[tuple[int, int]]:
+    """Reap exited children (the command, or orphans adopted as subreaper); [(pid, status)]."""
+    reaped = []
+    while True:
+        try:
+            pid, status = os.waitpid(-1, 0 if block and not reaped else os.WNOHANG)
+        except ChildProcessError:
+            return reaped
+        if pid == 0:
+            return reaped
+        reaped.append((pid, status))
+
+
+def _wait_for(child: int | None, grace_s: float) -> None:
+    """Reap until ``child`` has exited or ``grace_s`` seconds have passed."""
+    deadline = time.monotonic() + grace_s
+    while child is not None and time.monotonic() < deadline:
+        if any(pid == child for pid, _ in _reap(block=False)):
+            return
+        time.sleep(0.05)
+
+
+def _sweep() -> None:
+    """End every descendant left: SIGTERM, a short grace, then SIGKILL until none is left."""
+    me = os.getpid()
+    kill_tree(me, signal.SIGTERM)
+    deadline = time.monotonic() + _STRAY_GRACE_S
+    while descendants(me) and time.monotonic() < deadline:
+        _reap(block=False)
+        time.sleep(0.05)
+    for _ in range(500):  # a fork bomb cannot outrun this: each round kills every process it sees
+        if not descendants(me):
+            break
+        kill_tree(me, signal.SIGKILL)
+        time.sleep(0.01)
+        _reap(block=False)
+    _reap(block=False)
+
+
+def _exit_like(status: int) -> None:
+    """End this process as the command ended: its exit status, or death by the same signal."""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+        except (OSError, ValueError):
+            pass  # SIGKILL and SIGSTOP have no handler to reset
+        os.kill(os.getpid(), sig)
+        time.sleep(1.0)  # a signal whose default is not death (SIGCHLD...) falls through
+        os._exit(128 + sig)
+    os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Run the command as described in the module docstring; never returns."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    grace_s, parent = 10.0, None
+    while argv and argv[0] in ("--grace", "--parent") and len(argv) >= 2:
+        if argv[0] == "--grace":
+            grace_s = float(argv[1])
+        else:
+            parent = int(argv[1])
+        argv = argv[2:]
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv:
+        print("perfscope.collect.keeper: missing COMMAND", file=sys.stderr)
+        os._exit(2)
+    for sig in _STOP_SIGNALS:
+        signal.signal(sig, _on_stop)
+    prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)  # perfscope died before the death signal was armed: start nothing
+    prctl(PR_SET_CHILD_SUBREAPER, 1)
+    child = None
+    try:
+        try:
+            # Its own process group: the keeper's signals reach it on purpose, never by accident.
+            child = subprocess.Popen(argv, process_group=0)
+        except OSError as e:  # the command cannot be started
+            print(safe(f"perfscope: cannot run {argv[0]}: {e.strerror or e}"), file=sys.stderr)
+            os._exit(127)
+        while True:
+            for pid, status in _reap(block=True):
+                if pid == child.pid:
+                    child.returncode = status  # reaped here; Popen must not wait for it again
+                    _sweep()
+                    _exit_like(status)
+    except _Stop as stop_:
+        for sig in _STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)  # one orderly shutdown; more signals must not cut it short
+        if child is not None:
+            try:
+                os.killpg(child.pid, stop_.signum)
+            except (ProcessLookupError, PermissionError):
+                pass
+        _wait_for(None if child is None or child.returncode is not None else child.pid, grace_s)
+        _sweep()
+        os._exit(128 + stop_.signum)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,81 @@
+"""One tuner per output folder: an exclusive lock on ``<out>/.lock``, held for the tuner's life.
+
+Two tuners writing one folder race on ``best.yaml``, ``tune.json`` and the report (one run's
+``{}`` beside another's recommendation was seen). The lock is ``fcntl.flock`` on an open file, so
+the kernel releases it when the process ends however it ends (a killed tuner leaves no stale
+lock); the file holds the PID of its holder, for the message. The file is left in place: removing
+it would let a third tuner lock a new file while the second holds the old one.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from perfscope.errors import PerfscopeError
+
+LOCK_NAME = ".lock"
+
+
+class FolderBusy(PerfscopeError):
+    """Another ``perfscope tune`` holds the output folder."""
+
+
+class FolderLock:
+    """The exclusive lock of one output folder (a context manager).
+
+    Args:
+        folder: The output folder (created when missing).
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+        self.path = self.folder / LOCK_NAME
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock, or fail at once.
+
+        Raises:
+            FolderBusy: another process holds it (the message names the folder and its PID).
+            OSError: the lock file cannot be created.
+        """
+        self.folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            who = f" (PID {holder})" if holder else ""
+            raise FolderBusy(f"output folder {self.folder} is in use by another perfscope tune{who}: wait for it to "
+                             "end, or give this one another --out (several workers of one study need one --out "
+                             "each)") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        """Let go of the lock (closing the file releases it)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def __enter__(self) -> FolderLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def _holder(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None

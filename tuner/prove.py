@@ -1,0 +1,125 @@
+"""Proving the winner: the study's best few candidates re-measured against the baseline, in
+interleaved rounds (:mod:`tuner.confirm`), and the recommendation that follows, with a hint when a
+recommended value is the largest one searched. See ``docs/tune.md``, step 6."""
+
+from __future__ import annotations
+
+import os
+
+from perfscope.errors import PerfscopeError
+from perfscope.runtime.config import AccelConfig, config_from_dict
+from tuner.confirm import confirm_candidates
+from tuner.trial import run_trial
+
+
+class ConfirmationError(PerfscopeError):
+    """The baseline failed during the confirmation."""
+
+
+def prove(session, options, notes: list[str]) -> tuple[dict | None, dict]:
+    """Confirm the best few candidates against the baseline.
+
+    Args:
+        session: The :class:`tuner.study.TuningStudy`.
+        options: The :class:`tuner.tune.TuneOptions` (confirm_top, confirm_rounds, confidence, min_gain).
+        notes: The record's notes; a failed confirmation run adds one.
+
+    Returns:
+        ``(confirmation or None, recommendation)`` as in ``tune.json``.
+
+    Raises:
+        ConfirmationError: the baseline failed during the confirmation.
+    """
+    baseline_value = float(session.baseline["value"])
+    keep = {"status": "keep-current", "trial": None, "config": {}, "speedup": None, "ci_low": None, "ci_high": None}
+    candidates, seen = [], set()
+    for t in session.feasible_trials():
+        key = tuple(sorted((t.user_attrs.get("config") or {}).items()))
+        if not key or key in seen or t.value <= baseline_value * (1 + options.min_gain):
+            continue
+        seen.add(key)
+        candidates.append(t)
+        if len(candidates) >= options.confirm_top:
+            break
+    if not candidates:
+        if not session.space.knobs:
+            keep["line"] = "keep your current settings: no knob can apply to this run (see the knobs left out)"
+        else:
+            keep["line"] = ("keep your current settings: no feasible trial beat the baseline by more than "
+                            f"{options.min_gain:.0%} in the search")
+        return None, keep
+    spec = session.spec
+    work = session.work_dir / f"confirm-{os.getpid()}"  # other workers may confirm at the same time
+    print(f"perfscope: confirming trial(s) {', '.join(str(t.number) for t in candidates)} against the baseline, "
+          f"{options.confirm_rounds} interleaved rounds...")
+
+    def measure(config: AccelConfig | None, name: str):
+        def run() -> float | None:
+            outcome = run_trial(spec, config, work / name, profile_steps=0,
+                                **session.loader_settings(config))
+            if not outcome.ok or outcome.value is None:
+                notes.append(f"confirmation run of {name} failed ({outcome.status}): {outcome.reason}")
+                return None
+            return outcome.value
+        return run
+
+    def baseline_run() -> float:
+        value = measure(None, "baseline")()
+        if value is None:
+            raise ConfirmationError("the baseline failed during confirmation; see the notes in tune.json")
+        return value
+
+    results = confirm_candidates(
+        baseline_run,
+        {t.number: measure(config_from_dict(t.user_attrs["config"]), f"trial-{t.number}") for t in candidates},
+        rounds=options.confirm_rounds, confidence=options.confidence, min_gain=options.min_gain,
+    )
+    confirmation = {"rounds": options.confirm_rounds, "confidence": options.confidence, "min_gain": options.min_gain,
+                    "candidates": []}
+    best = None
+    for t in candidates:
+        c = results.get(t.number)
+        entry = {"trial": t.number, "config": t.user_attrs["config"], "baseline": None, "candidate": None,
+                 "speedup": None, "ci_low": None, "ci_high": None, "faster": False}
+        if c is not None:
+            entry.update(baseline=list(c.baseline), candidate=list(c.candidate), speedup=c.speedup,
+                         ci_low=c.ci_low, ci_high=c.ci_high, faster=c.faster)
+            # The largest *proven* gain: the interval's low end, not the noisier point estimate.
+            if c.faster and (best is None or c.ci_low > best[1].ci_low):
+                best = (t, c)
+        confirmation["candidates"].append(entry)
+    if best is None:
+        lines = [f"trial {e['trial']}: {e['speedup']:.2f}x ({e['ci_low']:.2f}x-{e['ci_high']:.2f}x)"
+                 for e in confirmation["candidates"] if e["speedup"] is not None]
+        keep["line"] = ("keep your current settings: no candidate was faster beyond the measured noise"
+                        + (f" ({'; '.join(lines)})" if lines else ""))
+        return confirmation, keep
+    t, c = best
+    recommendation = {"status": "faster", "trial": t.number, "config": t.user_attrs["config"], "speedup": c.speedup,
+                      "ci_low": c.ci_low, "ci_high": c.ci_high, "line": c.describe(),
+                      "hint": range_hint(session.space, t.user_attrs["config"])}
+    return confirmation, recommendation
+
+
+def range_hint(space, config: dict) -> str | None:
+    """What to try next when the recommendation sits at the top of a searched range.
+
+    Args:
+        space: The :class:`tuner.space.SearchSpace` searched.
+        config: The recommended configuration's changes.
+
+    Returns:
+        One line, or None when no recommended value is the largest one searched.
+    """
+    top = space.at_top(config)
+    if not top:
+        return None
+    which = " and ".join(f"{k.name}={config[k.name]!r}" for k in top)
+    ranges = "; ".join(f"{k.name} {k.choices_text()}" for k in top)
+    line = (f"{which} {'is the largest value' if len(top) == 1 else 'are the largest values'} searched ({ranges}): "
+            "larger ones were not tried and may be faster still")
+    if any(k.name == "num_workers" for k in top):
+        # build_space's range: 2 workers per core (at least 4, at most 16), or the script's own value.
+        line += ("; num_workers goes up to 2 per CPU core (at least 4, at most 16) or to the script's own "
+                 "value: set more workers in the script to search further")
+    return line
