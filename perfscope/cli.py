@@ -319,6 +319,13 @@ def cmd_profile(args, script_args: list[str]) -> int:
         if result.error:
             print(f"perfscope: the script failed before a profiled step was recorded: {safe(result.error)}", file=sys.stderr)
             return result.exit_code or 1
+        if result.steps_seen == 0 and result.processes_started:
+            raise PerfscopeError(
+                f"no steps were profiled: the script ran no training step in its own process, and started "
+                f"{result.processes_started} other process(es) (multiprocessing / torch.multiprocessing.spawn), "
+                "whose steps perfscope cannot see from here; start the ranks with `perfscope profile "
+                "--nproc-per-node N` (or torchrun ... -m perfscope profile) instead of spawning them in the script"
+            )
         if result.steps_seen == 0 and not result.stopped_early:
             # It ended on its own before training (`-- --help`, a dry run): its exit is the run's.
             print(f"perfscope: {safe(args.script)} exited with status {result.exit_code} before its first training "

@@ -151,3 +151,28 @@ def test_per_step_state_grows_with_the_steps_run_not_the_steps_asked_for(tmp_pat
         for now in range(5):
             recorder.boundary(float(now))
     assert len(recorder.buckets) <= 5
+
+
+def test_training_in_spawned_processes_is_named_as_the_reason_for_no_steps(tmp_path):
+    script = write_script(tmp_path, """
+import torch, torch.multiprocessing as mp
+from torch.utils.data import DataLoader, TensorDataset
+
+def train(rank):
+    model = torch.nn.Linear(4, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for _ in range(20):
+        opt.zero_grad()
+        model(torch.randn(8, 4)).sum().backward()
+        opt.step()
+
+if __name__ == "__main__":
+    for _ in DataLoader(TensorDataset(torch.randn(8, 4)), num_workers=1):  # a loader worker is not training
+        pass
+    mp.spawn(train, nprocs=2)
+""")
+    result = subprocess.run([sys.executable, "-m", "perfscope", "profile", str(script)],
+                            env=ENV, capture_output=True, text=True, timeout=180, cwd=tmp_path)
+    assert result.returncode == 2
+    line = result.stderr.strip().splitlines()[-1]
+    assert "started 2 other process(es)" in line and "--nproc-per-node" in line

@@ -27,6 +27,8 @@ class CollectResult:
         steps_seen: Training steps counted on rank 0 (or in this process).
         stopped_early: True when perfscope ended the script at ``max_steps``.
         run_info: JSON-able description of the run; see :func:`build_run_info`.
+        processes_started: Processes the script started with ``multiprocessing`` (DataLoader
+            workers left out): where steps are 0, the training may have run in them.
     """
 
     trace_dir: pathlib.Path
@@ -36,6 +38,7 @@ class CollectResult:
     steps_seen: int
     stopped_early: bool
     run_info: dict
+    processes_started: int = 0
 
 
 def utc_now_iso() -> str:

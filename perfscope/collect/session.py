@@ -86,6 +86,7 @@ def profile_in_process(
 
     from perfscope.collect.host import HostStepRecorder
 
+    from perfscope.collect.children import counting
     from perfscope.collect.guardian import guarded
     from perfscope.collect.one_profiler import only_ours
 
@@ -98,7 +99,7 @@ def profile_in_process(
     with _applied_config(accel_config, config_path) as patch_report:
         tracker.start()
         try:
-            with only_ours(torch, ours), guarded():
+            with only_ours(torch, ours), guarded(), counting() as started:
                 outcome = run_script(script, list(script_args))
         finally:
             tracker.close()
@@ -130,6 +131,7 @@ def profile_in_process(
         steps_seen=tracker.steps_seen,
         stopped_early=outcome.stopped_early,
         run_info=run_info,
+        processes_started=started.count,
     )
 
 
