@@ -131,11 +131,19 @@ def load_summary(path: str | Path) -> dict:
     if path.is_dir():
         path = path / "summary.json"
     try:
-        data = orjson.loads(path.read_bytes())
+        text = path.read_bytes()
     except FileNotFoundError:
         raise PerfscopeError(f"{path}: no such summary file") from None
+    if text[:2] == b"\x1f\x8b":  # gzip: a .json.gz trace, most likely, passed where a summary belongs
+        raise PerfscopeError(f"{path}: a gzip file (a trace?), not a summary.json; run `perfscope analyze {path}` "
+                             "and pass its output directory")
+    try:
+        data = orjson.loads(text)
     except orjson.JSONDecodeError as e:  # also Infinity, NaN and 1e999, which JSON has no room for
         raise PerfscopeError(f"{path}: malformed summary: not valid JSON ({e})") from None
+    if isinstance(data, dict) and "traceEvents" in data or isinstance(data, list):
+        raise PerfscopeError(f"{path}: a trace, not a summary.json; run `perfscope analyze {path}` and pass its "
+                             "output directory")
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise PerfscopeError(f"{path}: not a perfscope summary (schema field missing)")
     if data.get("schema_version") not in READABLE_VERSIONS:

@@ -148,12 +148,15 @@ def test_sigkill_of_perfscope_profile_leaves_nothing_running(tmp_path, nproc):
         assert _running(f"{sleep} {tag}")
         proc.kill()
         proc.wait()
-        assert _gone(str(script), within_s=20), "the script (or a rank, or the launcher) survived perfscope"
-        assert _gone(f"{sleep} {tag}", within_s=5), "a process the script started survived perfscope"
-        assert _gone("torch.distributed.run", within_s=1) or nproc is None
+        script_gone = _gone(str(script), within_s=20)
+        sleeper_gone = _gone(f"{sleep} {tag}", within_s=5)
+        assert script_gone, "the script (or a rank, or the launcher) survived perfscope"
+        assert sleeper_gone, "a process the script started survived perfscope"
     finally:
         if proc.poll() is None:
             proc.kill()
+        _gone(str(script), within_s=0)  # whatever the outcome, nothing is left to later tests
+        _gone(f"{sleep} {tag}", within_s=0)
 
 
 def test_a_trial_timeout_ends_a_grandchild_that_escaped_its_session_and_environment(tmp_path):
@@ -167,3 +170,33 @@ def test_a_trial_timeout_ends_a_grandchild_that_escaped_its_session_and_environm
     assert outcome.status == "timeout"
     assert (tmp_path / "ready").exists()
     assert _gone(f"{sleep} {tag}", within_s=5), "the trial's escaped grandchild survived the trial"
+
+
+def test_what_a_script_cut_short_left_running_is_ended_but_a_script_that_ends_itself_keeps_it(tmp_path):
+    sleep, tag = _sleeper(tmp_path)
+    body = f"""
+import subprocess, torch
+from torch.utils.data import DataLoader, TensorDataset
+subprocess.Popen([{sleep!r}, "{tag}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # not our pipes
+model = torch.nn.Linear(4, 4)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(32, 4)), batch_size=8, num_workers=1, persistent_workers=True)
+for _ in range({{epochs}}):
+    for (x,) in loader:
+        opt.zero_grad()
+        model(x).sum().backward()
+        opt.step()
+"""
+    options = ["--skip-first", "1", "--warmup", "1", "--active", "2"]
+    try:
+        for epochs, extra, left in ((100, [], False), (3, ["--max-steps", "0"], True)):
+            script = tmp_path / f"cut{epochs}.py"
+            script.write_text(body.format(epochs=epochs))
+            done = subprocess.run([sys.executable, "-m", "perfscope", "profile", str(script), "--out",
+                                   str(tmp_path / f"out{epochs}"), *options, *extra],
+                                  env=ENV, capture_output=True, text=True, timeout=180)
+            assert done.returncode == 0, done.stderr
+            assert "DataLoader worker" not in done.stderr  # its workers were not killed under it
+            assert bool(_running(f"{sleep} {tag}")) == left, (epochs, done.stderr)
+    finally:
+        _gone(f"{sleep} {tag}", within_s=0)

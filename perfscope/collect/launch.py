@@ -177,8 +177,11 @@ def _run_group(command: list[str], env: dict[str, str]) -> tuple[int, bool]:
             interrupted = True
             _terminate(proc)
             exit_code = _INTERRUPTED_EXIT_CODE
-    except BaseException:
+    except BaseException as exc:
         _terminate(proc)
+        if isinstance(exc, SystemExit) and exc.code == 128 + signal.SIGTERM:
+            print("perfscope: terminated (SIGTERM); the job's processes were stopped and nothing was analyzed",
+                  file=sys.stderr)
         raise
     finally:
         if previous is not None:

@@ -99,8 +99,9 @@ def profile_in_process(
     with _applied_config(accel_config, config_path) as patch_report:
         tracker.start()
         try:
-            with only_ours(torch, ours), guarded(), counting() as started:
+            with only_ours(torch, ours), guarded() as guard, counting() as started:
                 outcome = run_script(script, list(script_args))
+                guard.script_cut = outcome.stopped_early
         finally:
             tracker.close()
     if outcome.stopped_early:

@@ -137,6 +137,8 @@ def render(summary: dict, found, step=None) -> str:
     """``found``: a :class:`reports.traces.Found` (traces located for one rank) or None."""
     title = "Timeline of a representative step"
     if found is None or found.problem:
+        if found is not None and found.replaced:  # the problem says what to do: another run's trace
+            return section("timeline", title, note(f"No timeline: {found.problem}."))
         why = found.problem if found is not None else "no trace files were given"
         return section("timeline", title, note(
             f"The timeline needs the trace files ({why}). Re-render with the traces in the output "
