@@ -9,6 +9,7 @@ never a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as _dt
 import os
 import sys
@@ -19,6 +20,7 @@ from perfscope import __version__
 from perfscope.collect.schedule import MAX_ACTIVE, MAX_STEPS
 from perfscope.cli_args import MAX_NPROC_PER_NODE, number, out_path, whole
 from perfscope.errors import PerfscopeError
+from perfscope.outlock import FolderLock
 from perfscope.redact import redact
 from perfscope.siblings import import_sibling
 from perfscope.text import safe, safe_lines
@@ -249,7 +251,11 @@ def _out_dir(explicit: Path | None, name: str) -> Path:
 
 
 def _remove_if_empty(out: Path) -> None:
-    """Remove an output directory (and its ``traces/``) that a run left empty."""
+    """Remove an output directory (and its ``traces/`` and lock file) that a run left empty."""
+    from perfscope.outlock import LOCK_NAME
+
+    if {p.name for p in out.iterdir()} <= {"traces", LOCK_NAME}:
+        (out / LOCK_NAME).unlink(missing_ok=True)  # held by this run; nobody waits on it (no blocking lock)
     for d in (out / "traces", out):
         try:
             d.rmdir()  # only ever removes an empty directory
@@ -267,8 +273,9 @@ def cmd_analyze(args) -> int:
     files = find_trace_files(path)  # validates the input before anything is written
     out = _out_dir(args.out, path.name.split(".")[0] or "trace")
     try:
-        analysis = analyze_files(files, run_info={"source": str(path)}, skip_unreadable=path.is_dir())
-        return _finish(analysis, out, args.open)
+        with FolderLock(out, "perfscope analyze"):  # one run per output directory
+            analysis = analyze_files(files, run_info={"source": str(path)}, skip_unreadable=path.is_dir())
+            return _finish(analysis, out, args.open)
     except BaseException:
         if args.out is None:
             _remove_if_empty(out)  # no empty directory left behind by a failed analysis
@@ -289,63 +296,67 @@ def cmd_profile(args, script_args: list[str]) -> int:
         if line and os.environ.get("RANK", "0") == "0":  # once per job under torchrun
             print(line, file=sys.stderr)
     out = _out_dir(args.out, Path(args.script).stem)
-    schedule = collect.ProfileSchedule(
-        skip_first=args.skip_first, warmup=args.warmup, active=args.active, max_steps=args.max_steps
-    )
-    started = time.time()
-    result = collect.collect(args.script, script_args, out_dir=out, schedule=schedule, nproc_per_node=args.nproc_per_node,
-                             config=args.config)
-    run_info = dict(result.run_info)
-    if result.error:
-        run_info["error"] = result.error
-    run_info["exit_code"] = result.exit_code
-
-    trace_files = list(result.trace_files)
-    if args.nproc_per_node is None and collect.is_distributed_worker():
-        rank = int(os.environ.get("RANK", "0"))
-        if rank != 0:
-            print(f"perfscope: rank {rank}: wrote {safe(', '.join(map(str, trace_files))) or 'no trace'}", file=sys.stderr)
-            return result.exit_code
-        # Rank 0 analyzes the whole job once the other ranks' traces of this run are there.
-        world = int(os.environ.get("WORLD_SIZE", "1"))
-        trace_files = collect.wait_for_rank_traces(result.trace_dir, world, args.rank_wait, newer_than=started)
-        if len(trace_files) < world:
-            print(f"perfscope: only {len(trace_files)} of {world} rank traces reached {safe(result.trace_dir)}; "
-                  f"analyzing those (run `perfscope analyze {safe(result.trace_dir)}` once all are there)", file=sys.stderr)
-
-    if not trace_files:
-        if args.out is None:
-            _remove_if_empty(out)  # the default directory was made for this run
-        if result.error:
-            print(f"perfscope: the script failed before a profiled step was recorded: {safe(result.error)}", file=sys.stderr)
-            return result.exit_code or 1
-        if result.steps_seen == 0 and result.processes_started:
-            raise PerfscopeError(
-                f"no steps were profiled: the script ran no training step in its own process, and started "
-                f"{result.processes_started} other process(es) (multiprocessing / torch.multiprocessing.spawn), "
-                "whose steps perfscope cannot see from here; start the ranks with `perfscope profile "
-                "--nproc-per-node N` (or torchrun ... -m perfscope profile) instead of spawning them in the script"
-            )
-        if result.steps_seen == 0 and not result.stopped_early:
-            # It ended on its own before training (`-- --help`, a dry run): its exit is the run's.
-            print(f"perfscope: {safe(args.script)} exited with status {result.exit_code} before its first training "
-                  "step; nothing was profiled (a loop without a torch optimizer must call perfscope.step())",
-                  file=sys.stderr)
-            return result.exit_code
-        raise PerfscopeError(
-            f"no steps were profiled: the script ran {result.steps_seen} steps, but profiling records steps "
-            f"{args.skip_first + args.warmup + 1} to {args.skip_first + args.warmup + args.active}; "
-            "lower --skip-first/--warmup, or mark steps with perfscope.step() if the loop uses no torch optimizer"
+    # One run per output directory; the ranks of a torchrun job share theirs.
+    lock = contextlib.nullcontext() if args.nproc_per_node is None and collect.is_distributed_worker() \
+        else FolderLock(out, "perfscope profile")
+    with lock:
+        schedule = collect.ProfileSchedule(
+            skip_first=args.skip_first, warmup=args.warmup, active=args.active, max_steps=args.max_steps
         )
-    if result.error:
-        print(f"perfscope: the script failed ({safe(result.error)}); analyzing the steps captured before it did", file=sys.stderr)
-    # Only this run's traces: the directory may hold older ones from a run with more ranks. When
-    # the script failed, ranks may have stopped at different steps: keep the ones all ranks hold.
-    analysis = analyze_files(trace_files, run_info=run_info, common_steps_only=result.error is not None)
-    status = _finish(analysis, out, args.open)
-    # The outputs now describe this run: rank traces left from an earlier one would contradict them.
-    collect.remove_stale_rank_traces(result.trace_dir, trace_files)
-    return result.exit_code or status
+        started = time.time()
+        result = collect.collect(args.script, script_args, out_dir=out, schedule=schedule, nproc_per_node=args.nproc_per_node,
+                                 config=args.config)
+        run_info = dict(result.run_info)
+        if result.error:
+            run_info["error"] = result.error
+        run_info["exit_code"] = result.exit_code
+
+        trace_files = list(result.trace_files)
+        if args.nproc_per_node is None and collect.is_distributed_worker():
+            rank = int(os.environ.get("RANK", "0"))
+            if rank != 0:
+                print(f"perfscope: rank {rank}: wrote {safe(', '.join(map(str, trace_files))) or 'no trace'}", file=sys.stderr)
+                return result.exit_code
+            # Rank 0 analyzes the whole job once the other ranks' traces of this run are there.
+            world = int(os.environ.get("WORLD_SIZE", "1"))
+            trace_files = collect.wait_for_rank_traces(result.trace_dir, world, args.rank_wait, newer_than=started)
+            if len(trace_files) < world:
+                print(f"perfscope: only {len(trace_files)} of {world} rank traces reached {safe(result.trace_dir)}; "
+                      f"analyzing those (run `perfscope analyze {safe(result.trace_dir)}` once all are there)", file=sys.stderr)
+
+        if not trace_files:
+            if args.out is None:
+                _remove_if_empty(out)  # the default directory was made for this run
+            if result.error:
+                print(f"perfscope: the script failed before a profiled step was recorded: {safe(result.error)}", file=sys.stderr)
+                return result.exit_code or 1
+            if result.steps_seen == 0 and result.processes_started:
+                raise PerfscopeError(
+                    f"no steps were profiled: the script ran no training step in its own process, and started "
+                    f"{result.processes_started} other process(es) (multiprocessing / torch.multiprocessing.spawn), "
+                    "whose steps perfscope cannot see from here; start the ranks with `perfscope profile "
+                    "--nproc-per-node N` (or torchrun ... -m perfscope profile) instead of spawning them in the script"
+                )
+            if result.steps_seen == 0 and not result.stopped_early:
+                # It ended on its own before training (`-- --help`, a dry run): its exit is the run's.
+                print(f"perfscope: {safe(args.script)} exited with status {result.exit_code} before its first training "
+                      "step; nothing was profiled (a loop without a torch optimizer must call perfscope.step())",
+                      file=sys.stderr)
+                return result.exit_code
+            raise PerfscopeError(
+                f"no steps were profiled: the script ran {result.steps_seen} steps, but profiling records steps "
+                f"{args.skip_first + args.warmup + 1} to {args.skip_first + args.warmup + args.active}; "
+                "lower --skip-first/--warmup, or mark steps with perfscope.step() if the loop uses no torch optimizer"
+            )
+        if result.error:
+            print(f"perfscope: the script failed ({safe(result.error)}); analyzing the steps captured before it did", file=sys.stderr)
+        # Only this run's traces: the directory may hold older ones from a run with more ranks. When
+        # the script failed, ranks may have stopped at different steps: keep the ones all ranks hold.
+        analysis = analyze_files(trace_files, run_info=run_info, common_steps_only=result.error is not None)
+        status = _finish(analysis, out, args.open)
+        # The outputs now describe this run: rank traces left from an earlier one would contradict them.
+        collect.remove_stale_rank_traces(result.trace_dir, trace_files)
+        return result.exit_code or status
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -21,6 +21,11 @@ _USERINFO = re.compile(r"(?:^|(?<=[\s'\"(<\[=,]))(?P<scheme>[A-Za-z][\w+.\-]*:/*
 _PASSWORD_PARAM = re.compile(r"(?i)(\b(?:password|passwd|pwd)=)([^&#\s'\"]*)")
 
 
+# A URL written right (SCHEME://USER:PASS@HOST): here PASS may be anything but whitespace, up to the
+# last `@` of the word -- a leading `/`, quotes and brackets included, which SQLAlchemy accepts.
+_URL_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][\w+.\-]*://)(?P<user>[^\s/@:]*):(?P<pw>\S*)@(?P<host>[^\s@/]*)")
+
+
 def redact(text: str) -> str:
     """``text`` with every password in URL userinfo (``USER:PASS@``) and every ``password=`` value
     replaced by ``***``.
@@ -31,7 +36,8 @@ def redact(text: str) -> str:
     Returns:
         The text with the passwords masked (unchanged when it holds none).
     """
-    masked = _USERINFO.sub(lambda m: f"{m['scheme'] or ''}{m['user']}:{MASK}@{m['host']}", text)
+    masked = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{m['user']}:{MASK}@{m['host']}", text)
+    masked = _USERINFO.sub(lambda m: f"{m['scheme'] or ''}{m['user']}:{MASK}@{m['host']}", masked)
     return _PASSWORD_PARAM.sub(lambda m: m[1] + MASK if m[2] else m[0], masked)
 
 

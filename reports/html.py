@@ -18,7 +18,8 @@ CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'n
 
 
 # C0 control characters other than tab, newline and carriage return are not allowed in HTML text.
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+# Controls, and the bidi embeddings, overrides and isolates that can make a name read otherwise.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u202a-\u202e\u2066-\u2069]")
 
 
 def esc(value) -> str:

@@ -176,3 +176,34 @@ if __name__ == "__main__":
     assert result.returncode == 2
     line = result.stderr.strip().splitlines()[-1]
     assert "started 2 other process(es)" in line and "--nproc-per-node" in line
+
+
+def test_a_password_in_the_scripts_error_is_masked_in_what_perfscope_prints_and_writes(tmp_path):
+    result = profile(tmp_path, "train(10)\nraise RuntimeError('cannot reach postgresql://app:hunter2@db/x')\n",
+                     "--max-steps", "0")
+    perfscope_lines = [line for line in result.stderr.splitlines() if line.startswith("perfscope:")]
+    assert perfscope_lines and not any("hunter2" in line for line in perfscope_lines), result.stderr
+    assert "hunter2" not in (tmp_path / "out" / "summary.json").read_text()
+    assert "hunter2" not in (tmp_path / "out" / "report.html").read_text()
+
+
+def test_a_main_thread_that_returns_while_its_training_thread_runs_is_waited_for(tmp_path):
+    result = profile(tmp_path, "threading.Thread(target=train, args=(30,)).start()\n")
+    assert result.returncode == 0, result.stderr
+    assert [s["step"] for s in summary(tmp_path)["steps"]] == [3, 4, 5]
+
+
+def test_exit_with_an_exception_instance_has_a_message(tmp_path):
+    result = profile(tmp_path, "train(10)\nsys.exit(KeyboardInterrupt())\n", "--max-steps", "0")
+    assert result.returncode == 1
+    assert "exited: KeyboardInterrupt" in summary(tmp_path)["run"]["error"]
+
+
+def test_a_second_profile_of_one_output_directory_is_refused(tmp_path):
+    from perfscope.outlock import FolderLock
+
+    with FolderLock(tmp_path / "out", "perfscope profile"):  # as a running profile holds it
+        result = profile(tmp_path, "train(10)\n")
+    assert result.returncode == 2
+    assert "is in use by another perfscope run" in result.stderr.strip().splitlines()[-1]
+    assert not (tmp_path / "out" / "summary.json").exists()

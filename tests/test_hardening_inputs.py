@@ -316,3 +316,12 @@ def test_numeric_knobs_have_a_documented_range(key, value, good):
     assert getattr(load_config({key: good, **extra}), key) == good
     doc = (Path(__file__).resolve().parents[1] / "docs" / "runtime.md").read_text()
     assert re.search(rf"`{key}` \|[^|]*{re.escape(str(good).removesuffix('.0'))}", doc), f"{key}'s range in docs/runtime.md"
+
+
+def test_a_configuration_key_given_twice_is_refused_naming_the_line(tmp_path):
+    from perfscope.runtime.config import ConfigError, load_config
+
+    path = tmp_path / "twice.yaml"
+    path.write_text("num_workers: 2\npin_memory: true\nnum_workers: 4\n")
+    with pytest.raises(ConfigError, match=r"line 3: config key 'num_workers' is given twice"):
+        load_config(path)

@@ -200,3 +200,44 @@ for _ in range({{epochs}}):
             assert bool(_running(f"{sleep} {tag}")) == left, (epochs, done.stderr)
     finally:
         _gone(f"{sleep} {tag}", within_s=0)
+
+
+def test_a_process_that_keeps_forking_does_not_outlive_perfscope(tmp_path):
+    # Each generation lives 0.1 s: faster than any scan of /proc, but they all stay in one group.
+    forker = tmp_path / "forker.py"
+    forker.write_text("import os, signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nos.setsid()\n"
+                      "while True:\n    if os.fork():\n        os._exit(0)\n    time.sleep(0.1)\n")
+    script = tmp_path / "reforker.py"
+    script.write_text(textwrap.dedent(f"""
+        import os, subprocess, sys, time, torch
+        subprocess.Popen([sys.executable, {str(forker)!r}], env={{}}).wait()
+        model = torch.nn.Linear(4, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        while True:
+            opt.zero_grad()
+            model(torch.randn(8, 4)).sum().backward()
+            opt.step()
+            open({str(tmp_path / "ready")!r}, "w").close()
+        """))
+    proc = subprocess.Popen([sys.executable, "-m", "perfscope", "profile", str(script), "--out", str(tmp_path / "out"),
+                             "--max-steps", "0"], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    needle = str(forker)
+    try:
+        _wait_for(tmp_path / "ready", proc)
+        time.sleep(1.0)
+        assert _running(needle)
+        proc.kill()
+        proc.wait()
+        assert _gone(needle, within_s=5), "the re-forking process survived perfscope"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        _kill_group_of(needle)
+
+
+def _kill_group_of(needle: str) -> None:
+    for pid in _running(needle):
+        try:
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
+        except OSError:
+            pass

@@ -23,7 +23,7 @@ import tuner.failure
 from perfscope.runtime.config import load_config
 from tuner.command import check_same_command
 from tuner.failure import failure_line, seconds_text
-from tuner.outlock import FolderBusy, FolderLock
+from perfscope.outlock import FolderBusy, FolderLock
 from tuner.output import OutputLog
 from tuner.results import RunOutputs
 from tuner.storage import open_storage
@@ -230,6 +230,9 @@ def test_a_mistyped_storage_url_never_shows_its_password(tmp_path, url):
     ("dsn: host=h password=pw dbname=x", "dsn: host=h password=*** dbname=x"),
     ("postgresql://u@h/db?password=pw&sslmode=require", "postgresql://u@h/db?password=***&sslmode=require"),
     ("no password here: postgresql://h/db at 10:30, mail me@example.com", None),
+    # Passwords SQLAlchemy accepts unencoded: a leading slash, quotes, brackets.
+    ("cannot open postgresql://u:/pw5secret@127.0.0.1:1/db: refused", "cannot open postgresql://u:***@127.0.0.1:1/db: refused"),
+    ("postgresql://u:pw'x\"y<z@h/db", "postgresql://u:***@h/db"),
 ])
 def test_redact_masks_userinfo_in_any_text(text, expected):
     from perfscope.redact import redact
@@ -254,7 +257,7 @@ def test_a_second_tuner_on_one_output_folder_is_refused(tmp_path):
         for target in (out, out / "tuned.yaml"):  # the folder, or a YAML file in it
             done = run_tune(str(ROOT / "examples" / "io_bound.py"), "--out", str(target), timeout=60)
             line = one_error_line(done)
-            assert f"output folder {out} is in use by another perfscope tune (PID {os.getpid()})" in line, line
+            assert f"output folder {out} is in use by another perfscope run (PID {os.getpid()})" in line, line
         assert not (out / "study.db").exists()  # refused before the study is opened
     with FolderLock(out):  # released when its holder ends
         pass

@@ -22,7 +22,7 @@ from perfscope.runtime.config import config_from_dict
 from perfscope.text import safe
 from tuner import record as tune_record
 from tuner.command import check_same_command
-from tuner.outlock import FolderLock
+from perfscope.outlock import FolderLock
 from tuner.progress import Progress
 from tuner.prove import prove
 from tuner.pruner import SlowerThanBestPruner
@@ -93,7 +93,7 @@ def tune(options: TuneOptions) -> dict:
     Raises:
         TuneError: the baseline run fails or measures too few steps.
         StorageError: the study storage cannot be opened, or fails while the tuning runs.
-        tuner.outlock.FolderBusy: another tuner holds the output folder.
+        perfscope.outlock.FolderBusy: another tuner holds the output folder.
         tuner.command.CommandChanged: the study was made for another command or measurement.
         KeyboardInterrupt: after writing the outputs of the finished trials.
     """

@@ -117,12 +117,22 @@ def watch(pid: int, mark: str) -> int:
     born = _start_time(pid)
     said = b""
 
+    groups: set[int] = set()
+    try:
+        own_group = os.getpgid(pid)
+    except OSError:
+        return 0
+
     def scan() -> None:
         for child in descendants(pid):
             if child != me and child not in seen:
                 started = _start_time(child)
                 if started is not None:
                     seen[child] = started
+                    try:
+                        groups.add(os.getpgid(child))
+                    except OSError:
+                        pass
 
     # The pipe alone does not tell: a child the script forked holds a copy of its write end.
     while born is not None and _start_time(pid) == born:
@@ -144,6 +154,13 @@ def watch(pid: int, mark: str) -> int:
     for child, started in seen.items():
         if _start_time(child) == started:
             _kill(child)
+    # A process that forks again and again outruns any scan, but its children stay in its process
+    # group: kill the groups the script's processes made (never perfscope's own, which holds the shell's job).
+    for group in groups - {own_group}:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
     for child in _marked(mark):
         _kill(child)
     return 0

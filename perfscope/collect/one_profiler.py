@@ -18,7 +18,8 @@ from typing import Any
 
 from perfscope.collect import control
 
-MESSAGE = ("the script starts a PyTorch profiler of its own (torch.profiler.profile), but perfscope is profiling it "
+MESSAGE = ("the script starts a PyTorch profiler of its own (torch.profiler.profile or "
+           "torch.autograd.profiler.profile), but perfscope is profiling it "
            "already and only one profiler can run in a process: run the script without its profiler under "
            "perfscope, or run it alone and give the trace it writes to `perfscope analyze`")
 

@@ -7,6 +7,7 @@ import os
 import re
 import runpy
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
 from types import TracebackType
@@ -14,6 +15,7 @@ from typing import Any
 
 from perfscope.collect import control
 from perfscope.collect.errors import CollectError
+from perfscope.redact import redact
 from perfscope.text import safe
 
 # Exit status of a process ended by Ctrl-C (128 + SIGINT), as shells report it.
@@ -83,6 +85,8 @@ def run_script(script: str, args: Sequence[str]) -> ScriptOutcome:
     outcome = _run_as_main(script, args)
     if os.getpid() != owner:
         _end_forked_child(outcome)
+    if outcome.error:  # recorded in summaries and trial records: no password from the script's text
+        outcome.error = redact(outcome.error)
     return outcome
 
 
@@ -99,11 +103,13 @@ def _run_as_main(script: str, args: Sequence[str]) -> ScriptOutcome:
         sys.path.append(script_dir)
     try:
         runpy.run_path(script, run_name="__main__")
+        _join_threads()
     except control._StopScript:
         return ScriptOutcome(stopped_early=True)
     except control.ScriptRefused as exc:
         return ScriptOutcome(_REFUSED_EXIT_CODE, f"perfscope stopped {script}: {exc}")
     except SystemExit as exc:
+        _join_threads()
         return _outcome_of_exit(script, exc, streams.stderr_for_report())
     except KeyboardInterrupt as exc:
         _print_traceback(script, exc, streams.stderr_for_report())
@@ -117,6 +123,15 @@ def _run_as_main(script: str, args: Sequence[str]) -> ScriptOutcome:
         streams.restore()
         _chdir_back(saved_cwd)
     return ScriptOutcome()
+
+
+def _join_threads() -> None:
+    """Wait for the script's non-daemon threads, as the interpreter does before it exits: a main
+    thread that starts a training thread and returns has not ended the script."""
+    current = threading.current_thread()
+    for thread in threading.enumerate():
+        if thread is not current and not thread.daemon and thread is not threading.main_thread():
+            thread.join()
 
 
 def _end_forked_child(outcome: ScriptOutcome) -> None:
@@ -245,9 +260,9 @@ def _outcome_of_exit(script: str, exc: SystemExit, err: Any) -> ScriptOutcome:
         if status == 0:
             return ScriptOutcome()
         return ScriptOutcome(status, f"{script} exited with status {status}")
-    message = _safe_str(code)
+    message = _safe_str(code) or type(code).__name__  # sys.exit(KeyboardInterrupt()) prints nothing
     try:
-        print(message, file=err, flush=True)
+        print(_safe_str(code), file=err, flush=True)
     except Exception:  # noqa: BLE001 - a broken stream of the script's; Python ignores it too
         pass
     return ScriptOutcome(1, f"{script} exited: {_first_line(message)}")

@@ -168,7 +168,7 @@ def load_config(config: str | os.PathLike | dict | AccelConfig | None) -> AccelC
 
 
 class _AnchorError(yaml.MarkedYAMLError):
-    """An anchor or alias in a configuration file."""
+    """An anchor, an alias or a repeated key in a configuration file (reported as it is)."""
 
 
 class _NoAliasLoader(yaml.SafeLoader):
@@ -181,6 +181,16 @@ class _NoAliasLoader(yaml.SafeLoader):
             raise _AnchorError(None, None, "YAML anchors and aliases (&name, *name) are not allowed in a "
                                "configuration; write each value out", event.start_mark)
         return super().compose_node(parent, index)
+
+    def construct_mapping(self, node, deep=False):
+        # A key given twice is a mistake (an edit that left the old line): YAML would keep the last.
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise _AnchorError(None, None, f"config key {short_repr(key, 40)} is given twice", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep)
 
 
 def read_yaml(path: str | os.PathLike):

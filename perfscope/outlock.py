@@ -1,7 +1,8 @@
-"""One tuner per output folder: an exclusive lock on ``<out>/.lock``, held for the tuner's life.
+"""One run per output folder: an exclusive lock on ``<out>/.lock``, held for the run's life.
 
 Two tuners writing one folder race on ``best.yaml``, ``tune.json`` and the report (one run's
-``{}`` beside another's recommendation was seen). The lock is ``fcntl.flock`` on an open file, so
+``{}`` beside another's recommendation was seen); two profiles of one folder analyze each other's
+trace under the wrong script's name. The lock is ``fcntl.flock`` on an open file, so
 the kernel releases it when the process ends however it ends (a killed tuner leaves no stale
 lock); the file holds the PID of its holder, for the message. The file is left in place: removing
 it would let a third tuner lock a new file while the second holds the old one.
@@ -16,10 +17,26 @@ from pathlib import Path
 from perfscope.errors import PerfscopeError
 
 LOCK_NAME = ".lock"
+_HELD: set[int] = set()  # descriptors of the locks this process holds
+
+
+def _close_in_child() -> None:
+    # A process forked while a lock is held (a DataLoader worker of a profiled script) shares the
+    # lock; closing its copy lets the lock go with this process, not with the last fork.
+    for fd in list(_HELD):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_close_in_child)
 
 
 class FolderBusy(PerfscopeError):
-    """Another ``perfscope tune`` holds the output folder."""
+    """Another perfscope run holds the output folder."""
 
 
 class FolderLock:
@@ -27,10 +44,12 @@ class FolderLock:
 
     Args:
         folder: The output folder (created when missing).
+        command: The command taking it, for the message (``"perfscope tune"``).
     """
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, command: str = "perfscope tune") -> None:
         self.folder = Path(folder)
+        self.command = command
         self.path = self.folder / LOCK_NAME
         self._fd: int | None = None
 
@@ -49,19 +68,22 @@ class FolderLock:
             holder = _holder(fd)
             os.close(fd)
             who = f" (PID {holder})" if holder else ""
-            raise FolderBusy(f"output folder {self.folder} is in use by another perfscope tune{who}: wait for it to "
-                             "end, or give this one another --out (several workers of one study need one --out "
-                             "each)") from None
+            raise FolderBusy(f"output folder {self.folder} is in use by another perfscope run{who}: wait for it to "
+                             f"end, or give this {self.command} another --out"
+                             + (" (several workers of one study need one --out each)"
+                                if self.command == "perfscope tune" else "")) from None
         except BaseException:
             os.close(fd)
             raise
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
         self._fd = fd
+        _HELD.add(fd)
 
     def release(self) -> None:
         """Let go of the lock (closing the file releases it)."""
         if self._fd is not None:
+            _HELD.discard(self._fd)
             os.close(self._fd)
             self._fd = None
 
