@@ -251,11 +251,7 @@ def _out_dir(explicit: Path | None, name: str) -> Path:
 
 
 def _remove_if_empty(out: Path) -> None:
-    """Remove an output directory (and its ``traces/`` and lock file) that a run left empty."""
-    from perfscope.outlock import LOCK_NAME
-
-    if {p.name for p in out.iterdir()} <= {"traces", LOCK_NAME}:
-        (out / LOCK_NAME).unlink(missing_ok=True)  # held by this run; nobody waits on it (no blocking lock)
+    """Remove an output directory (and its ``traces/``) that a run left empty."""
     for d in (out / "traces", out):
         try:
             d.rmdir()  # only ever removes an empty directory
@@ -273,7 +269,7 @@ def cmd_analyze(args) -> int:
     files = find_trace_files(path)  # validates the input before anything is written
     out = _out_dir(args.out, path.name.split(".")[0] or "trace")
     try:
-        with FolderLock(out, "perfscope analyze"):  # one run per output directory
+        with FolderLock(out, "perfscope analyze", pid_file=False):  # one run per output directory
             analysis = analyze_files(files, run_info={"source": str(path)}, skip_unreadable=path.is_dir())
             return _finish(analysis, out, args.open)
     except BaseException:
@@ -298,7 +294,7 @@ def cmd_profile(args, script_args: list[str]) -> int:
     out = _out_dir(args.out, Path(args.script).stem)
     # One run per output directory; the ranks of a torchrun job share theirs.
     lock = contextlib.nullcontext() if args.nproc_per_node is None and collect.is_distributed_worker() \
-        else FolderLock(out, "perfscope profile")
+        else FolderLock(out, "perfscope profile", pid_file=False)
     with lock:
         schedule = collect.ProfileSchedule(
             skip_first=args.skip_first, warmup=args.warmup, active=args.active, max_steps=args.max_steps

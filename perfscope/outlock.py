@@ -45,12 +45,16 @@ class FolderLock:
     Args:
         folder: The output folder (created when missing).
         command: The command taking it, for the message (``"perfscope tune"``).
+        pid_file: Lock ``<folder>/.lock`` and write this process's PID in it, for the message of
+            the one refused. False locks the folder itself and leaves no file in it (the outputs
+            of ``profile`` and ``analyze`` stay exactly their files).
     """
 
-    def __init__(self, folder: Path, command: str = "perfscope tune") -> None:
+    def __init__(self, folder: Path, command: str = "perfscope tune", *, pid_file: bool = True) -> None:
         self.folder = Path(folder)
         self.command = command
-        self.path = self.folder / LOCK_NAME
+        self.pid_file = pid_file
+        self.path = self.folder / LOCK_NAME if pid_file else self.folder
         self._fd: int | None = None
 
     def acquire(self) -> None:
@@ -61,11 +65,11 @@ class FolderLock:
             OSError: the lock file cannot be created.
         """
         self.folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644) if self.pid_file else os.open(self.path, os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = _holder(fd)
+            holder = _holder(fd) if self.pid_file else None
             os.close(fd)
             who = f" (PID {holder})" if holder else ""
             raise FolderBusy(f"output folder {self.folder} is in use by another perfscope run{who}: wait for it to "
@@ -75,8 +79,9 @@ class FolderLock:
         except BaseException:
             os.close(fd)
             raise
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        if self.pid_file:
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
         self._fd = fd
         _HELD.add(fd)
 

@@ -87,7 +87,7 @@ def test_diff_of_a_non_summary_is_one_line_error(tmp_path, two_runs):
     (tmp_path / "trace.json").write_text('{"traceEvents": []}')
     r = run_cli(tmp_path, "diff", two_runs[0], tmp_path / "trace.json")
     assert_one_line_error(r)
-    assert "not a perfscope summary" in r.stderr
+    assert "a trace, not a summary.json" in r.stderr and "perfscope analyze" in r.stderr
 
 
 def test_diff_out_must_be_a_file(tmp_path, two_runs):

@@ -202,7 +202,7 @@ def test_exit_with_an_exception_instance_has_a_message(tmp_path):
 def test_a_second_profile_of_one_output_directory_is_refused(tmp_path):
     from perfscope.outlock import FolderLock
 
-    with FolderLock(tmp_path / "out", "perfscope profile"):  # as a running profile holds it
+    with FolderLock(tmp_path / "out", "perfscope profile", pid_file=False):  # as a running profile holds it
         result = profile(tmp_path, "train(10)\n")
     assert result.returncode == 2
     assert "is in use by another perfscope run" in result.stderr.strip().splitlines()[-1]

@@ -91,8 +91,13 @@ def prove(session, options, notes: list[str]) -> tuple[dict | None, dict]:
     if best is None:
         lines = [f"trial {e['trial']}: {e['speedup']:.2f}x ({e['ci_low']:.2f}x-{e['ci_high']:.2f}x)"
                  for e in confirmation["candidates"] if e["speedup"] is not None]
-        keep["line"] = ("keep your current settings: no candidate was faster beyond the measured noise"
-                        + (f" ({'; '.join(lines)})" if lines else ""))
+        if lines:
+            keep["line"] = ("keep your current settings: no candidate was faster beyond the measured noise "
+                            f"({'; '.join(lines)})")
+        else:  # not one measurement: nothing was shown slower, the runs failed (a full disk, a crash)
+            failed = [n for n in notes if n.startswith("confirmation run of")]
+            keep["line"] = ("keep your current settings: no candidate could be confirmed, its confirmation runs "
+                            "failed" + (f" ({failed[-1]})" if failed else ""))
         return confirmation, keep
     t, c = best
     recommendation = {"status": "faster", "trial": t.number, "config": t.user_attrs["config"], "speedup": c.speedup,
