@@ -21,13 +21,13 @@ from perfscope.collect.schedule import MAX_ACTIVE, MAX_STEPS
 from perfscope.cli_args import MAX_NPROC_PER_NODE, number, out_path, whole
 from perfscope.errors import PerfscopeError
 from perfscope.outlock import FolderLock
+from perfscope.outputs import DEFAULT_OUT_ROOT, output_dir, remove_if_empty
 from perfscope.redact import redact
 from perfscope.siblings import import_sibling
 from perfscope.text import safe, safe_lines
 
 EXIT_USAGE = 2  # bad input, as argparse uses
 EXIT_PARTIAL = 3  # outputs written, but some trace files held damage and were left out
-DEFAULT_OUT_ROOT = Path("perfscope-out")
 MAX_RANK_WAIT_S = 86400.0  # a day: the longest a rank's trace write can reasonably lag
 
 
@@ -226,39 +226,6 @@ def cmd_diff(args) -> int:
     return 0
 
 
-def _out_dir(explicit: Path | None, name: str) -> Path:
-    """The output directory, created: ``explicit`` as given, else a new one under perfscope-out/.
-
-    Absolute, so a script that changes directory still writes where the user looked. A default
-    directory is never shared: two runs started in the same second get ``-2``, ``-3``... suffixes.
-    """
-    from perfscope.outputs import ensure_writable_dir
-
-    if explicit is not None:
-        return ensure_writable_dir(explicit.resolve())
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    base = (DEFAULT_OUT_ROOT / f"{name}-{stamp}").resolve()
-    for n in range(1, 1000):
-        candidate = base if n == 1 else base.with_name(f"{base.name}-{n}")
-        try:
-            candidate.mkdir(parents=True, exist_ok=False)
-        except FileExistsError:
-            continue
-        except OSError as e:
-            raise PerfscopeError(f"cannot create output directory {candidate}: {e.strerror or e}") from None
-        return ensure_writable_dir(candidate)
-    raise PerfscopeError(f"too many output directories named {base}-N; pass --out")
-
-
-def _remove_if_empty(out: Path) -> None:
-    """Remove an output directory (and its ``traces/``) that a run left empty."""
-    for d in (out / "traces", out):
-        try:
-            d.rmdir()  # only ever removes an empty directory
-        except OSError:
-            return
-
-
 def cmd_analyze(args) -> int:
     from perfscope.analysis.run import analyze_files
     from perfscope.trace import find_trace_files
@@ -267,14 +234,14 @@ def cmd_analyze(args) -> int:
         raise PerfscopeError("no trace path given")
     path = Path(args.path)
     files = find_trace_files(path)  # validates the input before anything is written
-    out = _out_dir(args.out, path.name.split(".")[0] or "trace")
+    out = output_dir(args.out, path.name.split(".")[0] or "trace")
     try:
         with FolderLock(out, "perfscope analyze", pid_file=False):  # one run per output directory
             analysis = analyze_files(files, run_info={"source": str(path)}, skip_unreadable=path.is_dir())
             return _finish(analysis, out, args.open)
     except BaseException:
         if args.out is None:
-            _remove_if_empty(out)  # no empty directory left behind by a failed analysis
+            remove_if_empty(out)  # no empty directory left behind by a failed analysis
         raise
 
 
@@ -291,7 +258,7 @@ def cmd_profile(args, script_args: list[str]) -> int:
         line = plan(load_config(args.config)).needs_accelerate_line()  # ConfigError: one line, exit 2
         if line and os.environ.get("RANK", "0") == "0":  # once per job under torchrun
             print(line, file=sys.stderr)
-    out = _out_dir(args.out, Path(args.script).stem)
+    out = output_dir(args.out, Path(args.script).stem)
     # One run per output directory; the ranks of a torchrun job share theirs.
     lock = contextlib.nullcontext() if args.nproc_per_node is None and collect.is_distributed_worker() \
         else FolderLock(out, "perfscope profile", pid_file=False)
@@ -322,7 +289,7 @@ def cmd_profile(args, script_args: list[str]) -> int:
 
         if not trace_files:
             if args.out is None:
-                _remove_if_empty(out)  # the default directory was made for this run
+                remove_if_empty(out)  # the default directory was made for this run
             if result.error:
                 print(f"perfscope: the script failed before a profiled step was recorded: {safe(result.error)}", file=sys.stderr)
                 return result.exit_code or 1

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from perfscope.cli_args import MAX_NPROC_PER_NODE, not_empty, number, out_path, whole
 from perfscope.errors import PerfscopeError
+from perfscope.outputs import DEFAULT_OUT_ROOT
 from perfscope.redact import redact
 from perfscope.text import safe
 
-DEFAULT_OUT_ROOT = Path("perfscope-out")
 
 
 # The allowed range of each numeric option (inclusive): an absurd value is refused at once with

@@ -1,7 +1,9 @@
-"""Writing an analysis to its output directory: ``summary.json`` and ``report.html``."""
+"""A run's output directory: made (never shared by default), checked writable, given
+``summary.json`` and ``report.html`` as one unit, removed again when a run left it empty."""
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
 import tempfile
 from pathlib import Path
@@ -10,6 +12,8 @@ from perfscope.atomic import write_files_atomic
 from perfscope.errors import PerfscopeError
 from perfscope.siblings import import_sibling
 from perfscope.summary import dump_summary
+
+DEFAULT_OUT_ROOT = Path("perfscope-out")  # where every command's default output goes
 
 
 def ensure_writable_dir(path: str | os.PathLike) -> Path:
@@ -26,6 +30,40 @@ def ensure_writable_dir(path: str | os.PathLike) -> Path:
     except OSError as e:
         raise PerfscopeError(f"cannot write to output directory {path}: {e.strerror or e}") from None
     return path
+
+
+def output_dir(explicit: Path | None, name: str) -> Path:
+    """The output directory, created: ``explicit`` as given, else a new one under perfscope-out/.
+
+    Absolute, so a script that changes directory still writes where the user looked. A default
+    directory is never shared: two runs started in the same second get ``-2``, ``-3``... suffixes.
+
+    Raises:
+        PerfscopeError: it cannot be created or written, or 999 directories of that name exist.
+    """
+    if explicit is not None:
+        return ensure_writable_dir(explicit.resolve())
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    base = (DEFAULT_OUT_ROOT / f"{name}-{stamp}").resolve()
+    for n in range(1, 1000):
+        candidate = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        try:
+            candidate.mkdir(parents=True, exist_ok=False)
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise PerfscopeError(f"cannot create output directory {candidate}: {e.strerror or e}") from None
+        return ensure_writable_dir(candidate)
+    raise PerfscopeError(f"too many output directories named {base}-N; pass --out")
+
+
+def remove_if_empty(out: Path) -> None:
+    """Remove an output directory (and its ``traces/``) that a run left empty."""
+    for d in (out / "traces", out):
+        try:
+            d.rmdir()  # only ever removes an empty directory
+        except OSError:
+            return
 
 
 def write_outputs(summary: dict, out_dir: str | os.PathLike, tables: dict | None = None) -> dict[str, Path]:

@@ -121,9 +121,11 @@ def test_keeper_stop_ends_a_command_that_ignores_sigterm_after_its_grace(tmp_pat
             proc.kill()
 
 
+# Trains until killed, after starting {start} (a command list) with an empty environment; writes
+# OUT/ready<RANK> after every step.
 TRAIN_FOREVER = """
 import os, subprocess, sys, time, torch
-subprocess.Popen(["/bin/sh", "-c", "setsid {sleep} {tag} & exit 0"], env={{}}).wait()
+subprocess.Popen({start!r}, env={{}}).wait()
 model = torch.nn.Linear(4, 4)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 while True:
@@ -138,7 +140,7 @@ while True:
 def test_sigkill_of_perfscope_profile_leaves_nothing_running(tmp_path, nproc):
     sleep, tag = _sleeper(tmp_path)
     script = tmp_path / "forever.py"
-    script.write_text(TRAIN_FOREVER.format(sleep=sleep, tag=tag, out=str(tmp_path)))
+    script.write_text(TRAIN_FOREVER.format(start=["/bin/sh", "-c", f"setsid {sleep} {tag} & exit 0"], out=str(tmp_path)))
     extra = [] if nproc is None else ["--nproc-per-node", str(nproc)]
     proc = subprocess.Popen([sys.executable, "-m", "perfscope", "profile", str(script), "--out", str(tmp_path / "out"),
                              "--max-steps", "0", *extra], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -208,17 +210,7 @@ def test_a_process_that_keeps_forking_does_not_outlive_perfscope(tmp_path):
     forker.write_text("import os, signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nos.setsid()\n"
                       "while True:\n    if os.fork():\n        os._exit(0)\n    time.sleep(0.1)\n")
     script = tmp_path / "reforker.py"
-    script.write_text(textwrap.dedent(f"""
-        import os, subprocess, sys, time, torch
-        subprocess.Popen([sys.executable, {str(forker)!r}], env={{}}).wait()
-        model = torch.nn.Linear(4, 4)
-        opt = torch.optim.SGD(model.parameters(), lr=0.1)
-        while True:
-            opt.zero_grad()
-            model(torch.randn(8, 4)).sum().backward()
-            opt.step()
-            open({str(tmp_path / "ready")!r}, "w").close()
-        """))
+    script.write_text(TRAIN_FOREVER.format(start=[sys.executable, str(forker)], out=str(tmp_path)))
     proc = subprocess.Popen([sys.executable, "-m", "perfscope", "profile", str(script), "--out", str(tmp_path / "out"),
                              "--max-steps", "0"], env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     needle = str(forker)
