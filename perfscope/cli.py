@@ -18,7 +18,7 @@ from pathlib import Path
 
 from perfscope import __version__
 from perfscope.collect.schedule import MAX_ACTIVE, MAX_STEPS
-from perfscope.cli_args import MAX_NPROC_PER_NODE, number, out_path, whole
+from perfscope.cli_args import MAX_JOBS, MAX_NPROC_PER_NODE, not_empty, number, out_path, whole
 from perfscope.errors import PerfscopeError
 from perfscope.outlock import FolderLock
 from perfscope.outputs import DEFAULT_OUT_ROOT, output_dir, remove_if_empty
@@ -81,6 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a.add_argument("path", help="trace file or directory")
     a.add_argument("--out", type=out_path, help="output directory (default: perfscope-out/<name>-<time>)")
+    a.add_argument("--jobs", type=whole(1, MAX_JOBS), default=None, metavar="N",
+                   help="worker processes (default: one per core for large traces, none for small ones)")
+    a.add_argument("--dask", type=not_empty, default=None, metavar="SCHEDULER_ADDRESS",
+                   help="run the per-rank analysis on a Dask cluster (tcp://host:8786); its workers must see "
+                   "the trace files at the same paths")
     a.add_argument("--open", action="store_true", help="open report.html in the web browser when done")
 
     r = sub.add_parser(
@@ -234,15 +239,27 @@ def cmd_analyze(args) -> int:
         raise PerfscopeError("no trace path given")
     path = Path(args.path)
     files = find_trace_files(path)  # validates the input before anything is written
+    executor = None
+    if args.dask is not None:
+        from perfscope.analysis.executors import DaskExecutor
+
+        executor = DaskExecutor(args.dask)  # before anything is written: ExecutorError, one line
     out = output_dir(args.out, path.name.split(".")[0] or "trace")
     try:
         with FolderLock(out, "perfscope analyze", pid_file=False):  # one run per output directory
-            analysis = analyze_files(files, run_info={"source": str(path)}, skip_unreadable=path.is_dir())
+            from perfscope.analysis.progress import Progress
+
+            with Progress(files) as progress:
+                analysis = analyze_files(files, run_info={"source": str(path)}, skip_unreadable=path.is_dir(),
+                                         jobs=args.jobs, executor=executor, progress=progress)
             return _finish(analysis, out, args.open)
     except BaseException:
         if args.out is None:
             remove_if_empty(out)  # no empty directory left behind by a failed analysis
         raise
+    finally:
+        if executor is not None:
+            executor.close()
 
 
 def cmd_profile(args, script_args: list[str]) -> int:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 # Ranks one node can hold: far above any machine's GPU count; a larger number is a typo.
 MAX_NPROC_PER_NODE = 1_024
+# Worker processes for an analysis: beyond the largest machines' core counts a number is a typo.
+MAX_JOBS = 1_024
 
 
 def quoted(text: str, limit: int = 40) -> str:

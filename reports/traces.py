@@ -40,18 +40,14 @@ class Found:
 
     def prepared(self) -> list:
         if self._prepared is None:
-            from perfscope.trace import build_table, read_trace
-            from perfscope.trace.reader import gc_paused
+            from perfscope.trace.load import read_table
             from reports.timeline_data import prepare
 
             loaded = []
             for f in self.files:
                 table = self.tables.get(str(Path(f).resolve()))
                 if table is None:
-                    raw = read_trace(f)
-                    with gc_paused():
-                        table = build_table(raw)
-                    del raw
+                    table = read_table(f)
                 loaded.append(prepare(table))
             self._prepared = loaded
         return self._prepared

@@ -138,14 +138,14 @@ def test_a_file_that_breaks_perfscope_is_skipped_in_a_directory_and_named(tmp_pa
     d.mkdir()
     _rank(d / "rank0.json", 0, BASE, 3_000)
     _rank(d / "rank1.json", 1, BASE, 3_000)
-    real = run.build_table
+    real = run.read_table
 
-    def build(raw):  # a bug of perfscope's, simulated on one file
-        if raw.path.name == "rank1.json":
+    def read(path, **kw):  # a bug of perfscope's, simulated on one file
+        if path.name == "rank1.json":
             raise OverflowError("simulated")
-        return real(raw)
+        return real(path, **kw)
 
-    monkeypatch.setattr(run, "build_table", build)
+    monkeypatch.setattr(run, "read_table", read)
     a = perfscope.analyze(d)
     assert [t["rank"] for t in a.traces] == [0]
     (skipped,) = a.skipped

@@ -103,14 +103,16 @@ class DataQuality:
         return [e.to_dict() for e in self.entries]
 
 
-def duplicate_rows(keys: list[np.ndarray], fingerprint) -> np.ndarray:
+def duplicate_rows(keys: list[np.ndarray], fingerprints) -> np.ndarray:
     """Rows that repeat an earlier row exactly.
 
     Args:
         keys: Columns (equal length) that two copies of an event share; rows equal in all of them
             are candidates.
-        fingerprint: ``fingerprint(i)`` is a hashable value equal for two rows exactly when they
-            are the same event in every field; called only for candidates, so it may be slow.
+        fingerprints: ``fingerprints(rows)`` gives, for an int64 array of candidate rows, one
+            hashable per row, equal for two rows exactly when they are the same event in every
+            field; called once, for the candidates only, so it may be slow (the streaming reader
+            reads those events again).
 
     Returns:
         Indices of the later copies (int64, sorted). Linear after one sort: candidates are
@@ -129,12 +131,12 @@ def duplicate_rows(keys: list[np.ndarray], fingerprint) -> np.ndarray:
     candidate = np.zeros(n, dtype=bool)
     candidate[order[1:][eq]] = True
     candidate[order[:-1][eq]] = True
+    rows = np.flatnonzero(candidate)  # file order: the first copy is kept
     seen: set = set()
     dup = []
-    for r in np.flatnonzero(candidate):  # file order: the first copy is kept
-        fp = fingerprint(int(r))
+    for r, fp in zip(rows.tolist(), fingerprints(rows)):
         if fp in seen:
-            dup.append(int(r))
+            dup.append(r)
         else:
             seen.add(fp)
     return np.array(dup, dtype=np.int64)

@@ -1,0 +1,200 @@
+"""Row columns of a trace file -> its :class:`~perfscope.trace.table.TraceTable`.
+
+The repairs of :mod:`perfscope.trace.quality` are applied here, in its documented order, each
+counted in the table's data-quality record. Every rule works on whole columns; event objects are
+never needed again, except the few rows that look like exact copies, whose full events are asked
+for (``fingerprints``) to tell a copy from two events that only share their columns.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from perfscope.trace import columns as col
+from perfscope.trace.header import read_header
+from perfscope.trace.kinds import GPU_KINDS, EventKind, is_dma_category, is_dma_name, is_known_category, kinds_of_categories
+from perfscope.trace.quality import (
+    ABSURD_DUR_US, CLIPPED, DROPPED, NOT_READ, REPAIRED, SET_ASIDE, DataQuality, duplicate_rows, stream_overruns,
+)
+from perfscope.trace.reader import RawTrace
+from perfscope.trace.rows import Rows
+
+# Plausible magnitudes (microseconds): epoch timestamps are ~1.7e15 today; beyond this bound the
+# nanosecond columns could overflow int64, and no real trace comes near it.
+MAX_ABS_TS_US = 4e15
+
+
+def _refactorize(codes: np.ndarray, texts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Codes and uniques in order of first appearance among the rows given (what factorizing
+    the rows' texts gives)."""
+    if not len(codes):
+        return np.zeros(0, np.int64), np.zeros(0, dtype=object)
+    local, uniq = pd.factorize(codes)
+    return local.astype(np.int64), texts[uniq]
+
+
+def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], list]):
+    """Build the table of one file from its rows.
+
+    Args:
+        rows: The file's duration events as columns (:class:`~perfscope.trace.rows.Rows`,
+            finished).
+        raw: The file's header fields (``raw.data`` without events is enough), path, worker and
+            what its decoding repaired or cut (``raw.quality``).
+        fingerprints: Given entry indices into ``traceEvents`` (int64 array, ascending), one
+            hashable per entry, equal for two entries exactly when every field is equal.
+
+    Returns:
+        The :class:`~perfscope.trace.table.TraceTable`.
+    """
+    from perfscope.trace.table import TraceTable
+
+    c, texts = rows.columns, rows.texts
+    quality = DataQuality(list(raw.quality.entries))
+    quality.add(DROPPED, "entries of traceEvents that are not event objects", rows.not_objects - raw.deep_events)
+    quality.add(NOT_READ, "begin/end (B/E) duration events: perfscope reads complete (X) events, as Kineto writes",
+                rows.begin_end)
+    quality.add(NOT_READ, "events of a phase (ph) the trace format does not define", sum(rows.unknown_phases.values()),
+                rows.unknown_phases)
+    all_names = texts["name"]
+    ts, dur = c["ts"], c["dur"]
+    usable = ~np.isnan(ts) & (np.abs(np.nan_to_num(ts)) <= MAX_ABS_TS_US) & ~np.isnan(dur)
+    if not usable.all():
+        quality.add(DROPPED, "missing, non-numeric or out-of-range ts or dur", int((~usable).sum()),
+                    all_names[c["name"][~usable]])
+    kept = np.flatnonzero(usable)
+    ts, dur = ts[kept], dur[kept]
+    zeroed = (ts == 0) & (dur == 0)
+    negative = dur < 0
+    absurd = dur > ABSURD_DUR_US
+    # An event a day away from the bulk of the trace is a corrupt timestamp, not work (and would
+    # move the origin so far that float rounding blurs every other time).
+    bulk = np.median(ts[~zeroed]) if (~zeroed).any() else 0.0
+    astray = ~zeroed & (np.abs(ts - bulk) > ABSURD_DUR_US)
+    names_of = lambda mask: all_names[c["name"][kept[mask]]]  # noqa: E731
+    quality.add(SET_ASIDE, "ts and dur both 0, which Kineto writes for an event it lost", int(zeroed.sum()), names_of(zeroed))
+    quality.add(DROPPED, "negative duration", int(negative.sum()), names_of(negative))
+    quality.add(DROPPED, "duration longer than a day", int(absurd.sum()), names_of(absurd))
+    quality.add(DROPPED, "ts more than a day from the rest of the trace", int(astray.sum()), names_of(astray))
+    keep = ~(zeroed | negative | absurd | astray)
+    if not keep.all():
+        kept, ts, dur = kept[keep], ts[keep], dur[keep]
+    k = {name: v[kept] for name, v in c.items()}
+
+    origin = float(ts.min()) if len(ts) else 0.0
+    ts_ns = np.rint((ts - origin) * 1000.0).astype(np.int64)
+    dur_ns = np.rint(dur * 1000.0).astype(np.int64)
+    name_odd, cat_odd = k["name_odd"], k["cat_odd"]
+    odd_examples = [t[:60] for t in all_names[k["name"][name_odd]]] + [t[:60] for t in texts["cat"][k["cat"][cat_odd]]]
+    quality.add(REPAIRED, "name or category that is not text (a list, an object), read as its text form",
+                int(name_odd.sum() + cat_odd.sum()), odd_examples, unit="value")
+    cat_codes, cat_uniques = _refactorize(k["cat"], texts["cat"])
+    kind = kinds_of_categories(cat_uniques)[cat_codes] if len(kept) else np.zeros(0, np.int8)
+    name_id, names = _refactorize(k["name"], all_names)
+    names = _windows_paths(names, quality)
+    # MTIA's device events: a dma* transfer is a copy, the rest are kernels.
+    dma = is_dma_category(cat_uniques)[cat_codes] & is_dma_name(names)[name_id] if len(kept) else np.zeros(0, bool)
+    kind[dma & (kind == EventKind.KERNEL)] = EventKind.MEMCPY
+    unknown = ~is_known_category(cat_uniques)
+    if unknown.any():
+        per_cat = np.bincount(cat_codes, minlength=cat_uniques.size)
+        counts = {str(cat) or "(none)": int(per_cat[j]) for j, cat in enumerate(cat_uniques) if unknown[j] and per_cat[j]}
+        quality.add(NOT_READ, "category perfscope does not know", sum(counts.values()), counts)
+    thread_id, threads = _threads(k, texts, rows.thread_names)
+    device, stream, correlation, copy_bytes = _gpu_columns(k, kind, kept, rows.bad_values, quality)
+
+    # 5. exact copies of an earlier event
+    # (copies share every column: the more columns compared, the fewer full events read again)
+    dup = duplicate_rows([kind.astype(np.int64), name_id, thread_id.astype(np.int64), ts_ns, dur_ns, correlation,
+                          device, stream, copy_bytes, cat_codes, k["external_id"]], lambda r: fingerprints(k["entry"][r]))
+    if dup.size:
+        quality.add(DROPPED, "exact copy of an earlier event", int(dup.size), names[name_id[dup]])
+        keep = np.ones(len(kept), dtype=bool)
+        keep[dup] = False
+        kind, name_id, ts_ns, dur_ns, thread_id = kind[keep], name_id[keep], ts_ns[keep], dur_ns[keep], thread_id[keep]
+        device, stream, correlation, copy_bytes = device[keep], stream[keep], correlation[keep], copy_bytes[keep]
+
+    # 6. a GPU event cannot outlast the start of the next one on its stream
+    gpu_rows = np.flatnonzero(np.isin(kind, np.array(GPU_KINDS, dtype=np.int8)))
+    over, clip_to = stream_overruns(ts_ns, ts_ns + dur_ns, device, stream, gpu_rows)
+    if over.size:
+        quality.add(CLIPPED, "runs past the start of the next event on its stream; clipped there",
+                    int(over.size), names[name_id[over]])
+        dur_ns[over] = clip_to - ts_ns[over]
+
+    header = read_header(raw)
+    return TraceTable(
+        kind=kind, name_id=name_id.astype(np.int32), ts_ns=ts_ns, dur_ns=dur_ns, thread_id=thread_id.astype(np.int32),
+        device=device.astype(np.int32), stream=stream, correlation=correlation, copy_bytes=copy_bytes,
+        names=names, threads=threads, origin_us=origin, base_time_ns=header.base_time_ns, rank=header.rank,
+        rank_source=header.rank_source, world_size=header.world_size, device_properties=header.device_properties,
+        distributed_info=header.distributed_info, host_steps=header.host_steps, path=raw.path, worker=raw.worker,
+        truncated=raw.truncated, quality=quality, warnings=quality.warnings(raw.path.name) + header.warnings,
+    )
+
+
+# A drive letter and a control character that an escape made of a backslash: "C:\new" parsed as
+# "C:" + newline + "ew". Only such names are touched.
+_WINDOWS_PATH = re.compile(r"(?<![A-Za-z])[A-Za-z]:[\x08\x09\x0a\x0c\x0d\\]")
+_UNESCAPE = {"\x08": "\\b", "\x09": "\\t", "\x0a": "\\n", "\x0c": "\\f", "\x0d": "\\r"}
+
+
+def _windows_paths(names: np.ndarray, quality: DataQuality) -> np.ndarray:
+    """Names holding a Windows path whose backslashes a valid JSON escape turned into control
+    characters (``\\t``, ``\\n`` written unescaped) get them back; counted as repaired."""
+    fixed = 0
+    out = names.copy()
+    for j, n in enumerate(names):
+        if any(ch in n for ch in _UNESCAPE) and _WINDOWS_PATH.search(n):
+            out[j] = "".join(_UNESCAPE.get(ch, ch) for ch in n)
+            fixed += 1
+    quality.add(REPAIRED, "Windows path whose backslashes were read as escapes (\\t, \\n), taken literally", fixed,
+                out[[j for j in range(len(names)) if out[j] != names[j]]], unit="name")
+    return out
+
+
+def _threads(k: dict, texts: dict, thread_names: dict) -> tuple[np.ndarray, pd.DataFrame]:
+    """Per row the index of its (pid, tid) pair, and the pairs with their thread names."""
+    pid_codes, pid_uniques = _refactorize(k["pid"], texts["pid"])
+    tid_codes, tid_uniques = _refactorize(k["tid"], texts["tid"])
+    n_tid = max(len(tid_uniques), 1)
+    pairs, thread_id = np.unique(pid_codes * n_tid + tid_codes, return_inverse=True)
+    pid_of = [str(pid_uniques[j // n_tid]) for j in pairs]
+    tid_of = [str(tid_uniques[j % n_tid]) for j in pairs]
+    threads = pd.DataFrame({"pid": pid_of, "tid": tid_of,
+                            "thread_name": [thread_names.get(p, "") for p in zip(pid_of, tid_of)]})
+    return thread_id.reshape(-1), threads
+
+
+def _gpu_columns(k: dict, kind: np.ndarray, kept: np.ndarray, bad_values: dict, quality: DataQuality):
+    """device, stream, correlation and copy_bytes columns; ``args`` counts only where analysis
+    reads it (GPU events and runtime calls)."""
+    n = len(kind)
+    gpu = np.isin(kind, np.array([*GPU_KINDS, EventKind.GPU_ANNOTATION], dtype=np.int8))
+    gpu_rows = np.flatnonzero(gpu)
+    linked_rows = np.flatnonzero(gpu | (kind == EventKind.RUNTIME))
+    copy_rows = np.flatnonzero(kind == EventKind.MEMCPY)
+    out = {f: np.full(n, col.NO_ID, dtype=np.int64) for f in ("device", "stream", "correlation", "bytes")}
+    unusable: dict[str, int] = {}
+    for f, where in (("device", gpu_rows), ("stream", gpu_rows), ("correlation", linked_rows), ("bytes", copy_rows)):
+        out[f][where] = k[f][where]
+        unusable[f] = int(k[f + "_bad"][where].sum())
+    if unusable["correlation"]:
+        # identifiers past 64 bits (or not integers): re-coded as a whole, as id_column does
+        values = [bad_values[("correlation", int(kept[r]))] if k["correlation_bad"][r]
+                  else (int(k["correlation"][r]) if k["correlation_present"][r] else None) for r in linked_rows]
+        out["correlation"][linked_rows], unusable["correlation"] = col.id_column(values)
+    unusable = {f: v for f, v in unusable.items() if v}
+    quality.add(DROPPED, "values of args that are not integers in range (treated as unknown)",
+                sum(unusable.values()), unusable, unit="value")
+    device, stream = out["device"], out["stream"]
+    # 2021 traces (and events with args: null): the GPU index is the pid, the stream the tid.
+    fix = gpu_rows[(device[gpu_rows] < 0) | (stream[gpu_rows] < 0)]
+    d, s = fix[device[fix] < 0], fix[stream[fix] < 0]
+    device[d] = k["pid_device"][d]
+    stream[s] = k["tid_stream"][s]
+    return device, stream, out["correlation"], out["bytes"]

@@ -1,0 +1,383 @@
+"""A batch of ``traceEvents`` entries -> the columns the trace table is built from.
+
+The reader decodes a trace in batches (:mod:`perfscope.trace.stream`) and never holds the whole
+JSON tree. A batch is decoded with msgspec into typed structs that keep only the fields the
+analysis reads (a third of orjson's time on Kineto traces, since the other fields are skipped,
+not built); a batch whose values do not fit those types (a name that is a list, a string where a
+number belongs) is decoded with orjson into dicts instead. Both give the same :class:`Batch`
+through one set of rules, the rules the table applied to whole files before (the data-quality
+counts of :mod:`perfscope.trace.table` depend on them).
+
+Only per-row values survive a batch: numbers as numpy columns and texts as codes into a
+:class:`Interner`, so memory grows with the rows kept (tens of bytes each), not with the text.
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass, field
+
+import msgspec
+import numpy as np
+import orjson
+import pandas as pd
+
+from perfscope.trace import columns as col
+
+_NAN = float("nan")
+_I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
+_U64_MAX = 2**64 - 1
+_DEVICE_MAX = 2**31 - 1
+
+
+class _Args(msgspec.Struct, gc=False):
+    # -1 (absent) as the columns have it; a null here is left to the dict path
+    device: int = -1
+    stream: int = -1
+    correlation: int | None = None  # absent and -1 differ when identifiers are re-coded
+    bytes: int = -1
+    name: str = ""
+    external_id: int | None = msgspec.field(default=None, name="External id")
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: str | None = None
+    name: str = ""
+    cat: str | None = None
+    pid: int | str | None = None
+    tid: int | str | None = None
+    ts: float = _NAN  # NaN: absent (a JSON text cannot hold NaN)
+    dur: float = _NAN
+    args: _Args | None = None
+
+
+_TYPED_ROOT = msgspec.json.Decoder(list[list[_Event]])
+_TYPED_LIST = msgspec.json.Decoder(list[_Event])
+# A batch is decoded inside brackets that put its events as deep as the file had them (orjson
+# refuses values past 1024 levels, and must refuse the same ones): ``[[...]]`` for the events of
+# a top-level object, ``[...]`` for a bare array. Arrays, not an object, so that a span reaching
+# past the events array (into the header after it) can never decode.
+ROOT_PREFIX, ROOT_SUFFIX = b"[[", b"]]"
+LIST_PREFIX, LIST_SUFFIX = b"[", b"]"
+
+
+def unwrap(decoded: list, root_is_list: bool) -> list:
+    """The events of a decoded batch.
+
+    Raises:
+        Undecodable: the text closed the events array and opened another one.
+    """
+    if root_is_list:
+        return decoded
+    if len(decoded) != 1:
+        raise Undecodable("a batch past the end of traceEvents")
+    return decoded[0]
+
+
+class Incomplete(Exception):
+    """The batch does not end at an event boundary (it was cut inside an event)."""
+
+
+class Undecodable(Exception):
+    """The batch holds text the strict decoders refuse; the whole file needs the repairing read."""
+
+
+def as_orjson(v):
+    """An integer as orjson gives it: exact within [-2**63, 2**64 - 1], a float beyond."""
+    if type(v) is int and not (_I64_MIN <= v <= _U64_MAX):
+        return float(v)
+    return v
+
+
+class Interner:
+    """Texts -> dense codes in order of first appearance, across batches (what
+    ``pandas.factorize`` gives on the whole column, batch by batch)."""
+
+    def __init__(self) -> None:
+        self.codes: dict[str, int] = {}
+        self.values: list[str] = []
+
+    def merge(self, local: np.ndarray, uniques: list[str]) -> np.ndarray:
+        """Codes of a batch (``local`` indexes ``uniques``) as global codes (int32)."""
+        ids = np.empty(len(uniques), dtype=np.int32)
+        for k, u in enumerate(uniques):
+            g = self.codes.get(u)
+            if g is None:
+                g = self.codes[u] = len(self.values)
+                self.values.append(u)
+            ids[k] = g
+        return ids[local] if len(local) else np.zeros(0, np.int32)
+
+    def array(self) -> np.ndarray:
+        return np.asarray(self.values, dtype=object) if self.values else np.zeros(0, dtype=object)
+
+
+def _local_codes(texts: list[str]) -> tuple[np.ndarray, list[str]]:
+    """Codes (int32) in order of first appearance, and the distinct texts."""
+    if not texts:
+        return np.zeros(0, np.int32), []
+    codes, uniques = pd.factorize(np.asarray(texts, dtype=object), use_na_sentinel=False)
+    return codes.astype(np.int32), list(uniques)
+
+
+@dataclass
+class Batch:
+    """The columns of one batch's duration (``ph == "X"``) events, and what else it held.
+
+    Per-row columns (length ``n``): ``ts``, ``dur`` (float64 µs as written, NaN where not a
+    number); ``name``, ``cat``, ``pid``, ``tid`` (int32 codes into the batch's ``*_uniques``);
+    ``name_odd``, ``cat_odd`` (bool: the value was not text); ``pid_device`` (int32) and
+    ``tid_stream`` (int64): the GPU index and stream a 2021 trace encodes in them
+    (:func:`perfscope.trace.columns.device_of_pid`, ``stream_of_tid``); ``device``, ``stream``,
+    ``correlation``, ``bytes`` (int64 from ``args``, -1 when absent or unusable) with ``*_bad``
+    (bool: present but not an integer in range); ``correlation_present`` (bool); ``entry`` (int64:
+    the index of the event in the batch's entries).
+
+    Attributes:
+        entries: How many ``traceEvents`` entries the batch held.
+        not_objects, begin_end: Entries that are not objects; B/E events.
+        unknown_phases: ``ph`` text -> count, for phases the format does not define.
+        thread_names: ``(pid, tid)`` texts -> thread name, from ``thread_name`` metadata events.
+        bad_values: ``(field, row) -> value`` of the unusable ``args`` values (rare), so that an
+            identifier column can be re-coded as a whole when one does not fit 64 bits.
+    """
+
+    n: int
+    columns: dict[str, np.ndarray]
+    uniques: dict[str, list[str]]
+    entries: int = 0
+    not_objects: int = 0
+    begin_end: int = 0
+    unknown_phases: dict[str, int] = field(default_factory=dict)
+    thread_names: dict = field(default_factory=dict)
+    bad_values: dict = field(default_factory=dict)
+
+
+# ph values that are not duration events and that the analysis knowingly leaves out: metadata,
+# instants, flows, counters, async and object events of the Chrome trace format.
+OTHER_PHASES = frozenset({"M", "i", "I", "s", "t", "f", "C", "b", "e", "n", "O", "N", "D", "P", "R", "c", "(", ")"})
+INT_FIELDS = {"device": _DEVICE_MAX, "stream": _I64_MAX, "correlation": _I64_MAX, "bytes": _I64_MAX}
+
+
+def _ints(values: list, upper: int, name: str, bad_values: dict) -> tuple[np.ndarray, np.ndarray]:
+    """``(column, bad)``: integers in ``[-2**63, upper]`` as int64, -1 for absent and bad values
+    (the rule of :func:`perfscope.trace.columns.int_column`, value by value)."""
+    n = len(values)
+    bad = np.zeros(n, dtype=bool)
+    try:
+        out = np.fromiter((col.NO_ID if v is None else v for v in values), dtype=np.int64, count=n)
+        if all(type(v) is int or v is None for v in values) and not (out > upper).any():
+            return out, bad
+    except (OverflowError, TypeError, ValueError):
+        pass
+    out = np.full(n, col.NO_ID, dtype=np.int64)
+    for i, v in enumerate(values):
+        if v is None:
+            continue
+        v = as_orjson(v)
+        w = int(v) if type(v) is float and v.is_integer() else v
+        if type(w) is int and _I64_MIN <= w <= upper:
+            out[i] = w
+        else:
+            bad[i] = True
+            bad_values[(name, i)] = v
+    return out, bad
+
+
+def _typed_ints(values: list, upper: int, name: str, bad_values: dict) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_ints` of values msgspec typed (int, or None for an absent correlation)."""
+    try:
+        out = np.array(values, dtype=np.int64)
+        if not (out > upper).any():
+            return out, np.zeros(len(values), dtype=bool)
+    except (OverflowError, TypeError):  # None among them, or past 64 bits
+        obj = np.array(values, dtype=object)
+        absent = obj == None  # noqa: E711 (elementwise)
+        obj[absent] = col.NO_ID
+        try:
+            out = obj.astype(np.int64)
+            if not (out > upper).any():
+                return out, np.zeros(len(values), dtype=bool)
+        except OverflowError:
+            pass
+    return _ints(values, upper, name, bad_values)
+
+
+def _discriminator(values: list) -> np.ndarray:
+    """``args["External id"]`` as int64: equal for exact copies of an event, different for most
+    other pairs of events with the same name and times (so few are read again to compare)."""
+    try:
+        obj = np.array(values, dtype=object)
+        obj[obj == None] = col.NO_ID  # noqa: E711 (elementwise)
+        return obj.astype(np.int64)
+    except (OverflowError, TypeError, ValueError):
+        return np.array([v if type(v) is int and _I64_MIN <= v <= _I64_MAX else
+                         (col.NO_ID if v is None else zlib.crc32(repr(v).encode())) for v in values], dtype=np.int64)
+
+
+def _numbers(values: list, typed: bool) -> np.ndarray:
+    """Real numbers (not bools, not NaN) as float64; NaN for everything else."""
+    if typed:  # floats only (NaN where absent)
+        return np.array(values, dtype=np.float64)
+    try:
+        if all(type(v) is float or type(v) is int for v in values):
+            return np.array(values, dtype=np.float64)
+    except OverflowError:
+        pass
+    return np.array([float(v) if col.is_number(v) else _NAN for v in values], dtype=np.float64)
+
+
+def _ids(values: list, typed: bool) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
+    """pid/tid values: codes of their text (``str(value)``), their uniques, and per row the GPU
+    index and stream a 2021 trace encodes in them; converted once per distinct value.
+
+    ``typed``: the values are int, str or None only (msgspec checked them), which never compare
+    equal across types; values from dicts may be bools or floats (``1 == True == 1.0``) and are
+    kept apart by type.
+    """
+    if typed:
+        codes, raws = pd.factorize(np.array(values, dtype=object), use_na_sentinel=False)
+        raws = list(raws)
+    else:
+        index: dict = {}
+        raws, codes = [], np.empty(len(values), dtype=np.int64)
+        for i, v in enumerate(values):
+            try:
+                k = index.setdefault((type(v), v), len(raws))
+            except TypeError:  # unhashable (a list): on its own
+                k = -1
+            if k == -1 or k == len(raws):
+                k = len(raws)
+                raws.append(v)
+            codes[i] = k
+    raws = [as_orjson(v) for v in raws]
+    t_codes, t_uniques = _local_codes([str(v) for v in raws])
+    device = np.array([col.device_of_pid(v) for v in raws], dtype=np.int32)
+    stream = np.array([col.stream_of_tid(v) for v in raws], dtype=np.int64)
+    return t_codes[codes], t_uniques, device[codes], stream[codes]
+
+
+def _text_codes(values: list, missing_is_odd: bool, typed: bool) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """Names or categories: codes of their text, uniques, and whether each was not text.
+
+    ``typed``: str, or None for an absent category (text ``""``, not odd).
+    """
+    if typed or all(type(v) is str for v in values):
+        if not values:
+            return np.zeros(0, np.int32), [], np.zeros(0, bool)
+        codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=False)
+        return codes.astype(np.int32), [u if u is not None else "" for u in uniques], np.zeros(len(values), bool)
+    odd = np.array([(type(v) is not str) and (missing_is_odd or v is not None) for v in values], dtype=bool)
+    codes, uniques = _local_codes([col.text(v) for v in values])
+    return codes, uniques, odd
+
+
+def _columns(ts, dur, names, cats, pids, tids, args: dict[str, list], entry: list, batch: Batch,
+             typed: bool) -> Batch:
+    batch.n = len(ts)
+    c = batch.columns
+    c["ts"], c["dur"] = _numbers(ts, typed), _numbers(dur, typed)
+    c["name"], batch.uniques["name"], c["name_odd"] = _text_codes(names, True, typed)
+    c["cat"], batch.uniques["cat"], c["cat_odd"] = _text_codes(cats, False, typed)
+    c["pid"], batch.uniques["pid"], c["pid_device"], _ = _ids(pids, typed)
+    c["tid"], batch.uniques["tid"], _, c["tid_stream"] = _ids(tids, typed)
+    ints = _typed_ints if typed else _ints
+    for f, upper in INT_FIELDS.items():
+        c[f], c[f + "_bad"] = ints(args[f], upper, f, batch.bad_values)
+    c["external_id"] = _discriminator(args["external_id"])
+    c["correlation_present"] = np.array([v is not None for v in args["correlation"]], dtype=bool)
+    c["entry"] = np.array(entry, dtype=np.int64)
+    return batch
+
+
+def from_structs(events: list[_Event]) -> Batch:
+    """The :class:`Batch` of typed events (see the module docstring)."""
+    batch = Batch(0, {}, {}, entries=len(events))
+    xs = [e for e in events if e.ph == "X"]
+    if len(xs) < len(events):
+        entry = [i for i, e in enumerate(events) if e.ph == "X"]
+        for e in events:
+            if e.ph != "X":
+                _other(e.ph, e.name, e.pid, e.tid, e.args.name if e.args is not None else "", batch)
+    else:
+        entry = range(len(events))
+    none = _Args()
+    a = [e.args or none for e in xs]
+    fields = {"device": [x.device for x in a], "stream": [x.stream for x in a],
+              "correlation": [x.correlation for x in a], "bytes": [x.bytes for x in a],
+              "external_id": [x.external_id for x in a]}
+    return _columns([e.ts for e in xs], [e.dur for e in xs], [e.name for e in xs], [e.cat for e in xs],
+                    [e.pid for e in xs], [e.tid for e in xs], fields, list(entry), batch, True)
+
+
+def from_dicts(events: list) -> Batch:
+    """The :class:`Batch` of events as plain JSON values (dicts, or anything a file holds)."""
+    batch = Batch(0, {}, {}, entries=len(events))
+    xs, entry = [], []
+    for i, e in enumerate(events):
+        if type(e) is not dict:
+            batch.not_objects += 1
+        elif e.get("ph") == "X":
+            xs.append(e)
+            entry.append(i)
+        else:
+            _other(e.get("ph"), e.get("name"), e.get("pid"), e.get("tid"), col.args_of(e).get("name", ""), batch)
+    arg = [col.args_of(e) for e in xs]
+    fields = {f: [a.get(f) for a in arg] for f in INT_FIELDS}
+    fields["external_id"] = [a.get("External id") for a in arg]
+    return _columns([e.get("ts") for e in xs], [e.get("dur") for e in xs], [e.get("name", "") for e in xs],
+                    [e.get("cat") for e in xs], [e.get("pid") for e in xs], [e.get("tid") for e in xs], fields,
+                    entry, batch, False)
+
+
+def _other(ph, name, pid, tid, thread_name, batch: Batch) -> None:
+    """An entry that is not a duration event: thread names are kept, the rest counted."""
+    if ph == "M":
+        if name == "thread_name":
+            batch.thread_names[(str(as_orjson(pid)), str(as_orjson(tid)))] = col.text(thread_name)
+    elif ph in ("B", "E"):
+        batch.begin_end += 1
+    elif type(ph) is not str or ph not in OTHER_PHASES:  # a list as ph must not end the read
+        key = col.text(ph)[:40]
+        batch.unknown_phases[key] = batch.unknown_phases.get(key, 0) + 1
+
+
+def decode_batch(text: bytes, root_is_list: bool) -> Batch:
+    """Decode one batch: the bytes between two event boundaries of ``traceEvents`` (events and the
+    commas between them, no brackets).
+
+    Raises:
+        Incomplete: the text does not end at an event boundary.
+        Undecodable: text the strict decoders refuse (damage, non-UTF-8 bytes, nesting too deep).
+    """
+    prefix, suffix = (LIST_PREFIX, LIST_SUFFIX) if root_is_list else (ROOT_PREFIX, ROOT_SUFFIX)
+    wrapped = prefix + text + suffix
+    if not text.isascii():  # msgspec does not check the strings it skips; orjson does
+        try:
+            text.decode("utf-8")
+        except UnicodeDecodeError:
+            raise Undecodable("not UTF-8") from None
+    try:
+        events = unwrap((_TYPED_LIST if root_is_list else _TYPED_ROOT).decode(wrapped), root_is_list)
+        return from_structs(events)
+    except msgspec.ValidationError:
+        pass  # values of other types: read them as plain JSON
+    except msgspec.DecodeError as e:
+        if _ends_early(str(e), len(wrapped) - len(suffix)):
+            raise Incomplete() from None
+        raise Undecodable(str(e)) from None
+    except RecursionError:
+        raise Undecodable("nested too deep") from None
+    try:
+        data = orjson.loads(wrapped)
+    except orjson.JSONDecodeError as e:
+        raise Undecodable(str(e)) from None
+    return from_dicts(unwrap(data, root_is_list))
+
+
+def _ends_early(message: str, suffix_at: int) -> bool:
+    """A decode error at (or past) the end of the batch's own text: it was cut inside an event."""
+    if "truncated" in message:
+        return True
+    at = message.rfind("(byte ")
+    return at >= 0 and int(message[at + 6 : message.index(")", at)]) >= suffix_at

@@ -1,0 +1,65 @@
+"""Batches of one trace file -> one set of row columns, in file order.
+
+:class:`Rows` is where a read's state lives: the column pieces of every batch, the text
+interners that give each name one code across batches, and the counts of entries that are no
+duration events. It holds numbers only (tens of bytes per duration event), never event objects.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from perfscope.trace.events import Batch, Interner, from_structs
+
+TEXT_COLUMNS = ("name", "cat", "pid", "tid")
+
+
+class Rows:
+    """Accumulates :class:`~perfscope.trace.events.Batch` values in file order.
+
+    After :meth:`finish`, ``columns`` maps each column name of ``Batch`` to one array over all
+    rows (text columns as global codes into ``texts[name]``), and ``entry`` is each row's index in
+    the file's ``traceEvents``.
+    """
+
+    def __init__(self) -> None:
+        self.interners = {k: Interner() for k in TEXT_COLUMNS}
+        self._pieces: dict[str, list[np.ndarray]] = {}
+        self.entries = 0  # traceEvents entries seen
+        self.batch_starts: list[int] = []  # entry index of each batch's first entry
+        self.not_objects = 0
+        self.begin_end = 0
+        self.unknown_phases: dict[str, int] = {}
+        self.thread_names: dict = {}
+        self.bad_values: dict = {}  # (field, row) -> value
+        self.n = 0
+        self.columns: dict[str, np.ndarray] = {}
+        self.texts: dict[str, np.ndarray] = {}
+
+    def add(self, b: Batch) -> None:
+        """Append one batch (the next in the file)."""
+        self.batch_starts.append(self.entries)
+        for k, v in b.columns.items():
+            if k in self.interners:
+                v = self.interners[k].merge(v, b.uniques[k])
+            elif k == "entry":
+                v = v + self.entries
+            self._pieces.setdefault(k, []).append(v)
+        for (f, i), v in b.bad_values.items():
+            self.bad_values[(f, self.n + i)] = v
+        self.n += b.n
+        self.entries += b.entries
+        self.not_objects += b.not_objects
+        self.begin_end += b.begin_end
+        for k, v in b.unknown_phases.items():
+            self.unknown_phases[k] = self.unknown_phases.get(k, 0) + v
+        self.thread_names.update(b.thread_names)  # a later name of a thread wins, as in one dict
+
+    def finish(self) -> Rows:
+        """Join the pieces (call once, after the last batch)."""
+        if not self._pieces:  # no events: empty columns of the right types
+            self.add(from_structs([]))
+        self.columns = {k: (np.concatenate(v) if len(v) > 1 else v[0]) for k, v in self._pieces.items()}
+        self._pieces = {}
+        self.texts = {k: i.array() for k, i in self.interners.items()}
+        return self

@@ -1,0 +1,233 @@
+"""A trace file's text, streamed and cut into batches of whole events, in bounded memory.
+
+The file is read (and gunzipped) a chunk at a time. Its ``traceEvents`` array is cut at event
+boundaries -- a ``}`` then a comma before the next ``{``, or the array's closing ``]`` -- about
+every :data:`BATCH_BYTES`; the text before and after the array (the header: ``deviceProperties``,
+``distributedInfo``, ``baseTimeNanoseconds``...) is kept and parsed on its own. A cut can land
+inside an event (inside a string, or between the objects of a nested list): decoding such a batch
+says it is incomplete, and the caller joins it with the next ones (:meth:`Cutter.span`), so the cut
+rule needs no tokenizer.
+
+Anything unusual -- a damaged or cut gzip stream, bytes after it, a text that does not start as
+a trace, an array that never closes, a header that is not strict JSON -- raises
+:class:`NotStreamable`, and the file is read whole by the repairing reader
+(:mod:`perfscope.trace.reader`), whose rules and warnings then apply unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+
+BATCH_BYTES = 4 << 20  # a batch's text: big enough that the per-batch cost is noise, small next to the columns
+CHUNK_BYTES = 1 << 20  # read from the file at a time
+MAX_HEADER_BYTES = 64 << 20  # header before traceEvents or after it: past this, read whole
+_GZIP_MAGIC = b"\x1f\x8b"
+_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+# An event boundary: a } then a comma and the next event's {, or the array's ] (group "end").
+_BOUNDARY = re.compile(rb"\}\s*(?:,\s*(?=\{)|(?P<end>\]))")
+_END = re.compile(rb"\}\s*(?P<end>\])")
+_SPACE = b" \t\r\n"
+_NOT_SPACE = re.compile(rb"[^ \t\r\n]")
+
+
+class NotStreamable(Exception):
+    """The file needs the whole-file read (see the module docstring)."""
+
+
+def chunks(path: Path, size: int = CHUNK_BYTES, progress=None) -> Iterator[bytes]:
+    """The file's text a piece at a time, gunzipped when it is gzip (several members allowed,
+    zero bytes after the last one ignored, as the whole-file read does).
+
+    ``progress``, when given, is called with the bytes of the file read so far.
+
+    Raises:
+        NotStreamable: a cut or corrupt gzip stream, or other bytes after it.
+    """
+    with open(path, "rb") as f:
+        if progress is not None:
+            raw_read = f.read
+
+            def read(n: int) -> bytes:
+                data = raw_read(n)
+                progress(f.tell())
+                return data
+        else:
+            read = f.read
+        data = read(size)
+        if not data.startswith(_GZIP_MAGIC):
+            while data:
+                yield data
+                data = read(size)
+            return
+        d = zlib.decompressobj(zlib.MAX_WBITS | 16)
+        while True:
+            try:
+                out = d.decompress(data)
+            except zlib.error:
+                raise NotStreamable("corrupt gzip data") from None
+            if out:
+                yield out
+            if d.eof:
+                rest = d.unused_data
+                while len(rest) < 2 and (more := read(size)):
+                    rest += more
+                if rest.startswith(_GZIP_MAGIC):  # the next member
+                    d, data = zlib.decompressobj(zlib.MAX_WBITS | 16), rest
+                    continue
+                while True:
+                    if rest.strip(b"\x00"):
+                        raise NotStreamable("bytes after the gzip stream")
+                    rest = read(size)
+                    if not rest:
+                        return
+            data = read(size)
+            if not data:
+                raise NotStreamable("gzip stream cut short")
+
+
+class Cutter:
+    """Cuts the ``traceEvents`` array of a text stream into spans of whole events.
+
+    Use: :meth:`start`, then :meth:`span` until it returns None, :meth:`close` when a span that
+    may end the array decoded whole; :attr:`header` is then the file's top-level object without
+    its events. Offsets are bytes of the (gunzipped) text.
+
+    Attributes:
+        root_is_list: The file is a bare array of events (the Chrome trace array form).
+        bytes_read: Text bytes read so far (for progress).
+    """
+
+    def __init__(self, pieces: Iterator[bytes], batch_bytes: int = BATCH_BYTES) -> None:
+        self._pieces = pieces
+        self._batch = batch_bytes
+        self._buf = bytearray()
+        self._base = 0  # text offset of _buf[0]
+        self._pos = 0  # start of the next span in _buf
+        self._ended = False
+        self._head = b""
+        self._tail = b""
+        self.root_is_list = False
+        self.bytes_read = 0
+
+    def _fill(self) -> bool:
+        piece = next(self._pieces, None)
+        if piece is None:
+            return False
+        self._buf += piece
+        self.bytes_read += len(piece)
+        return True
+
+    def _after_space(self) -> int:
+        """Offset in the buffer of the first non-space byte at or after the span start."""
+        while (m := _NOT_SPACE.search(self._buf, self._pos)) is None:
+            if not self._fill():
+                return len(self._buf)
+        return m.start()
+
+    def start(self) -> None:
+        """Find the start of the events array.
+
+        Raises:
+            NotStreamable: the text does not start as a JSON object or array, or its
+                ``traceEvents`` key is not within the first :data:`MAX_HEADER_BYTES`.
+        """
+        at = self._after_space()
+        first = self._buf[at : at + 1]
+        if first == b"[":
+            self.root_is_list = True
+            self._pos = at + 1
+        elif first == b"{":
+            while (m := _EVENTS_KEY.search(self._buf)) is None:
+                if len(self._buf) > MAX_HEADER_BYTES or not self._fill():
+                    raise NotStreamable("no traceEvents array near the start")
+            self._head = bytes(self._buf[: m.start()])
+            self._pos = m.end()
+        else:
+            raise NotStreamable("not a JSON object or array")
+        at = self._after_space()
+        if self._buf[at : at + 1] == b"]":  # no events
+            self._pos = at + 1
+            self.close()
+
+    def span(self) -> tuple[bytes, bytes, bool] | None:
+        """The next span of events, None after the array closed.
+
+        Returns:
+            ``(text, separator, may_end)``: ``text`` holds events and the commas between them
+            and ends with a ``}``; ``separator`` is the text up to the next span (a comma, or the
+            ``]`` when ``may_end``), so that a span that was cut inside an event joins the next
+            one exactly as the file had them: ``text + separator + next_text``.
+
+        Raises:
+            NotStreamable: the text ends before the array closes (truncated or damaged).
+        """
+        if self._ended:
+            return None
+        if self._pos > (1 << 22):  # drop what was handed out: the buffer stays about a batch
+            del self._buf[: self._pos]
+            self._base += self._pos
+            self._pos = 0
+        target = self._pos + self._batch
+        while len(self._buf) < target and self._fill():
+            pass
+        m = None
+        if target < len(self._buf):
+            frm = target
+            while (m := _BOUNDARY.search(self._buf, frm)) is None:
+                seen = len(self._buf)
+                if not self._fill():
+                    break
+                frm = max(frm, seen - 64)
+        if m is None:  # the rest of the text is in the buffer: the array must close in it
+            m = _END.search(self._buf, self._pos)
+            if m is None:
+                raise NotStreamable("the events array does not close")
+        start, end = self._pos, m.start() + 1
+        self._pos = m.end()
+        return bytes(self._buf[start:end]), bytes(self._buf[end : m.end()]), m["end"] is not None
+
+    @property
+    def offset(self) -> int:
+        """Text offset where the next span starts."""
+        return self._base + self._pos
+
+    @property
+    def ended(self) -> bool:
+        """The events array closed."""
+        return self._ended
+
+    def close(self) -> None:
+        """The array closed: read the rest of the file as the header's tail."""
+        self._ended = True
+        tail = bytearray(self._buf[self._pos:])
+        self._buf = bytearray()
+        for piece in self._pieces:
+            self.bytes_read += len(piece)
+            tail += piece
+            if len(tail) > MAX_HEADER_BYTES:
+                raise NotStreamable("a long text after the events")
+        self._tail = bytes(tail)
+
+    @property
+    def header(self) -> dict:
+        """The top-level object without its events (``traceEvents: []``).
+
+        Raises:
+            NotStreamable: the header text is not strict JSON, or holds events of its own.
+        """
+        if self.root_is_list:
+            if self._tail.strip(_SPACE):
+                raise NotStreamable("text after the events array")
+            return {"traceEvents": []}
+        try:
+            data = orjson.loads(self._head + b'"traceEvents":[]' + self._tail)
+        except orjson.JSONDecodeError:
+            raise NotStreamable("the header is not strict JSON") from None
+        if not isinstance(data, dict) or data.get("traceEvents") != []:
+            raise NotStreamable("a second traceEvents, or not an object")
+        return data
