@@ -132,20 +132,20 @@ def test_one_bad_file_does_not_stop_a_directory(tmp_path):
 
 
 def test_a_file_that_breaks_perfscope_is_skipped_in_a_directory_and_named(tmp_path, monkeypatch):
-    import perfscope.analysis.run as run
+    import perfscope.analysis.rank as rank
 
     d = tmp_path / "run"
     d.mkdir()
     _rank(d / "rank0.json", 0, BASE, 3_000)
     _rank(d / "rank1.json", 1, BASE, 3_000)
-    real = run.read_table
+    real = rank.read_table
 
     def read(path, **kw):  # a bug of perfscope's, simulated on one file
         if path.name == "rank1.json":
             raise OverflowError("simulated")
         return real(path, **kw)
 
-    monkeypatch.setattr(run, "read_table", read)
+    monkeypatch.setattr(rank, "read_table", read)
     a = perfscope.analyze(d)
     assert [t["rank"] for t in a.traces] == [0]
     (skipped,) = a.skipped

@@ -83,15 +83,21 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
     keep = ~(zeroed | negative | absurd | astray)
     if not keep.all():
         kept, ts, dur = kept[keep], ts[keep], dur[keep]
-    k = {name: v[kept] for name, v in c.items()}
+    # the columns of the kept rows; in place (a column at a time), so no second copy of them all
+    k = c
+    if len(kept) < rows.n:
+        for name in [n for n in c if n not in ("ts", "dur")]:
+            c[name] = c[name][kept]
+    del c["ts"], c["dur"]
 
     origin = float(ts.min()) if len(ts) else 0.0
     ts_ns = np.rint((ts - origin) * 1000.0).astype(np.int64)
     dur_ns = np.rint(dur * 1000.0).astype(np.int64)
-    name_odd, cat_odd = k["name_odd"], k["cat_odd"]
-    odd_examples = [t[:60] for t in all_names[k["name"][name_odd]]] + [t[:60] for t in texts["cat"][k["cat"][cat_odd]]]
+    del ts, dur
+    odd_n, odd_c = _kept_rows(rows.sparse["odd_names"], kept), _kept_rows(rows.sparse["odd_cats"], kept)
+    odd_examples = [t[:60] for t in all_names[k["name"][odd_n]]] + [t[:60] for t in texts["cat"][k["cat"][odd_c]]]
     quality.add(REPAIRED, "name or category that is not text (a list, an object), read as its text form",
-                int(name_odd.sum() + cat_odd.sum()), odd_examples, unit="value")
+                len(odd_n) + len(odd_c), odd_examples, unit="value")
     cat_codes, cat_uniques = _refactorize(k["cat"], texts["cat"])
     kind = kinds_of_categories(cat_uniques)[cat_codes] if len(kept) else np.zeros(0, np.int8)
     name_id, names = _refactorize(k["name"], all_names)
@@ -105,7 +111,7 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
         counts = {str(cat) or "(none)": int(per_cat[j]) for j, cat in enumerate(cat_uniques) if unknown[j] and per_cat[j]}
         quality.add(NOT_READ, "category perfscope does not know", sum(counts.values()), counts)
     thread_id, threads = _threads(k, texts, rows.thread_names)
-    device, stream, correlation, copy_bytes = _gpu_columns(k, kind, kept, rows.bad_values, quality)
+    device, stream, correlation, copy_bytes = _gpu_columns(k, kind, kept, rows, quality)
 
     # 5. exact copies of an earlier event
     # (copies share every column: the more columns compared, the fewer full events read again)
@@ -170,31 +176,43 @@ def _threads(k: dict, texts: dict, thread_names: dict) -> tuple[np.ndarray, pd.D
     return thread_id.reshape(-1), threads
 
 
-def _gpu_columns(k: dict, kind: np.ndarray, kept: np.ndarray, bad_values: dict, quality: DataQuality):
-    """device, stream, correlation and copy_bytes columns; ``args`` counts only where analysis
-    reads it (GPU events and runtime calls)."""
-    n = len(kind)
-    gpu = np.isin(kind, np.array([*GPU_KINDS, EventKind.GPU_ANNOTATION], dtype=np.int8))
-    gpu_rows = np.flatnonzero(gpu)
-    linked_rows = np.flatnonzero(gpu | (kind == EventKind.RUNTIME))
-    copy_rows = np.flatnonzero(kind == EventKind.MEMCPY)
-    out = {f: np.full(n, col.NO_ID, dtype=np.int64) for f in ("device", "stream", "correlation", "bytes")}
+def _kept_rows(rows: np.ndarray, kept: np.ndarray) -> np.ndarray:
+    """Positions among the kept rows of the given (sorted) rows that were kept."""
+    at = np.searchsorted(kept, rows)
+    ok = at < len(kept)
+    ok[ok] = kept[at[ok]] == rows[ok]
+    return at[ok]
+
+
+def _gpu_columns(k: dict, kind: np.ndarray, kept: np.ndarray, rows: Rows, quality: DataQuality):
+    """device, stream, correlation and copy_bytes columns (kept per kind of event by the batches,
+    :mod:`perfscope.trace.events`), with the count of unusable ``args`` values of kept rows."""
     unusable: dict[str, int] = {}
-    for f, where in (("device", gpu_rows), ("stream", gpu_rows), ("correlation", linked_rows), ("bytes", copy_rows)):
-        out[f][where] = k[f][where]
-        unusable[f] = int(k[f + "_bad"][where].sum())
+    bad_rows: dict[str, list[int]] = {}
+    for (f, r) in rows.bad_values:
+        bad_rows.setdefault(f, []).append(r)
+    for f in ("device", "stream", "correlation", "bytes"):
+        unusable[f] = len(_kept_rows(np.array(sorted(bad_rows.get(f, [])), dtype=np.int64), kept))
+    correlation = k["correlation"].astype(np.int64)
     if unusable["correlation"]:
         # identifiers past 64 bits (or not integers): re-coded as a whole, as id_column does
-        values = [bad_values[("correlation", int(kept[r]))] if k["correlation_bad"][r]
-                  else (int(k["correlation"][r]) if k["correlation_present"][r] else None) for r in linked_rows]
-        out["correlation"][linked_rows], unusable["correlation"] = col.id_column(values)
+        linked_rows = np.flatnonzero(np.isin(kind, np.array([*GPU_KINDS, EventKind.GPU_ANNOTATION, EventKind.RUNTIME],
+                                                             dtype=np.int8)))
+        minus_one = set(_kept_rows(rows.sparse["correlation_minus_one"], kept).tolist())
+        values = []
+        for r in linked_rows.tolist():
+            raw = rows.bad_values.get(("correlation", int(kept[r])), _ABSENT)
+            if raw is not _ABSENT:
+                values.append(raw)
+            elif correlation[r] != col.NO_ID or r in minus_one:
+                values.append(int(correlation[r]))
+            else:
+                values.append(None)
+        correlation[linked_rows], unusable["correlation"] = col.id_column(values)
     unusable = {f: v for f, v in unusable.items() if v}
     quality.add(DROPPED, "values of args that are not integers in range (treated as unknown)",
                 sum(unusable.values()), unusable, unit="value")
-    device, stream = out["device"], out["stream"]
-    # 2021 traces (and events with args: null): the GPU index is the pid, the stream the tid.
-    fix = gpu_rows[(device[gpu_rows] < 0) | (stream[gpu_rows] < 0)]
-    d, s = fix[device[fix] < 0], fix[stream[fix] < 0]
-    device[d] = k["pid_device"][d]
-    stream[s] = k["tid_stream"][s]
-    return device, stream, out["correlation"], out["bytes"]
+    return (k["device"].astype(np.int64), k["stream"].astype(np.int64), correlation, k["bytes"].astype(np.int64))
+
+
+_ABSENT = object()

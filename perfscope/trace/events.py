@@ -23,6 +23,7 @@ import orjson
 import pandas as pd
 
 from perfscope.trace import columns as col
+from perfscope.trace.kinds import GPU_KINDS, EventKind, is_dma_category, is_dma_name, kinds_of_categories
 
 _NAN = float("nan")
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
@@ -125,21 +126,22 @@ class Batch:
     """The columns of one batch's duration (``ph == "X"``) events, and what else it held.
 
     Per-row columns (length ``n``): ``ts``, ``dur`` (float64 µs as written, NaN where not a
-    number); ``name``, ``cat``, ``pid``, ``tid`` (int32 codes into the batch's ``*_uniques``);
-    ``name_odd``, ``cat_odd`` (bool: the value was not text); ``pid_device`` (int32) and
-    ``tid_stream`` (int64): the GPU index and stream a 2021 trace encodes in them
-    (:func:`perfscope.trace.columns.device_of_pid`, ``stream_of_tid``); ``device``, ``stream``,
-    ``correlation``, ``bytes`` (int64 from ``args``, -1 when absent or unusable) with ``*_bad``
-    (bool: present but not an integer in range); ``correlation_present`` (bool); ``entry`` (int64:
-    the index of the event in the batch's entries).
+    number); ``name``, ``cat``, ``pid``, ``tid`` (int32 codes into ``uniques[...]``); ``device``,
+    ``stream``, ``correlation``, ``bytes``: the table's columns of the same names (from ``args``,
+    -1 where absent, unusable or not kept for that kind of event; a 2021 trace's GPU index and
+    stream from ``pid``/``tid``), int32 or int64; ``external_id`` (``args["External id"]``, to tell
+    near-copies apart); ``entry`` (int64: the event's index among the batch's entries).
+    Rare facts are kept sparse: ``odd_names``/``odd_cats`` (rows whose value was not text),
+    ``correlation_minus_one`` (rows whose correlation was written as -1), ``bad_values``.
 
     Attributes:
         entries: How many ``traceEvents`` entries the batch held.
         not_objects, begin_end: Entries that are not objects; B/E events.
         unknown_phases: ``ph`` text -> count, for phases the format does not define.
         thread_names: ``(pid, tid)`` texts -> thread name, from ``thread_name`` metadata events.
-        bad_values: ``(field, row) -> value`` of the unusable ``args`` values (rare), so that an
-            identifier column can be re-coded as a whole when one does not fit 64 bits.
+        bad_values: ``(field, row) -> value`` of the unusable ``args`` values the table would keep
+            (rare): counted as dropped, and an identifier column is re-coded as a whole when one
+            does not fit 64 bits.
     """
 
     n: int
@@ -151,6 +153,9 @@ class Batch:
     unknown_phases: dict[str, int] = field(default_factory=dict)
     thread_names: dict = field(default_factory=dict)
     bad_values: dict = field(default_factory=dict)
+    odd_names: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    odd_cats: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    correlation_minus_one: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 # ph values that are not duration events and that the analysis knowingly leaves out: metadata,
@@ -272,20 +277,50 @@ def _text_codes(values: list, missing_is_odd: bool, typed: bool) -> tuple[np.nda
     return codes, uniques, odd
 
 
+def _narrow(a: np.ndarray) -> np.ndarray:
+    """int64 values as int32 when they fit (joined batches widen again where one needs it)."""
+    if a.size and (a.min() < -(2**31) or a.max() > 2**31 - 1):
+        return a
+    return a.astype(np.int32)
+
+
 def _columns(ts, dur, names, cats, pids, tids, args: dict[str, list], entry: list, batch: Batch,
              typed: bool) -> Batch:
     batch.n = len(ts)
     c = batch.columns
     c["ts"], c["dur"] = _numbers(ts, typed), _numbers(dur, typed)
-    c["name"], batch.uniques["name"], c["name_odd"] = _text_codes(names, True, typed)
-    c["cat"], batch.uniques["cat"], c["cat_odd"] = _text_codes(cats, False, typed)
-    c["pid"], batch.uniques["pid"], c["pid_device"], _ = _ids(pids, typed)
-    c["tid"], batch.uniques["tid"], _, c["tid_stream"] = _ids(tids, typed)
+    c["name"], batch.uniques["name"], name_odd = _text_codes(names, True, typed)
+    c["cat"], batch.uniques["cat"], cat_odd = _text_codes(cats, False, typed)
+    batch.odd_names, batch.odd_cats = np.flatnonzero(name_odd), np.flatnonzero(cat_odd)
+    c["pid"], batch.uniques["pid"], pid_device, _ = _ids(pids, typed)
+    c["tid"], batch.uniques["tid"], _, tid_stream = _ids(tids, typed)
+    # What each row is decides which args the table keeps (the rule of the table's columns):
+    # device and stream of GPU events, correlation of those and runtime calls, bytes of copies.
+    cat_uniques = np.asarray(batch.uniques["cat"], dtype=object)
+    kind = kinds_of_categories(cat_uniques)[c["cat"]] if batch.n else np.zeros(0, np.int8)
+    if batch.n:
+        dma = is_dma_category(cat_uniques)[c["cat"]] & is_dma_name(np.asarray(batch.uniques["name"], dtype=object))[c["name"]]
+        kind[dma & (kind == EventKind.KERNEL)] = EventKind.MEMCPY
+    gpu = np.isin(kind, np.array([*GPU_KINDS, EventKind.GPU_ANNOTATION], dtype=np.int8))
+    rows_of = {"device": gpu, "stream": gpu, "correlation": gpu | (kind == EventKind.RUNTIME),
+               "bytes": kind == EventKind.MEMCPY}
     ints = _typed_ints if typed else _ints
+    bad_values: dict = {}
     for f, upper in INT_FIELDS.items():
-        c[f], c[f + "_bad"] = ints(args[f], upper, f, batch.bad_values)
-    c["external_id"] = _discriminator(args["external_id"])
-    c["correlation_present"] = np.array([v is not None for v in args["correlation"]], dtype=bool)
+        values, _ = ints(args[f], upper, f, bad_values)
+        c[f] = np.where(rows_of[f], values, col.NO_ID)
+    batch.bad_values = {key: v for key, v in bad_values.items() if rows_of[key[0]][key[1]]}
+    # 2021 traces (and events with args: null): the GPU index is the pid, the stream the tid.
+    for f, fallback in (("device", pid_device), ("stream", tid_stream)):
+        fix = gpu & (c[f] < 0)
+        c[f][fix] = fallback[fix]
+    corr = args["correlation"]
+    batch.correlation_minus_one = np.array(
+        [i for i in np.flatnonzero(rows_of["correlation"] & (c["correlation"] == col.NO_ID)) if corr[i] is not None],
+        dtype=np.int64)
+    for f in ("device", "stream", "correlation", "bytes"):
+        c[f] = _narrow(c[f])
+    c["external_id"] = _narrow(_discriminator(args["external_id"]))
     c["entry"] = np.array(entry, dtype=np.int64)
     return batch
 

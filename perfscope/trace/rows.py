@@ -18,8 +18,8 @@ class Rows:
     """Accumulates :class:`~perfscope.trace.events.Batch` values in file order.
 
     After :meth:`finish`, ``columns`` maps each column name of ``Batch`` to one array over all
-    rows (text columns as global codes into ``texts[name]``), and ``entry`` is each row's index in
-    the file's ``traceEvents``.
+    rows (text columns as global codes into ``texts[name]``; ``entry`` is each row's index in the
+    file's ``traceEvents``), and ``sparse`` the rare rows of ``Batch`` (``odd_names``...).
     """
 
     def __init__(self) -> None:
@@ -32,6 +32,8 @@ class Rows:
         self.unknown_phases: dict[str, int] = {}
         self.thread_names: dict = {}
         self.bad_values: dict = {}  # (field, row) -> value
+        self._sparse: dict[str, list[np.ndarray]] = {"odd_names": [], "odd_cats": [], "correlation_minus_one": []}
+        self.sparse: dict[str, np.ndarray] = {}  # those rows, over all batches (sorted)
         self.n = 0
         self.columns: dict[str, np.ndarray] = {}
         self.texts: dict[str, np.ndarray] = {}
@@ -47,6 +49,9 @@ class Rows:
             self._pieces.setdefault(k, []).append(v)
         for (f, i), v in b.bad_values.items():
             self.bad_values[(f, self.n + i)] = v
+        for k in self._sparse:
+            if len(getattr(b, k)):
+                self._sparse[k].append(getattr(b, k) + self.n)
         self.n += b.n
         self.entries += b.entries
         self.not_objects += b.not_objects
@@ -59,7 +64,11 @@ class Rows:
         """Join the pieces (call once, after the last batch)."""
         if not self._pieces:  # no events: empty columns of the right types
             self.add(from_structs([]))
-        self.columns = {k: (np.concatenate(v) if len(v) > 1 else v[0]) for k, v in self._pieces.items()}
-        self._pieces = {}
+        self.columns = {}
+        for k in list(self._pieces):  # one column at a time: its pieces are freed before the next is joined
+            pieces = self._pieces.pop(k)
+            self.columns[k] = np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
+            del pieces
+        self.sparse = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in self._sparse.items()}
         self.texts = {k: i.array() for k, i in self.interners.items()}
         return self

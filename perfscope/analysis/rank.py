@@ -1,0 +1,123 @@
+"""One trace file -> its :class:`RankTrace`: read, find the steps, measure them, judge the evidence.
+
+This is the per-file work of an analysis, what an executor runs on a worker
+(:mod:`perfscope.analysis.executors`); :func:`perfscope.analysis.run.combine` reduces the
+results of all files into the run's analysis.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perfscope.analysis import evidence as ev
+from perfscope.analysis.cpu_metrics import cpu_step_metrics
+from perfscope.analysis.gpu_metrics import gpu_step_metrics
+from perfscope.analysis.partition import gpu_sets
+from perfscope.analysis.steps import Launches, StepWindows, find_steps, launch_times
+from perfscope.errors import TraceFormatError
+from perfscope.trace import TraceTable
+from perfscope.trace.kinds import GPU_KINDS
+from perfscope.trace.load import read_table
+from perfscope.trace.quality import DataQuality
+
+
+@dataclass
+class RankTrace:
+    """What one trace file contributed.
+
+    Attributes:
+        table: The columnar trace.
+        mode: ``"gpu"`` when it holds GPU events, else ``"cpu"``.
+        metrics: Per-step metrics (``*_us``), one row per step.
+        windows: The steps and their windows.
+        launches: The launching runtime call of every GPU event.
+        evidence: Each step's status and reason (:mod:`perfscope.analysis.evidence`).
+        quality: The file's data-quality record: the table's, then the analysis's counts.
+        warnings: Problems with the step markers (duplicates, overlaps, unparsable numbers).
+        partition_sets: GPU traces: the interval sets the step partition is cut from
+            (:func:`perfscope.analysis.partition.gpu_sets`), kept for the run-level details.
+    """
+
+    table: TraceTable
+    mode: str
+    metrics: pd.DataFrame
+    windows: StepWindows
+    launches: Launches
+    evidence: ev.Evidence
+    quality: DataQuality
+    warnings: list[str] = field(default_factory=list)
+    partition_sets: list | None = field(default=None, repr=False)
+
+    @property
+    def steps(self) -> np.ndarray:
+        """Step numbers, in row order."""
+        return self.windows.step
+
+    @property
+    def complete(self) -> np.ndarray:
+        """Per step: recorded whole (status other than ``incomplete``)."""
+        return self.evidence.status != ev.INCOMPLETE
+
+    @property
+    def has_markers(self) -> bool:
+        return self.windows.has_markers
+
+
+def analyze_table(table: TraceTable) -> RankTrace:
+    """Find the steps of one trace, measure them and judge their evidence.
+
+    Raises:
+        TraceFormatError: the trace holds no duration events (empty or metadata-only).
+    """
+    where = table.path.name if table.path else table.worker
+    if table.n_events == 0:
+        raise TraceFormatError(f"{table.path or table.worker}: trace holds no events to analyze (empty or metadata only)")
+    launch = launch_times(table)
+    windows = find_steps(table, launch)
+    if len(windows) == 0:
+        raise TraceFormatError(f"{table.path or table.worker}: trace holds no events to analyze (empty or metadata only)")
+    mode = "gpu" if table.mask(*GPU_KINDS).any() else "cpu"
+    sets = gpu_sets(table, launch, windows.main_thread) if mode == "gpu" else None
+    metrics = gpu_step_metrics(table, windows, launch, sets) if mode == "gpu" else cpu_step_metrics(table, windows)
+    judged = ev.judge(table, windows, launch, metrics, mode)
+    quality = DataQuality(table.quality.entries + judged.quality.entries)
+    return RankTrace(table, mode, metrics, windows, launch, judged, quality, [f"{where}: {w}" for w in windows.warnings],
+                     sets)
+
+
+def load_table(path: Path, *, pool=None, progress=None) -> TraceTable:
+    """Read one trace file into its table (:func:`perfscope.trace.load.read_table`: streamed in
+    bounded memory, its batches decoded by ``pool`` when one is given).
+
+    Raises:
+        TraceFormatError: unreadable, or no events.
+    """
+    table = read_table(path, pool=pool, progress=progress)
+    if table.n_events == 0:
+        raise TraceFormatError(f"{path}: trace holds no events to analyze (empty or metadata only)")
+    return table
+
+
+_INTERNAL = (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, RecursionError)
+
+
+def analyze_file(path: Path, pool=None, progress=None) -> tuple[str, object]:
+    """The per-file work of an analysis (what an executor runs): ``("ok", RankTrace)``, or
+    ``("unreadable", error)`` for a file that cannot be read (the caller skips or raises it).
+
+    Raises:
+        TraceFormatError, AnalysisError: a readable trace that cannot be analyzed.
+    """
+    try:
+        table = load_table(path, pool=pool, progress=progress)
+    except TraceFormatError as e:
+        return "unreadable", e
+    except _INTERNAL as e:
+        return "unreadable", e
+    return "ok", analyze_table(table)
+
+
