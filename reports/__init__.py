@@ -5,8 +5,17 @@ found), so a saved analysis re-renders at any time. Every string that came from 
 name or an argument is escaped; the page runs no script and loads nothing from outside.
 """
 
-from reports.bottleneck import render_report, write_report
-from reports.diff import render_diff, text_diff, write_diff
-from reports.tuning import render_tuning, write_tuning
-
 __all__ = ["render_diff", "render_report", "render_tuning", "text_diff", "write_diff", "write_report", "write_tuning"]
+
+# Each report's module loads on first use: an analysis renders one report and pays for that one.
+_HOME = {"render_report": "reports.bottleneck", "write_report": "reports.bottleneck",
+         "render_diff": "reports.diff", "text_diff": "reports.diff", "write_diff": "reports.diff",
+         "render_tuning": "reports.tuning", "write_tuning": "reports.tuning"}
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        import importlib
+
+        return getattr(importlib.import_module(_HOME[name]), name)
+    raise AttributeError(f"module 'reports' has no attribute {name!r}")

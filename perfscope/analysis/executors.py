@@ -9,11 +9,47 @@ the calling process, so every executor gives the same summary.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import sys
+import types
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Executor
+from concurrent.futures import CancelledError, Executor
 
 from perfscope.errors import PerfscopeError
+
+
+@contextlib.contextmanager
+def _main_hidden() -> Iterator[None]:
+    """Hide the ``__main__`` module while worker processes start.
+
+    Forkserver and spawn workers import the parent's ``__main__`` again -- the user's training
+    script, when perfscope is called from it or runs it -- which would run the script a second
+    time (or fail for want of an ``if __name__ == "__main__"`` guard). The work sent to them is
+    perfscope's own, so they need nothing from it.
+    """
+    main = sys.modules.get("__main__")
+    sys.modules["__main__"] = types.ModuleType("__main__")
+    try:
+        yield
+    finally:
+        if main is not None:
+            sys.modules["__main__"] = main
+
+
+def _pool_class():
+    from concurrent.futures import ProcessPoolExecutor
+
+    class Pool(ProcessPoolExecutor):
+        """A process pool whose workers (started on demand, and the fork server with the first)
+        start with ``__main__`` hidden (:func:`_main_hidden`)."""
+
+        def _spawn_process(self):  # the one place the pool starts a process (CPython 3.9+)
+            with _main_hidden():
+                super()._spawn_process()
+
+    return Pool
 
 
 class ExecutorError(PerfscopeError):
@@ -40,8 +76,9 @@ class RankExecutor:
       type and message (results before it were yielded already);
     - when the executor cannot run an item (its worker died and no other one took it over, the
       cluster went away), the iteration raises :class:`ExecutorError` naming the item; no later
-      result is yielded;
-    - ``fn`` and the items are picklable: a module-level function and paths.
+      result is yielded; the executor stays usable (a later :meth:`map` runs on sound workers);
+    - ``fn`` and the items are picklable: a module-level function and paths;
+    - :meth:`close` may be called more than once.
 
     Attributes:
         workers: How many items may run at once (1 for :class:`SerialExecutor`).
@@ -54,6 +91,13 @@ class RankExecutor:
 
     def map(self, fn: Callable, items: Iterable) -> Iterator:
         raise NotImplementedError
+
+    @contextlib.contextmanager
+    def running(self, item) -> Iterator[None]:
+        """The context of work on ``item`` done in the calling process with :attr:`pool` (one large
+        file's batches): a worker of the pool that dies raises :class:`ExecutorError` naming
+        ``item``, as :meth:`map` would. Exceptions of the work itself pass through unchanged."""
+        yield
 
     def close(self) -> None:
         """Release workers and connections (idempotent)."""
@@ -88,32 +132,62 @@ class ProcessExecutor(RankExecutor):
 
     def __init__(self, workers: int | None = None) -> None:
         import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
 
         self.workers = cores() if workers is None else int(workers)
         if self.workers < 1:
             raise ValueError(f"workers must be at least 1, not {workers}")
         methods = multiprocessing.get_all_start_methods()
-        ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
-        if ctx.get_start_method() == "forkserver":
-            ctx.set_forkserver_preload(["perfscope.analysis.run"])
-        self.pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
+        self._ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
+        if self._ctx.get_start_method() == "forkserver":
+            self._ctx.set_forkserver_preload(["perfscope.analysis.run"])
+        self.pool = self._new_pool()
+
+    def _new_pool(self) -> Executor:
+        return _pool_class()(max_workers=self.workers, mp_context=self._ctx)
+
+    def _broken(self, item) -> ExecutorError:
+        """The error for ``item`` once a worker died, after replacing the pool: a broken
+        ProcessPoolExecutor refuses all later work, and this executor must stay usable."""
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        self.pool = self._new_pool()
+        # The pool fails every unfinished item when one worker dies, without saying which one
+        # was running in it: ``item`` is the first not analyzed, not necessarily the culprit.
+        return ExecutorError(f"a worker process died (killed, or out of memory) before {item} was analyzed; "
+                             "nothing was written")
 
     def map(self, fn: Callable, items: Iterable) -> Iterator:
         from concurrent.futures.process import BrokenProcessPool
 
         items = list(items)
-        futures = [self.pool.submit(fn, item) for item in items]
+        futures = []
         try:
-            for item, fut in zip(items, futures):
+            try:
+                for item in items:
+                    futures.append(self.pool.submit(fn, item))
+            except BrokenProcessPool:  # a worker died while the later items were submitted
+                pass
+            for i, item in enumerate(items):
                 try:
-                    yield fut.result()
+                    if i >= len(futures):
+                        raise BrokenProcessPool(item)
+                    result = futures[i].result()
                 except BrokenProcessPool:
-                    raise ExecutorError(f"a worker process died while analyzing {item} (killed, or out of memory); "
-                                        "nothing was written") from None
+                    raise self._broken(item) from None
+                futures[i] = None  # the caller holds the result now; no second reference
+                yield result
         finally:
             for fut in futures:
-                fut.cancel()
+                if fut is not None:
+                    fut.cancel()
+
+    @contextlib.contextmanager
+    def running(self, item) -> Iterator[None]:
+        from concurrent.futures.process import BrokenProcessPool
+
+        try:
+            yield
+        except BrokenProcessPool:
+            raise self._broken(item) from None
 
     def close(self) -> None:
         if self.pool is not None:
@@ -131,26 +205,33 @@ class DaskExecutor(RankExecutor):
     Args:
         address: The scheduler's address (``tcp://host:8786``), or an existing
             ``distributed.Client``.
-        timeout_s: Seconds to wait for the scheduler (seconds, as Dask's ``timeout``).
+        timeout_s: Seconds to wait for the scheduler to answer; None: Dask's setting
+            ``distributed.comm.timeouts.connect`` (30 s unless configured, e.g. by the
+            environment variable ``DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT=5s``).
 
     Raises:
         ExecutorError: ``dask.distributed`` is not installed, or the scheduler cannot be reached.
     """
 
-    def __init__(self, address, *, timeout_s: float = 30.0) -> None:
+    def __init__(self, address, *, timeout_s: float | None = None) -> None:
         try:
             from distributed import Client
         except ImportError:
             raise ExecutorError("--dask needs dask.distributed: pip install 'perfscope-torch[dask]'") from None
         self._own = not isinstance(address, Client)
         if self._own:
+            # Dask retries a refused connection until the timeout (a scheduler may be starting):
+            # left to Dask's setting, a user can shorten it without a perfscope option.
+            timeout = {} if timeout_s is None else {"timeout": timeout_s}
             try:
-                self.client = Client(address, timeout=timeout_s, set_as_default=False)
+                self.client = Client(address, set_as_default=False, **timeout)
             except (OSError, TimeoutError, ValueError, TypeError) as e:
-                raise ExecutorError(f"cannot reach the Dask scheduler at {address!s:.200} ({type(e).__name__}: {e})") from None
+                raise ExecutorError(f"cannot reach the Dask scheduler at {address!s:.200} ({type(e).__name__}: "
+                                    f"{_one_line(e)})") from None
         else:
             self.client = address
-        self.workers = max(len(self.client.scheduler_info().get("workers", {})), 1)
+        # items that may run at once: every worker thread (the workers there now; 1 when none is yet)
+        self.workers = max(sum(self.client.nthreads().values()), 1)
 
     def map(self, fn: Callable, items: Iterable) -> Iterator:
         from distributed import KilledWorker
@@ -158,19 +239,51 @@ class DaskExecutor(RankExecutor):
         items = list(items)
         futures = self.client.map(fn, items, pure=False)
         try:
-            for item, fut in zip(items, futures):
+            for i, item in enumerate(items):
                 try:
-                    yield fut.result()
-                except KilledWorker:
-                    raise ExecutorError(f"Dask workers died while analyzing {item} (each one that tried it); "
-                                        "nothing was written") from None
-                except (OSError, TimeoutError) as e:  # the scheduler went away
-                    raise ExecutorError(f"lost the Dask cluster while analyzing {item} ({type(e).__name__}: {e}); "
-                                        "nothing was written") from None
+                    result = futures[i].result()
+                except KilledWorker as e:
+                    raise ExecutorError(_gave_up(item, getattr(e, "allowed_failures", None))) from None
+                except (OSError, CancelledError) as e:
+                    if futures[i].status == "error":
+                        raise  # fn's own exception (a worker that cannot read the file): as raised
+                    # the scheduler went away (the client cancels every future then), or someone cancelled them
+                    raise ExecutorError(f"lost the Dask cluster while analyzing {item} ({type(e).__name__}: "
+                                        f"{_one_line(e)}); nothing was written") from None
+                # Released as soon as the caller has it: a worker keeps a result in its memory as
+                # long as a future refers to it, and a cluster's ranks may not all fit there.
+                futures[i] = None
+                yield result
         finally:
-            self.client.cancel(futures)
+            left = [f for f in futures if f is not None]
+            if left:
+                with contextlib.suppress(Exception):  # a lost scheduler must not hide the error above
+                    self.client.cancel(left)
 
     def close(self) -> None:
         if self._own and getattr(self, "client", None) is not None:
-            self.client.close()
+            # A client that lost its scheduler logs an error as it closes ("failed to reconnect"):
+            # the caller has had the ExecutorError that says so, in one line.
+            log = logging.getLogger("distributed.client")
+            level = log.level
+            log.setLevel(logging.CRITICAL)
+            try:
+                self.client.close()
+            finally:
+                log.setLevel(level)
             self.client = None
+
+
+def _gave_up(item, reruns) -> str:
+    """Why Dask gave up on ``item``: the workers that ran it died ``reruns`` + 1 times."""
+    if not isinstance(reruns, int):
+        deaths, limit = "Dask workers died while running it", "more often than distributed.scheduler.allowed-failures"
+    else:
+        deaths = "the Dask worker running it died" if reruns == 0 else f"{reruns + 1} Dask workers died while running it"
+        limit = f"distributed.scheduler.allowed-failures is {reruns}"
+    return f"gave up on {item}: {deaths} (killed, or out of memory; {limit}); nothing was written"
+
+
+def _one_line(e: BaseException) -> str:
+    """``e``'s message on one line (Dask's span several), for the one line of an error."""
+    return " ".join(str(e).split())

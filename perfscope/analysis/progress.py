@@ -20,16 +20,18 @@ class Progress:
     """
 
     def __init__(self, files: list[Path], enabled: bool | None = None) -> None:
-        from tqdm import tqdm
-
         self._sizes = {str(f): Path(f).stat().st_size for f in files}
         self._n = len(files)
         self._done_files = 0
         self._done_bytes = 0  # bytes of the files finished
         self._in_file = 0  # bytes read of the file being read here
         on = sys.stderr.isatty() if enabled is None else enabled
-        self._bar = tqdm(total=sum(self._sizes.values()), unit="B", unit_scale=True, unit_divisor=1024,
-                         desc=self._desc(), file=sys.stderr, disable=not on, leave=False, dynamic_ncols=True)
+        self._bar = _Off()
+        if on:  # tqdm is imported only when there is a terminal to draw on
+            from tqdm import tqdm
+
+            self._bar = tqdm(total=sum(self._sizes.values()), unit="B", unit_scale=True, unit_divisor=1024,
+                             desc=self._desc(), file=sys.stderr, leave=False, dynamic_ncols=True)
 
     def _desc(self) -> str:
         return f"analyze {self._done_files}/{self._n} files"
@@ -55,3 +57,16 @@ class Progress:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class _Off:
+    """The bar when there is no terminal: takes every call, draws nothing."""
+
+    def update(self, n: int) -> None:
+        pass
+
+    def set_description(self, desc: str, refresh: bool = True) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

@@ -4,12 +4,12 @@ Importing this package does not import torch; :func:`collect` does.
 See ``docs/collection.md`` for what a step is and how runs end.
 """
 
-from perfscope.collect.api import collect, is_distributed_worker
-from perfscope.collect.control import step
-from perfscope.collect.errors import CollectError
-from perfscope.collect.result import CollectResult
-from perfscope.collect.schedule import ProfileSchedule
-from perfscope.collect.traces import remove_stale_rank_traces, wait_for_rank_traces
+# Each name loads its module on first use, so that a light submodule (the schedule's limits, which
+# the command line needs) does not bring the whole collection layer with it.
+_HOME = {"collect": "perfscope.collect.api", "is_distributed_worker": "perfscope.collect.api",
+         "step": "perfscope.collect.control", "CollectError": "perfscope.collect.errors",
+         "CollectResult": "perfscope.collect.result", "ProfileSchedule": "perfscope.collect.schedule",
+         "remove_stale_rank_traces": "perfscope.collect.traces", "wait_for_rank_traces": "perfscope.collect.traces"}
 
 __all__ = [
     "CollectError",
@@ -21,3 +21,11 @@ __all__ = [
     "step",
     "wait_for_rank_traces",
 ]
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        import importlib
+
+        return getattr(importlib.import_module(_HOME[name]), name)
+    raise AttributeError(f"module 'perfscope.collect' has no attribute {name!r}")

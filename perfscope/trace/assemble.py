@@ -32,9 +32,9 @@ def _refactorize(codes: np.ndarray, texts: np.ndarray) -> tuple[np.ndarray, np.n
     """Codes and uniques in order of first appearance among the rows given (what factorizing
     the rows' texts gives)."""
     if not len(codes):
-        return np.zeros(0, np.int64), np.zeros(0, dtype=object)
+        return np.zeros(0, np.int32), np.zeros(0, dtype=object)
     local, uniq = pd.factorize(codes)
-    return local.astype(np.int64), texts[uniq]
+    return local.astype(np.int32), texts[uniq]
 
 
 def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], list]):
@@ -98,9 +98,9 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
     odd_examples = [t[:60] for t in all_names[k["name"][odd_n]]] + [t[:60] for t in texts["cat"][k["cat"][odd_c]]]
     quality.add(REPAIRED, "name or category that is not text (a list, an object), read as its text form",
                 len(odd_n) + len(odd_c), odd_examples, unit="value")
-    cat_codes, cat_uniques = _refactorize(k["cat"], texts["cat"])
+    cat_codes, cat_uniques = _refactorize(k.pop("cat"), texts["cat"])
     kind = kinds_of_categories(cat_uniques)[cat_codes] if len(kept) else np.zeros(0, np.int8)
-    name_id, names = _refactorize(k["name"], all_names)
+    name_id, names = _refactorize(k.pop("name"), all_names)
     names = _windows_paths(names, quality)
     # MTIA's device events: a dma* transfer is a copy, the rest are kernels.
     dma = is_dma_category(cat_uniques)[cat_codes] & is_dma_name(names)[name_id] if len(kept) else np.zeros(0, bool)
@@ -111,12 +111,15 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
         counts = {str(cat) or "(none)": int(per_cat[j]) for j, cat in enumerate(cat_uniques) if unknown[j] and per_cat[j]}
         quality.add(NOT_READ, "category perfscope does not know", sum(counts.values()), counts)
     thread_id, threads = _threads(k, texts, rows.thread_names)
+    del k["pid"], k["tid"]
     device, stream, correlation, copy_bytes = _gpu_columns(k, kind, kept, rows, quality)
+    external_id, entry = k.pop("external_id"), k.pop("entry")
 
     # 5. exact copies of an earlier event
     # (copies share every column: the more columns compared, the fewer full events read again)
-    dup = duplicate_rows([kind.astype(np.int64), name_id, thread_id.astype(np.int64), ts_ns, dur_ns, correlation,
-                          device, stream, copy_bytes, cat_codes, k["external_id"]], lambda r: fingerprints(k["entry"][r]))
+    dup = duplicate_rows([kind, name_id, thread_id, ts_ns, dur_ns, correlation, device, stream, copy_bytes, cat_codes,
+                          external_id], lambda r: fingerprints(entry[r]))
+    del external_id, cat_codes
     if dup.size:
         quality.add(DROPPED, "exact copy of an earlier event", int(dup.size), names[name_id[dup]])
         keep = np.ones(len(kept), dtype=bool)
@@ -135,7 +138,8 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
     header = read_header(raw)
     return TraceTable(
         kind=kind, name_id=name_id.astype(np.int32), ts_ns=ts_ns, dur_ns=dur_ns, thread_id=thread_id.astype(np.int32),
-        device=device.astype(np.int32), stream=stream, correlation=correlation, copy_bytes=copy_bytes,
+        device=device.astype(np.int32), stream=stream.astype(np.int64), correlation=correlation.astype(np.int64),
+        copy_bytes=copy_bytes.astype(np.int64),
         names=names, threads=threads, origin_us=origin, base_time_ns=header.base_time_ns, rank=header.rank,
         rank_source=header.rank_source, world_size=header.world_size, device_properties=header.device_properties,
         distributed_info=header.distributed_info, host_steps=header.host_steps, path=raw.path, worker=raw.worker,
@@ -168,7 +172,8 @@ def _threads(k: dict, texts: dict, thread_names: dict) -> tuple[np.ndarray, pd.D
     pid_codes, pid_uniques = _refactorize(k["pid"], texts["pid"])
     tid_codes, tid_uniques = _refactorize(k["tid"], texts["tid"])
     n_tid = max(len(tid_uniques), 1)
-    pairs, thread_id = np.unique(pid_codes * n_tid + tid_codes, return_inverse=True)
+    pairs, thread_id = np.unique(pid_codes.astype(np.int64) * n_tid + tid_codes, return_inverse=True)
+    thread_id = thread_id.astype(np.int32)
     pid_of = [str(pid_uniques[j // n_tid]) for j in pairs]
     tid_of = [str(tid_uniques[j % n_tid]) for j in pairs]
     threads = pd.DataFrame({"pid": pid_of, "tid": tid_of,
@@ -193,8 +198,9 @@ def _gpu_columns(k: dict, kind: np.ndarray, kept: np.ndarray, rows: Rows, qualit
         bad_rows.setdefault(f, []).append(r)
     for f in ("device", "stream", "correlation", "bytes"):
         unusable[f] = len(_kept_rows(np.array(sorted(bad_rows.get(f, [])), dtype=np.int64), kept))
-    correlation = k["correlation"].astype(np.int64)
+    correlation = k.pop("correlation")
     if unusable["correlation"]:
+        correlation = correlation.astype(np.int64)
         # identifiers past 64 bits (or not integers): re-coded as a whole, as id_column does
         linked_rows = np.flatnonzero(np.isin(kind, np.array([*GPU_KINDS, EventKind.GPU_ANNOTATION, EventKind.RUNTIME],
                                                              dtype=np.int8)))
@@ -212,7 +218,8 @@ def _gpu_columns(k: dict, kind: np.ndarray, kept: np.ndarray, rows: Rows, qualit
     unusable = {f: v for f, v in unusable.items() if v}
     quality.add(DROPPED, "values of args that are not integers in range (treated as unknown)",
                 sum(unusable.values()), unusable, unit="value")
-    return (k["device"].astype(np.int64), k["stream"].astype(np.int64), correlation, k["bytes"].astype(np.int64))
+    # int64 columns of the table are widened once the rows are final (TraceTable)
+    return k.pop("device"), k.pop("stream"), correlation, k.pop("bytes")
 
 
 _ABSENT = object()

@@ -161,6 +161,7 @@ class Batch:
 # ph values that are not duration events and that the analysis knowingly leaves out: metadata,
 # instants, flows, counters, async and object events of the Chrome trace format.
 OTHER_PHASES = frozenset({"M", "i", "I", "s", "t", "f", "C", "b", "e", "n", "O", "N", "D", "P", "R", "c", "(", ")"})
+_SKIPPED_PHASES = OTHER_PHASES - {"M"}
 INT_FIELDS = {"device": _DEVICE_MAX, "stream": _I64_MAX, "correlation": _I64_MAX, "bytes": _I64_MAX}
 
 
@@ -328,21 +329,25 @@ def _columns(ts, dur, names, cats, pids, tids, args: dict[str, list], entry: lis
 def from_structs(events: list[_Event]) -> Batch:
     """The :class:`Batch` of typed events (see the module docstring)."""
     batch = Batch(0, {}, {}, entries=len(events))
-    xs = [e for e in events if e.ph == "X"]
-    if len(xs) < len(events):
-        entry = [i for i, e in enumerate(events) if e.ph == "X"]
-        for e in events:
-            if e.ph != "X":
-                _other(e.ph, e.name, e.pid, e.tid, e.args.name if e.args is not None else "", batch)
-    else:
-        entry = range(len(events))
+    phs = [e.ph for e in events]
+    is_x = np.array(phs, dtype=object) == "X" if events else np.zeros(0, bool)
+    entry = np.flatnonzero(is_x)
+    xs = events
+    if len(entry) < len(events):
+        xs = [events[i] for i in entry.tolist()]
+        skip = _SKIPPED_PHASES
+        for i in np.flatnonzero(~is_x).tolist():
+            ph = phs[i]
+            if ph not in skip:  # flows, instants, counters: nothing to keep
+                e = events[i]
+                _other(ph, e.name, e.pid, e.tid, e.args.name if e.args is not None else "", batch)
     none = _Args()
     a = [e.args or none for e in xs]
     fields = {"device": [x.device for x in a], "stream": [x.stream for x in a],
               "correlation": [x.correlation for x in a], "bytes": [x.bytes for x in a],
               "external_id": [x.external_id for x in a]}
     return _columns([e.ts for e in xs], [e.dur for e in xs], [e.name for e in xs], [e.cat for e in xs],
-                    [e.pid for e in xs], [e.tid for e in xs], fields, list(entry), batch, True)
+                    [e.pid for e in xs], [e.tid for e in xs], fields, entry, batch, True)
 
 
 def from_dicts(events: list) -> Batch:

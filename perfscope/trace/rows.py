@@ -44,8 +44,10 @@ class Rows:
         for k, v in b.columns.items():
             if k in self.interners:
                 v = self.interners[k].merge(v, b.uniques[k])
-            elif k == "entry":
+            elif k == "entry":  # int32 while the file has fewer than 2**31 entries (600 GB of text)
                 v = v + self.entries
+                if self.entries + b.entries < 2**31:
+                    v = v.astype(np.int32)
             self._pieces.setdefault(k, []).append(v)
         for (f, i), v in b.bad_values.items():
             self.bad_values[(f, self.n + i)] = v
