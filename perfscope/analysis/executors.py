@@ -279,7 +279,8 @@ def _gave_up(item, reruns) -> str:
     if not isinstance(reruns, int):
         deaths, limit = "Dask workers died while running it", "more often than distributed.scheduler.allowed-failures"
     else:
-        deaths = "the Dask worker running it died" if reruns == 0 else f"{reruns + 1} Dask workers died while running it"
+        deaths = ("the Dask worker running it died" if reruns == 0
+                  else f"{reruns + 1} Dask workers died while running it")
         limit = f"distributed.scheduler.allowed-failures is {reruns}"
     return f"gave up on {item}: {deaths} (killed, or out of memory; {limit}); nothing was written"
 

@@ -121,3 +121,21 @@ def analyze_file(path: Path, pool=None, progress=None) -> tuple[str, object]:
     return "ok", analyze_table(table)
 
 
+
+
+def analyze_as(item: tuple[str, str]) -> tuple[str, object]:
+    """:func:`analyze_file` of ``item = (path, shown)``, on a worker: the file is read at ``path``
+    (absolute, as the worker sees it) and named ``shown`` (as the caller named it) in the table
+    and in error messages.
+    """
+    path, shown = item
+    try:
+        status, value = analyze_file(Path(path))
+    except TraceFormatError as e:
+        raise type(e)(str(e).replace(path, shown)) from None
+    if status == "ok":
+        value.table.path = Path(shown)
+        value.warnings = [w.replace(path, shown) for w in value.warnings]
+    elif isinstance(value, TraceFormatError):
+        value = type(value)(str(value).replace(path, shown))
+    return status, value

@@ -6,6 +6,7 @@ imports torch, so traces from a cluster can be analyzed on any machine.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pandas as pd
 
 from perfscope.analysis import evidence as ev
 from perfscope.analysis import job
-from perfscope.analysis.rank import RankTrace, analyze_file, analyze_table, load_table  # noqa: F401 (API)
+from perfscope.analysis.rank import RankTrace, analyze_as, analyze_file, analyze_table, load_table  # noqa: F401 (API)
 from perfscope.analysis.details import build_details
 from perfscope.analysis.notes import status_notes, verdict_of_none
 from perfscope.analysis.verdict import RunVerdict, classify, cost_fractions, run_verdict
@@ -310,15 +311,24 @@ def analyze_files(
 
 
 def _run_files(files, executor, skip_unreadable: bool, progress) -> tuple[list[RankTrace], list[dict]]:
-    from functools import partial
+    from perfscope.analysis.executors import SerialExecutor
 
+    here = progress.bytes_in_file if progress else None
     if len(files) == 1 and executor.pool is not None:
         # one large file: its batches on every worker
-        results = [analyze_file(files[0], executor.pool, progress.bytes_in_file if progress else None)]
-    elif len(files) == 1 or executor.workers <= 1:
-        results = (analyze_file(f, None, progress.bytes_in_file if progress else None) for f in files)
+        with executor.running(files[0]):
+            results = [analyze_file(files[0], executor.pool, here)]
+    elif isinstance(executor, SerialExecutor):
+        results = (analyze_file(f, None, here) for f in files)
     else:
-        results = executor.map(partial(analyze_file, pool=None, progress=None), files)
+        # workers (on other machines, in other directories) get absolute paths; what they return
+        # names each file as the caller did, so the summary is the same whoever did the work
+        results = executor.map(analyze_as, [(str(Path(f).absolute()), str(f)) for f in files])
+    with contextlib.closing(iter(results)) as results:
+        return _collect(files, results, skip_unreadable, progress)
+
+
+def _collect(files, results, skip_unreadable: bool, progress) -> tuple[list[RankTrace], list[dict]]:
     rank_traces, skipped = [], []
     for f, (status, value) in zip(files, results):
         if progress is not None:

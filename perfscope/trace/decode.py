@@ -72,7 +72,7 @@ def _first_bad_utf8(text: bytes) -> int | None:
     return None
 
 
-def _byte_pos(err: orjson.JSONDecodeError) -> int:
+def byte_pos(err: orjson.JSONDecodeError) -> int:
     """orjson reports positions in characters of the decoded text; the file has bytes."""
     doc = err.doc if isinstance(err.doc, str) else ""
     return len(doc[: err.pos].encode("utf-8", "surrogatepass")) if doc else err.pos
@@ -86,7 +86,7 @@ def _is_truncation(err: orjson.JSONDecodeError, text: bytes) -> bool:
         return True
     # A cut inside a literal (``tr`` of ``true``) fails on its first character near the end.
     tail = text.rstrip()
-    return _byte_pos(err) >= len(tail) - 8 and not tail.endswith((b"}", b"]"))
+    return byte_pos(err) >= len(tail) - 8 and not tail.endswith((b"}", b"]"))
 
 
 def _cut_deep(text: bytes) -> tuple[bytes, int, list[str], list[tuple[int, int]]]:
@@ -279,6 +279,6 @@ def decode_json(path_text: str, name: str, text: bytes) -> Decoded:
         out.truncated = True
         return out
     bad = _first_bad_utf8(work)
-    pos = bad if bad is not None and "UTF-8" in err.msg else _byte_pos(err)
+    pos = bad if bad is not None and "UTF-8" in err.msg else byte_pos(err)
     original_pos = repaired.original_pos(_map_back(pos, cuts)) if (repaired.any or cuts) else pos
     raise _damage(path_text, text, original_pos, err.msg)

@@ -84,9 +84,17 @@ class Undecodable(Exception):
 
 
 def as_orjson(v):
-    """An integer as orjson gives it: exact within [-2**63, 2**64 - 1], a float beyond."""
+    """An integer as orjson gives it: exact within [-2**63, 2**64 - 1], a float beyond.
+
+    Raises:
+        Undecodable: an integer past a float's range, which orjson refuses (the repairing read
+            makes it null and counts it).
+    """
     if type(v) is int and not (_I64_MIN <= v <= _U64_MAX):
-        return float(v)
+        try:
+            return float(v)
+        except OverflowError:
+            raise Undecodable("an integer past a float's range") from None
     return v
 
 
@@ -213,12 +221,16 @@ def _discriminator(values: list) -> np.ndarray:
     """``args["External id"]`` as int64: equal for exact copies of an event, different for most
     other pairs of events with the same name and times (so few are read again to compare)."""
     try:
-        obj = np.array(values, dtype=object)
-        obj[obj == None] = col.NO_ID  # noqa: E711 (elementwise)
-        return obj.astype(np.int64)
-    except (OverflowError, TypeError, ValueError):
-        return np.array([v if type(v) is int and _I64_MIN <= v <= _I64_MAX else
-                         (col.NO_ID if v is None else zlib.crc32(repr(v).encode())) for v in values], dtype=np.int64)
+        if all(type(v) is int or v is None for v in values):  # a float would be cast, not refused
+            obj = np.array(values, dtype=object)
+            obj[obj == None] = col.NO_ID  # noqa: E711 (elementwise)
+            return obj.astype(np.int64)
+    except OverflowError:
+        pass
+    # as orjson gives them, so a copy decoded by either path mixes the same
+    values = [as_orjson(v) for v in values]
+    return np.array([v if type(v) is int and _I64_MIN <= v <= _I64_MAX else
+                     (col.NO_ID if v is None else zlib.crc32(repr(v).encode())) for v in values], dtype=np.int64)
 
 
 def _numbers(values: list, typed: bool) -> np.ndarray:
@@ -233,6 +245,16 @@ def _numbers(values: list, typed: bool) -> np.ndarray:
     return np.array([float(v) if col.is_number(v) else _NAN for v in values], dtype=np.float64)
 
 
+def _first_seen(values: list) -> tuple[np.ndarray, list]:
+    """Codes (int32) of hashable values in order of first appearance, and the distinct values.
+    (Not pandas.factorize: it turns None into NaN.) For values that never compare equal across
+    types: int, str and None, as msgspec gives them."""
+    index: dict = {}
+    put = index.setdefault
+    codes = np.fromiter((put(v, len(index)) for v in values), dtype=np.int32, count=len(values))
+    return codes, list(index)
+
+
 def _ids(values: list, typed: bool) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
     """pid/tid values: codes of their text (``str(value)``), their uniques, and per row the GPU
     index and stream a 2021 trace encodes in them; converted once per distinct value.
@@ -242,8 +264,7 @@ def _ids(values: list, typed: bool) -> tuple[np.ndarray, list[str], np.ndarray, 
     kept apart by type.
     """
     if typed:
-        codes, raws = pd.factorize(np.array(values, dtype=object), use_na_sentinel=False)
-        raws = list(raws)
+        codes, raws = _first_seen(values)
     else:
         index: dict = {}
         raws, codes = [], np.empty(len(values), dtype=np.int64)
@@ -271,8 +292,8 @@ def _text_codes(values: list, missing_is_odd: bool, typed: bool) -> tuple[np.nda
     if typed or all(type(v) is str for v in values):
         if not values:
             return np.zeros(0, np.int32), [], np.zeros(0, bool)
-        codes, uniques = pd.factorize(np.array(values, dtype=object), use_na_sentinel=False)
-        return codes.astype(np.int32), [u if u is not None else "" for u in uniques], np.zeros(len(values), bool)
+        codes, uniques = _first_seen(values)
+        return codes, [u if u is not None else "" for u in uniques], np.zeros(len(values), bool)
     odd = np.array([(type(v) is not str) and (missing_is_odd or v is not None) for v in values], dtype=bool)
     codes, uniques = _local_codes([col.text(v) for v in values])
     return codes, uniques, odd
@@ -411,6 +432,10 @@ def decode_batch(text: bytes, root_is_list: bool) -> Batch:
     try:
         data = orjson.loads(wrapped)
     except orjson.JSONDecodeError as e:
+        from perfscope.trace.decode import byte_pos
+
+        if e.msg.startswith("unexpected end of data") or byte_pos(e) >= len(wrapped) - len(suffix):
+            raise Incomplete() from None
         raise Undecodable(str(e)) from None
     return from_dicts(unwrap(data, root_is_list))
 

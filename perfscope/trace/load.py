@@ -22,7 +22,7 @@ from perfscope.trace import columns as col
 from perfscope.trace.events import LIST_PREFIX, LIST_SUFFIX, ROOT_PREFIX, ROOT_SUFFIX, Incomplete, Undecodable, decode_batch, unwrap
 from perfscope.trace.reader import RawTrace, gc_paused, read_trace, worker_name
 from perfscope.trace.rows import Rows
-from perfscope.trace.stream import BATCH_BYTES, Cutter, NotStreamable, chunks
+from perfscope.trace.stream import BATCH_BYTES, END, Cutter, NotStreamable, chunks
 from perfscope.trace.table import TraceTable, build_table
 
 Progress = Callable[[int], None]  # called with the file's bytes read so far
@@ -84,17 +84,41 @@ def _joined(cutter: Cutter, text: bytes, sep: bytes, may_end: bool, offset: int,
             batch = decoder(text)
         except Incomplete:
             need = 2 * len(text)
-            while len(text) < need:
+            while True:  # up to twice the text, or to a place where the array may close
                 nxt = cutter.span()
                 if nxt is None:  # the array closed inside an event: not a trace the stream can read
                     raise NotStreamable("an event does not end")
                 text, sep, may_end = text + sep + nxt[0], nxt[1], nxt[2]
+                if may_end or len(text) >= need:
+                    break
             continue
         except Undecodable:
-            raise NotStreamable("a batch the strict decoders refuse") from None
+            return _ended_inside(cutter, text, offset, decoder)
         if may_end:
             cutter.close()
         return text, offset, batch, sep
+
+
+_RECUTS = 8  # places tried where the array may have closed inside a span that did not decode
+
+
+def _ended_inside(cutter: Cutter, text: bytes, offset: int, decoder) -> tuple:
+    """A span that does not decode may have run past the array's end into the header after it
+    (a list of objects there looks like events): the array then closed at one of the span's last
+    ``}]``. Those are tried from the end; when none decodes, the file is damaged.
+
+    Raises:
+        NotStreamable: no place in the span ends the events.
+    """
+    for m in list(END.finditer(text))[::-1][:_RECUTS]:
+        head = text[: m.start() + 1]
+        try:
+            batch = decoder(head)
+        except (Incomplete, Undecodable):
+            continue
+        cutter.end_at(offset + m.end())  # the array closed there: the rest is the header
+        return head, offset, batch, b""
+    raise NotStreamable("a batch the strict decoders refuse")
 
 
 def _serial(cutter: Cutter, pool=None):
@@ -140,9 +164,7 @@ def _pooled(cutter: Cutter, pool: Executor):
             break
         text, sep, may_end, fut = flight.popleft()
         result = fut.result() if fut is not None else None
-        if isinstance(result, type) and issubclass(result, Undecodable):
-            raise NotStreamable("a batch the strict decoders refuse")
-        if fut is None or result is Incomplete:
+        if fut is None or result is Incomplete or result is Undecodable:
             # settle it here: what is in flight after it started inside its event, so it is joined
             for t2, s2, e2, f2 in flight:
                 if f2 is not None:
@@ -174,7 +196,11 @@ def _fingerprints(path: Path, spans: list[tuple[int, int]], batch_starts: list[i
         while k < len(spans) and spans[k][1] <= text_at + len(pending):
             a, b = spans[k]
             if k in wanted:
-                events[k] = unwrap(orjson.loads(prefix + bytes(pending[a - text_at : b - text_at]) + suffix), root_is_list)
+                try:
+                    events[k] = unwrap(orjson.loads(prefix + bytes(pending[a - text_at : b - text_at]) + suffix),
+                                       root_is_list)
+                except orjson.JSONDecodeError:  # a value msgspec skipped that the repairing read counts
+                    raise NotStreamable("a number past a float's range beside a copied event") from None
             k += 1
         if k >= len(spans) or len(events) == len(wanted):
             break

@@ -27,11 +27,14 @@ BATCH_BYTES = 4 << 20  # a batch's text: big enough that the per-batch cost is n
 CHUNK_BYTES = 1 << 20  # read from the file at a time
 MAX_HEADER_BYTES = 64 << 20  # header before traceEvents or after it: past this, read whole
 _GZIP_MAGIC = b"\x1f\x8b"
-_EVENTS_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+# JSON's whitespace is these four (Python's \s would also take \x0b and \x0c, which JSON refuses)
+_WS = rb"[ \t\r\n]*"
+_EVENTS_KEY = re.compile(rb'"traceEvents"' + _WS + rb":" + _WS + rb"\[")
 # An event boundary: a } then a comma and the next event's {, or the array's ] (group "end").
-_BOUNDARY = re.compile(rb"\}\s*(?:,\s*(?=\{)|(?P<end>\]))")
-_END = re.compile(rb"\}\s*(?P<end>\])")
+_BOUNDARY = re.compile(rb"\}" + _WS + rb"(?:," + _WS + rb"(?=\{)|(?P<end>\]))")
+END = re.compile(rb"\}" + _WS + rb"(?P<end>\])")
 _SPACE = b" \t\r\n"
+_MARKER = b'"\\u0000perfscope: the events streamed"'
 _NOT_SPACE = re.compile(rb"[^ \t\r\n]")
 
 
@@ -176,7 +179,7 @@ class Cutter:
         while len(self._buf) < target and self._fill():
             pass
         m = None
-        if target < len(self._buf):
+        if target <= len(self._buf):
             frm = target
             while (m := _BOUNDARY.search(self._buf, frm)) is None:
                 seen = len(self._buf)
@@ -184,7 +187,7 @@ class Cutter:
                     break
                 frm = max(frm, seen - 64)
         if m is None:  # the rest of the text is in the buffer: the array must close in it
-            m = _END.search(self._buf, self._pos)
+            m = END.search(self._buf, self._pos)
             if m is None:
                 raise NotStreamable("the events array does not close")
         start, end = self._pos, m.start() + 1
@@ -200,6 +203,18 @@ class Cutter:
     def ended(self) -> bool:
         """The events array closed."""
         return self._ended
+
+    def end_at(self, offset: int) -> None:
+        """The array closed just before text offset ``offset`` (inside the last span handed out):
+        read the header's tail from there.
+
+        Raises:
+            NotStreamable: that text is no longer in the buffer (a span joined from several).
+        """
+        if offset < self._base:
+            raise NotStreamable("the events ended inside a joined span")
+        self._pos = offset - self._base
+        self.close()
 
     def close(self) -> None:
         """The array closed: read the rest of the file as the header's tail."""
@@ -225,9 +240,12 @@ class Cutter:
                 raise NotStreamable("text after the events array")
             return {"traceEvents": []}
         try:
-            data = orjson.loads(self._head + b'"traceEvents":[]' + self._tail)
+            # a marker in the events' place: only if it is what the top-level key holds were the
+            # streamed events the file's (not a nested array, not one a later duplicate key replaces)
+            data = orjson.loads(self._head + b'"traceEvents":' + _MARKER + self._tail)
         except orjson.JSONDecodeError:
             raise NotStreamable("the header is not strict JSON") from None
-        if not isinstance(data, dict) or data.get("traceEvents") != []:
-            raise NotStreamable("a second traceEvents, or not an object")
+        if not isinstance(data, dict) or data.get("traceEvents") != orjson.loads(_MARKER):
+            raise NotStreamable("the events read are not the top-level traceEvents")
+        data["traceEvents"] = []
         return data
