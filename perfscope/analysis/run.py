@@ -6,7 +6,6 @@ imports torch, so traces from a cluster can be analyzed on any machine.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -324,8 +323,13 @@ def _run_files(files, executor, skip_unreadable: bool, progress) -> tuple[list[R
         # workers (on other machines, in other directories) get absolute paths; what they return
         # names each file as the caller did, so the summary is the same whoever did the work
         results = executor.map(analyze_as, [(str(Path(f).absolute()), str(f)) for f in files])
-    with contextlib.closing(iter(results)) as results:
+    results = iter(results)
+    try:
         return _collect(files, results, skip_unreadable, progress)
+    finally:  # an error part way: the executor's work still queued is cancelled now
+        close = getattr(results, "close", None)
+        if close is not None:
+            close()
 
 
 def _collect(files, results, skip_unreadable: bool, progress) -> tuple[list[RankTrace], list[dict]]:
