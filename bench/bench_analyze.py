@@ -7,7 +7,7 @@
    <= 1.3x; goal beyond it: < 1.0x (the analysis faster than the floor).
 2. Peak RSS of a whole ``perfscope analyze TRACE --out DIR`` process (summary.json and
    report.html written), the median over ``--rss-runs`` runs, each a fresh process measured by
-   ``bench/tracecopy.py``'s ``measure``. Target: <= 150 MiB. For comparison, in the same way:
+   ``bench/peakmem.py``'s ``measure``. Target: <= 150 MiB. For comparison, in the same way:
    the interpreter with perfscope's analysis modules imported and nothing analyzed; Holistic Trace
    Analysis (``TraceAnalysis`` on a directory holding only TRACE, then its temporal breakdown)
    when ``hta`` is importable; with ``--baseline-tree DIR`` (a checkout of an older perfscope),

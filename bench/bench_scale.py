@@ -14,7 +14,7 @@ b. ranks: ``--ranks`` gzip copies of TRACE with ``distributedInfo`` rank 0..N-1 
    Analysis on the same directory once (time and peak RSS).
 
 Peak RSS is the sampled total of a command's processes, or the kernel's figure for its largest
-process when higher (``tracecopy.measure``). The synthetic files are removed at the end unless
+process when higher (``peakmem.measure``). The synthetic files are removed at the end unless
 ``--keep``.
 
     python bench/bench_scale.py [TRACE] [--size-gb 10] [--ranks 32] [--repeat 3]
