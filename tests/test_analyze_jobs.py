@@ -1,0 +1,63 @@
+"""Worker processes on this machine give the analysis the serial path gives: ranks in parallel,
+and the batches of one large file decoded by the pool (docs/reading.md, "Every core")."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from perfscope.analysis.progress import Progress
+from perfscope.analysis.run import analyze_files, choose_executor
+from perfscope.errors import TraceFormatError
+
+A100 = Path(__file__).resolve().parents[2] / "shared/traces/hta/a100_rank3_of8_train.json.gz"
+TWO = Path(__file__).resolve().parents[2] / "shared/traces/hta/two_ranks"
+
+
+def _same(a, b) -> dict:
+    sa, sb = a.summary(), b.summary()
+    sa.pop("generated_at", None)
+    sb.pop("generated_at", None)
+    return sa == sb
+
+
+@pytest.mark.skipif(not A100.is_file(), reason="needs ../shared/traces")
+def test_one_file_decoded_by_two_workers_gives_the_serial_analysis():
+    serial = analyze_files([A100], jobs=1)
+    pooled = analyze_files([A100], jobs=2)
+    assert _same(serial, pooled)
+    assert pooled.steps.equals(serial.steps)
+
+
+@pytest.mark.skipif(not TWO.is_dir(), reason="needs ../shared/traces")
+def test_ranks_on_two_workers_give_the_serial_analysis_and_the_progress_counts_every_byte():
+    files = sorted(TWO.glob("*.json.gz"))
+    serial = analyze_files(files, jobs=1)
+    progress = Progress(files, enabled=True)
+    seen = []
+    progress._bar.update = seen.append  # what the bar would be told
+    pooled = analyze_files(files, jobs=2, progress=progress)
+    progress._bar = type("Off", (), {"close": lambda self: None})()
+    assert _same(serial, pooled)
+    assert sum(seen) == sum(f.stat().st_size for f in files)
+    assert progress._done_files == len(files)
+
+
+def test_an_unreadable_single_file_fails_the_same_with_workers(tmp_path):
+    bad = tmp_path / "rank0.json"
+    bad.write_text('{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 1}, {"ph": ]}')
+    with pytest.raises(TraceFormatError) as serial:
+        analyze_files([bad], jobs=1)
+    with pytest.raises(TraceFormatError) as pooled:
+        analyze_files([bad], jobs=2)
+    assert str(pooled.value) == str(serial.value) and "rank0.json:1:" in str(serial.value)
+
+
+def test_small_traces_stay_in_this_process_unless_workers_are_asked_for(tmp_path):
+    small = tmp_path / "t.json"
+    small.write_text('{"traceEvents": []}')
+    with choose_executor([small], None) as auto:
+        assert auto.workers == 1 and auto.pool is None
+    with choose_executor([small], 2) as asked:
+        assert asked.workers == 2 and asked.pool is not None
