@@ -81,9 +81,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     a.add_argument("path", help="trace file or directory")
     a.add_argument("--out", type=out_path, help="output directory (default: perfscope-out/<name>-<time>)")
-    a.add_argument("--jobs", type=whole(1, MAX_JOBS), default=None, metavar="N",
+    where = a.add_mutually_exclusive_group()
+    where.add_argument("--jobs", type=whole(1, MAX_JOBS), default=None, metavar="N",
                    help="worker processes (default: one per core for large traces, none for small ones)")
-    a.add_argument("--dask", type=not_empty, default=None, metavar="SCHEDULER_ADDRESS",
+    where.add_argument("--dask", type=not_empty, default=None, metavar="SCHEDULER_ADDRESS",
                    help="run the per-rank analysis on a Dask cluster (tcp://host:8786); its workers must see "
                    "the trace files at the same paths")
     a.add_argument("--open", action="store_true", help="open report.html in the web browser when done")

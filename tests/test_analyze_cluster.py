@@ -212,3 +212,36 @@ def test_a_worker_killed_mid_run_gives_the_whole_summary_or_one_line_and_nothing
         assert len(lines) == 1 and lines[0].startswith("perfscope: error: "), err
         assert "died" in lines[0] or "lost" in lines[0], err  # says why
         assert not (out / "summary.json").exists()
+
+
+@pytest.mark.parametrize("address", ["garbage", "tcp://", "http://127.0.0.1:8799"])
+def test_a_malformed_scheduler_address_is_one_line_at_once(ranks, tmp_path, address):
+    import time
+
+    t0 = time.monotonic()
+    rc, _, err = _perfscope("analyze", ranks, "--dask", address, "--out", tmp_path / "out")
+    assert rc == 2 and err.strip().count("\n") == 0 and "not an address of a Dask scheduler" in err
+    assert time.monotonic() - t0 < 30  # not Dask's background retries
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_service_that_is_not_a_scheduler_is_one_line(ranks, tmp_path):
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen()
+    held = []
+    threading.Thread(target=lambda: held.append(srv.accept()), daemon=True).start()  # accepts, never answers
+    env = {"DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT": "2s"}
+    rc, _, err = _perfscope("analyze", ranks, "--dask", f"tcp://127.0.0.1:{srv.getsockname()[1]}", "--out",
+                            tmp_path / "out", env=env)
+    srv.close()
+    assert rc == 2 and err.strip().count("\n") == 0 and "cannot reach the Dask scheduler" in err
+    assert not (tmp_path / "out").exists()
+
+
+def test_jobs_and_dask_are_one_or_the_other(ranks, tmp_path):
+    rc, _, err = _perfscope("analyze", ranks, "--dask", "tcp://127.0.0.1:1", "--jobs", "2", "--out", tmp_path / "o")
+    assert rc == 2 and "not allowed with" in err

@@ -61,3 +61,63 @@ def test_small_traces_stay_in_this_process_unless_workers_are_asked_for(tmp_path
         assert auto.workers == 1 and auto.pool is None
     with choose_executor([small], 2) as asked:
         assert asked.workers == 2 and asked.pool is not None
+
+
+def _children(pid: int) -> set[int]:
+    """Every process below ``pid`` (a scan of /proc)."""
+    parent = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            parent[int(d.name)] = int(stat[stat.rfind(")") + 2 :].split()[1])
+    found, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        kids = [c for c, pp in parent.items() if pp == p]
+        found.update(kids)
+        todo.extend(kids)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return state[state.rfind(")") + 2] != "Z"
+
+
+@pytest.mark.skipif(not A100.is_file() or not Path("/proc").is_dir(), reason="needs ../shared/traces and Linux")
+def test_workers_end_when_the_analysis_is_killed_outright(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    d = tmp_path / "ranks"
+    d.mkdir()
+    for r in range(12):
+        (d / f"rank{r}.json.gz").write_bytes(A100.read_bytes())
+    proc = subprocess.Popen([sys.executable, "-m", "perfscope", "analyze", str(d), "--jobs", "2", "--out",
+                             str(tmp_path / "out")], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        workers: set[int] = set()
+        for _ in range(300):  # the fork server and its two workers
+            workers = _children(proc.pid)
+            if len(workers) >= 3 or proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None and len(workers) >= 3, "the analysis ended before its workers were seen"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        for _ in range(200):
+            if not any(_alive(p) for p in workers):
+                break
+            time.sleep(0.05)
+        assert not [p for p in workers if _alive(p)], "processes of the killed analysis still run"
+    finally:
+        if proc.poll() is None:
+            proc.kill()

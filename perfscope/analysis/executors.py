@@ -46,8 +46,17 @@ def _pool_class():
         start with ``__main__`` hidden (:func:`_main_hidden`)."""
 
         def _spawn_process(self):  # the one place the pool starts a process (CPython 3.9+)
-            with _main_hidden():
-                super()._spawn_process()
+            # the fork server starts with the first worker: the mark makes it die with this process
+            previous = os.environ.get("PERFSCOPE_FORKSERVER")
+            os.environ["PERFSCOPE_FORKSERVER"] = "1"
+            try:
+                with _main_hidden():
+                    super()._spawn_process()
+            finally:
+                if previous is None:
+                    os.environ.pop("PERFSCOPE_FORKSERVER", None)
+                else:
+                    os.environ["PERFSCOPE_FORKSERVER"] = previous
 
     return Pool
 
@@ -139,11 +148,13 @@ class ProcessExecutor(RankExecutor):
         methods = multiprocessing.get_all_start_methods()
         self._ctx = multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
         if self._ctx.get_start_method() == "forkserver":
-            self._ctx.set_forkserver_preload(["perfscope.analysis.run"])
+            self._ctx.set_forkserver_preload(["perfscope.analysis.worker_init", "perfscope.analysis.run"])
         self.pool = self._new_pool()
 
     def _new_pool(self) -> Executor:
-        return _pool_class()(max_workers=self.workers, mp_context=self._ctx)
+        from perfscope.analysis import worker_init
+
+        return _pool_class()(max_workers=self.workers, mp_context=self._ctx, initializer=worker_init.worker)
 
     def _broken(self, item) -> ExecutorError:
         """The error for ``item`` once a worker died, after replacing the pool: a broken
@@ -195,6 +206,62 @@ class ProcessExecutor(RankExecutor):
             self.pool = None
 
 
+_SCHEMES = ("tcp", "tls", "ucx", "ws", "wss")
+
+
+def _connect(client_class, address: str, timeout_s: float | None):
+    """A Dask client of the scheduler at ``address``, with one line for every way it can fail.
+
+    The address is checked first (a malformed one would leave Dask retrying in the background);
+    the connection runs in a thread that is given up after the timeout, since a service that is
+    not a Dask scheduler (a web server) may accept it and never answer; a scheduler without
+    workers is refused, as nothing would ever run.
+
+    Raises:
+        ExecutorError: any of those.
+    """
+    import threading
+
+    import dask
+
+    from distributed.comm import parse_address, parse_host_port
+
+    where = f"the Dask scheduler at {address:.200}"
+    try:
+        scheme, loc = parse_address(address)
+        if scheme not in _SCHEMES:
+            raise ValueError(f"unknown scheme {scheme!r} (tcp://HOST:PORT)")
+        parse_host_port(loc)
+    except (ValueError, TypeError) as e:
+        raise ExecutorError(f"not an address of a Dask scheduler: {address:.200} ({_one_line(e)})") from None
+    # Dask retries a refused connection until its timeout (a scheduler may be starting); left to
+    # Dask's setting, a user can shorten it without a perfscope option.
+    if timeout_s is None:
+        timeout_s = dask.utils.parse_timedelta(dask.config.get("distributed.comm.timeouts.connect"), "s")
+    got: dict = {}
+
+    def connect() -> None:
+        try:
+            got["client"] = client_class(address, set_as_default=False, timeout=timeout_s)
+        except BaseException as e:  # noqa: BLE001 (every failure becomes the one line below)
+            got["error"] = e
+
+    t = threading.Thread(target=connect, daemon=True, name="perfscope-dask-connect")
+    t.start()
+    t.join(timeout_s + 10.0)
+    if "client" not in got:
+        e = got.get("error")
+        why = f"{type(e).__name__}: {_one_line(e)}" if e is not None else f"no answer in {timeout_s + 10:g} s"
+        raise ExecutorError(f"cannot reach {where} ({why}); is it a Dask scheduler?") from None
+    client = got["client"]
+    try:
+        client.wait_for_workers(1, timeout=timeout_s)
+    except (TimeoutError, OSError) as e:
+        client.close()
+        raise ExecutorError(f"{where} has no workers (none joined in {timeout_s:g} s: {type(e).__name__})") from None
+    return client
+
+
 class DaskExecutor(RankExecutor):
     """The workers of a running Dask cluster (``dask.distributed``).
 
@@ -217,17 +284,11 @@ class DaskExecutor(RankExecutor):
         try:
             from distributed import Client
         except ImportError:
-            raise ExecutorError("--dask needs dask.distributed: pip install 'perfscope-torch[dask]'") from None
+            raise ExecutorError("--dask needs dask.distributed: pip install distributed (or this package's "
+                                "'dask' extra)") from None
         self._own = not isinstance(address, Client)
         if self._own:
-            # Dask retries a refused connection until the timeout (a scheduler may be starting):
-            # left to Dask's setting, a user can shorten it without a perfscope option.
-            timeout = {} if timeout_s is None else {"timeout": timeout_s}
-            try:
-                self.client = Client(address, set_as_default=False, **timeout)
-            except (OSError, TimeoutError, ValueError, TypeError) as e:
-                raise ExecutorError(f"cannot reach the Dask scheduler at {address!s:.200} ({type(e).__name__}: "
-                                    f"{_one_line(e)})") from None
+            self.client = _connect(Client, str(address), timeout_s)
         else:
             self.client = address
         # items that may run at once: every worker thread (the workers there now; 1 when none is yet)

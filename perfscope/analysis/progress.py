@@ -44,10 +44,10 @@ class Progress:
     def file_done(self, path: Path) -> None:
         """``path`` is analyzed (read here or by a worker)."""
         size = self._sizes.get(str(path), 0)
+        self._done_files += 1
+        self._bar.set_description(self._desc(), refresh=False)  # drawn with the bytes just below
         self._bar.update(max(size - self._in_file, 0))
         self._in_file = 0
-        self._done_files += 1
-        self._bar.set_description(self._desc(), refresh=False)
 
     def close(self) -> None:
         self._bar.close()

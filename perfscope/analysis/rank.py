@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -116,6 +117,10 @@ def analyze_file(path: Path, pool=None, progress=None) -> tuple[str, object]:
         table = load_table(path, pool=pool, progress=progress)
     except TraceFormatError as e:
         return "unreadable", e
+    except FileNotFoundError as e:  # gone since the files were listed
+        return "unreadable", TraceFormatError(str(e) if str(path) in str(e) else f"{path}: no such file")
+    except OSError as e:  # a file that cannot be read (permissions, an I/O error): named
+        return "unreadable", TraceFormatError(f"{path}: cannot be read ({e.strerror or type(e).__name__})")
     except _INTERNAL as e:
         return "unreadable", e
     return "ok", analyze_table(table)
@@ -123,7 +128,18 @@ def analyze_file(path: Path, pool=None, progress=None) -> tuple[str, object]:
 
 
 
-def analyze_as(item: tuple[str, str]) -> tuple[str, object]:
+class FileItem(NamedTuple):
+    """A file sent to a worker: read at ``path`` (absolute), named ``shown`` (as the caller named it,
+    also in the executor's messages)."""
+
+    path: str
+    shown: str
+
+    def __str__(self) -> str:
+        return self.shown
+
+
+def analyze_as(item: FileItem) -> tuple[str, object]:
     """:func:`analyze_file` of ``item = (path, shown)``, on a worker: the file is read at ``path``
     (absolute, as the worker sees it) and named ``shown`` (as the caller named it) in the table
     and in error messages.

@@ -14,7 +14,7 @@ import pandas as pd
 
 from perfscope.analysis import evidence as ev
 from perfscope.analysis import job
-from perfscope.analysis.rank import RankTrace, analyze_as, analyze_file, analyze_table, load_table  # noqa: F401 (API)
+from perfscope.analysis.rank import FileItem, RankTrace, analyze_as, analyze_file, analyze_table, load_table  # noqa: F401 (API)
 from perfscope.analysis.details import build_details
 from perfscope.analysis.notes import status_notes, verdict_of_none
 from perfscope.analysis.verdict import RunVerdict, classify, cost_fractions, run_verdict
@@ -322,7 +322,7 @@ def _run_files(files, executor, skip_unreadable: bool, progress) -> tuple[list[R
     else:
         # workers (on other machines, in other directories) get absolute paths; what they return
         # names each file as the caller did, so the summary is the same whoever did the work
-        results = executor.map(analyze_as, [(str(Path(f).absolute()), str(f)) for f in files])
+        results = executor.map(analyze_as, [FileItem(str(Path(f).absolute()), str(f)) for f in files])
     results = iter(results)
     try:
         return _collect(files, results, skip_unreadable, progress)

@@ -1,0 +1,35 @@
+"""Set-up of the processes an analysis starts: they end with the process that started them.
+
+Imported by the fork server when it starts (its preload list, :class:`~perfscope.analysis.executors.ProcessExecutor`)
+and run by every worker (the pool's initializer): each asks the kernel for SIGKILL when its parent
+dies (``PR_SET_PDEATHSIG``), so a ``perfscope analyze`` killed outright (a batch system's timeout,
+``kill PID``) leaves no fork server or worker behind. Workers ignore SIGINT: a Ctrl-C reaches the
+whole process group, and the calling process alone answers it (its own one line; no worker
+tracebacks). Nothing here runs in the calling process.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from perfscope.collect.keeper import PR_SET_PDEATHSIG, prctl
+
+
+def die_with_parent() -> None:
+    """SIGKILL this process when its parent exits (Linux; nothing elsewhere). When the parent
+    is already gone (it died while this one started), exit now."""
+    parent = os.getppid()
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def worker() -> None:
+    """The pool's initializer: die with the fork server, leave Ctrl-C to the caller."""
+    die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+if __name__ != "__main__" and os.environ.get("PERFSCOPE_FORKSERVER") == "1":
+    die_with_parent()  # the fork server, importing this as a preload module
