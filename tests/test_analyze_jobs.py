@@ -117,7 +117,24 @@ def test_workers_end_when_the_analysis_is_killed_outright(tmp_path):
             if not any(_alive(p) for p in workers):
                 break
             time.sleep(0.05)
-        assert not [p for p in workers if _alive(p)], "processes of the killed analysis still run"
+        left = {p: Path(f"/proc/{p}/cmdline").read_bytes()[:120] for p in workers if _alive(p)}
+        assert not left, f"processes of the killed analysis still run: {left}"
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+@pytest.mark.skipif(not TWO.is_dir() or not Path("/proc/self/mem").exists(), reason="needs ../shared/traces and Linux")
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_file_that_cannot_be_read_is_named_and_left_out_of_a_directory(tmp_path, jobs):
+    d = tmp_path / "ranks"
+    d.mkdir()
+    good = sorted(TWO.glob("*.json.gz"))[0]
+    (d / good.name).write_bytes(good.read_bytes())
+    (d / "rank9.json").symlink_to("/proc/self/mem")  # reading it fails with an I/O error
+    a = analyze_files(sorted(d.iterdir()), skip_unreadable=True, jobs=jobs)
+    (skipped,) = a.skipped
+    assert skipped["reason"].startswith(f"{d / 'rank9.json'}: cannot be read (")
+    assert len(a.traces) == 1
+    with pytest.raises(TraceFormatError, match="rank9.json: cannot be read"):
+        analyze_files([d / "rank9.json"], jobs=jobs)

@@ -16,18 +16,33 @@ import signal
 from perfscope.collect.keeper import PR_SET_PDEATHSIG, prctl
 
 
-def die_with_parent() -> None:
-    """SIGKILL this process when its parent exits (Linux; nothing elsewhere). When the parent
-    is already gone (it died while this one started), exit now."""
+def die_with_parent(caller: int | None = None) -> None:
+    """SIGKILL this process when its parent exits (Linux; nothing elsewhere). When the parent, or
+    the ``caller`` (the process whose work this is), is already gone -- it died while this one
+    started, before the request could take effect -- exit now."""
     parent = os.getppid()
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:
+    if os.getppid() != parent or (caller is not None and not _alive(caller)):
         os._exit(1)
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def worker() -> None:
-    """The pool's initializer: die with the fork server, leave Ctrl-C to the caller."""
-    die_with_parent()
+    """The pool's initializer: die with the fork server (and never outlive the caller), leave
+    Ctrl-C to the caller."""
+    import multiprocessing
+
+    caller = multiprocessing.parent_process()
+    die_with_parent(caller.pid if caller is not None else None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
