@@ -17,34 +17,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from perfscope.collect.keeper import descendants
+
 MiB = 1 << 20
 GiB = 1 << 30
 
 _PAGE = os.sysconf("SC_PAGE_SIZE")
-
-
-def _children_map() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(b")") + 2 :].split()[1])
-        kids.setdefault(ppid, []).append(int(name))
-    return kids
-
-
-def _tree(pid: int) -> list[int]:
-    kids, out, todo = _children_map(), [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        todo.extend(kids.get(p, ()))
-    return out
 
 
 def _rss_pss(pid: int) -> tuple[int, int]:
@@ -127,7 +105,7 @@ def measure(cmd: list[str], *, env: dict | None = None, cwd: str | Path | None =
 
             def sample() -> None:
                 while not done.is_set():
-                    pids = [q for q in _tree(p.pid) if q != p.pid]  # the command's, not the wrapper's
+                    pids = descendants(p.pid)  # the command's processes, not the wrapper
                     rss = pss = 0
                     for q in pids:
                         r, s = _rss_pss(q)

@@ -22,6 +22,7 @@ import optuna
 from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 from optuna.trial import TrialState
 
+from perfscope.collect.keeper import pid_alive
 from perfscope.errors import PerfscopeError
 from tuner.numerics import check_losses
 from tuner.pruner import FEASIBLE_ATTR
@@ -311,16 +312,3 @@ class TuningStudy:
         trials = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
                   if t.user_attrs.get(FEASIBLE_ATTR) and t.value is not None]
         return sorted(trials, key=lambda t: -t.value)
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this host."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import signal
 
-from perfscope.collect.keeper import PR_SET_PDEATHSIG, prctl
+from perfscope.collect.keeper import PR_SET_PDEATHSIG, pid_alive, prctl
 
 
 def die_with_parent(caller: int | None = None) -> None:
@@ -22,18 +22,8 @@ def die_with_parent(caller: int | None = None) -> None:
     started, before the request could take effect -- exit now."""
     parent = os.getppid()
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent or (caller is not None and not _alive(caller)):
+    if os.getppid() != parent or (caller is not None and not pid_alive(caller)):
         os._exit(1)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def worker() -> None:

@@ -75,6 +75,19 @@ def stop(proc: subprocess.Popen, grace_s: float) -> None:
             proc.wait()
 
 
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host (a zombie counts: it has not been reaped)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's
+        return True
+    return True
+
+
 def descendants(pid: int) -> list[int]:
     """PIDs of the live descendants of ``pid``, parents before children ([] where /proc is missing).
 
