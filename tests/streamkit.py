@@ -8,11 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
+import json
 import math
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+
+from tracegen import cpu_op, launch, memcpy, runtime, step, trace_bytes
 
 from perfscope.trace.events import Batch
 from perfscope.trace.load import read_table
@@ -192,3 +195,46 @@ class FallbackSpy:
 
     def __exit__(self, *exc) -> None:
         self._load.read_trace = self._real
+
+
+# Texts of traces for the tests
+
+SMALL_BATCHES = (None, 1, 20, 64, 100, 333, 1_000, 7_777)  # None: the default (4 MiB)
+
+
+def event_x(name="aten::mm", ts=10, dur=5, pid=100, tid=1, cat="cpu_op", **extra) -> dict:
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, **extra}
+
+
+def dumps(e) -> bytes:
+    return json.dumps(e, ensure_ascii=False).encode()
+
+
+def doc(events: list[bytes], head: bytes = b"", tail: bytes = b"", sep: bytes = b",\n  ") -> bytes:
+    """A trace text from event texts, with ``head`` before traceEvents and ``tail`` after it
+    (each a run of ``"key": value,`` / ``, "key": value``)."""
+    return b"{" + head + b'"traceEvents": [\n  ' + sep.join(events) + b"\n]" + tail + b"}\n"
+
+
+def gpu_trace(n_steps=4, **meta) -> bytes:
+    events = []
+    for n in range(n_steps):
+        s = 1000 * n
+        copy = memcpy("Memcpy HtoD (Pinned -> Device)", s + 5, 20, correlation=100 + n)
+        copy["args"]["bytes"] = 4096
+        events += [step(n + 1, s, 1000), cpu_op("aten::mm", s + 110, 800),
+                   runtime("cudaMemcpyAsync", s + 2, 3, correlation=100 + n), copy,
+                   *launch("gemm", s + 120, s + 130, 700, correlation=n + 1)]
+    events.append({"ph": "M", "name": "thread_name", "pid": 100, "tid": 1, "args": {"name": "main"}})
+    return trace_bytes(events, **meta)
+
+
+def check(tmp_path, data: bytes, name="t.json", batches=SMALL_BATCHES, pool=None, gz=False, must_stream=False):
+    """Write ``data`` and check that streaming it at every batch size gives the whole-file read's
+    result; ``must_stream``: and that it was streamed, not read whole."""
+    path = write(tmp_path / name, data, gz=gz)
+    with FallbackSpy() as spy:
+        assert_streams_same(path, batches, pool=pool)
+    if must_stream:
+        assert spy.calls == [], "a clean text was read whole instead of streamed"
+    return path
