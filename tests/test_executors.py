@@ -120,22 +120,22 @@ def _make(kind: str, request) -> RankExecutor:
     return DaskExecutor(c.scheduler_address)
 
 
-@pytest.fixture(params=KINDS)
-def executor(request):
+def _made(request):
     ex = _make(request.param, request)
     try:
         yield ex
     finally:
         ex.close()
+
+
+@pytest.fixture(params=KINDS)
+def executor(request):
+    yield from _made(request)
 
 
 @pytest.fixture(params=WITH_WORKERS)
 def worker_executor(request):
-    ex = _make(request.param, request)
-    try:
-        yield ex
-    finally:
-        ex.close()
+    yield from _made(request)
 
 
 # --- the contract --------------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from streamkit import (
 )
 from test_bad_input import GZIP_HEADER
 from test_trace_cases_damaged import _many_steps
-from test_trace_cases_repair import _gpu_events
+from test_trace_cases_repair import _gpu_events, corrupt_in_the_middle
 from test_trace_fuzz import _base, _mutants
 from tracegen import cpu_op, kernel, launch, runtime, step, trace_bytes
 
@@ -156,17 +156,10 @@ def _repair_cases() -> dict[str, bytes]:
 
 def _gzip_cases() -> dict[str, bytes]:
     many = gzip.compress(trace_bytes(_many_steps(200), schemaVersion=1))
-    corrupt = []
-    for n in range(2000):
-        corrupt += [step(n + 1, 100 * n, 100), runtime("cudaLaunchKernel", 100 * n + 1, 1, correlation=n + 1),
-                    kernel("gemm", 100 * n + 10, 50, correlation=n + 1)]
-    raw = bytearray(gzip.compress(trace_bytes(corrupt), compresslevel=1))
-    mid = len(raw) // 2
-    raw[mid:mid + 64] = bytes(64)
     hostile = trace_bytes([step(1, 0, 100), cpu_op("aten::mm", 0, 90)])
     return {
         "gzip-cut-at-3/5": many[: len(many) * 3 // 5],
-        "gzip-zeroed-in-the-middle": bytes(raw),
+        "gzip-zeroed-in-the-middle": corrupt_in_the_middle(),
         "gzip-garbage": b"\x1f\x8b\x08\x00garbage",
         "gzip-invalid-deflate": GZIP_HEADER + b"\xff" * 64,
         "gzip-then-junk": gzip.compress(hostile) + b"junk",

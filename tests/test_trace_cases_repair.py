@@ -142,16 +142,21 @@ def test_zero_bytes_after_the_text_are_counted(tmp_path):
     assert any("4,096 bytes not read: zero bytes at the end" in w for w in a.warnings)
 
 
-def test_a_gzip_stream_corrupt_in_the_middle_keeps_what_precedes_it(tmp_path):
+def corrupt_in_the_middle() -> bytes:
+    """A gzip trace of 2,000 steps with a zeroed block inside its deflate stream."""
     events = []
     for n in range(2000):
         events += [step(n + 1, 100 * n, 100), runtime("cudaLaunchKernel", 100 * n + 1, 1, correlation=n + 1),
                    kernel("gemm", 100 * n + 10, 50, correlation=n + 1)]
     raw = bytearray(gzip.compress(trace_bytes(events), compresslevel=1))
     mid = len(raw) // 2
-    raw[mid:mid + 64] = bytes(64)  # zeroed block inside the deflate stream
+    raw[mid:mid + 64] = bytes(64)
+    return bytes(raw)
+
+
+def test_a_gzip_stream_corrupt_in_the_middle_keeps_what_precedes_it(tmp_path):
     path = tmp_path / "t.json.gz"
-    path.write_bytes(bytes(raw))
+    path.write_bytes(corrupt_in_the_middle())
     try:
         a = perfscope.analyze(path)
     except TraceFormatError as e:  # acceptable only as a clear one-line error

@@ -9,6 +9,7 @@ the calling process, so every executor gives the same summary.
 
 from __future__ import annotations
 
+import abc
 import contextlib
 import logging
 import os
@@ -74,7 +75,7 @@ def cores() -> int:
         return max(os.cpu_count() or 1, 1)
 
 
-class RankExecutor:
+class RankExecutor(abc.ABC):
     """Runs one function over a list of items.
 
     Contract (every implementation):
@@ -98,8 +99,9 @@ class RankExecutor:
     workers: int = 1
     pool: Executor | None = None
 
+    @abc.abstractmethod
     def map(self, fn: Callable, items: Iterable) -> Iterator:
-        raise NotImplementedError
+        """``fn(item)`` for each item, in order (see the class docstring)."""
 
     @contextlib.contextmanager
     def running(self, item) -> Iterator[None]:
