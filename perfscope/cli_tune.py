@@ -28,8 +28,12 @@ LIMITS = {
     "--seed": (0, 2**32 - 1),  # NumPy's seed range; the script's generators are seeded with it
     "--confirm-top": (1, 100),
     "--confirm-rounds": (2, 1_000),  # an interval needs two rounds
+    "--confirm-min-rounds": (2, 1_000),
+    "--confirm-budget": (1.0, 30 * 86_400.0),
     "--min-gain": (0.0, 10.0),
     "--trial-timeout": (1.0, 7 * 86_400.0),
+    "--target-rse": (0.0, 1.0),  # 0: a fixed window of K steps
+    "--measure-cap": (1.0, 86_400.0),
 }
 
 
@@ -57,6 +61,11 @@ def add_tune_parser(sub) -> None:
                    help="start no new trial after S seconds (default: no limit)")
     t.add_argument("--steps-per-trial", type=_whole("--steps-per-trial"), default=8, metavar="K",
                    help="measured steps per trial (default 8)")
+    t.add_argument("--target-rse", type=_number("--target-rse", "a fraction (0.05 = 5%)"), default=0.05, metavar="R",
+                   help="measure each trial beyond K steps until its throughput's relative standard error is "
+                        "at most R (default 0.05; 0: exactly K steps)")
+    t.add_argument("--measure-cap", type=_number("--measure-cap", "a number of seconds"), default=20.0, metavar="S",
+                   help="end a trial's measured window after S seconds whatever its error (default 20)")
     t.add_argument("--warmup-steps", type=_whole("--warmup-steps"), default=3, metavar="W",
                    help="uncounted steps first (default 3)")
     t.add_argument("--profile-steps", type=_whole("--profile-steps"), default=2, metavar="P",
@@ -72,8 +81,13 @@ def add_tune_parser(sub) -> None:
     t.add_argument("--seed", type=_whole("--seed"), default=0, help="seed for the script and the sampler (default 0)")
     t.add_argument("--confirm-top", type=_whole("--confirm-top"), default=2, metavar="N",
                    help="candidates to confirm (default 2)")
-    t.add_argument("--confirm-rounds", type=_whole("--confirm-rounds"), default=5, metavar="R",
-                   help="interleaved baseline/candidate rounds (default 5, at least 2)")
+    t.add_argument("--confirm-rounds", type=_whole("--confirm-rounds"), default=12, metavar="R",
+                   help="the most interleaved baseline/candidate rounds (default 12); rounds stop once every "
+                        "candidate is decided")
+    t.add_argument("--confirm-min-rounds", type=_whole("--confirm-min-rounds"), default=3, metavar="M",
+                   help="rounds before the first decision (default 3, at least 2)")
+    t.add_argument("--confirm-budget", type=_number("--confirm-budget", "a number of seconds"), default=None,
+                   metavar="S", help="start no new confirmation round after S seconds (default: no limit)")
     t.add_argument("--min-gain", type=_number("--min-gain", "a fraction (0.02 = 2%)", high_open=True), default=0.02,
                    help="gain the speed-up's interval must clear (default 0.02 = 2%%)")
     t.add_argument("--trial-timeout", type=_number("--trial-timeout", "a number of seconds"), default=None, metavar="S",
@@ -126,6 +140,9 @@ def cmd_tune(args, script_args: list[str], open_in_browser) -> int:
     from perfscope.outputs import ensure_writable_dir
     from perfscope.siblings import import_sibling
 
+    if args.confirm_min_rounds > args.confirm_rounds:
+        raise PerfscopeError(f"--confirm-min-rounds {args.confirm_min_rounds} is above --confirm-rounds "
+                             f"{args.confirm_rounds}: the first decision would come after the last round")
     script = check_script(args.script)  # one-line error before anything is created
     try:
         import_sibling("tuner")
@@ -141,8 +158,10 @@ def cmd_tune(args, script_args: list[str], open_in_browser) -> int:
         script=os.path.abspath(script), script_args=tuple(script_args), out_dir=out_dir, best_path=best_path,
         study_name=args.study_name or f"tune-{stem}", trials=args.trials, time_budget_s=args.time_budget,
         warmup_steps=args.warmup_steps, measure_steps=args.steps_per_trial, profile_steps=args.profile_steps,
+        target_rse=args.target_rse or None, measure_cap_s=args.measure_cap,
         nproc_per_node=args.nproc_per_node, storage=args.storage, seed=args.seed, confirm_top=args.confirm_top,
-        confirm_rounds=args.confirm_rounds, min_gain=args.min_gain, trial_timeout_s=args.trial_timeout,
+        confirm_rounds=args.confirm_rounds, confirm_min_rounds=args.confirm_min_rounds,
+        confirm_budget_s=args.confirm_budget, min_gain=args.min_gain, trial_timeout_s=args.trial_timeout,
         progress=not args.no_progress,
     )
     started = time.time()

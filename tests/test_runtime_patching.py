@@ -265,7 +265,8 @@ def test_profile_bad_config_is_one_line(tmp_path, text, needle):
 
 
 def test_profile_good_config_records_it(tmp_path):
-    (tmp_path / "good.yaml").write_text("num_workers: 2\npin_memory: false\namp_level: O1\ncudnn_benchmark: true\n")
+    (tmp_path / "good.yaml").write_text("num_workers: 2\npin_memory: false\namp_level: O1\namp_dtype: fp16\n"
+                                        "cudnn_benchmark: true\n")
     proc = _perfscope(tmp_path, "profile", "--config", "good.yaml", "--out", "out",
                       "--skip-first", "1", "--warmup", "1", "--active", "3",
                       str(ROOT / "examples/io_bound.py"), "--", "--steps", "8", "--decode-ms", "1")
@@ -313,9 +314,22 @@ def test_gpu_check_without_cuda_skips_cleanly(tmp_path):
 def test_knobs_applied_by_accelerate_in_the_script_are_recorded():
     import perfscope
 
-    with patched({"amp_level": "O1", "grad_accum_steps": 2, "num_workers": 0}) as report:
+    fp16 = {"amp_level": "O1", "amp_dtype": "fp16", "grad_accum_steps": 2}  # fp16: loss scaling in the loop
+    with patched({**fp16, "num_workers": 0}) as report:
         assert set(report.needs_accelerate) >= {"amp_level", "grad_accum_steps"}
         model = nn.Linear(4, 1)
-        perfscope.accelerate(model, torch.optim.SGD(model.parameters(), lr=0.1), config={"amp_level": "O1", "grad_accum_steps": 2})
+        perfscope.accelerate(model, torch.optim.SGD(model.parameters(), lr=0.1), config=fp16)
     assert "amp_level" in report.by_accelerate and "grad_accum_steps" in report.by_accelerate
     assert "amp_level" not in report.needs_accelerate and "amp_dtype" not in report.needs_accelerate
+
+
+def test_intra_op_threads_are_set_for_the_run_and_put_back():
+    import torch
+
+    from perfscope.runtime.patching import patched
+
+    before = torch.get_num_threads()
+    with patched({"intra_op_threads": 1}) as report:
+        assert torch.get_num_threads() == 1
+        assert report.applied["intra_op_threads"] == "torch.set_num_threads(1)"
+    assert torch.get_num_threads() == before

@@ -27,7 +27,7 @@ from perfscope.outlock import FolderBusy, FolderLock
 from tuner.output import OutputLog
 from tuner.results import RunOutputs
 from tuner.storage import open_storage
-from tuner.study import SPACE_ATTR
+from tuner.study import CATCH, SPACE_ATTR
 from tuner.trial import TrialSpec, run_trial
 from tuner.tune import _note_outputs, _note_stale
 
@@ -103,9 +103,9 @@ def test_a_log_that_cannot_be_written_fails_the_trial_and_the_study_goes_on(tmp_
     study, session = chatty_study(tmp_path, "lines", "10")
     study.enqueue_trial({"num_workers": 1, "prefetch_factor": 2})
     study.enqueue_trial({"num_workers": 2, "prefetch_factor": 2})
-    study.optimize(session.objective, n_trials=2)  # no exception: each trial failed on its own
+    study.optimize(session.objective, n_trials=2, catch=CATCH)  # each trial failed on its own
     for t in study.get_trials()[1:]:
-        assert t.state == TrialState.COMPLETE and t.user_attrs["feasible"] is False, t.state
+        assert t.state == TrialState.FAIL and t.value is None and t.user_attrs["feasible"] is False, t.state
         assert t.user_attrs["failure"]["kind"] == "output", t.user_attrs["failure"]
         assert "No space left on device" in t.user_attrs["failure"]["reason"]
 
@@ -346,7 +346,8 @@ def test_a_foreign_table_in_study_db_is_a_storage_error(tmp_path, table):
     assert "internal error" not in line
 
 
-@pytest.mark.parametrize("option, value", [("--steps-per-trial", "4"), ("--warmup-steps", "1"), ("--seed", "7")])
+@pytest.mark.parametrize("option, value", [("--steps-per-trial", "4"), ("--warmup-steps", "1"), ("--seed", "7"),
+                                           ("--target-rse", "0.1")])
 def test_resuming_with_another_measurement_is_refused(tmp_path, option, value):
     script = copy_script(CHATTY, tmp_path / "s")
     out = tmp_path / "out"
@@ -354,12 +355,13 @@ def test_resuming_with_another_measurement_is_refused(tmp_path, option, value):
     study = optuna.create_study(storage=f"sqlite:///{out / 'study.db'}", study_name="tune-tune_chatty",
                                 direction="maximize")
     made = SimpleNamespace(script=str(script), script_args=("lines", "10"), nproc_per_node=None, warmup_steps=3,
-                           measure_steps=8, seed=0, study_name="tune-tune_chatty")
+                           measure_steps=8, seed=0, target_rse=0.05, measure_cap_s=20.0,
+                           study_name="tune-tune_chatty")
     check_same_command(study, made, space_attr=SPACE_ATTR)
     study.add_trial(optuna.trial.create_trial(value=1.0))  # it holds a measured trial
     done = run_tune(str(script), "--out", str(out), option, value, "--", "lines", "10", timeout=60)
     line = one_error_line(done)
-    default = {"--steps-per-trial": "8", "--warmup-steps": "3", "--seed": "0"}[option]
+    default = {"--steps-per-trial": "8", "--warmup-steps": "3", "--seed": "0", "--target-rse": "0.05"}[option]
     assert f"measures its trials with {option} {default}, not {value}" in line, line
     assert not (out / "trials").exists()  # nothing ran
 

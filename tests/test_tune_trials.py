@@ -7,7 +7,7 @@ import pytest
 
 from tunekit import copy_script, wait_no_processes
 from tuner.space import build_space
-from tuner.study import TuningStudy
+from tuner.study import CATCH, TuningStudy
 from tuner.trial import Pruned, TrialSpec, run_trial
 
 pytestmark = pytest.mark.slow
@@ -20,7 +20,7 @@ FACTS = {"cuda": False, "cpu_count": 2, "world_size": 1, "local_world_size": 1, 
 def test_a_trial_measures_samples_per_second_and_its_verdict(tmp_path):
     script = copy_script("examples/io_bound.py", tmp_path / "s")
     spec = TrialSpec(script=str(script), script_args=("--steps", "30", "--decode-ms", "2"), warmup_steps=2,
-                     measure_steps=4, profile_steps=2, timeout_s=120)
+                     measure_steps=4, target_rse=None, profile_steps=2, timeout_s=120)
     seen = []
     outcome = run_trial(spec, None, tmp_path / "t", on_step=lambda i, v: seen.append((i, v)))
     assert outcome.ok, outcome.reason
@@ -59,16 +59,18 @@ def test_oom_and_hang_trials_are_infeasible_and_the_study_completes(tmp_path):
     study.enqueue_trial({"num_workers": 2, "prefetch_factor": 8})  # allocates too much
     study.enqueue_trial({"num_workers": 1, "prefetch_factor": 2})  # hangs
     study.enqueue_trial({"num_workers": 2, "prefetch_factor": 2})  # fine
-    study.optimize(session.objective, n_trials=3)
+    study.optimize(session.objective, n_trials=3, catch=CATCH)
 
     trials = {t.number: t for t in study.get_trials()}
     oom, hang, fine = trials[1], trials[2], trials[3]
-    assert oom.state == hang.state == fine.state == optuna.trial.TrialState.COMPLETE
+    # A failure is stored failed, with its reason, never with a value the sampler would learn from.
+    assert oom.state == hang.state == optuna.trial.TrialState.FAIL and fine.state == optuna.trial.TrialState.COMPLETE
+    assert session.finished_count() == 4  # failures used runs of the budget
     assert oom.user_attrs["failure"]["kind"] == "oom", oom.user_attrs["failure"]
     assert "allocate" in oom.user_attrs["failure"]["reason"]
     assert hang.user_attrs["failure"]["kind"] == "timeout"
     for t in (oom, hang):
-        assert t.user_attrs["feasible"] is False and t.constraints == {"infeasible": 1.0} and t.value == 0.0
+        assert t.user_attrs["feasible"] is False and t.value is None
     assert fine.user_attrs["feasible"] is True and fine.value > 0 and fine.user_attrs["failure"] is None
     assert fine.constraints == {"infeasible": 0.0}
     assert not wait_no_processes(script), "a failed trial left processes behind"

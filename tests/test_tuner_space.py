@@ -26,21 +26,22 @@ def names(space: SearchSpace) -> list[str]:
 
 def test_io_bound_cpu_script_searches_the_loader_and_says_why_the_rest_is_left_out():
     space = build_space(CPU_LOADER, IO, "io-bound")
-    assert names(space) == ["num_workers", "prefetch_factor"]
+    # compute holds 12% of the step: bf16 autocast is searched, applied at launch
+    assert names(space) == ["num_workers", "prefetch_factor", "amp_level"]
     assert space.order[0] == "input"
     assert "no GPU" in space.excluded["pin_memory"]
-    assert "perfscope.accelerate" in space.excluded["amp_level"]
+    assert "perfscope.accelerate" in space.excluded["amp_level=O2"]
     assert "DistributedDataParallel" in space.excluded["bucket_cap_mb"]
-    assert space.baseline_params == {"num_workers": 0, "prefetch_factor": 2}
+    assert space.baseline_params == {"num_workers": 0, "prefetch_factor": 2, "amp_level": "O0"}
     guess = rule_based_guess(space, CPU_LOADER)
     assert guess["num_workers"] >= 2 and guess["prefetch_factor"] == 4
 
 
 def test_comm_bound_ddp_run_searches_bucket_size_and_hierarchical_allreduce():
-    facts = {"cuda": False, "cpu_count": 2, "world_size": 2, "local_world_size": 2, "dataloader": None,
+    facts = {"cuda": False, "cpu_count": 2, "world_size": 4, "local_world_size": 2, "dataloader": None,
              "accelerate": {"called": False}, "ddp": {"bucket_cap_mb": 25.0, "static_graph": False}}
     space = build_space(facts, COMM, "comm-bound")
-    assert names(space)[:2] == ["bucket_cap_mb", "hierarchical_allreduce"]
+    assert names(space)[:2] == ["bucket_cap_mb", "hierarchical_allreduce"]  # 2 nodes of 2 ranks
     assert space.baseline_params["bucket_cap_mb"] == 25.0
     assert "no torch DataLoader" in space.excluded["num_workers"]
     guess = rule_based_guess(space, facts)
@@ -93,7 +94,7 @@ def test_iterable_dataset_keeps_workers_out():
     facts = dict(CPU_LOADER, dataloader=dict(CPU_LOADER["dataloader"], iterable=True))
     space = build_space(facts, IO, "io-bound")
     assert "duplicate" in space.excluded["num_workers"]
-    assert not space.knobs
+    assert [k.name for k in space.knobs] == ["amp_level"]  # the compute share's knob only
 
 
 def test_space_round_trips_through_json_and_suggests_conditionally():
@@ -149,7 +150,8 @@ def test_confirm_candidates_shares_the_baseline_and_drops_failed_candidates():
 
     rng = iter([1.0, 1.01, 0.99, 1.02, 1.0])
     results = confirm_candidates(lambda: calls.append("B") or next(rng),
-                                 {"fast": run("fast", 2.0), "broken": run("broken", None)}, rounds=5)
+                                 {"fast": run("fast", 2.0), "broken": run("broken", None)}, rounds=5,
+                                 min_rounds=5)
     assert calls[:3] == ["B", "fast", "broken"] and calls.count("broken") == 1 and calls.count("B") == 5
     assert results["broken"] is None
     assert results["fast"].faster and results["fast"].speedup == pytest.approx(2.0 / math.exp(
@@ -160,7 +162,7 @@ def test_samples_drawn_from_prefilled_queues_are_not_counted(tmp_path):
     import json
 
     from tuner.records import drawn_from_queues
-    from tuner.trial import window_throughput
+    from tuner.window import window_throughput
 
     lines = [{"step": 1, "seconds": 0.1, "samples": 16, "measured": False, "ready": 12},
              {"step": 2, "seconds": 0.01, "samples": 16, "measured": True, "ready": 10},
@@ -174,3 +176,32 @@ def test_samples_drawn_from_prefilled_queues_are_not_counted(tmp_path):
     assert drawn_from_queues(path, facts, measure_steps=3) == 4 * 16
     assert drawn_from_queues(path, {"facts": {}}, measure_steps=3) == 0  # batch size unknown
     assert window_throughput([16, 16, 16], [0.01] * 3, drawn=32) == pytest.approx(16 / 0.03)
+
+
+def test_hierarchical_allreduce_is_left_out_on_one_node():
+    facts = {"cuda": False, "cpu_count": 2, "world_size": 2, "local_world_size": 2, "dataloader": None,
+             "accelerate": {"called": False}, "ddp": {"bucket_cap_mb": 25.0, "static_graph": False}}
+    space = build_space(facts, COMM, "comm-bound")
+    assert "hierarchical_allreduce" not in names(space) and "bucket_cap_mb" in names(space)
+    assert "one node (2 ranks on it)" in space.excluded["hierarchical_allreduce"]
+
+
+def test_intra_op_threads_are_searched_with_the_workers_and_the_guess_leaves_them_cores():
+    facts = dict(CPU_LOADER, cpu_count=4, threads={"intra_op_threads": 4})
+    space = build_space(facts, {"io": 0.8, "compute": 0.2}, "io-bound")
+    knob = next(k for k in space.knobs if k.name == "intra_op_threads")
+    assert knob.groups == ("input",) and knob.baseline == 4 and list(knob.distribution.choices) == [1, 2, 4]
+    guess = rule_based_guess(space, facts, fractions={"io": 0.8})
+    assert guess["num_workers"] >= 4 and guess["intra_op_threads"] == 1
+    assert space.to_config(space.baseline_params).changes() == {}  # the script's own threads: no change
+    unknown = build_space(CPU_LOADER, {"io": 0.8, "compute": 0.2}, "io-bound")
+    assert "did not report" in unknown.excluded["intra_op_threads"]
+
+
+def test_an_unmodified_script_gets_bf16_autocast_only_and_is_told_why():
+    space = build_space(CPU_LOADER, {"io": 0.2, "compute": 0.8}, "compute-bound")
+    amp = next(k for k in space.knobs if k.name == "amp_level")
+    assert list(amp.distribution.choices) == ["O0", "O1"] and amp.baseline == "O0"
+    assert "loss scaling" in space.excluded["amp_dtype"] and "master weights" in space.excluded["amp_level=O2"]
+    no_bf16 = dict(CPU_LOADER, cuda=True, bf16_supported=False)
+    assert "no bf16" in build_space(no_bf16, {"compute": 1.0}, "compute-bound").excluded["amp_level"]

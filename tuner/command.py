@@ -18,7 +18,8 @@ from perfscope.errors import PerfscopeError
 COMMAND_ATTR = "perfscope.command"
 MEASUREMENT_ATTR = "perfscope.measurement"
 # The options that decide what a trial measures, by their name in the stored attribute.
-MEASUREMENT_OPTIONS = {"warmup_steps": "--warmup-steps", "measure_steps": "--steps-per-trial", "seed": "--seed"}
+MEASUREMENT_OPTIONS = {"warmup_steps": "--warmup-steps", "measure_steps": "--steps-per-trial", "seed": "--seed",
+                       "target_rse": "--target-rse", "measure_cap_s": "--measure-cap"}
 
 
 class CommandChanged(PerfscopeError):

@@ -1,14 +1,25 @@
-"""Proving a winner: re-measure a candidate configuration interleaved with the baseline.
+"""Proving a winner: re-measure candidates interleaved with the baseline until the answer is known.
 
 A tuning search ranks configurations on single, noisy measurements, so its best trial is biased
-upwards (the winner's curse). Before recommending anything, the candidate and the user's current
-configuration are measured again in alternation -- A B A B ... -- so that slow drifts of a shared
-machine hit both alike, and the speed-up is stated with a confidence interval. A candidate is
-called faster only when the whole interval lies above 1 + ``min_gain``.
+upwards (the winner's curse). Before recommending anything, the candidates and the user's current
+configuration are measured again in alternation -- B C1 C2 B C1 C2 ... -- so that slow drifts of a
+shared machine hit both alike, and each speed-up is stated with a confidence interval. A candidate
+is called faster only when the whole interval lies above 1 + ``min_gain``.
+
+**Sequential rounds.** How many rounds are needed depends on the noise, which is only known once
+measured: a quiet machine proves a 1.5x gain in 3 rounds, a busy one needs 10 or more. So rounds go
+on until every candidate is decided -- its interval clears 1 + ``min_gain`` (faster) or lies below
+it (not faster) -- or the round or time budget ends (undecided: not faster). Looking at the data
+after every round and stopping at the first clear answer would confirm a candidate that is no
+faster more often than the confidence level says, so each look uses a wider interval: the
+allowed error ``1 - confidence`` is split evenly over the looks (Bonferroni; Jennison & Turnbull,
+*Group Sequential Methods*, ch. 2, show it bounds the overall error whatever the correlation of the
+looks). With the default 95% and rounds 3 to 12 (10 looks), a candidate that is no faster is
+confirmed in at most 2.5% of studies; the tests measure it on a fake objective.
 
 The interval is Student's t on the logarithms of the paired ratios: with the handful of rounds a
-tuner can afford (5 or so), a bootstrap interval is too narrow and would pass a candidate that is
-no faster more often than its confidence level promises.
+tuner can afford, a bootstrap interval is too narrow and would pass a candidate that is no faster
+more often than its confidence level promises.
 
 Throughputs are samples (or steps) per second; the speed-up of round ``i`` is
 ``candidate_i / baseline_i`` of the two measurements taken side by side.
@@ -16,28 +27,35 @@ Throughputs are samples (or steps) per second; the speed-up of round ``i`` is
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-DEFAULT_ROUNDS = 5
+DEFAULT_MIN_ROUNDS = 3
+DEFAULT_ROUNDS = 12  # the most rounds
 DEFAULT_CONFIDENCE = 0.95
 
 
 @dataclass(frozen=True)
 class Confirmation:
-    """The outcome of :func:`confirm`.
+    """The outcome of one candidate's confirmation.
 
     Attributes:
         baseline, candidate: Throughput of each round (samples/s), in measurement order.
         speedup: Geometric mean of the per-round speed-ups (candidate / baseline).
-        ci_low, ci_high: Interval of the speed-up at ``confidence`` (t interval of the mean log
+        ci_low, ci_high: Interval of the speed-up at ``level`` (t interval of the mean log
             ratio, exponentiated).
-        confidence: The interval's level (e.g. 0.95).
+        confidence: The overall level asked for (e.g. 0.95).
+        level: The level of this interval: ``confidence`` widened for the looks taken.
+        looks: Looks the rounds allowed (``max_rounds - min_rounds + 1``).
         min_gain: The smallest gain that counts (0.02 = 2%).
         faster: True when ``ci_low > 1 + min_gain``: faster beyond the measured noise.
+        decided_by: ``"cleared"`` (faster), ``"below"`` (interval under 1 + min_gain),
+            ``"round budget"`` or ``"time budget"`` (undecided when the budget ended: not faster).
     """
 
     baseline: tuple[float, ...]
@@ -48,13 +66,26 @@ class Confirmation:
     confidence: float
     min_gain: float
     faster: bool
+    level: float = DEFAULT_CONFIDENCE
+    looks: int = 1
+    decided_by: str = "round budget"
+
+    @property
+    def rounds(self) -> int:
+        return len(self.baseline)
 
     def describe(self) -> str:
         """One line for people, e.g. ``1.42x faster (95% interval 1.31x-1.55x, 5 rounds)``."""
-        interval = f"{self.confidence:.0%} interval {self.ci_low:.2f}x-{self.ci_high:.2f}x, {len(self.baseline)} rounds"
+        kind = "sequential interval" if self.looks > 1 else "interval"  # widened for its looks: module docstring
+        interval = f"{self.confidence:.0%} {kind} {self.ci_low:.2f}x-{self.ci_high:.2f}x, {self.rounds} rounds"
         if self.faster:
             return f"{self.speedup:.2f}x faster ({interval})"
         return f"not faster beyond the noise: {self.speedup:.2f}x ({interval}); keep your current settings"
+
+    def to_dict(self) -> dict:
+        return {"baseline": list(self.baseline), "candidate": list(self.candidate), "speedup": self.speedup,
+                "ci_low": self.ci_low, "ci_high": self.ci_high, "faster": self.faster, "rounds": self.rounds,
+                "level": self.level, "decided_by": self.decided_by}
 
 
 def speedup_interval(
@@ -89,49 +120,38 @@ def speedup_interval(
     return math.exp(mean), math.exp(mean - half), math.exp(mean + half)
 
 
+def look_level(confidence: float, looks: int) -> float:
+    """The level of each look's interval so that ``looks`` looks together keep ``confidence``
+    (Bonferroni: the error ``1 - confidence`` split evenly)."""
+    return 1.0 - (1.0 - confidence) / max(1, looks)
+
+
 def confirm(
     measure_baseline: Callable[[], float],
     measure_candidate: Callable[[], float],
     *,
     rounds: int = DEFAULT_ROUNDS,
+    min_rounds: int | None = None,
     confidence: float = DEFAULT_CONFIDENCE,
     min_gain: float = 0.0,
 ) -> Confirmation:
-    """Measure baseline and candidate alternately and decide whether the candidate is faster.
+    """Measure baseline and candidate alternately (baseline first) until the candidate is decided.
 
-    Args:
-        measure_baseline, measure_candidate: Each call runs one measurement and returns its
-            throughput (samples/s, > 0). Calls alternate, baseline first.
-        rounds: Pairs of measurements (>= 2).
-        confidence: Level of the speed-up's interval.
-        min_gain: Gain the interval must clear (0.0: any gain beyond the noise).
-
-    Returns:
-        The :class:`Confirmation`.
+    :func:`confirm_candidates` for one candidate whose runs never fail; ``min_rounds`` defaults
+    to ``rounds`` (a fixed number of rounds, one look).
 
     Raises:
-        ValueError: fewer than 2 rounds, a negative ``min_gain``, or a measurement that is not a
-            positive number.
+        ValueError: as :func:`confirm_candidates`, or a candidate measurement that is not > 0.
     """
-    if rounds < 2:
-        raise ValueError(f"rounds must be at least 2, got {rounds}")
-    if min_gain < 0:
-        raise ValueError(f"min_gain must be >= 0, got {min_gain}")
-    baseline, candidate = [], []
-    for _ in range(rounds):
-        baseline.append(float(measure_baseline()))
-        candidate.append(float(measure_candidate()))
-    speedup, low, high = speedup_interval(baseline, candidate, confidence=confidence)
-    return Confirmation(
-        baseline=tuple(baseline),
-        candidate=tuple(candidate),
-        speedup=speedup,
-        ci_low=low,
-        ci_high=high,
-        confidence=confidence,
-        min_gain=min_gain,
-        faster=low > 1 + min_gain,
-    )
+    def candidate() -> float:
+        value = float(measure_candidate())
+        if not value > 0:
+            raise ValueError(f"candidate measurement must be > 0, got {value}")
+        return value
+
+    return confirm_candidates(measure_baseline, {0: candidate}, rounds=rounds,
+                              min_rounds=rounds if min_rounds is None else min_rounds,
+                              confidence=confidence, min_gain=min_gain)[0]
 
 
 def confirm_candidates(
@@ -139,53 +159,88 @@ def confirm_candidates(
     candidates: dict,
     *,
     rounds: int = DEFAULT_ROUNDS,
+    min_rounds: int = DEFAULT_MIN_ROUNDS,
     confidence: float = DEFAULT_CONFIDENCE,
     min_gain: float = 0.0,
+    budget_s: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+    on_round: Callable[[int, dict], None] | None = None,
 ) -> dict:
-    """Confirm several candidates against one baseline: rounds of B C1 C2 ... in that order.
+    """Confirm several candidates against one baseline in sequential rounds (module docstring).
 
-    Each candidate is paired with the baseline measured at the start of the same round, so all
-    candidates share the baseline runs (fewer runs than confirming them one by one).
+    Each round measures the baseline, then every candidate not decided yet, in that order; each
+    candidate is paired with the baseline run of the same round. After round ``min_rounds`` and
+    every later one, each undecided candidate is looked at once.
 
     Args:
         measure_baseline: Runs the baseline once; returns its throughput (> 0).
         candidates: key -> callable running that candidate once, returning its throughput, or
             None when the run failed (the candidate is then dropped from later rounds).
-        rounds, confidence, min_gain: As for :func:`confirm`.
+        rounds: The most rounds (>= ``min_rounds``).
+        min_rounds: Rounds before the first look (>= 2).
+        confidence: The overall level of the decisions (each look uses :func:`look_level`).
+        min_gain: Gain the interval must clear (0.0: any gain beyond the noise).
+        budget_s: Seconds (of ``clock``) after which no new round starts; None: no limit.
+        clock: The time source of ``budget_s`` (seconds).
+        on_round: Called after each round with ``(round from 1, {key: Confirmation or None}
+            of the candidates looked at in it)``, for progress lines.
 
     Returns:
-        key -> :class:`Confirmation` for every candidate that completed all rounds; a dropped
-        candidate maps to None.
+        key -> :class:`Confirmation` for every candidate with ``min_rounds`` rounds measured (one
+        stopped by the time budget before its first look has its rounds so far, when >= 2); a
+        dropped candidate, or one with fewer than 2 rounds, maps to None.
 
     Raises:
-        ValueError: fewer than 2 rounds, a negative ``min_gain``, or a baseline measurement that
-            is not a positive number.
+        ValueError: bad round counts, a negative ``min_gain``, or a baseline measurement that is
+            not a positive number.
     """
-    if rounds < 2:
-        raise ValueError(f"rounds must be at least 2, got {rounds}")
+    if min_rounds < 2 or rounds < min_rounds:
+        raise ValueError(f"need 2 <= min_rounds <= rounds, got min_rounds {min_rounds} and rounds {rounds}")
     if min_gain < 0:
         raise ValueError(f"min_gain must be >= 0, got {min_gain}")
+    looks = rounds - min_rounds + 1
+    level = look_level(confidence, looks)
+    started = clock()
     baseline: list[float] = []
     measured: dict = {key: [] for key in candidates}
-    alive = list(candidates)
-    for _ in range(rounds):
+    decided: dict = {}
+    open_keys = list(candidates)
+    for number in range(1, rounds + 1):
         value = float(measure_baseline())
         if not value > 0:
             raise ValueError(f"baseline measurement must be > 0, got {value}")
         baseline.append(value)
-        for key in list(alive):
+        for key in list(open_keys):
             result = candidates[key]()
             if result is None or not float(result) > 0:
-                alive.remove(key)
-                measured[key] = None
+                open_keys.remove(key)
+                decided[key] = None
                 continue
             measured[key].append(float(result))
-    out: dict = {}
-    for key, values in measured.items():
-        if values is None:
-            out[key] = None
-            continue
-        speedup, low, high = speedup_interval(baseline, values, confidence=confidence)
-        out[key] = Confirmation(baseline=tuple(baseline), candidate=tuple(values), speedup=speedup, ci_low=low,
-                                ci_high=high, confidence=confidence, min_gain=min_gain, faster=low > 1 + min_gain)
-    return out
+        looked = {}
+        out_of_time = budget_s is not None and clock() - started >= budget_s
+        for key in list(open_keys):
+            if number < min_rounds and not (out_of_time and number >= 2):
+                continue
+            c = _judge(baseline, measured[key], confidence, level, looks, min_gain)
+            if c.ci_low > 1 + min_gain or c.ci_high < 1 + min_gain or number == rounds or out_of_time:
+                why = ("cleared" if c.ci_low > 1 + min_gain else "below" if c.ci_high < 1 + min_gain
+                       else "round budget" if number == rounds else "time budget")
+                c = dataclasses.replace(c, decided_by=why)
+                decided[key] = c
+                open_keys.remove(key)
+            looked[key] = c
+        if on_round is not None:
+            on_round(number, looked)
+        if not open_keys or out_of_time:
+            break
+    return {key: decided.get(key) for key in candidates}
+
+
+def _judge(baseline: list[float], values: list[float], confidence: float, level: float, looks: int,
+           min_gain: float) -> Confirmation:
+    pairs = baseline[:len(values)]  # a candidate's rounds pair with the baseline runs of the same rounds
+    speedup, low, high = speedup_interval(pairs, values, confidence=level)
+    return Confirmation(baseline=tuple(pairs), candidate=tuple(values), speedup=speedup, ci_low=low, ci_high=high,
+                        confidence=confidence, min_gain=min_gain, faster=low > 1 + min_gain, level=level,
+                        looks=looks, decided_by="open")

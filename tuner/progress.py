@@ -6,7 +6,6 @@ import sys
 import time
 
 import optuna
-from optuna.trial import TrialState
 
 
 class Progress:
@@ -43,8 +42,7 @@ class Progress:
         """Optuna callback: one more trial ended."""
         if self.bar is None:
             return
-        if trial.state in (TrialState.COMPLETE, TrialState.PRUNED):
-            self.bar.n = min(self.options.trials, self.session.finished_count())
+        self.bar.n = min(self.options.trials, self.session.finished_count())
         self._postfix(trial)
         self.bar.refresh()
 

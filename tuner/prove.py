@@ -5,11 +5,16 @@ recommended value is the largest one searched. See ``docs/tune.md``, step 6."""
 from __future__ import annotations
 
 import os
+import time
 
 from perfscope.errors import PerfscopeError
 from perfscope.runtime.config import AccelConfig, config_from_dict
 from tuner.confirm import confirm_candidates
 from tuner.trial import run_trial
+
+
+_DECIDED = {"cleared": "faster", "below": "not faster", "round budget": "undecided at the last round",
+            "time budget": "undecided when the time budget ended"}
 
 
 class ConfirmationError(PerfscopeError):
@@ -50,8 +55,9 @@ def prove(session, options, notes: list[str]) -> tuple[dict | None, dict]:
         return None, keep
     spec = session.spec
     work = session.work_dir / f"confirm-{os.getpid()}"  # other workers may confirm at the same time
-    print(f"perfscope: confirming trial(s) {', '.join(str(t.number) for t in candidates)} against the baseline, "
-          f"{options.confirm_rounds} interleaved rounds...")
+    print(f"perfscope: confirming trial(s) {', '.join(str(t.number) for t in candidates)} against the baseline "
+          f"in interleaved rounds until each is decided ({options.confirm_min_rounds} to {options.confirm_rounds} "
+          "rounds)...", flush=True)
 
     def measure(config: AccelConfig | None, name: str):
         def run() -> float | None:
@@ -69,21 +75,33 @@ def prove(session, options, notes: list[str]) -> tuple[dict | None, dict]:
             raise ConfirmationError("the baseline failed during confirmation; see the notes in tune.json")
         return value
 
+    started = time.monotonic()
+
+    def progress(number: int, looked: dict) -> None:
+        parts = [f"trial {key}: {c.speedup:.2f}x ({c.ci_low:.2f}x-{c.ci_high:.2f}x)"
+                 + (f", {_DECIDED[c.decided_by]}" if c.decided_by in _DECIDED else "")
+                 for key, c in looked.items() if c is not None]
+        print(f"perfscope: confirmation round {number} done ({time.monotonic() - started:.0f} s)"
+              + (f": {'; '.join(parts)}" if parts else ""), flush=True)
+
     results = confirm_candidates(
         baseline_run,
         {t.number: measure(config_from_dict(t.user_attrs["config"]), f"trial-{t.number}") for t in candidates},
-        rounds=options.confirm_rounds, confidence=options.confidence, min_gain=options.min_gain,
+        rounds=options.confirm_rounds, min_rounds=options.confirm_min_rounds, confidence=options.confidence,
+        min_gain=options.min_gain, budget_s=options.confirm_budget_s, on_round=progress,
     )
-    confirmation = {"rounds": options.confirm_rounds, "confidence": options.confidence, "min_gain": options.min_gain,
-                    "candidates": []}
+    used = max((c.rounds for c in results.values() if c is not None), default=0)
+    confirmation = {"rounds": used, "max_rounds": options.confirm_rounds, "min_rounds": options.confirm_min_rounds,
+                    "budget_s": options.confirm_budget_s, "confidence": options.confidence,
+                    "min_gain": options.min_gain, "candidates": []}
     best = None
     for t in candidates:
         c = results.get(t.number)
         entry = {"trial": t.number, "config": t.user_attrs["config"], "baseline": None, "candidate": None,
-                 "speedup": None, "ci_low": None, "ci_high": None, "faster": False}
+                 "speedup": None, "ci_low": None, "ci_high": None, "faster": False, "rounds": 0, "level": None,
+                 "decided_by": "failed"}
         if c is not None:
-            entry.update(baseline=list(c.baseline), candidate=list(c.candidate), speedup=c.speedup,
-                         ci_low=c.ci_low, ci_high=c.ci_high, faster=c.faster)
+            entry.update(c.to_dict())
             # The largest *proven* gain: the interval's low end, not the noisier point estimate.
             if c.faster and (best is None or c.ci_low > best[1].ci_low):
                 best = (t, c)

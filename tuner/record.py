@@ -40,7 +40,7 @@ def trial_entry(t, retried: bool = False) -> dict:
     if t.state == TrialState.PRUNED:
         value = t.intermediate_values[t.last_step] if t.last_step is not None else None
     elif failure and failure.get("kind") != "unsafe":
-        value = None  # the run failed: the study stores 0 so the sampler ranks it last
+        value = None  # the run failed: stored failed, with no value
     else:
         value = t.value
     return {
@@ -56,6 +56,8 @@ def trial_entry(t, retried: bool = False) -> dict:
         "numerics": attrs.get("numerics") or {"status": "not-visible", "detail": "not measured"},
         "verdict": attrs.get("verdict"),
         "duration_s": _finite(attrs.get("duration_s")),
+        "window": attrs.get("window"),
+        "threads": attrs.get("threads"),
     }
 
 
@@ -92,8 +94,10 @@ def build(*, options, session, storage: str, notes: list[str], confirmation: dic
         "study": {"name": options.study_name, "storage": storage, "trials_target": options.trials,
                   "direction": "maximize"},
         "objective": {"unit": baseline.get("unit", "samples/s"), "warmup_steps": options.warmup_steps,
-                      "measure_steps": options.measure_steps, "statistic": "window"},
+                      "measure_steps": options.measure_steps, "target_rse": options.target_rse,
+                      "measure_cap_s": options.measure_cap_s, "statistic": "window"},
         "baseline": {"trial": base_trial, "value": _finite(baseline.get("value")), "verdict": baseline.get("verdict"),
+                     "window": baseline.get("window"), "threads": (baseline.get("facts") or {}).get("threads"),
                      "fractions": baseline.get("fractions"), "summary": baseline.get("summary"),
                      "report": baseline.get("report")},
         "space": session.space.describe() if session.space is not None else None,

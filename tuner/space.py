@@ -273,10 +273,30 @@ def _applicable_knobs(facts: dict, cpu: int) -> tuple[list[Knob], dict[str, str]
     elif loader is not None:
         knobs.append(Knob("device_prefetch", ("input",), CategoricalDistribution([False, True]), False))
     excluded["persistent_workers"] = "only matters across epochs; a trial measures steps within one"
+    # Host threads share the cores with the workers (perfscope/runtime/threads.py): searched with them.
+    base_threads = int((facts.get("threads") or {}).get("intra_op_threads") or 0)
+    if not base_threads:
+        excluded["intra_op_threads"] = "the baseline run did not report its intra-op threads"
+    else:
+        per_rank = max(1, cpu // local_world)
+        choices = sorted({1, max(1, per_rank // 2), per_rank, base_threads})
+        if len(choices) < 2:
+            excluded["intra_op_threads"] = f"one core per rank: the script already runs {base_threads} thread"
+        else:
+            knobs.append(Knob("intra_op_threads", ("input",), CategoricalDistribution(choices), base_threads))
 
     # Precision.
     if not uses_accelerate or not acc.get("optimizer"):
-        excluded["amp_level"] = "needs perfscope.accelerate(model, optimizer, ...) in the script"
+        # At launch only bf16 O1 (perfscope/runtime/launch_amp.py): fp16 scaling and O2 master
+        # weights live in the training loop.
+        if cuda and not facts.get("bf16_supported"):
+            excluded["amp_level"] = ("this GPU has no bf16, and fp16 needs loss scaling: "
+                                     "perfscope.accelerate(model, optimizer, ...) in the script")
+        else:
+            knobs.append(Knob("amp_level", ("precision",), CategoricalDistribution(["O0", "O1"]), "O0"))
+            excluded["amp_level=O2"] = "fp32 master weights in the optimizer need perfscope.accelerate in the script"
+            excluded["amp_dtype"] = ("bf16 at launch; fp16 needs loss scaling around backward: "
+                                     "perfscope.accelerate in the script")
     else:
         levels = ["O0", "O1", "O2"] if cuda else ["O0", "O1"]
         knobs.append(Knob("amp_level", ("precision",), CategoricalDistribution(levels), "O0"))
@@ -308,7 +328,13 @@ def _applicable_knobs(facts: dict, cpu: int) -> tuple[list[Knob], dict[str, str]
         base_bucket = float(ddp.get("bucket_cap_mb") or DDP_DEFAULT_BUCKET_MB)
         knobs.append(Knob("bucket_cap_mb", ("communication",),
                           CategoricalDistribution(sorted({1.0, 5.0, 10.0, 25.0, 50.0, 100.0, 200.0, base_bucket})), base_bucket))
-        knobs.append(Knob("hierarchical_allreduce", ("communication",), CategoricalDistribution([False, True]), False))
+        nodes = world // local_world
+        if nodes < 2:  # within a node every rank already reduces over the fastest link there is
+            excluded["hierarchical_allreduce"] = (f"one node ({world} ranks on it): a hierarchical all-reduce "
+                                                  "only pays off across nodes")
+        else:
+            knobs.append(Knob("hierarchical_allreduce", ("communication",), CategoricalDistribution([False, True]),
+                              False))
         knobs.append(Knob("grad_compression", ("communication",), CategoricalDistribution(["none", "fp16", "bf16"]), "none"))
         knobs.append(Knob("static_graph", ("communication",), CategoricalDistribution([False, True]), bool(ddp.get("static_graph"))))
 
@@ -326,8 +352,8 @@ def rule_based_guess(space: SearchSpace, facts: dict, cpu_count: int | None = No
     """A first configuration from the verdict, as trial parameters (None when it equals the baseline).
 
     The rules follow PyTorch's performance tuning guide: io-bound -> enough workers to hide the
-    measured loading share (``io / (1 - io)``, at least 2, within the space), pinned memory and
-    deeper prefetch; compute-bound -> mixed precision, TF32
+    measured loading share (``io / (1 - io)``, at least 2, within the space), the cores they leave
+    as intra-op threads (at least one), pinned memory and deeper prefetch; compute-bound -> mixed precision, TF32
     and cuDNN autotuning; comm-bound -> larger buckets (fewer all-reduce calls) and bf16 gradient
     compression on GPUs; launch-bound -> accumulation of 2 micro-batches.
     """
@@ -352,6 +378,9 @@ def rule_based_guess(space: SearchSpace, facts: dict, cpu_count: int | None = No
         io = float((fractions or {}).get("io") or 0.0)
         wanted = math.ceil(io / max(1e-3, 1.0 - io)) if io > 0 else cpu // local_world
         put("num_workers", max(2, wanted))
+        # Leave the workers their cores: the training process keeps what is left, at least one.
+        workers = params.get("num_workers") or 0
+        put("intra_op_threads", max(1, cpu // local_world - workers))
         put("prefetch_factor", 4)
         put("pin_memory", True)
         put("device_prefetch", True)

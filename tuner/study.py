@@ -5,8 +5,11 @@ resumed run searches the same one), the baseline, and the trial folders. Each tr
 user attributes: ``role`` (baseline, guess, search), ``config`` (the changes it applies),
 ``step_values`` (throughput per measured step), ``unit``, ``failure`` (kind and reason),
 ``numerics``, ``verdict`` and ``fractions`` of its profiled steps, ``worker`` (host and pid) and
-``feasible``. Infeasible trials (a failure, or an unsafe loss) carry a violated Optuna
-constraint, so the sampler learns from them.
+``feasible``. A trial that could not be measured (a crash, out of memory, a timeout, too few
+steps, no samples...) is stored *failed* (Optuna's ``FAIL`` state) with its reason, never with a
+value; it counts towards ``--trials`` and its configuration is not measured again. A trial whose
+loss departs from the baseline's (``unsafe``) was measured: it keeps its value and carries a
+violated Optuna constraint.
 """
 
 from __future__ import annotations
@@ -62,6 +65,24 @@ MAX_DUPLICATES_IN_A_ROW = 20  # proposals of measured configurations before the 
 
 class DuplicateTrial(Exception):
     """A trial proposed a configuration already measured (the trial is failed, not run)."""
+
+
+class TrialFailed(Exception):
+    """A trial ran but measured nothing usable; it is stored failed with its reason (never a value)."""
+
+
+# Exceptions ``study.optimize`` must catch: each fails its trial and the search goes on.
+CATCH = (DuplicateTrial, TrialFailed)
+# Failed trials that do not count as finished: retried (interrupted, lost) or never run (duplicate).
+NOT_COUNTED = ("interrupted", "lost", "duplicate")
+
+
+def counts_as_finished(t: optuna.trial.FrozenTrial) -> bool:
+    """A trial that used a run of the budget: complete, pruned, or failed while measuring."""
+    if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
+        return True
+    failure = t.user_attrs.get("failure") or {}
+    return t.state == TrialState.FAIL and bool(failure) and failure.get("kind") not in NOT_COUNTED
 
 
 class TuningStudy:
@@ -201,13 +222,14 @@ class TuningStudy:
 
     # ------------------------------------------------------------------ trials
     def finished_count(self) -> int:
-        """Trials that count towards the study's target: complete or pruned, baseline included."""
-        return len(self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+        """Trials that count towards the study's target (:func:`counts_as_finished`), baseline included."""
+        return sum(map(counts_as_finished, self.study.get_trials(deepcopy=False)))
 
     def objective(self, trial: optuna.Trial) -> float:
-        """Run one trial; returns its value (0 for a failure, which is marked infeasible).
+        """Run one trial; returns its value.
 
         Raises:
+            TrialFailed: it measured nothing usable (stored failed, with its reason).
             optuna.TrialPruned: the pruner stopped it.
             KeyboardInterrupt: Ctrl-C (the trial is marked ``interrupted`` and re-queued later).
         """
@@ -261,6 +283,8 @@ class TuningStudy:
         trial.set_user_attr("step_values", outcome.step_values)
         trial.set_user_attr("unit", outcome.unit)
         trial.set_user_attr("duration_s", round(outcome.duration_s, 3))
+        trial.set_user_attr("window", outcome.window)  # its noise: the RSE of its throughput
+        trial.set_user_attr("threads", (outcome.facts or {}).get("threads"))
         if outcome.status == "pruned":
             trial.set_user_attr(FEASIBLE_ATTR, True)
             trial.set_constraint(CONSTRAINT, 0.0)
@@ -277,16 +301,22 @@ class TuningStudy:
         return None
 
     def same_config_trial(self, number: int, changes: dict) -> int | None:
-        """A finished or running trial (other than ``number``) with the same configuration."""
+        """A finished (or failed while measuring) or running trial, other than ``number``, with the
+        same configuration."""
         key = sorted(changes.items())
-        states = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING)
-        for t in self.study.get_trials(deepcopy=False, states=states):
-            if t.number != number and sorted((t.user_attrs.get("config") or {}).items()) == key:
+        for t in self.study.get_trials(deepcopy=False):
+            if t.number == number or not (t.state == TrialState.RUNNING or counts_as_finished(t)):
+                continue
+            if sorted((t.user_attrs.get("config") or {}).items()) == key:
                 return t.number
         return None
 
     def record_outcome(self, trial: optuna.Trial, outcome: TrialOutcome) -> float:
-        """Store a finished trial's verdict, numerics and feasibility; returns its value."""
+        """Store a finished trial's verdict, numerics and feasibility; returns its value.
+
+        Raises:
+            TrialFailed: the trial failed, or measured no value (after storing why).
+        """
         verdict, fractions, _ = trial_verdict(outcome)
         cleanup_traces(outcome)
         trial.set_user_attr("verdict", verdict)
@@ -303,8 +333,13 @@ class TuningStudy:
         trial.set_user_attr("failure", failure)
         trial.set_user_attr(FEASIBLE_ATTR, feasible)
         trial.set_constraint(CONSTRAINT, 0.0 if feasible else 1.0)
-        if outcome.value is None or (failure is not None and failure["kind"] != "unsafe"):
-            return 0.0
+        if failure is not None and failure["kind"] != "unsafe":
+            raise TrialFailed(f"{failure['kind']}: {failure['reason']}")
+        if outcome.value is None or not outcome.value > 0:  # run_trial fails these; never store a non-value
+            failure = {"kind": "unmeasured", "reason": "the measured window held no samples"}
+            trial.set_user_attr("failure", failure)
+            trial.set_user_attr(FEASIBLE_ATTR, False)
+            raise TrialFailed(f"unmeasured: {failure['reason']}")
         return float(outcome.value)
 
     def feasible_trials(self) -> list[optuna.trial.FrozenTrial]:

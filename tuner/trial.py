@@ -33,7 +33,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 from perfscope.collect.launch import child_env
@@ -42,11 +42,22 @@ from tuner.failure import failure_line, killed_reason, seconds_text
 from tuner.output import KEEP_BYTES, LIMIT_BYTES, OutputLog
 from tuner.procs import MARK_ENV, new_mark, stop_trial, trial_command
 from tuner.records import StepReader, drawn_from_queues, new_measured, read_jsonl
+from tuner.window import (
+    DEFAULT_MEASURE_CAP_S,
+    DEFAULT_TARGET_RSE,
+    measure_steps_for,
+    steps_needed,
+    warmup_steps_for,
+    window_throughput,
+)
 
 POLL_S = 0.1
 # killed: SIGKILL from outside (the OOM killer, usually); output: too much output, or its log could
 # not be written; lost: its worker stopped sending heartbeats (tuner/study.py).
-FAILURE_KINDS = ("oom", "crash", "killed", "timeout", "output", "too-few-steps", "unsafe", "interrupted", "lost")
+# unmeasured: the run ended well but its measured window held no samples (e.g. all drawn from
+# batches loaded before it).
+FAILURE_KINDS = ("oom", "crash", "killed", "timeout", "output", "too-few-steps", "unmeasured", "unsafe",
+                 "interrupted", "lost")
 _OOM = re.compile(r"out of memory|OutOfMemoryError|MemoryError|can't allocate memory|Cannot allocate memory", re.IGNORECASE)
 # torchrun would outlive a killed perfscope: it is exec'd by this, which set PR_SET_PDEATHSIG to SIGKILL.
 _DIE_WITH_PARENT = ("import ctypes,os,sys;p=os.getppid();getattr(ctypes.CDLL(None),'prctl',lambda*a:0)(1,9);"
@@ -66,7 +77,11 @@ class TrialSpec:
         script_args: Its arguments.
         nproc_per_node: Ranks launched through ``torch.distributed.run``, or None for one process.
         warmup_steps: Steps run first and not counted (worker start-up, allocator, autotuning).
-        measure_steps: Steps whose throughput is measured (>= 1).
+        measure_steps: Steps whose throughput is measured (>= 1); the least, with a target_rse.
+        target_rse: One process: measure on after ``measure_steps`` while the relative standard
+            error of the window's throughput is above this fraction (None: exactly
+            ``measure_steps``); ranks of a distributed run must stop together, so theirs is fixed.
+        measure_cap_s: Seconds of measured steps after which the window ends whatever its error.
         profile_steps: Steps profiled after the measured ones (0: none) for the trial's verdict.
         seed: Seed of Python, NumPy and torch before the script runs.
         timeout_s: Wall-clock limit of one trial (seconds), start-up included.
@@ -79,6 +94,8 @@ class TrialSpec:
     nproc_per_node: int | None = None
     warmup_steps: int = 3
     measure_steps: int = 8
+    target_rse: float | None = DEFAULT_TARGET_RSE
+    measure_cap_s: float = DEFAULT_MEASURE_CAP_S
     profile_steps: int = 2
     seed: int = 0
     timeout_s: float = 600.0
@@ -107,6 +124,8 @@ class TrialOutcome:
         config_applied: Rank 0's report of what the configuration changed.
         drawn_samples: Samples the measured window drew from DataLoader queues filled before it
             (subtracted from its throughput; see :func:`drawn_from_queues`).
+        window: Rank 0's record of its measured window (``target_rse``, ``rse``, ``steps``,
+            ``seconds``, ``ended_by``...; :mod:`perfscope.collect.measure_window`), None when fixed.
     """
 
     status: str
@@ -123,6 +142,13 @@ class TrialOutcome:
     exit_code: int | None = None
     config_applied: dict | None = None
     drawn_samples: int = 0
+    window: dict | None = None
+
+    @property
+    def noise(self) -> float | None:
+        """Relative standard error of the trial's throughput (None: not estimated)."""
+        rse = (self.window or {}).get("rse")
+        return float(rse) if isinstance(rse, (int, float)) else None
 
     @property
     def ok(self) -> bool:
@@ -134,23 +160,6 @@ class TrialOutcome:
         return window_throughput(self.step_samples, self.step_seconds, self.drawn_samples)
 
 
-def window_throughput(samples: Sequence[int | None], seconds: Sequence[float], drawn: int = 0) -> float | None:
-    """Samples per second over a window of steps (steps per second when a step's batch size is unknown).
-
-    Args:
-        samples: Samples of each step over all ranks, None where unknown.
-        seconds: Duration of each step (seconds, > 0).
-        drawn: Samples the window took from batches its DataLoaders had ready before it began
-            (the drop of their ready queues over the window): loaded earlier, so not counted.
-    """
-    total = sum(seconds)
-    if not seconds or total <= 0:
-        return None
-    if all(isinstance(n, int) for n in samples):
-        return max(0, sum(samples) - drawn) / total
-    return len(seconds) / total
-
-
 def measure_command(spec: TrialSpec, record_dir: Path, config_path: str | None, profile_steps: int) -> list[str]:
     """The command line of one trial (the launcher's, for several ranks)."""
     own = ["-m", "perfscope.collect.measure", "--record-dir", str(record_dir),
@@ -160,36 +169,14 @@ def measure_command(spec: TrialSpec, record_dir: Path, config_path: str | None, 
         own += ["--config", config_path]
     if spec.nproc_per_node is None:  # one process: the warm-up ends once the prefetched batches are drained
         own.append("--drain-prefetch")
+        if spec.target_rse is not None:  # ... and the window once its throughput is known well enough
+            own += ["--target-rse", repr(float(spec.target_rse)), "--measure-cap", repr(float(spec.measure_cap_s))]
     own += ["--", spec.script, *spec.script_args]
     if spec.nproc_per_node is None:
         return [sys.executable, *own]
     return [sys.executable, "-c", _DIE_WITH_PARENT, "-m", "torch.distributed.run", "--standalone",
             f"--nproc-per-node={spec.nproc_per_node}", *own]
 
-
-
-MAX_PREFILL_STEPS = 64  # bound on the extra warm-up steps that drain a DataLoader's prefetch buffer
-
-
-def measure_steps_for(measure_steps: int, loader_workers: int | None) -> int:
-    """Measured steps for a trial whose DataLoader has ``loader_workers`` workers: ``measure_steps``
-    rounded up to a whole number of worker rounds, so the window holds as many burst-waiting steps
-    as a long run does (each worker delivers one batch per round, nearly together)."""
-    if not loader_workers or loader_workers <= 1:
-        return measure_steps
-    return -(-measure_steps // loader_workers) * loader_workers
-
-
-def warmup_steps_for(warmup_steps: int, loader_workers: int | None, prefetch_factor: int | None) -> int:
-    """Warm-up steps for a trial of several ranks whose DataLoader has workers: ``warmup_steps``
-    plus the batches its workers can have ready before the first step (``workers *
-    prefetch_factor``, at most ``MAX_PREFILL_STEPS``), which would otherwise be consumed in the
-    measured window for free. Fixed, as all ranks must stop at the same step; one process instead
-    runs ``perfscope.collect.measure --drain-prefetch``, whose warm-up lasts until the buffer is
-    drained (a fixed count cannot drain what the workers add while the first steps are slow)."""
-    if not loader_workers:
-        return warmup_steps
-    return warmup_steps + min(MAX_PREFILL_STEPS, loader_workers * (prefetch_factor or 2))
 
 
 def run_trial(
@@ -313,12 +300,13 @@ def _read_results(outcome: TrialOutcome, record_dir: Path, ranks: int, log: Path
         except (OSError, ValueError):
             continue
     rank0 = results.get(0, {})
+    outcome.window = rank0.get("window") if isinstance(rank0.get("window"), dict) else None
     outcome.facts = rank0.get("facts") or {}
     outcome.config_applied = rank0.get("config_applied")
     outcome.losses = list(rank0.get("losses") or [])
     outcome.trace_files = [Path(r["trace"]) for r in results.values() if r.get("trace") and Path(r["trace"]).is_file()]
     outcome.drawn_samples = sum(drawn_from_queues(record_dir / f"rank{r}.steps.jsonl", results.get(r, {}),
-                                                  spec.measure_steps)
+                                                  len(outcome.step_seconds) or spec.measure_steps)
                                 for r in range(ranks))
     measured = [rec for rec in read_jsonl(record_dir / "rank0.steps.jsonl") if rec.get("measured")]
     total = sum(float(rec.get("seconds") or 0) for rec in measured)
@@ -352,6 +340,23 @@ def _read_results(outcome: TrialOutcome, record_dir: Path, ranks: int, log: Path
         if seen == 0:
             outcome.reason += (" (no step was seen: a loop without a torch optimizer must call perfscope.step() "
                                "once per iteration)")
+        else:  # the warm-up grows with the loader's workers: say what the script must run
+            outcome.reason += f": give the script at least {steps_needed(used, spec.measure_steps)} steps (e.g. -- --steps N)"
+        return
+    if outcome.value is None or not outcome.value > 0:
+        outcome.status = "unmeasured"
+        outcome.reason = (f"the {len(outcome.step_seconds)} measured steps held no samples of their own "
+                          f"({outcome.drawn_samples} were drawn from batches loaded before the window)")
+
+
+def noise_text(outcome: TrialOutcome) -> str:
+    """The measured window in words: ``"±2.1% over 24 steps"`` (or ``"8 steps"`` when not estimated)."""
+    w = outcome.window or {}
+    steps = len(outcome.step_seconds)
+    if outcome.noise is None:
+        return f"{steps} steps"
+    ended = {"time cap": ", time cap reached", "script ended": ", the script ended first"}.get(w.get("ended_by"), "")
+    return f"±{outcome.noise:.1%} over {steps} steps{ended}"
 
 
 def _signal_name(number: int) -> str:

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import optuna
 import sqlalchemy.exc
-from optuna.trial import TrialState
 
 from perfscope.errors import PerfscopeError
 from perfscope.redact import redact
@@ -22,6 +21,7 @@ from perfscope.runtime.config import config_from_dict
 from perfscope.text import safe
 from tuner import record as tune_record
 from tuner.command import check_same_command
+from tuner.confirm import DEFAULT_MIN_ROUNDS, DEFAULT_ROUNDS
 from perfscope.outlock import FolderLock
 from tuner.progress import Progress
 from tuner.prove import prove
@@ -30,14 +30,15 @@ from tuner.results import RunOutputs
 from tuner.space import build_space, rule_based_guess
 from tuner.storage import StorageError, describe_storage, open_storage
 from tuner.study import (
+    CATCH as STUDY_CATCH,
     SPACE_ATTR,
-    DuplicateTrial,
     TuningStudy,
     pid_alive,
     trial_verdict,
     worker_id,
 )
-from tuner.trial import TrialSpec, cleanup_traces, run_trial
+from tuner.trial import TrialSpec, cleanup_traces, noise_text, run_trial
+from tuner.window import DEFAULT_MEASURE_CAP_S, DEFAULT_TARGET_RSE
 
 BASELINE_PROFILE_STEPS = 5  # as `perfscope profile`'s default active window
 SETUP_WAIT_S = 180.0  # how long a second worker waits for the first one's baseline
@@ -57,11 +58,14 @@ class TuneOptions:
         out_dir: Output folder; ``best_path`` the configuration file to write (in it by default).
         trials: Trials in the study, baseline included (the study-wide total).
         time_budget_s: Seconds after which no new trial starts (None: no limit).
-        warmup_steps, measure_steps, profile_steps: Per trial (see :class:`tuner.trial.TrialSpec`).
+        warmup_steps, measure_steps, target_rse, measure_cap_s, profile_steps: Per trial (see
+            :class:`tuner.trial.TrialSpec`).
         nproc_per_node: Ranks per trial, or None.
         storage: Study storage URL (None: SQLite in ``out_dir``); study_name its name.
         seed: Seed for the script and the sampler.
-        confirm_top, confirm_rounds, min_gain, confidence: The confirmation step.
+        confirm_top, confirm_rounds (the most rounds), confirm_min_rounds, confirm_budget_s (seconds
+            after which no new round starts; None: no limit), min_gain, confidence: The
+            confirmation step (:func:`tuner.confirm.confirm_candidates`).
         trial_timeout_s: Limit of one trial (None: from the baseline's duration).
         progress: Show the progress bar.
     """
@@ -75,12 +79,16 @@ class TuneOptions:
     time_budget_s: float | None = None
     warmup_steps: int = 3
     measure_steps: int = 8
+    target_rse: float | None = DEFAULT_TARGET_RSE
+    measure_cap_s: float = DEFAULT_MEASURE_CAP_S
     profile_steps: int = 2
     nproc_per_node: int | None = None
     storage: str | None = None
     seed: int = 0
     confirm_top: int = 2
-    confirm_rounds: int = 5
+    confirm_rounds: int = DEFAULT_ROUNDS
+    confirm_min_rounds: int = DEFAULT_MIN_ROUNDS
+    confirm_budget_s: float | None = None
     min_gain: float = 0.02
     confidence: float = 0.95
     trial_timeout_s: float | None = None
@@ -123,7 +131,8 @@ def _tune(options: TuneOptions, started: float) -> dict:
     storage = open_storage(options.storage, out)
     spec = TrialSpec(script=options.script, script_args=tuple(options.script_args),
                      nproc_per_node=options.nproc_per_node, warmup_steps=options.warmup_steps,
-                     measure_steps=options.measure_steps, profile_steps=options.profile_steps, seed=options.seed,
+                     measure_steps=options.measure_steps, target_rse=options.target_rse,
+                     measure_cap_s=options.measure_cap_s, profile_steps=options.profile_steps, seed=options.seed,
                      timeout_s=options.trial_timeout_s or 900.0)
     study, created = _open_study(storage, options)
     check_same_command(study, options, space_attr=SPACE_ATTR)
@@ -222,8 +231,11 @@ def _setup_owner_may_be_running(study: optuna.Study) -> bool:
 
 def _set_up(session: TuningStudy, options: TuneOptions, out: Path) -> None:
     """Profile the baseline, shape the space, seed the study."""
-    print(f"perfscope: profiling the baseline ({options.warmup_steps} warm-up + {options.measure_steps} measured "
-          f"+ {BASELINE_PROFILE_STEPS} profiled steps)...")
+    window = (f"at least {options.measure_steps} measured steps, until their throughput is known to "
+              f"{options.target_rse:.0%} or {options.measure_cap_s:g} s" if options.target_rse and not options.nproc_per_node
+              else f"{options.measure_steps} measured steps")
+    print(f"perfscope: profiling the baseline ({options.warmup_steps} warm-up steps, {window}, then "
+          f"{BASELINE_PROFILE_STEPS} profiled steps)...", flush=True)
     outcome = run_trial(session.spec, None, out / "trials" / "baseline", profile_steps=BASELINE_PROFILE_STEPS)
     loader = (outcome.facts.get("dataloader") or {}) if outcome.ok else {}
     if loader.get("num_workers"):
@@ -241,7 +253,7 @@ def _set_up(session: TuningStudy, options: TuneOptions, out: Path) -> None:
     baseline = {
         "value": outcome.value, "unit": outcome.unit, "step_values": outcome.step_values,
         "losses": outcome.losses, "verdict": verdict, "fractions": fractions, "facts": outcome.facts,
-        "duration_s": round(outcome.duration_s, 3), "data_wait": outcome.data_wait,
+        "duration_s": round(outcome.duration_s, 3), "data_wait": outcome.data_wait, "window": outcome.window,
     }
     if summary is not None:
         from perfscope.outputs import write_outputs
@@ -249,7 +261,8 @@ def _set_up(session: TuningStudy, options: TuneOptions, out: Path) -> None:
         write_outputs(summary, out / "baseline")
         baseline["summary"], baseline["report"] = "baseline/summary.json", "baseline/report.html"
     cleanup_traces(outcome)
-    print(safe(f"perfscope: baseline {outcome.value:.4g} {outcome.unit}, verdict {verdict or 'unknown (no profiled steps)'}"))
+    print(safe(f"perfscope: baseline {outcome.value:.4g} {outcome.unit} ({noise_text(outcome)}), "
+               f"verdict {verdict or 'unknown (no profiled steps)'}"))
     space = build_space(outcome.facts, fractions or {}, verdict or "unknown")
     session.store_setup(space, baseline, rule_based_guess(space, outcome.facts, fractions=fractions))
 
@@ -276,11 +289,14 @@ def _search(session: TuningStudy, options: TuneOptions, started: float, notes: l
     timeout = None
     if options.time_budget_s is not None:
         timeout = max(0.0, options.time_budget_s - (time.monotonic() - started))
-    target = optuna.study.MaxTrialsCallback(options.trials, states=(TrialState.COMPLETE, TrialState.PRUNED))
+    def target(study: optuna.Study, trial) -> None:
+        if session.finished_count() >= options.trials:
+            study.stop()
+
     with Progress(session, options, started, enabled=options.progress) as progress:
-        # No n_trials: skipped duplicates do not count, MaxTrialsCallback ends the study-wide search.
+        # No n_trials: skipped duplicates do not count; `target` ends the study-wide search.
         session.study.optimize(session.objective, timeout=timeout, callbacks=[target, progress.update],
-                               catch=(DuplicateTrial,))
+                               catch=STUDY_CATCH)
     if session.exhausted:
         notes.append(f"the search stopped early: {session.exhausted}")
 
@@ -289,6 +305,8 @@ def _profile_after(session: TuningStudy, options: TuneOptions, recommendation: d
     """Profile the recommended configuration and compare it with the baseline's profile."""
     out = options.out_dir
     config = config_from_dict(recommendation["config"])
+    print(f"perfscope: profiling the recommended configuration for the before/after comparison "
+          f"({BASELINE_PROFILE_STEPS} profiled steps)...", flush=True)
     outcome = run_trial(session.spec, config, session.work_dir / f"best-{os.getpid()}", profile_steps=BASELINE_PROFILE_STEPS,
                         **session.loader_settings(config))
     verdict, fractions, summary = trial_verdict(outcome)

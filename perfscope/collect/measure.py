@@ -1,7 +1,8 @@
 """The measurement runner of ``perfscope tune``: time W + K training steps of a script, in-process.
 
     python -m perfscope.collect.measure --record-dir DIR --warmup-steps W --measure-steps K \\
-        [--profile-steps P] [--config PATH] [--seed S] [--drain-prefetch] -- SCRIPT ARGS...
+        [--profile-steps P] [--config PATH] [--seed S] [--drain-prefetch] \\
+        [--target-rse R --measure-cap S] -- SCRIPT ARGS...
 
 also as one rank of ``python -m torch.distributed.run ... -m perfscope.collect.measure ...``
 (rank ``$RANK``, default 0). The script runs unmodified, as ``perfscope profile`` runs it, and
@@ -13,7 +14,9 @@ P > 0, ``traces/rank<R>.pt.trace.json.gz`` (steps W+K+2 .. W+K+1+P). The script 
 step W+K, or W+K+1+P; the exit status is the script's (0 when perfscope ended it), 2 for bad
 options. With ``--drain-prefetch`` W is where the warm-up may end: it goes on while the DataLoader
 drains the batches its workers prefetched (``perfscope/collect/measure_warmup.py``), and every
-later step moves with it.
+later step moves with it. With ``--target-rse R --measure-cap S`` (one process) K is where the
+measured window may end: it goes on while the relative standard error of its throughput is above R,
+for at most S seconds of measured steps (``perfscope/collect/measure_window.py``).
 """
 
 from __future__ import annotations
@@ -40,19 +43,13 @@ from perfscope.text import safe
 
 _PROG = "perfscope.collect.measure"
 _INT_OPTIONS = {"--warmup-steps": 0, "--measure-steps": 1, "--profile-steps": 0, "--seed": 0}  # name -> minimum
-_OPTIONS = ("--record-dir", "--config", *_INT_OPTIONS)
+_FLOAT_OPTIONS = {"--target-rse": (0.0, 1.0), "--measure-cap": (0.0, 86400.0)}  # name -> open/closed range
+_OPTIONS = ("--record-dir", "--config", *_INT_OPTIONS, *_FLOAT_OPTIONS)
 _FLAGS = ("--drain-prefetch",)
 _OOM = re.compile(r"OutOfMemoryError|MemoryError|out of memory|can't allocate memory|cannot allocate memory|"
                   r"not enough memory", re.IGNORECASE)
 _MAX_SEED = 2**32 - 1  # NumPy's legacy seed range
 _REAP_WAIT_S = 5.0
-
-
-class _NoLosses:
-    losses: dict = {}  # a step that kept nothing (its bucket was never made)
-
-
-_NO_LOSSES = _NoLosses()
 
 
 class UsageError(ValueError):
@@ -71,6 +68,8 @@ def measure_in_process(
     seed: int = 0,
     rank: int = 0,
     drain_prefetch: bool = False,
+    target_rse: float | None = None,
+    measure_cap_s: float | None = None,
 ) -> dict:
     """Run ``script`` in this process and measure its steps; writes the files described above.
 
@@ -90,6 +89,10 @@ def measure_in_process(
         drain_prefetch: Extend the warm-up beyond W steps while the DataLoader's workers still
             have prefetched batches to drain (at most ``measure_warmup.MAX_EXTRA_WARMUP_STEPS``
             more); one process only: ranks that stop at different steps hang in a collective.
+        target_rse, measure_cap_s: Both or neither (one process only, as drain_prefetch): measure
+            beyond K steps while the relative standard error of the window's throughput is above
+            ``target_rse`` (a fraction, in (0, 1]), for at most ``measure_cap_s`` seconds of
+            measured steps (``perfscope.collect.measure_window``).
 
     Each finished step s (a step lasts from one boundary to the next, in seconds of host wall
     time) appends ``{"step", "seconds", "samples", "data_wait_s", "measured"}`` to
@@ -123,6 +126,13 @@ def measure_in_process(
                                           ("profile_steps", profile_steps, 0, MAX_ACTIVE)):
         if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
             raise ValueError(f"{name} must be an integer in {minimum}..{maximum:,}, got {value!r}")
+    window = None
+    if (target_rse is None) != (measure_cap_s is None):
+        raise ValueError("target_rse and measure_cap_s go together: give both or neither")
+    if target_rse is not None:
+        from perfscope.collect.measure_window import SteadyWindow
+
+        window = SteadyWindow(target_rse=target_rse, cap_s=measure_cap_s, max_steps=MAX_STEPS - warmup_steps)
     from perfscope.collect import session
 
     script = check_script(script)
@@ -153,7 +163,8 @@ def measure_in_process(
     except OSError as exc:
         raise CollectError(f"cannot write to record directory {record_dir}: {exc.strerror or exc}") from None
     recorder = hooks.Recorder(warmup_steps=warmup_steps, measure_steps=measure_steps,
-                              last_step=schedule.window_steps, steps_file=steps_file, drain_prefetch=drain_prefetch)
+                              last_step=schedule.window_steps, steps_file=steps_file, drain_prefetch=drain_prefetch,
+                              window=window)
     inner, ours = hooks.NullProfiler(), None
     if exporter is not None:  # its schedule follows the recorder's window wherever the warm-up ends
         from perfscope.collect.host import HostStepRecorder
@@ -191,6 +202,8 @@ def measure_in_process(
         print(safe(f"perfscope: could not write trace {exporter.path}: {exporter.error}"), file=sys.stderr)
     if recorder.write_error is not None:
         print(safe(f"perfscope: could not write {steps_path}: {recorder.write_error}"), file=sys.stderr)
+    from perfscope.collect.measure_losses import loss_means
+
     losses, loss_source = loss_means(recorder, tracker.steps_seen, torch)
     error_kind = None
     if outcome.exit_code != 0:
@@ -207,6 +220,7 @@ def measure_in_process(
         "trace": trace,
         "config_applied": config_applied,
         "facts": run_facts(torch, recorder),
+        "window": window.summary(*recorder.measured_steps()) if window is not None else None,
     }
     write_text_atomic(result_path, json.dumps(result))  # NaN/Infinity losses stay as Python writes them
     return result
@@ -233,49 +247,13 @@ def seed_everything(seed: int, torch) -> None:
     torch.manual_seed(seed)
 
 
-def loss_means(recorder, steps: int, torch) -> tuple[list[float | None], str | None]:
-    """The mean loss of each step 1..``steps`` (None where none was seen) and where it was seen.
-
-    ``perfscope.backward`` wins over plain ``backward()`` calls when a script has both. The
-    tensors become floats here, all at once: one device sync, after the run.
-    """
-    kept = [recorder.buckets.get(step) or _NO_LOSSES for step in range(1, min(steps, recorder.last_step) + 1)]
-    source = next((s for s in ("perfscope.backward", "autograd.backward") if any(b.losses.get(s) for b in kept)),
-                  None)
-    if source is None:
-        return [None] * steps, None
-    per_step = [b.losses.get(source, []) for b in kept]
-    values = iter(_to_floats([t for tensors in per_step for t in tensors], torch))
-    means: list[float | None] = []
-    for tensors in per_step:
-        known = [v for v in (next(values) for _ in tensors) if v is not None]
-        means.append(sum(known) / len(known) if known else None)
-    return means + [None] * (steps - len(means)), source
-
-
-def _to_floats(tensors: list, torch) -> list[float | None]:
-    """Python floats of scalar tensors: one device sync (one per item if they do not stack)."""
-    if not tensors:
-        return []
-    try:
-        return [float(v) for v in torch.stack([t.float().reshape(()) for t in tensors]).cpu().tolist()]
-    except Exception:  # noqa: BLE001 - mixed devices: one by one
-        out: list[float | None] = []
-        for t in tensors:
-            try:
-                out.append(float(t.float().item()))
-            except Exception:  # noqa: BLE001 - a device in an error state: that value is lost
-                out.append(None)
-        return out
-
-
 # --------------------------------------------------------------------------- command line
 def parse_argv(argv: Sequence[str]) -> tuple[dict, str, list[str]]:
     """Split ``[--opt value]... -- SCRIPT ARGS...``; the script's own options are never read.
 
     Returns:
         (options: record_dir, config, warmup_steps, measure_steps, profile_steps, seed,
-        drain_prefetch; script; script args).
+        drain_prefetch, target_rse, measure_cap_s; script; script args).
 
     Raises:
         UsageError: an unknown or repeated option, a missing or bad value, no script.
@@ -302,7 +280,19 @@ def parse_argv(argv: Sequence[str]) -> tuple[dict, str, list[str]]:
         if name not in raw:
             raise UsageError(f"missing {name}")
     options: dict = {"record_dir": raw["--record-dir"], "config": raw.get("--config"), "profile_steps": 0,
-                     "seed": 0, "drain_prefetch": "--drain-prefetch" in raw}
+                     "seed": 0, "drain_prefetch": "--drain-prefetch" in raw, "target_rse": None, "measure_cap_s": None}
+    if ("--target-rse" in raw) != ("--measure-cap" in raw):
+        raise UsageError("--target-rse and --measure-cap go together")
+    for name, (low, high) in _FLOAT_OPTIONS.items():
+        if name not in raw:
+            continue
+        try:
+            number = float(raw[name])
+        except ValueError:
+            raise UsageError(f"{name} must be a number, got {raw[name]!r}") from None
+        if not low < number <= high:
+            raise UsageError(f"{name} must be above {low:g} and at most {high:g}, got {raw[name]}")
+        options["target_rse" if name == "--target-rse" else "measure_cap_s"] = number
     for name, minimum in _INT_OPTIONS.items():
         if name not in raw:
             continue
@@ -345,7 +335,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = measure_in_process(script, args, record_dir=options["record_dir"],
                                     warmup_steps=options["warmup_steps"], measure_steps=options["measure_steps"],
                                     profile_steps=options["profile_steps"], config=options["config"],
-                                    seed=options["seed"], rank=rank, drain_prefetch=options["drain_prefetch"])
+                                    seed=options["seed"], rank=rank, drain_prefetch=options["drain_prefetch"],
+                                    target_rse=options["target_rse"], measure_cap_s=options["measure_cap_s"])
     except PerfscopeError as exc:  # a bad script path, config or record folder: nothing ran
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"{_PROG}: error: {safe(message)}", file=sys.stderr)

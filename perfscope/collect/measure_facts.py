@@ -49,12 +49,28 @@ def loader_settings(loader: Any) -> dict:
 
 
 def backend_flags() -> dict:
-    """TF32 for fp32 matmuls and cuDNN benchmark, as set now."""
+    """TF32 for fp32 matmuls, cuDNN benchmark and the intra-op threads, as set now; the host's
+    1-minute load average (None where unknown)."""
     try:
         tf32 = bool(torch.backends.cuda.matmul.allow_tf32)
     except Exception:  # noqa: BLE001 - set through the newer fp32_precision API, which refuses the old read
         tf32 = getattr(torch.backends.cuda.matmul, "fp32_precision", None) == "tf32"
-    return {"tf32": tf32, "cudnn_benchmark": bool(torch.backends.cudnn.benchmark)}
+    try:
+        load = round(os.getloadavg()[0], 2)
+    except OSError:
+        load = None
+    return {"tf32": tf32, "cudnn_benchmark": bool(torch.backends.cudnn.benchmark),
+            "intra_op_threads": int(torch.get_num_threads()), "load_1m": load}
+
+
+def host_threads(flags: dict, loader: dict | None, cores: int) -> dict:
+    """What competed for the cores during the run: the training process's intra-op threads and
+    its DataLoader's worker processes (one thread each), against the cores this process may use,
+    and the host's load average when the first step began (other work on the machine)."""
+    intra = flags.get("intra_op_threads")
+    workers = int((loader or {}).get("num_workers") or 0)
+    return {"intra_op_threads": intra, "loader_workers": workers, "cores": cores,
+            "demand": (intra or 1) + workers, "load_1m": flags.get("load_1m")}
 
 
 def dist_snapshot() -> dict | None:
@@ -97,6 +113,7 @@ def run_facts(torch, recorder) -> dict:
         "accelerate": dict(recorder.accelerate),
         "tf32": bool(flags.get("tf32", False)),
         "cudnn_benchmark": bool(flags.get("cudnn_benchmark", False)),
+        "threads": host_threads(flags, recorder.loader, _cpu_count()),
     }
 
 

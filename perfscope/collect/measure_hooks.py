@@ -29,6 +29,7 @@ from perfscope.collect.measure_facts import (
     loader_settings,
 )
 from perfscope.collect.measure_warmup import DrainWarmup
+from perfscope.collect.measure_window import SteadyWindow
 
 _is_compiling: Callable[[], bool] = torch.compiler.is_compiling
 _RUNTIME_PACKAGE = "perfscope.runtime"
@@ -107,6 +108,9 @@ class Recorder:
         drain_prefetch: Extend the warm-up while the DataLoader drains its prefetched batches
             (:class:`~perfscope.collect.measure_warmup.DrainWarmup`); each step added moves
             ``warmup_steps``, ``measured_end`` and ``last_step`` by one and calls ``on_extend``.
+        window: Extend the measured window until its throughput is known well enough
+            (:class:`~perfscope.collect.measure_window.SteadyWindow`), or None for exactly K
+            steps; each step added moves ``measured_end`` and ``last_step`` and calls ``on_extend``.
 
     Attributes:
         warmup_steps, measured_end, last_step: W (as extended), W+K and the last step kept.
@@ -118,8 +122,9 @@ class Recorder:
     """
 
     def __init__(self, *, warmup_steps: int, measure_steps: int, last_step: int, steps_file: TextIO,
-                 drain_prefetch: bool = False) -> None:
+                 drain_prefetch: bool = False, window: SteadyWindow | None = None) -> None:
         self.thread = threading.get_ident()
+        self.window = window
         self.warmup_steps = warmup_steps
         self.measured_end = warmup_steps + measure_steps
         self.last_step = last_step
@@ -151,12 +156,31 @@ class Recorder:
                 self.warmup_steps + 1, self.measured_end + 1, self.last_step + 1)
             if self.on_extend is not None:
                 self.on_extend()
+        elif self.current == self.measured_end + 1 and self.window is not None and self.window.extends(
+                *self.measured_steps(), self._round_steps()):
+            self.measured_end, self.last_step = self.measured_end + 1, self.last_step + 1
+            if self.on_extend is not None:
+                self.on_extend()
         if self.current == 1:
             self.first_step = backend_flags()
         elif ended <= self.last_step:
             self._write_step(ended)
         if self.dist is None:
             self.dist = dist_snapshot()  # the script may destroy its group before the end
+
+    def measured_steps(self) -> tuple[list[int | None], list[float]]:
+        """(samples, seconds) of each measured step finished so far (None: samples unknown)."""
+        samples, seconds = [], []
+        for step in range(self.warmup_steps + 1, min(self.measured_end, self.current - 1) + 1):
+            bucket = self.buckets.get(step) or _Bucket()
+            samples.append(None if bucket.unknown or not bucket.fetches else bucket.samples)
+            seconds.append(self.times[step] - self.times[step - 1])
+        return samples, seconds
+
+    def _round_steps(self) -> int:
+        """Steps of one round of the DataLoader's workers (1 without workers)."""
+        workers = (self.loader or {}).get("num_workers") or 0
+        return max(1, int(workers)) if isinstance(workers, int) else 1
 
     def _write_step(self, step: int) -> None:
         if self._file is None:

@@ -22,7 +22,7 @@ from torch import nn
 
 from perfscope.collect import control
 from perfscope.errors import PerfscopeError
-from perfscope.runtime import patching, precision
+from perfscope.runtime import patching, precision, threads
 from perfscope.runtime.config import AccelConfig, ConfigError, load_config
 from perfscope.runtime.data import ITERABLE_SKIP_REASON, DevicePrefetcher, iterable_without_sharding, rebuild_loader
 from perfscope.runtime.optimizer import AcceleratedOptimizer
@@ -191,6 +191,7 @@ def _apply_precision(acc: Accelerator, model: nn.Module, optimizer, cuda: bool) 
     cfg = acc.config
     for key, what in precision.set_backend_flags(cfg.tf32, cfg.cudnn_benchmark).items():
         acc.applied[key] = what if torch.cuda.is_available() else f"{what} (no effect: no CUDA device)"
+    acc.applied.update(threads.set_intra_op_threads(cfg.intra_op_threads))
     if cfg.amp_level == "O0":
         return model
     if cuda and cfg.amp_dtype == "bf16" and not torch.cuda.is_bf16_supported():

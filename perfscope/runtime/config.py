@@ -26,6 +26,7 @@ MAX_WORKERS = 1024
 MAX_PREFETCH_FACTOR = 128
 MAX_BUCKET_CAP_MB = 10240.0  # 10 GiB
 MAX_GRAD_ACCUM_STEPS = 1024
+MAX_THREADS = 1024
 MAX_CONFIG_BYTES = 64 * 1024  # a configuration is a few hundred bytes
 
 
@@ -42,6 +43,9 @@ class AccelConfig:
         pin_memory: Page-locked host batches, so host-to-device copies can be asynchronous.
         prefetch_factor: Batches each worker loads ahead (>= 1; needs num_workers > 0).
         persistent_workers: Keep workers alive across epochs (needs num_workers > 0).
+        intra_op_threads: Threads of the training process's CPU operators
+            (``torch.set_num_threads``, >= 1); they share the cores with the DataLoader's workers
+            (:mod:`perfscope.runtime.threads`).
         device_prefetch: Copy the next batch to the GPU on a side stream during the current
             step (a documented no-op on CPU).
         amp_level: ``O0`` fp32; ``O1`` autocast in forward; ``O2`` half-precision weights with
@@ -61,6 +65,7 @@ class AccelConfig:
     pin_memory: bool | None = None
     prefetch_factor: int | None = None
     persistent_workers: bool | None = None
+    intra_op_threads: int | None = None
     device_prefetch: bool = False
     amp_level: str = "O0"
     amp_dtype: str = "bf16"
@@ -89,6 +94,9 @@ class AccelConfig:
         check(self.prefetch_factor is None
               or (is_int(self.prefetch_factor) and 1 <= self.prefetch_factor <= MAX_PREFETCH_FACTOR),
               "prefetch_factor", f"an integer >= 1 and <= {MAX_PREFETCH_FACTOR}")
+        check(self.intra_op_threads is None
+              or (is_int(self.intra_op_threads) and 1 <= self.intra_op_threads <= MAX_THREADS),
+              "intra_op_threads", f"an integer >= 1 and <= {MAX_THREADS}")
         check(self.amp_level in AMP_LEVELS, "amp_level", ", ".join(AMP_LEVELS))
         check(self.amp_dtype in AMP_DTYPES, "amp_dtype", ", ".join(AMP_DTYPES))
         check(self.bucket_cap_mb is None or (isinstance(self.bucket_cap_mb, (int, float))

@@ -18,10 +18,13 @@
   and training goes on without it. Ranks per node come from ``$LOCAL_WORLD_SIZE`` (else all ranks
   are taken to share one node). A script that registers its own comm hook cannot be combined with a patched hook.
 * the backend flags ``tf32`` (``torch.backends.cuda.matmul.allow_tf32`` and
-  ``torch.backends.cudnn.allow_tf32``) and ``cudnn_benchmark`` (``torch.backends.cudnn.benchmark``).
+  ``torch.backends.cudnn.allow_tf32``) and ``cudnn_benchmark`` (``torch.backends.cudnn.benchmark``),
+  and ``intra_op_threads`` (``torch.set_num_threads``, before the script runs).
+* ``amp_level: O1`` with ``amp_dtype: bf16``: autocast around the script's outermost module calls
+  (:mod:`perfscope.runtime.launch_amp`, through PyTorch's global module hooks).
 
 Everything is put back when the context exits (original ``__init__`` functions, flag values).
-The knobs that need the training loop's cooperation (``amp_level``/``amp_dtype``,
+The knobs that need the training loop's cooperation (fp16 or O2 ``amp_level``/``amp_dtype``,
 ``device_prefetch``, ``grad_accum_steps``) are not patched; the report lists them under
 ``needs_accelerate``.
 
@@ -52,10 +55,10 @@ import warnings
 from collections.abc import Callable, Iterator
 
 from perfscope.runtime.config import AccelConfig, load_config
+from perfscope.runtime.patch_report import NEEDS_ACCELERATE, PatchReport
 
 ACCELERATED_ATTR = "_perfscope_accelerated"
 PATCHED_ATTR = "_perfscope_patched"
-NEEDS_ACCELERATE = "needs perfscope.accelerate in the script"
 
 _LOADER_KNOBS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
 _RUNTIME_PACKAGE = "perfscope.runtime"
@@ -69,48 +72,6 @@ def note_accelerated(applied: dict[str, str]) -> None:
     """Called by ``perfscope.accelerate``: inside a :func:`patched` session, record its knobs."""
     if _report is not None:
         _report.note_accelerated(applied)
-
-
-@dataclasses.dataclass
-class PatchReport:
-    """What :func:`patched` applies.
-
-    Attributes:
-        applied: knob -> what it does at launch (only the knobs the configuration sets).
-        needs_accelerate: knob -> why it was not applied (it needs ``perfscope.accelerate``, and
-            the script has not applied it so far).
-        not_applied: knob -> why a configured knob could not be patched (e.g. a missing module).
-        loaders: DataLoaders the patch configured.
-        ddp_modules: DistributedDataParallel wrappers the patch configured.
-        by_accelerate: knob -> what ``perfscope.accelerate`` in the script applied.
-    """
-
-    applied: dict[str, str] = dataclasses.field(default_factory=dict)
-    needs_accelerate: dict[str, str] = dataclasses.field(default_factory=dict)
-    not_applied: dict[str, str] = dataclasses.field(default_factory=dict)
-    loaders: int = 0
-    ddp_modules: int = 0
-    by_accelerate: dict[str, str] = dataclasses.field(default_factory=dict)
-
-    def note_accelerated(self, applied: dict[str, str]) -> None:
-        """Record what ``perfscope.accelerate`` applied in the script: those knobs no longer
-        need it."""
-        for key, what in applied.items():
-            self.by_accelerate[key] = what
-            self.needs_accelerate.pop(key, None)
-        if "amp_level" in applied:  # the dtype comes with the level
-            self.needs_accelerate.pop("amp_dtype", None)
-
-    def to_dict(self) -> dict:
-        """JSON-able copy (stored as ``run_info["config_applied"]``)."""
-        return dataclasses.asdict(self)
-
-    def needs_accelerate_line(self) -> str | None:
-        """One line naming the knobs that need ``perfscope.accelerate``, or None."""
-        if not self.needs_accelerate:
-            return None
-        return (f"perfscope: config knob(s) {', '.join(self.needs_accelerate)} need perfscope.accelerate "
-                "in the script (applied only if the script calls it)")
 
 
 def plan(config: AccelConfig) -> PatchReport:
@@ -137,7 +98,13 @@ def plan(config: AccelConfig) -> PatchReport:
         report.applied["tf32"] = f"torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = {config.tf32}"
     if config.cudnn_benchmark is not None:
         report.applied["cudnn_benchmark"] = f"torch.backends.cudnn.benchmark = {config.cudnn_benchmark}"
-    if config.amp_level != "O0":
+    if config.intra_op_threads is not None:
+        report.applied["intra_op_threads"] = f"torch.set_num_threads({config.intra_op_threads})"
+    if launch_amp(config):
+        from perfscope.runtime.launch_amp import WHAT
+
+        report.applied["amp_level"] = WHAT
+    elif config.amp_level != "O0":  # fp16 scaling, O2 master weights: in the loop (launch_amp.py says why)
         report.needs_accelerate["amp_level"] = NEEDS_ACCELERATE
         report.needs_accelerate["amp_dtype"] = NEEDS_ACCELERATE
     if config.device_prefetch:
@@ -145,6 +112,11 @@ def plan(config: AccelConfig) -> PatchReport:
     if config.grad_accum_steps != 1:
         report.needs_accelerate["grad_accum_steps"] = NEEDS_ACCELERATE
     return report
+
+
+def launch_amp(config: AccelConfig) -> bool:
+    """Whether ``config``'s mixed precision is applied at launch (bf16 O1; :mod:`.launch_amp`)."""
+    return config.amp_level == "O1" and config.amp_dtype == "bf16"
 
 
 def _ddp_knobs_set(config: AccelConfig) -> bool:
@@ -219,6 +191,14 @@ def patched(config: str | os.PathLike | dict | AccelConfig | None) -> Iterator[P
                 from perfscope.runtime.precision import backend_flags  # imports torch
 
                 stack.enter_context(backend_flags(config.tf32, config.cudnn_benchmark))
+            if config.intra_op_threads is not None:
+                from perfscope.runtime.threads import intra_op_threads  # imports torch
+
+                stack.enter_context(intra_op_threads(config.intra_op_threads))
+            if launch_amp(config):
+                from perfscope.runtime.launch_amp import launch_autocast  # imports torch
+
+                stack.enter_context(launch_autocast())
             _report = report
             yield report
     finally:

@@ -10,6 +10,7 @@ Options:
                         accelerate), accelerate (perfscope.accelerate + perfscope.backward)
     --loss-log FILE     append every micro-batch's loss.item() (one per line)
     --seed-log FILE     write random.random(), numpy.random.rand(), torch.rand(1) at the start
+    --sleep-ms A,B,...  sleep A ms in iteration 1, B in 2, ... (cycling): steps of known lengths
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import functools
 import json
 import os
 import random
+import time
 
 import numpy as np
 import torch
@@ -46,6 +48,7 @@ def main() -> None:
     parser.add_argument("--backward", choices=("plain", "perfscope", "accelerate"), default="plain")
     parser.add_argument("--loss-log", default=None)
     parser.add_argument("--seed-log", default=None)
+    parser.add_argument("--sleep-ms", default=None)
     args = parser.parse_args()
 
     if args.seed_log:
@@ -61,7 +64,10 @@ def main() -> None:
     if args.backward == "accelerate":
         model, opt, loader = perfscope.accelerate(model, opt, loader)
     log = open(args.loss_log, "a") if args.loss_log else None  # noqa: SIM115 - lives as long as the loop
+    sleeps = [float(v) / 1000 for v in args.sleep_ms.split(",")] if args.sleep_ms else None
     for it, (inputs, targets) in enumerate(loader, 1):
+        if sleeps:
+            time.sleep(sleeps[(it - 1) % len(sleeps)])
         if it == args.fail_at:
             if args.error == "memory":
                 raise MemoryError("simulated allocation failure")
