@@ -181,6 +181,11 @@ def min_gain(record: dict) -> float:
 
 
 def rounds(record: dict, candidate: dict | None = None) -> int | None:
+    """Rounds of a candidate's confirmation (its own count: sequential rounds stop per candidate),
+    else the confirmation's."""
+    own = num(obj(candidate).get("rounds")) if candidate is not None else None
+    if own:
+        return int(own)
     conf = obj(record.get("confirmation"))
     n = num(conf.get("rounds"))
     if n is not None:
