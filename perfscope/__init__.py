@@ -30,7 +30,7 @@ def step() -> None:
 
     A no-op unless the script runs under ``perfscope profile``; see ``docs/collection.md``.
     """
-    from perfscope.collect import step as _step
+    from perfscope.control import step as _step
 
     _step()
 

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from perfscope.cli_args import MAX_NPROC_PER_NODE, not_empty, number, out_path, whole
+from perfscope.cli_args import not_empty, number, out_path, whole
 from perfscope.errors import PerfscopeError
 from perfscope.outputs import DEFAULT_OUT_ROOT
 from perfscope.redact import redact
@@ -16,30 +16,19 @@ from perfscope.text import safe
 
 
 
-# The allowed range of each numeric option (inclusive): an absurd value is refused at once with
-# the range, rather than sizing a loop, a timeout or a progress bar by it.
-LIMITS = {
-    "--trials": (2, 10_000),  # the baseline is trial 0: a search needs one more
-    "--time-budget": (1.0, 30 * 86_400.0),
-    "--steps-per-trial": (1, 100_000),
-    "--warmup-steps": (0, 100_000),
-    "--profile-steps": (0, 100),  # each profiled step adds to a trace file of every trial
-    "--nproc-per-node": (1, MAX_NPROC_PER_NODE),
-    "--seed": (0, 2**32 - 1),  # NumPy's seed range; the script's generators are seeded with it
-    "--confirm-top": (1, 100),
-    "--confirm-rounds": (2, 1_000),  # an interval needs two rounds
-    "--confirm-min-rounds": (2, 1_000),
-    "--confirm-budget": (1.0, 30 * 86_400.0),
-    "--min-gain": (0.0, 10.0),
-    "--trial-timeout": (1.0, 7 * 86_400.0),
-    "--target-rse": (0.0, 1.0),  # 0: a fixed window of K steps
-    "--measure-cap": (1.0, 86_400.0),
-}
+def _limits() -> dict[str, tuple[float, float]]:
+    """The range of each numeric option, by its flag: the tuner's own (``tuner/options.py``)."""
+    from perfscope.siblings import import_sibling
+
+    import_sibling("tuner")
+    from tuner.options import LIMITS
+
+    return {flag: (low, high) for flag, low, high in LIMITS.values()}
 
 
 def add_tune_parser(sub) -> None:
     """Add the ``tune`` sub-command to the ``perfscope`` parser (every numeric option with its
-    range from :data:`LIMITS`).
+    range from ``tuner.options.LIMITS``).
 
     Args:
         sub: The ``add_subparsers`` object of the ``perfscope`` parser.
@@ -84,8 +73,8 @@ def add_tune_parser(sub) -> None:
     t.add_argument("--confirm-rounds", type=_whole("--confirm-rounds"), default=12, metavar="R",
                    help="the most interleaved baseline/candidate rounds (default 12); rounds stop once every "
                         "candidate is decided")
-    t.add_argument("--confirm-min-rounds", type=_whole("--confirm-min-rounds"), default=3, metavar="M",
-                   help="rounds before the first decision (default 3, at least 2)")
+    t.add_argument("--confirm-min-rounds", type=_whole("--confirm-min-rounds"), default=None, metavar="M",
+                   help="rounds before the first decision (default 3, or --confirm-rounds when fewer; at least 2)")
     t.add_argument("--confirm-budget", type=_number("--confirm-budget", "a number of seconds"), default=None,
                    metavar="S", help="start no new confirmation round after S seconds (default: no limit)")
     t.add_argument("--min-gain", type=_number("--min-gain", "a fraction (0.02 = 2%)", high_open=True), default=0.02,
@@ -97,13 +86,13 @@ def add_tune_parser(sub) -> None:
 
 
 def _whole(option: str):
-    """A whole number in the option's range (:data:`LIMITS`)."""
-    return whole(*LIMITS[option])
+    """A whole number in the option's range (:func:`_limits`)."""
+    return whole(*_limits()[option])
 
 
 def _number(option: str, what: str, *, high_open: bool = False):
-    """A finite number in the option's range (:data:`LIMITS`), ``what`` naming it in the message."""
-    return number(*LIMITS[option], what, high_open=high_open)
+    """A finite number in the option's range (:func:`_limits`), ``what`` naming it in the message."""
+    return number(*_limits()[option], what, high_open=high_open)
 
 
 def _one_line_error(message: str) -> None:
@@ -140,9 +129,6 @@ def cmd_tune(args, script_args: list[str], open_in_browser) -> int:
     from perfscope.outputs import ensure_writable_dir
     from perfscope.siblings import import_sibling
 
-    if args.confirm_min_rounds > args.confirm_rounds:
-        raise PerfscopeError(f"--confirm-min-rounds {args.confirm_min_rounds} is above --confirm-rounds "
-                             f"{args.confirm_rounds}: the first decision would come after the last round")
     script = check_script(args.script)  # one-line error before anything is created
     try:
         import_sibling("tuner")
@@ -153,7 +139,6 @@ def cmd_tune(args, script_args: list[str], open_in_browser) -> int:
                              "pip install 'perfscope-torch[tune]'") from None
     stem = Path(script).stem
     out_dir, best_path = _outputs(args.out, stem)
-    ensure_writable_dir(out_dir)
     options = tune_mod.TuneOptions(
         script=os.path.abspath(script), script_args=tuple(script_args), out_dir=out_dir, best_path=best_path,
         study_name=args.study_name or f"tune-{stem}", trials=args.trials, time_budget_s=args.time_budget,
@@ -164,6 +149,7 @@ def cmd_tune(args, script_args: list[str], open_in_browser) -> int:
         confirm_budget_s=args.confirm_budget, min_gain=args.min_gain, trial_timeout_s=args.trial_timeout,
         progress=not args.no_progress,
     )
+    ensure_writable_dir(out_dir)  # after the options are known good: a refused command leaves nothing
     started = time.time()
     try:
         record = tune_mod.tune(options)

@@ -1,5 +1,5 @@
 """Helpers of the measurement-runner tests (``test_measure_*.py``): running
-``python -m perfscope.collect.measure``, reading the records it writes, and a clean environment
+``python -m perfscope.measure``, reading the records it writes, and a clean environment
 for every test (the autouse fixture, imported by each of those modules)."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def no_config_from_env(monkeypatch):
 def run_cli(record_dir: Path, *options: str, script: Path, args=(), launcher=()) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PERFSCOPE_CONFIG", "RANK", "WORLD_SIZE")}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
-    command = [sys.executable, *launcher, "-m", "perfscope.collect.measure", "--record-dir", str(record_dir),
+    command = [sys.executable, *launcher, "-m", "perfscope.measure", "--record-dir", str(record_dir),
                *options, "--", str(script), *map(str, args)]
     return subprocess.run(command, check=False, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
 

@@ -106,7 +106,7 @@ def test_hooks_and_patches_are_removed_afterwards(tmp_path):
     import torch.utils.data.dataloader as dataloader_mod
     from torch.nn.modules import module as module_mod
 
-    from perfscope.collect import control
+    from perfscope import control
 
     def state():
         return (

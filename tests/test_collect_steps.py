@@ -13,8 +13,8 @@ torch = pytest.importorskip("torch")
 from perfscope.collect import (  # noqa: E402
     ProfileSchedule,
     collect,
-    step,
 )
+from perfscope.control import step  # noqa: E402
 from collectkit import (  # noqa: E402
     SMALL,
     assert_no_straddling,
@@ -72,7 +72,7 @@ def test_explicit_step_marker_without_optimizer(tmp_path):
         tmp_path,
         """
         import torch
-        from perfscope.collect import step
+        from perfscope.control import step
         w = torch.randn(8, 1, requires_grad=True)
         x = torch.randn(4, 8)
         for _ in range(10**6):
@@ -99,7 +99,7 @@ def test_explicit_step_marker_without_optimizer(tmp_path):
 
 def test_explicit_marker_with_optimizer_is_not_double_counted(tmp_path):
     script = loop_script(tmp_path, iterations=8, extra="perfscope_step()")
-    script.write_text("from perfscope.collect import step as perfscope_step\n" + script.read_text())
+    script.write_text("from perfscope.control import step as perfscope_step\n" + script.read_text())
     schedule = ProfileSchedule(skip_first=1, warmup=1, active=2, max_steps=0)
     result = collect(script, [], out_dir=tmp_path / "out", schedule=schedule)
 

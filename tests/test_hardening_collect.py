@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from perfscope.collect.measure import UsageError, parse_argv
-from perfscope.collect.measure_hooks import Recorder
+from perfscope.measure.runner import UsageError, parse_argv
+from perfscope.measure.hooks import Recorder
 from perfscope.collect.script import exit_status
 from collectkit import profiler_steps, trace_events, write_script
 

@@ -15,7 +15,7 @@ from measurekit import (
     write_config,
 )
 
-from perfscope.collect import measure
+from perfscope.measure import runner as measure
 
 # --------------------------------------------------------------------------- DDP
 DDP_ACCELERATED = """

@@ -19,7 +19,7 @@ from measurekit import (
     write_config,
 )
 
-from perfscope.collect import measure
+from perfscope.measure import runner as measure
 
 
 # --------------------------------------------------------------------------- processes and options
@@ -69,7 +69,7 @@ def test_bad_options_exit_2_with_one_line(tmp_path, monkeypatch, argv, message):
     with contextlib.redirect_stderr(err):
         assert measure.main(argv) == 2
     lines = err.getvalue().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("perfscope.collect.measure: error:") and message in lines[0]
+    assert len(lines) == 1 and lines[0].startswith("perfscope.measure: error:") and message in lines[0]
 
 
 def test_bad_config_exits_2_and_says_why_in_the_record(tmp_path):

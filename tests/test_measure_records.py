@@ -1,4 +1,4 @@
-"""The measurement runner of ``perfscope tune`` (``perfscope.collect.measure``), what it records:
+"""The measurement runner of ``perfscope tune`` (``perfscope.measure``), what it records:
 step lines, samples, losses, seeds, facts, the config applied and the profiled window, a script
 that fails or ends early, patches removed afterwards, and how a batch's size is read."""
 
@@ -26,8 +26,10 @@ from measurekit import (
 )
 from torch.nn.parallel import DistributedDataParallel
 
-from perfscope.collect import control, measure, measure_hooks
-from perfscope.collect.measure_hooks import batch_size
+from perfscope import control
+from perfscope.measure import hooks as measure_hooks
+from perfscope.measure import runner as measure
+from perfscope.measure.hooks import batch_size
 
 
 # --------------------------------------------------------------------------- the contract, end to end

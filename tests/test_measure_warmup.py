@@ -17,7 +17,7 @@ from measurekit import (
     write_config,
 )
 
-from perfscope.collect import measure
+from perfscope.measure import runner as measure
 
 # --------------------------------------------------------------------------- warm-up until the prefetch is drained
 PREFETCH = ROOT / "tests" / "scripts" / "measure_prefetch.py"
@@ -48,7 +48,7 @@ def check_window(lines: list[dict], res: dict, measure_steps: int, profile_steps
 
 
 def test_ready_batches_counts_what_the_workers_have_loaded():
-    from perfscope.collect.measure_warmup import ready_batches
+    from perfscope.measure.warmup import ready_batches
 
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.arange(40.0)), batch_size=2,
                                          num_workers=2, prefetch_factor=3)
@@ -153,4 +153,4 @@ def test_only_one_process_trials_drain_the_prefetch(tmp_path):
     assert "--drain-prefetch" not in ranks
     options, script, args = measure.parse_argv(one[one.index("-m") + 2:])
     assert options["drain_prefetch"] and script == "train.py" and args == ["--x"]
-    assert not measure.parse_argv(ranks[ranks.index("perfscope.collect.measure") + 1:])[0]["drain_prefetch"]
+    assert not measure.parse_argv(ranks[ranks.index("perfscope.measure") + 1:])[0]["drain_prefetch"]

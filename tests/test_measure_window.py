@@ -1,5 +1,5 @@
 """The steady-state measured window: batch-means RSE, when the window goes on and why it ends, and
-the runner's record of it (``perfscope/collect/measure_window.py``)."""
+the runner's record of it (``perfscope/measure/window.py``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from perfscope.collect.measure_window import MIN_BATCHES, SteadyWindow, window_rse
+from perfscope.measure.window import MIN_BATCHES, SteadyWindow, window_rse
 
 
 # --------------------------------------------------------------------------- batch means

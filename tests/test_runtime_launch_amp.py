@@ -62,3 +62,14 @@ def test_patched_applies_bf16_o1_at_launch_and_says_fp16_needs_accelerate():
     with patched({"amp_level": "O1", "amp_dtype": "fp16"}) as report:
         assert Net()(torch.randn(2, 8)).dtype == torch.float32
     assert "amp_level" in report.needs_accelerate
+
+
+def test_only_training_forwards_are_cast():
+    net, frozen = Net(), Net().requires_grad_(False)
+    with launch_autocast() as hooks:
+        with torch.no_grad():  # evaluation, or data made with a fixed model
+            assert net(torch.randn(2, 8)).dtype == torch.float32
+        assert frozen(torch.randn(2, 8)).dtype == torch.float32  # nothing of it is trained
+        assert nn.MSELoss()(torch.randn(3), torch.randn(3)).dtype == torch.float32  # no parameters
+        assert net(torch.randn(2, 8)).dtype == torch.bfloat16
+    assert hooks.entered == 1

@@ -161,7 +161,7 @@ def test_confirm_candidates_shares_the_baseline_and_drops_failed_candidates():
 def test_samples_drawn_from_prefilled_queues_are_not_counted(tmp_path):
     import json
 
-    from tuner.records import drawn_from_queues
+    from perfscope.measure.records import drawn_from_queues
     from tuner.window import window_throughput
 
     lines = [{"step": 1, "seconds": 0.1, "samples": 16, "measured": False, "ready": 12},

@@ -206,7 +206,7 @@ def build_space(facts: dict, fractions: dict, verdict: str, *, cpu_count: int | 
 
     Args:
         facts: What the baseline run showed (``facts`` of the measurement's rank 0 record; see
-            ``perfscope.collect.measure``): cuda, world_size, ddp, dataloader, accelerate, tf32...
+            ``perfscope.measure``): cuda, world_size, ddp, dataloader, accelerate, tf32...
         fractions: The baseline's ``overall.fractions`` (io, comm, launch, compute; shares of step
             time in [0, 1]).
         verdict: The baseline's run verdict (``io-bound`` ...).

@@ -1,6 +1,6 @@
 """One trial: the script in its own process, measured, under a timeout, and never left running.
 
-A trial starts ``python -m perfscope.collect.measure`` (through ``torch.distributed.run`` for
+A trial starts ``python -m perfscope.measure`` (through ``torch.distributed.run`` for
 several ranks) in a new session with the trial's configuration in ``$PERFSCOPE_CONFIG``. The
 measurement writes one JSON line per finished step and rank (``rank<R>.steps.jsonl``), which this
 module reads while the script runs: each new measured step gives the throughput so far to
@@ -41,7 +41,7 @@ from perfscope.runtime.config import CONFIG_ENV, AccelConfig, save_config
 from tuner.failure import failure_line, killed_reason, seconds_text
 from tuner.output import KEEP_BYTES, LIMIT_BYTES, OutputLog
 from tuner.procs import MARK_ENV, new_mark, stop_trial, trial_command
-from tuner.records import StepReader, drawn_from_queues, new_measured, read_jsonl
+from perfscope.measure.records import StepReader, drawn_from_queues, new_measured, read_jsonl
 from tuner.window import (
     DEFAULT_MEASURE_CAP_S,
     DEFAULT_TARGET_RSE,
@@ -116,7 +116,7 @@ class TrialOutcome:
         step_seconds: Duration of each measured step, longest rank (seconds).
         unit: ``samples/s`` or ``steps/s``.
         losses: Rank 0's loss of every step from step 1 (None where none was seen).
-        facts: Rank 0's facts about the run (see ``perfscope.collect.measure``).
+        facts: Rank 0's facts about the run (see ``perfscope.measure``).
         trace_files: Traces of the profiled steps, one per rank that wrote one.
         data_wait: Share of rank 0's measured time spent waiting in DataLoader fetches.
         duration_s: Wall time of the trial (seconds).
@@ -125,7 +125,7 @@ class TrialOutcome:
         drawn_samples: Samples the measured window drew from DataLoader queues filled before it
             (subtracted from its throughput; see :func:`drawn_from_queues`).
         window: Rank 0's record of its measured window (``target_rse``, ``rse``, ``steps``,
-            ``seconds``, ``ended_by``...; :mod:`perfscope.collect.measure_window`), None when fixed.
+            ``seconds``, ``ended_by``...; :mod:`perfscope.measure.window`), None when fixed.
     """
 
     status: str
@@ -162,7 +162,7 @@ class TrialOutcome:
 
 def measure_command(spec: TrialSpec, record_dir: Path, config_path: str | None, profile_steps: int) -> list[str]:
     """The command line of one trial (the launcher's, for several ranks)."""
-    own = ["-m", "perfscope.collect.measure", "--record-dir", str(record_dir),
+    own = ["-m", "perfscope.measure", "--record-dir", str(record_dir),
            "--warmup-steps", str(spec.warmup_steps), "--measure-steps", str(spec.measure_steps),
            "--profile-steps", str(profile_steps), "--seed", str(spec.seed)]
     if config_path is not None:

@@ -21,7 +21,6 @@ from perfscope.runtime.config import config_from_dict
 from perfscope.text import safe
 from tuner import record as tune_record
 from tuner.command import check_same_command
-from tuner.confirm import DEFAULT_MIN_ROUNDS, DEFAULT_ROUNDS
 from perfscope.outlock import FolderLock
 from tuner.progress import Progress
 from tuner.prove import prove
@@ -38,7 +37,7 @@ from tuner.study import (
     worker_id,
 )
 from tuner.trial import TrialSpec, cleanup_traces, noise_text, run_trial
-from tuner.window import DEFAULT_MEASURE_CAP_S, DEFAULT_TARGET_RSE
+from tuner.options import TuneOptions
 
 BASELINE_PROFILE_STEPS = 5  # as `perfscope profile`'s default active window
 SETUP_WAIT_S = 180.0  # how long a second worker waits for the first one's baseline
@@ -47,52 +46,6 @@ SETUP_BY_ATTR = "perfscope.setup_by"  # the worker profiling the baseline
 
 class TuneError(PerfscopeError):
     """The tuning cannot start or go on (the baseline fails, the study is unusable...)."""
-
-
-@dataclasses.dataclass
-class TuneOptions:
-    """What ``perfscope tune`` was asked.
-
-    Attributes:
-        script, script_args: The training script and its arguments.
-        out_dir: Output folder; ``best_path`` the configuration file to write (in it by default).
-        trials: Trials in the study, baseline included (the study-wide total).
-        time_budget_s: Seconds after which no new trial starts (None: no limit).
-        warmup_steps, measure_steps, target_rse, measure_cap_s, profile_steps: Per trial (see
-            :class:`tuner.trial.TrialSpec`).
-        nproc_per_node: Ranks per trial, or None.
-        storage: Study storage URL (None: SQLite in ``out_dir``); study_name its name.
-        seed: Seed for the script and the sampler.
-        confirm_top, confirm_rounds (the most rounds), confirm_min_rounds, confirm_budget_s (seconds
-            after which no new round starts; None: no limit), min_gain, confidence: The
-            confirmation step (:func:`tuner.confirm.confirm_candidates`).
-        trial_timeout_s: Limit of one trial (None: from the baseline's duration).
-        progress: Show the progress bar.
-    """
-
-    script: str
-    script_args: tuple[str, ...]
-    out_dir: Path
-    best_path: Path
-    study_name: str
-    trials: int = 12
-    time_budget_s: float | None = None
-    warmup_steps: int = 3
-    measure_steps: int = 8
-    target_rse: float | None = DEFAULT_TARGET_RSE
-    measure_cap_s: float = DEFAULT_MEASURE_CAP_S
-    profile_steps: int = 2
-    nproc_per_node: int | None = None
-    storage: str | None = None
-    seed: int = 0
-    confirm_top: int = 2
-    confirm_rounds: int = DEFAULT_ROUNDS
-    confirm_min_rounds: int = DEFAULT_MIN_ROUNDS
-    confirm_budget_s: float | None = None
-    min_gain: float = 0.02
-    confidence: float = 0.95
-    trial_timeout_s: float | None = None
-    progress: bool = True
 
 
 def tune(options: TuneOptions) -> dict:

@@ -1,7 +1,7 @@
 """A trial's measured window: its length, its throughput, and the steps a script must run for it.
 
-The window itself is decided while the script runs (``perfscope/collect/measure_warmup.py`` for
-where it starts, ``perfscope/collect/measure_window.py`` for where it ends); these are the rules
+The window itself is decided while the script runs (``perfscope/measure/warmup.py`` for
+where it starts, ``perfscope/measure/window.py`` for where it ends); these are the rules
 the tuner derives from it. See ``docs/tune.md``, "Warm-up and window".
 """
 
@@ -48,7 +48,7 @@ def warmup_steps_for(warmup_steps: int, loader_workers: int | None, prefetch_fac
     plus the batches its workers can have ready before the first step (``workers *
     prefetch_factor``, at most ``MAX_PREFILL_STEPS``), which would otherwise be consumed in the
     measured window for free. Fixed, as all ranks must stop at the same step; one process instead
-    runs ``perfscope.collect.measure --drain-prefetch``, whose warm-up lasts until the buffer is
+    runs ``perfscope.measure --drain-prefetch``, whose warm-up lasts until the buffer is
     drained (a fixed count cannot drain what the workers add while the first steps are slow)."""
     if not loader_workers:
         return warmup_steps

@@ -7,7 +7,7 @@ See ``docs/collection.md`` for what a step is and how runs end.
 # Each name loads its module on first use, so that a light submodule (the schedule's limits, which
 # the command line needs) does not bring the whole collection layer with it.
 _HOME = {"collect": "perfscope.collect.api", "is_distributed_worker": "perfscope.collect.api",
-         "step": "perfscope.collect.control", "CollectError": "perfscope.collect.errors",
+         "CollectError": "perfscope.collect.errors",
          "CollectResult": "perfscope.collect.result", "ProfileSchedule": "perfscope.collect.schedule",
          "remove_stale_rank_traces": "perfscope.collect.traces", "wait_for_rank_traces": "perfscope.collect.traces"}
 
@@ -18,7 +18,6 @@ __all__ = [
     "collect",
     "is_distributed_worker",
     "remove_stale_rank_traces",
-    "step",
     "wait_for_rank_traces",
 ]
 

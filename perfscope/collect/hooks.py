@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 import torch
 
-from perfscope.collect import control
+from perfscope import control
 
 _is_compiling: Callable[[], bool] = torch.compiler.is_compiling
 

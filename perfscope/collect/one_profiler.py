@@ -16,7 +16,7 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
-from perfscope.collect import control
+from perfscope import control
 
 MESSAGE = ("the script starts a PyTorch profiler of its own (torch.profiler.profile or "
            "torch.autograd.profiler.profile), but perfscope is profiling it "
@@ -27,7 +27,7 @@ MESSAGE = ("the script starts a PyTorch profiler of its own (torch.profiler.prof
 @contextlib.contextmanager
 def only_ours(torch: Any, ours: Any | None) -> Iterator[None]:
     """While the block runs, a Kineto session other than ``ours`` raises
-    :class:`~perfscope.collect.control.ScriptRefused` (a BaseException: the script's ``except
+    :class:`~perfscope.control.ScriptRefused` (a BaseException: the script's ``except
     Exception`` lets it through to perfscope's runner).
 
     Args:

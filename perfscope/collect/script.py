@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any
 
-from perfscope.collect import control
+from perfscope import control
 from perfscope.collect.errors import CollectError
 from perfscope.redact import redact
 from perfscope.text import safe

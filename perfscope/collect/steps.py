@@ -49,7 +49,7 @@ import torch.optim.optimizer as optim_mod
 import torch.utils.data.dataloader as dataloader_mod
 from torch.nn.modules import module as module_mod
 
-from perfscope.collect import control
+from perfscope import control
 from perfscope.collect.hooks import (
     _forward_pre_hook,
     _optimizer_pre_hook,

@@ -20,7 +20,7 @@ import weakref
 import torch
 from torch import nn
 
-from perfscope.collect import control
+from perfscope import control
 from perfscope.errors import PerfscopeError
 from perfscope.runtime import patching, precision, threads
 from perfscope.runtime.config import AccelConfig, ConfigError, load_config

@@ -5,11 +5,14 @@ call it can still get O1 at launch (``perfscope profile --config``, a tuning tri
 global module hooks run around every ``nn.Module`` call: the pre-hook of the outermost call (depth
 0 on this thread) enters ``torch.autocast(device_type, dtype=torch.bfloat16)``, and its forward
 hook, registered with ``always_call=True`` so it runs even when the forward raises, leaves it. Inner
-module calls only count the depth. The loss module (``nn.CrossEntropyLoss`` ...) is an outermost
-call of its own and runs under autocast too, as autocast's op lists intend (losses run in fp32);
-``backward()`` runs outside it, as PyTorch recommends. Where autocast is already on at the
-outermost call (the script's own ``torch.autocast``, or ``perfscope.accelerate``), nothing is
-entered. The device type is that of the module's first parameter or buffer (the CPU without one).
+module calls only count the depth. Only **training forwards** are cast: an outermost call of a module
+with parameters that require gradients, made while autograd records. A forward under
+``torch.no_grad()`` (evaluation, or a script making its data with a fixed "teacher" model) and a
+loss module without parameters stay in fp32, so the knob changes the training step only, as
+``perfscope.accelerate`` does for the model it is given. ``backward()`` runs outside autocast, as
+PyTorch recommends. Where autocast is already on at the outermost call (the script's own
+``torch.autocast``, or ``perfscope.accelerate``'s), nothing is entered. The device type is that of
+the module's first parameter.
 
 Only bf16 O1 can be applied this way: fp16 needs a loss scaler around ``backward`` and the
 optimizer step, and O2 needs fp32 master weights in the optimizer -- both are in the training loop,
@@ -46,9 +49,9 @@ class OutermostAutocast:
 
     def pre(self, module: nn.Module, args) -> None:
         st = self._state()
-        if st.depth == 0:
-            device_type = _device_type(module)
-            if not torch.is_autocast_enabled(device_type):
+        if st.depth == 0 and torch.is_grad_enabled():
+            device_type = _trained_device(module)
+            if device_type is not None and not torch.is_autocast_enabled(device_type):
                 st.ctx = torch.autocast(device_type, dtype=self.dtype)
                 st.ctx.__enter__()
                 self.entered += 1
@@ -62,12 +65,12 @@ class OutermostAutocast:
             ctx.__exit__(None, None, None)
 
 
-def _device_type(module: nn.Module) -> str:
-    for tensor in module.parameters():
-        return tensor.device.type
-    for tensor in module.buffers():
-        return tensor.device.type
-    return "cpu"
+def _trained_device(module: nn.Module) -> str | None:
+    """The device type of the module's first parameter that requires gradients (None: none does)."""
+    for p in module.parameters():
+        if p.requires_grad:
+            return p.device.type
+    return None
 
 
 @contextlib.contextmanager

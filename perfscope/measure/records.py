@@ -1,6 +1,6 @@
 """Reading a trial's measurement records while it runs and after it ends.
 
-``perfscope.collect.measure`` appends one JSON line per finished step to ``rank<R>.steps.jsonl``
+``perfscope.measure`` appends one JSON line per finished step to ``rank<R>.steps.jsonl``
 (fields: step, seconds, samples, data_wait_s, measured, warmup, ready). These helpers read them
 incrementally, align the ranks' measured steps, and compute the samples a window drew from
 DataLoader queues filled before it.

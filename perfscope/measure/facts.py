@@ -1,4 +1,4 @@
-"""Facts ``perfscope.collect.measure`` records about a run: batch sizes, DataLoader settings,
+"""Facts ``perfscope.measure`` records about a run: batch sizes, DataLoader settings,
 backend flags and the process group."""
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """The measurement runner of ``perfscope tune``: time W + K training steps of a script, in-process.
 
-    python -m perfscope.collect.measure --record-dir DIR --warmup-steps W --measure-steps K \\
+    python -m perfscope.measure --record-dir DIR --warmup-steps W --measure-steps K \\
         [--profile-steps P] [--config PATH] [--seed S] [--drain-prefetch] \\
         [--target-rse R --measure-cap S] -- SCRIPT ARGS...
 
-also as one rank of ``python -m torch.distributed.run ... -m perfscope.collect.measure ...``
+also as one rank of ``python -m torch.distributed.run ... -m perfscope.measure ...``
 (rank ``$RANK``, default 0). The script runs unmodified, as ``perfscope profile`` runs it, and
 its steps are found the same way (``docs/collection.md``); Python, NumPy and torch are seeded
 with S first and ``--config`` is applied as ``perfscope profile --config`` applies it. Written in
@@ -13,10 +13,10 @@ measured, ready, warmup), ``rank<R>.json`` at the end (see :func:`measure_in_pro
 P > 0, ``traces/rank<R>.pt.trace.json.gz`` (steps W+K+2 .. W+K+1+P). The script is ended after
 step W+K, or W+K+1+P; the exit status is the script's (0 when perfscope ended it), 2 for bad
 options. With ``--drain-prefetch`` W is where the warm-up may end: it goes on while the DataLoader
-drains the batches its workers prefetched (``perfscope/collect/measure_warmup.py``), and every
+drains the batches its workers prefetched (``perfscope/measure/warmup.py``), and every
 later step moves with it. With ``--target-rse R --measure-cap S`` (one process) K is where the
 measured window may end: it goes on while the relative standard error of its throughput is above R,
-for at most S seconds of measured steps (``perfscope/collect/measure_window.py``).
+for at most S seconds of measured steps (``perfscope/measure/window.py``).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from perfscope.collect.script import check_script, run_script
 from perfscope.errors import PerfscopeError
 from perfscope.text import safe
 
-_PROG = "perfscope.collect.measure"
+_PROG = "perfscope.measure"
 _INT_OPTIONS = {"--warmup-steps": 0, "--measure-steps": 1, "--profile-steps": 0, "--seed": 0}  # name -> minimum
 _FLOAT_OPTIONS = {"--target-rse": (0.0, 1.0), "--measure-cap": (0.0, 86400.0)}  # name -> open/closed range
 _OPTIONS = ("--record-dir", "--config", *_INT_OPTIONS, *_FLOAT_OPTIONS)
@@ -87,12 +87,12 @@ def measure_in_process(
         seed: Seed of Python's ``random``, NumPy and torch before the script runs.
         rank: This process's rank (names the files).
         drain_prefetch: Extend the warm-up beyond W steps while the DataLoader's workers still
-            have prefetched batches to drain (at most ``measure_warmup.MAX_EXTRA_WARMUP_STEPS``
+            have prefetched batches to drain (at most ``perfscope.measure.warmup.MAX_EXTRA_WARMUP_STEPS``
             more); one process only: ranks that stop at different steps hang in a collective.
         target_rse, measure_cap_s: Both or neither (one process only, as drain_prefetch): measure
             beyond K steps while the relative standard error of the window's throughput is above
             ``target_rse`` (a fraction, in (0, 1]), for at most ``measure_cap_s`` seconds of
-            measured steps (``perfscope.collect.measure_window``).
+            measured steps (``perfscope.measure.window``).
 
     Each finished step s (a step lasts from one boundary to the next, in seconds of host wall
     time) appends ``{"step", "seconds", "samples", "data_wait_s", "measured"}`` to
@@ -130,7 +130,7 @@ def measure_in_process(
     if (target_rse is None) != (measure_cap_s is None):
         raise ValueError("target_rse and measure_cap_s go together: give both or neither")
     if target_rse is not None:
-        from perfscope.collect.measure_window import SteadyWindow
+        from perfscope.measure.window import SteadyWindow
 
         window = SteadyWindow(target_rse=target_rse, cap_s=measure_cap_s, max_steps=MAX_STEPS - warmup_steps)
     from perfscope.collect import session
@@ -138,9 +138,9 @@ def measure_in_process(
     script = check_script(script)
     accel_config, config_path = session.load_run_config(config)
     torch = session.import_torch()
-    from perfscope.collect import measure_hooks as hooks
-    from perfscope.collect.measure_facts import run_facts
-    from perfscope.collect.measure_warmup import window_profiler
+    from perfscope.measure import hooks
+    from perfscope.measure.facts import run_facts
+    from perfscope.measure.warmup import window_profiler
     from perfscope.collect.one_profiler import only_ours
     from perfscope.collect.steps import StepTracker
 
@@ -202,7 +202,7 @@ def measure_in_process(
         print(safe(f"perfscope: could not write trace {exporter.path}: {exporter.error}"), file=sys.stderr)
     if recorder.write_error is not None:
         print(safe(f"perfscope: could not write {steps_path}: {recorder.write_error}"), file=sys.stderr)
-    from perfscope.collect.measure_losses import loss_means
+    from perfscope.measure.losses import loss_means
 
     losses, loss_source = loss_means(recorder, tracker.steps_seen, torch)
     error_kind = None

@@ -1,4 +1,4 @@
-"""Steady-state warm-up of ``perfscope.collect.measure --drain-prefetch``.
+"""Steady-state warm-up of ``perfscope.measure --drain-prefetch``.
 
 DataLoader workers fill their prefetch queues while the script sets up (and while a loaded machine
 slows the first steps); batches that are ready when the measured window begins are consumed for

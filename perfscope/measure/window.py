@@ -1,4 +1,4 @@
-"""Steady-state measured window of ``perfscope.collect.measure --target-rse R --measure-cap S``.
+"""Steady-state measured window of ``perfscope.measure --target-rse R --measure-cap S``.
 
 A fixed count of measured steps is too few on a busy machine (other work takes the cores in bursts,
 so a handful of steps can be 3x off either way) and more than needed on a quiet one. With a target,

@@ -40,7 +40,7 @@ class ScriptRefused(BaseException):
 # Read on every hook call, so it is a plain module global (one dict lookup).
 active: _Tracker | None = None
 
-# The measurement session (``perfscope.collect.measure``) watching this process, or None. The
+# The measurement session (``perfscope.measure``) watching this process, or None. The
 # runtime reports to it through note_loss / note_accelerate; one None check when nobody watches.
 observer: _Observer | None = None
 

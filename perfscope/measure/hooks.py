@@ -1,4 +1,4 @@
-"""What ``perfscope.collect.measure`` records while the script runs, and the wrappers feeding it.
+"""What ``perfscope.measure`` records while the script runs, and the wrappers feeding it.
 
 :class:`StepClock` is the ``prof`` the StepTracker drives: it times every boundary (seconds,
 ``time.perf_counter()``) for the :class:`Recorder`, which writes a line per finished step. The
@@ -21,15 +21,15 @@ from typing import Any, TextIO
 
 import torch
 
-from perfscope.collect import control
-from perfscope.collect.measure_facts import (
+from perfscope import control
+from perfscope.measure.facts import (
     backend_flags,
     batch_size,
     dist_snapshot,
     loader_settings,
 )
-from perfscope.collect.measure_warmup import DrainWarmup
-from perfscope.collect.measure_window import SteadyWindow
+from perfscope.measure.warmup import DrainWarmup
+from perfscope.measure.window import SteadyWindow
 
 _is_compiling: Callable[[], bool] = torch.compiler.is_compiling
 _RUNTIME_PACKAGE = "perfscope.runtime"
@@ -106,10 +106,10 @@ class Recorder:
         steps_file: Open text file receiving one JSON line per finished step (flushed at once:
             the tuner reads it while the script runs).
         drain_prefetch: Extend the warm-up while the DataLoader drains its prefetched batches
-            (:class:`~perfscope.collect.measure_warmup.DrainWarmup`); each step added moves
+            (:class:`~perfscope.measure.warmup.DrainWarmup`); each step added moves
             ``warmup_steps``, ``measured_end`` and ``last_step`` by one and calls ``on_extend``.
         window: Extend the measured window until its throughput is known well enough
-            (:class:`~perfscope.collect.measure_window.SteadyWindow`), or None for exactly K
+            (:class:`~perfscope.measure.window.SteadyWindow`), or None for exactly K
             steps; each step added moves ``measured_end`` and ``last_step`` and calls ``on_extend``.
 
     Attributes:
