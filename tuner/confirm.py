@@ -35,8 +35,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-DEFAULT_MIN_ROUNDS = 3
-DEFAULT_ROUNDS = 12  # the most rounds
+from tuner.options import DEFAULT_MIN_ROUNDS, DEFAULT_ROUNDS
+
 DEFAULT_CONFIDENCE = 0.95
 
 

@@ -14,8 +14,12 @@ from pathlib import Path
 
 from perfscope.cli_args import MAX_NPROC_PER_NODE  # as `perfscope profile --nproc-per-node`
 from perfscope.errors import PerfscopeError
+from tuner.window import DEFAULT_MEASURE_CAP_S, DEFAULT_TARGET_RSE
 
-DEFAULT_MIN_ROUNDS = 3  # confirmation rounds before the first decision (fewer when fewer rounds are asked)
+# Confirmation rounds (tuner/confirm.py): the most, and those before the first decision (fewer
+# when fewer rounds are asked).
+DEFAULT_ROUNDS = 12
+DEFAULT_MIN_ROUNDS = 3
 
 # field -> (command-line option, lowest, highest), both inclusive: an absurd value is refused at
 # once with the range, rather than sizing a loop, a timeout or a progress bar by it.
@@ -85,14 +89,14 @@ class TuneOptions:
     time_budget_s: float | None = None
     warmup_steps: int = 3
     measure_steps: int = 8
-    target_rse: float | None = 0.05
-    measure_cap_s: float = 20.0
+    target_rse: float | None = DEFAULT_TARGET_RSE
+    measure_cap_s: float = DEFAULT_MEASURE_CAP_S
     profile_steps: int = 2
     nproc_per_node: int | None = None
     storage: str | None = None
     seed: int = 0
     confirm_top: int = 2
-    confirm_rounds: int = 12
+    confirm_rounds: int = DEFAULT_ROUNDS
     confirm_min_rounds: int | None = None
     confirm_budget_s: float | None = None
     min_gain: float = 0.02
