@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import random
@@ -22,11 +23,11 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import optuna
-from optuna.distributions import IntDistribution
+from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
 import tuner.study as study_module
-from tuner.space import Knob, SearchSpace, build_space, rule_based_guess
+from tuner.space import SearchSpace, build_space, rule_based_guess
 from tuner.study import DuplicateTrial, TuningStudy, trial_verdict
 from tuner.trial import TrialOutcome, TrialSpec, cleanup_traces, run_trial
 from tuner.tune import BASELINE_PROFILE_STEPS
@@ -66,24 +67,53 @@ def make_space(base: dict, max_workers: int | None) -> SearchSpace:
     if max_workers is not None:
         nw, pf = space.knobs
         high = max(nw.baseline, min(nw.distribution.high, max_workers))
-        space.knobs = [Knob(nw.name, nw.groups, IntDistribution(nw.distribution.low, high), nw.baseline),
-                       Knob(pf.name, pf.groups, pf.distribution, pf.baseline, when=(nw.name, tuple(range(1, high + 1))))]
+        space.knobs = [dataclasses.replace(nw, distribution=IntDistribution(nw.distribution.low, high)),
+                       dataclasses.replace(pf, when=(nw.name, tuple(range(1, high + 1))))]
     return space
 
 
 def key_of(space: SearchSpace, params: dict) -> str:
-    """The table key of a parameter set: the configuration it runs with (prefetch only with workers)."""
-    workers = params["num_workers"]
-    return f"w{workers}" if not workers else f"w{workers}-pf{params['prefetch_factor']}"
+    """The table key of a parameter set: the configuration it runs with, e.g.
+    ``num_workers=2,prefetch_factor=4`` (``baseline`` for no change; prefetch only with workers)."""
+    changes = space.to_config(params).changes()
+    return ",".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in sorted(changes.items())) or "baseline"
+
+
+def knob_values(knob) -> list:
+    """Every value a knob can take: a categorical's choices, an integer range's integers."""
+    d = knob.distribution
+    return list(d.choices) if hasattr(d, "choices") else list(range(d.low, d.high + 1, d.step))
 
 
 def grid_params(space: SearchSpace) -> list[dict]:
-    """Every distinct point of the space: num_workers low..high, prefetch_factor only with workers."""
-    nw, pf = space.knobs
-    points = [{"num_workers": 0, "prefetch_factor": pf.baseline}] if nw.distribution.low == 0 else []
-    for w, p in itertools.product(range(max(1, nw.distribution.low), nw.distribution.high + 1), pf.distribution.choices):
-        points.append({"num_workers": w, "prefetch_factor": p})
-    return points
+    """Every distinct point of the space (a conditional knob keeps its baseline where its parent
+    rules it out, so e.g. prefetch_factor varies only with workers), one per configuration."""
+    names = [k.name for k in space.knobs]
+    points: dict[str, dict] = {}
+    for combo in itertools.product(*(knob_values(k) for k in space.knobs)):
+        params = dict(zip(names, combo))
+        for knob in space.knobs:
+            if knob.when is not None and params[knob.when[0]] not in knob.when[1]:
+                params[knob.name] = knob.baseline
+        points.setdefault(key_of(space, params), params)
+    return list(points.values())
+
+
+def restrict(space: SearchSpace, choices: dict[str, list]) -> SearchSpace:
+    """The space with only the knobs in ``choices``, each searched over those values (categorical;
+    an integer knob keeps its range when given ``None``); the others stay at their baseline."""
+    knobs = []
+    for knob in space.knobs:
+        if knob.name not in choices:
+            continue
+        values = choices[knob.name]
+        if values is not None:
+            values = sorted({*values, knob.baseline})
+            knob = dataclasses.replace(knob, distribution=CategoricalDistribution(values))
+        knobs.append(knob)
+    dropped = [k.name for k in space.knobs if k.name not in choices]
+    excluded = {**space.excluded, **{n: "fixed at its baseline by the benchmark" for n in dropped}}
+    return SearchSpace(knobs=knobs, excluded=excluded, order=space.order, verdict=space.verdict, titles=space.titles)
 
 
 def measure_grid(spec: TrialSpec, space: SearchSpace, facts: dict, repeats: int, work: Path, log=print) -> dict:
@@ -102,7 +132,7 @@ def measure_grid(spec: TrialSpec, space: SearchSpace, facts: dict, repeats: int,
             if not outcome.ok or outcome.value is None:
                 raise SystemExit(f"grid point {key} failed ({outcome.status}): {outcome.reason}")
             table[key]["values"].append(outcome.value)
-            log(f"  grid round {r + 1}/{repeats} {key:>8}: {outcome.value:7.1f} samples/s ({outcome.duration_s:.1f} s)")
+            log(f"  grid round {r + 1}/{repeats} {key}: {outcome.value:7.1f} samples/s ({outcome.duration_s:.1f} s)")
     for entry in table.values():
         entry["value"] = statistics.median(entry["values"])
     return table
@@ -139,9 +169,11 @@ class _Replay:
         return TrialOutcome(status="ok", step_samples=[16], step_seconds=[16.0 / value], step_values=[value])
 
 
-def _sampler(kind: str, seed: int):
+def _sampler(kind: str, seed: int, space: SearchSpace | None = None):
     if kind.startswith("random"):
         return optuna.samplers.RandomSampler(seed=seed)
+    if kind == "grid":  # the exhaustive grid, in a seeded random order
+        return optuna.samplers.GridSampler({k.name: knob_values(k) for k in space.knobs}, seed=seed)
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4, multivariate=True)  # as tuner.tune._open_study
 
 
@@ -158,7 +190,7 @@ def run_study(kind: str, seed: int, space: SearchSpace, facts: dict, table: dict
     when the budget (complete trials, baseline included, as ``--trials``) ends first.
     """
     replay = _Replay(space, table, sigma, seed)
-    study = optuna.create_study(direction="maximize", sampler=_sampler(kind, seed))
+    study = optuna.create_study(direction="maximize", sampler=_sampler(kind, seed, space))
     base_key = key_of(space, space.baseline_params)
     baseline = {"value": replay.observed(base_key), "unit": "samples/s", "step_values": [], "losses": [],
                 "facts": facts, "verdict": space.verdict}

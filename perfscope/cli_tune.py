@@ -26,6 +26,19 @@ def _limits() -> dict[str, tuple[float, float]]:
     return {flag: (low, high) for flag, low, high in LIMITS.values()}
 
 
+def _defaults() -> dict:
+    """TuneOptions' field defaults: the CLI's defaults and help derive from them (one definition)."""
+    import dataclasses
+
+    from perfscope.siblings import import_sibling
+
+    import_sibling("tuner")
+    from tuner.options import DEFAULT_MIN_ROUNDS, TuneOptions
+
+    found = {f.name: f.default for f in dataclasses.fields(TuneOptions) if f.default is not dataclasses.MISSING}
+    return {**found, "min_rounds": DEFAULT_MIN_ROUNDS}  # confirm_min_rounds' default when unset
+
+
 def add_tune_parser(sub) -> None:
     """Add the ``tune`` sub-command to the ``perfscope`` parser (every numeric option with its
     range from ``tuner.options.LIMITS``).
@@ -42,23 +55,26 @@ def add_tune_parser(sub) -> None:
         "report.html. Script arguments go after `--`. See docs/tune.md.",
         usage="perfscope tune SCRIPT [options] [-- script args]",
     )
+    d = _defaults()
     t.error = _one_line_error  # the project's form of bad input: one line, exit status 2
     t.add_argument("script", help="the training script (.py)")
-    t.add_argument("--trials", type=_whole("--trials"), default=12,
-                   help="trials in the study, the baseline included (default 12; 2..10,000)")
+    t.add_argument("--trials", type=_whole("--trials"), default=d["trials"],
+                   help=f"trials in the study, the baseline included (default {d['trials']}; 2..10,000)")
     t.add_argument("--time-budget", type=_number("--time-budget", "a number of seconds"), default=None, metavar="S",
                    help="start no new trial after S seconds (default: no limit)")
-    t.add_argument("--steps-per-trial", type=_whole("--steps-per-trial"), default=8, metavar="K",
-                   help="measured steps per trial (default 8)")
-    t.add_argument("--target-rse", type=_number("--target-rse", "a fraction (0.05 = 5%)"), default=0.05, metavar="R",
-                   help="measure each trial beyond K steps until its throughput's relative standard error is "
-                        "at most R (default 0.05; 0: exactly K steps)")
-    t.add_argument("--measure-cap", type=_number("--measure-cap", "a number of seconds"), default=20.0, metavar="S",
-                   help="end a trial's measured window after S seconds whatever its error (default 20)")
-    t.add_argument("--warmup-steps", type=_whole("--warmup-steps"), default=3, metavar="W",
-                   help="uncounted steps first (default 3)")
-    t.add_argument("--profile-steps", type=_whole("--profile-steps"), default=2, metavar="P",
-                   help="steps profiled after the measured ones, for each trial's verdict (default 2; 0: none)")
+    t.add_argument("--steps-per-trial", type=_whole("--steps-per-trial"), default=d["measure_steps"], metavar="K",
+                   help=f"measured steps per trial (default {d['measure_steps']})")
+    t.add_argument("--target-rse", type=_number("--target-rse", "a fraction (0.05 = 5%)"), default=d["target_rse"],
+                   metavar="R", help="measure each trial beyond K steps until its throughput's relative standard "
+                                     f"error is at most R (default {d['target_rse']:g}; 0: exactly K steps)")
+    t.add_argument("--measure-cap", type=_number("--measure-cap", "a number of seconds"), default=d["measure_cap_s"],
+                   metavar="S", help=f"end a trial's measured window after S seconds whatever its error "
+                                     f"(default {d['measure_cap_s']:g})")
+    t.add_argument("--warmup-steps", type=_whole("--warmup-steps"), default=d["warmup_steps"], metavar="W",
+                   help=f"uncounted steps first (default {d['warmup_steps']})")
+    t.add_argument("--profile-steps", type=_whole("--profile-steps"), default=d["profile_steps"], metavar="P",
+                   help=f"steps profiled after the measured ones, for each trial's verdict (default "
+                        f"{d['profile_steps']}; 0: none)")
     t.add_argument("--nproc-per-node", type=_whole("--nproc-per-node"), default=None,
                    help="run each trial as N ranks (torch.distributed.run)")
     t.add_argument("--storage", default=None, metavar="URL",
@@ -67,18 +83,20 @@ def add_tune_parser(sub) -> None:
                    help="study name (default: tune-<script>)")
     t.add_argument("--out", type=out_path, default=None, metavar="DIR_OR_YAML",
                    help="output folder, or the .yaml file for the best configuration (default: perfscope-out/tune-<script>/)")
-    t.add_argument("--seed", type=_whole("--seed"), default=0, help="seed for the script and the sampler (default 0)")
-    t.add_argument("--confirm-top", type=_whole("--confirm-top"), default=2, metavar="N",
-                   help="candidates to confirm (default 2)")
-    t.add_argument("--confirm-rounds", type=_whole("--confirm-rounds"), default=12, metavar="R",
-                   help="the most interleaved baseline/candidate rounds (default 12); rounds stop once every "
-                        "candidate is decided")
+    t.add_argument("--seed", type=_whole("--seed"), default=d["seed"],
+                   help=f"seed for the script and the sampler (default {d['seed']})")
+    t.add_argument("--confirm-top", type=_whole("--confirm-top"), default=d["confirm_top"], metavar="N",
+                   help=f"candidates to confirm (default {d['confirm_top']})")
+    t.add_argument("--confirm-rounds", type=_whole("--confirm-rounds"), default=d["confirm_rounds"], metavar="R",
+                   help=f"the most interleaved baseline/candidate rounds (default {d['confirm_rounds']}); rounds "
+                        "stop once every candidate is decided")
     t.add_argument("--confirm-min-rounds", type=_whole("--confirm-min-rounds"), default=None, metavar="M",
-                   help="rounds before the first decision (default 3, or --confirm-rounds when fewer; at least 2)")
+                   help=f"rounds before the first decision (default {d['min_rounds']}, or --confirm-rounds when "
+                        "fewer; at least 2)")
     t.add_argument("--confirm-budget", type=_number("--confirm-budget", "a number of seconds"), default=None,
                    metavar="S", help="start no new confirmation round after S seconds (default: no limit)")
-    t.add_argument("--min-gain", type=_number("--min-gain", "a fraction (0.02 = 2%)", high_open=True), default=0.02,
-                   help="gain the speed-up's interval must clear (default 0.02 = 2%%)")
+    t.add_argument("--min-gain", type=_number("--min-gain", "a fraction (0.02 = 2%)", high_open=True), default=d["min_gain"],
+                   help=f"gain the speed-up's interval must clear (default {d['min_gain']:g} = {100 * d['min_gain']:g}%%)")
     t.add_argument("--trial-timeout", type=_number("--trial-timeout", "a number of seconds"), default=None, metavar="S",
                    help="limit of one trial (default: from the baseline's duration)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")

@@ -144,14 +144,43 @@ def _side(summary: dict, key: str, label: str, y_max: float) -> str:
     return head + chart + (f"<h3>What-if bounds</h3><ul>{lis}</ul>" if lis else "")
 
 
-def render_diff(a: dict, b: dict, label_a: str = "A", label_b: str = "B") -> str:
-    """The comparison page of two summary records (A before, B after)."""
+def speedup_words(speedup: dict) -> str:
+    """The tuner's confirmed speed-up in one sentence (the figure its report and best.yaml state).
+
+    Args:
+        speedup: ``{ratio, low, high, rounds, unit}``: B's throughput over A's and its 95%
+            interval (ratios), from ``rounds`` interleaved confirmation rounds, in ``unit``
+            (samples/s or steps/s) over each run's measured window.
+    """
+    r, lo, hi = (num(speedup.get(k)) for k in ("ratio", "low", "high"))
+    if r is None:
+        return "speed-up unknown"
+    interval = f" (95% interval {lo:.2f}x–{hi:.2f}x)" if lo is not None and hi is not None else ""
+    rounds = num(speedup.get("rounds"))
+    over = f" over {rounds:.0f} interleaved rounds" if rounds else ""
+    return (f"B is {r:.2f}x faster{interval}: throughput ({speedup.get('unit') or 'samples/s'}) over the measured "
+            f"window{over}")
+
+
+def render_diff(a: dict, b: dict, label_a: str = "A", label_b: str = "B", speedup: dict | None = None) -> str:
+    """The comparison page of two summary records (A before, B after).
+
+    Args:
+        speedup: The tuner's confirmed speed-up of B over A (:func:`speedup_words`); when given it
+            is the page's headline figure, and the profiled steps' median step ratio is shown as
+            what it is (a few profiled steps, which a bursty loader makes uneven).
+    """
     va, vb = _verdict(a), _verdict(b)
     change = (f"The verdict changed from <strong>{esc(va)}</strong> to <strong>{esc(vb)}</strong>." if va != vb
               else f"The verdict is unchanged: <strong>{esc(va)}</strong>.")
     r = ratio(a, b)
-    lead = (f'<p class="verdict">{change}<small>Median step {ms(_median(a))} → {ms(_median(b))} '
-            f"({esc(ratio_words(r))}).</small></p>")
+    if speedup:
+        lead = (f'<p class="verdict">{esc(speedup_words(speedup))}.<small>{change} Median step of the profiled '
+                f"steps {ms(_median(a))} → {ms(_median(b))} ({esc(ratio_words(r))}): a few steps each, not the "
+                "speed-up figure.</small></p>")
+    else:
+        lead = (f'<p class="verdict">{change}<small>Median step {ms(_median(a))} → {ms(_median(b))} '
+                f"({esc(ratio_words(r))}).</small></p>")
     if a.get("mode") != b.get("mode"):
         lead += '<p class="warn">The runs are of different modes (GPU and CPU-only): only the shares compare.</p>'
     rows = [("", [esc(m), esc(x), esc(y), esc(c)]) for m, x, y, c in metric_rows(a, b)]
@@ -168,6 +197,7 @@ def render_diff(a: dict, b: dict, label_a: str = "A", label_b: str = "B") -> str
     return page(f"perfscope diff: {va} -> {vb}", header, nav, summary_sec + metrics_sec + sides)
 
 
-def write_diff(a: dict, b: dict, path: str | Path, label_a: str = "A", label_b: str = "B") -> Path:
-    """Render the comparison and write it to ``path`` atomically."""
-    return write_text_atomic(path, render_diff(a, b, label_a, label_b))
+def write_diff(a: dict, b: dict, path: str | Path, label_a: str = "A", label_b: str = "B",
+               speedup: dict | None = None) -> Path:
+    """Render the comparison (:func:`render_diff`) and write it to ``path`` atomically."""
+    return write_text_atomic(path, render_diff(a, b, label_a, label_b, speedup))

@@ -99,3 +99,15 @@ def test_diff_out_must_be_a_file(tmp_path, two_runs):
 def test_diff_needs_two_runs(tmp_path, two_runs):
     r = run_cli(tmp_path, "diff", two_runs[0])
     assert r.returncode == 2 and "Traceback" not in r.stderr
+
+
+def test_the_tuners_diff_is_headed_by_the_confirmed_speedup_not_the_median_step():
+    a = {"mode": "gpu", "overall": {"verdict": "io-bound", "median_step_time_us": 81_000.0, "fractions": {}}, "steps": []}
+    b = {"mode": "gpu", "overall": {"verdict": "compute-bound", "median_step_time_us": 62_000.0, "fractions": {}}, "steps": []}
+    html = render_diff(a, b, "baseline", "best", speedup={"ratio": 4.31, "low": 3.9, "high": 4.8, "rounds": 6,
+                                                          "unit": "samples/s"})
+    head = html[html.index('<p class="verdict">'):]
+    head = head[:head.index("</p>")]
+    assert head.index("B is 4.31x faster (95% interval 3.90x–4.80x)") < head.index("Median step of the profiled steps")
+    assert "over 6 interleaved rounds" in head and "not the speed-up figure" in head
+    assert "B/A 0.77x" in head  # still shown, for what it is

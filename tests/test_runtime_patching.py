@@ -147,7 +147,7 @@ def test_needs_accelerate_and_env_config(tmp_path, monkeypatch):
     report = plan(_cfg({"amp_level": "O2", "amp_dtype": "fp16", "device_prefetch": True, "grad_accum_steps": 4}))
     assert set(report.needs_accelerate) == {"amp_level", "amp_dtype", "device_prefetch", "grad_accum_steps"}
     assert report.applied == {}
-    assert "amp_level, amp_dtype, device_prefetch, grad_accum_steps" in report.needs_accelerate_line()
+    assert "device_prefetch, amp_level, amp_dtype, grad_accum_steps" in report.needs_accelerate_line()  # config key order
     path = tmp_path / "c.yaml"
     path.write_text("num_workers: 1\n")
     monkeypatch.setenv(CONFIG_ENV, str(path))

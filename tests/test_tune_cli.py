@@ -100,6 +100,9 @@ def test_io_bound_gets_a_proven_faster_configuration_that_profile_runs_with(tmp_
     for name in ("report.html", "baseline/summary.json", "best/summary.json", "diff.html", "study.db"):
         assert (out / name).is_file(), name
     assert record["after"]["summary"] == "best/summary.json" and record["after"]["diff"] == "diff.html"
+    # Without the bar, each search trial says itself in a line; the diff is headed by the confirmed figure.
+    assert re.search(r"^perfscope: trial \d+ \(\d+/\d+ done\): ", done.stdout, re.MULTILINE), done.stdout
+    assert f"B is {rec['speedup']:.2f}x faster" in (out / "diff.html").read_text()
     assert not reap(script, LEFT_S)
 
     # The recommendation runs as it is: `perfscope profile --config best.yaml`.

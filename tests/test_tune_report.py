@@ -114,7 +114,7 @@ def test_importances_confirmation_space_notes():
     space = section_of(html, "space")
     assert "no process group: DDP knobs cannot apply" in space
     assert "the script does not call perfscope.accelerate" in space
-    assert "input → precision → launch" in space and "<strong>io-bound</strong>" in space
+    assert "io → compute → launch" in space and "<strong>io-bound</strong>" in space
     notes = section_of(html, "notes")
     assert "tf32 left out: the model runs on the CPU." in notes and "--epochs 1" in notes
 

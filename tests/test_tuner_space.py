@@ -28,7 +28,7 @@ def test_io_bound_cpu_script_searches_the_loader_and_says_why_the_rest_is_left_o
     space = build_space(CPU_LOADER, IO, "io-bound")
     # compute holds 12% of the step: bf16 autocast is searched, applied at launch
     assert names(space) == ["num_workers", "prefetch_factor", "amp_level"]
-    assert space.order[0] == "input"
+    assert space.order[0] == "io"
     assert "no GPU" in space.excluded["pin_memory"]
     assert "perfscope.accelerate" in space.excluded["amp_level=O2"]
     assert "DistributedDataParallel" in space.excluded["bucket_cap_mb"]
@@ -67,7 +67,7 @@ def test_gpu_facts_open_the_gpu_knobs():
     space = build_space(facts, {"io": 0.3, "compute": 0.6, "launch": 0.1}, "compute-bound")
     for name in ("amp_level", "amp_dtype", "tf32", "cudnn_benchmark", "pin_memory", "device_prefetch", "num_workers"):
         assert name in names(space), name
-    assert space.order[:2] == ["precision", "input"]
+    assert space.order[:2] == ["compute", "io"]
     old = dict(facts, cuda_capability=[7, 0])
     assert "TF32" in build_space(old, {"compute": 1.0}, "compute-bound").excluded["tf32"]
 
@@ -190,7 +190,7 @@ def test_intra_op_threads_are_searched_with_the_workers_and_the_guess_leaves_the
     facts = dict(CPU_LOADER, cpu_count=4, threads={"intra_op_threads": 4})
     space = build_space(facts, {"io": 0.8, "compute": 0.2}, "io-bound")
     knob = next(k for k in space.knobs if k.name == "intra_op_threads")
-    assert knob.groups == ("input",) and knob.baseline == 4 and list(knob.distribution.choices) == [1, 2, 4]
+    assert knob.group == "input" and knob.serves == ("io",) and knob.baseline == 4 and list(knob.distribution.choices) == [1, 2, 4]
     guess = rule_based_guess(space, facts, fractions={"io": 0.8})
     assert guess["num_workers"] >= 4 and guess["intra_op_threads"] == 1
     assert space.to_config(space.baseline_params).changes() == {}  # the script's own threads: no change

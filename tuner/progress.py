@@ -1,4 +1,5 @@
-"""The progress bar of a running search: trials done, best so far, time left (tqdm, on stderr)."""
+"""The progress of a running search: a bar (trials done, best so far, time left; tqdm, on stderr),
+or, without the bar (``--no-progress``, a log file), one plain line per trial on stdout."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ class Progress:
         session: The :class:`tuner.study.TuningStudy` (for the best value and the unit).
         options: The :class:`tuner.tune.TuneOptions` (trial target and time budget).
         started: ``time.monotonic()`` at the start of the tuning (the budget counts from it).
-        enabled: False: no bar (e.g. output is not a terminal and the user asked for quiet).
+        enabled: False: no bar; a line per finished trial instead (a log still shows progress).
     """
 
     def __init__(self, session, options, started: float, *, enabled: bool = True) -> None:
@@ -41,10 +42,31 @@ class Progress:
     def update(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
         """Optuna callback: one more trial ended."""
         if self.bar is None:
+            print(self.line(trial), flush=True)
             return
         self.bar.n = min(self.options.trials, self.session.finished_count())
         self._postfix(trial)
         self.bar.refresh()
+
+    def line(self, trial: optuna.trial.FrozenTrial) -> str:
+        """``perfscope: trial 3 (2/8 done): 212.4 samples/s; best 250.1 samples/s`` (or its failure)."""
+        from perfscope.text import safe
+        from tuner.pruner import best_feasible_value
+
+        unit = (self.session.baseline or {}).get("unit", "samples/s")
+        failure = trial.user_attrs.get("failure") or {}
+        if failure.get("kind"):
+            what = f"failed ({failure['kind']})"
+        elif trial.state == optuna.trial.TrialState.PRUNED:
+            what = "pruned (slower than the best so far)"
+        elif trial.value is not None:
+            what = f"{trial.value:.4g} {unit}"
+        else:
+            what = trial.state.name.lower()
+        best = best_feasible_value(self.session.study)
+        done = min(self.options.trials, self.session.finished_count())
+        return safe(f"perfscope: trial {trial.number} ({done}/{self.options.trials} done): {what}; best "
+                    + (f"{best:.4g} {unit}" if best is not None else "-"))
 
     def _postfix(self, trial: optuna.trial.FrozenTrial | None = None) -> None:
         from tuner.pruner import best_feasible_value

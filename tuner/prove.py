@@ -119,7 +119,7 @@ def prove(session, options, notes: list[str]) -> tuple[dict | None, dict]:
         return confirmation, keep
     t, c = best
     recommendation = {"status": "faster", "trial": t.number, "config": t.user_attrs["config"], "speedup": c.speedup,
-                      "ci_low": c.ci_low, "ci_high": c.ci_high, "line": c.describe(),
+                      "ci_low": c.ci_low, "ci_high": c.ci_high, "rounds": c.rounds, "line": c.describe(),
                       "hint": range_hint(session.space, t.user_attrs["config"])}
     return confirmation, recommendation
 

@@ -223,7 +223,7 @@ def _set_up(session: TuningStudy, options: TuneOptions, out: Path) -> None:
 def _print_space(session: TuningStudy) -> None:
     space = session.space
     names = ", ".join(k.name for k in space.knobs) or "none"
-    print(f"perfscope: searching {names} (groups by share of step time: {', '.join(space.order)})")
+    print(f"perfscope: searching {names} (bottlenecks by share of step time: {', '.join(space.order)})")
     for knob, why in space.excluded.items():
         print(safe(f"  left out {knob}: {why}"))
 
@@ -277,6 +277,10 @@ def _profile_after(session: TuningStudy, options: TuneOptions, recommendation: d
         from perfscope.summary import load_summary
 
         reports = import_sibling("reports")
-        reports.write_diff(load_summary(baseline_summary), summary, out / "diff.html", "baseline", "best")
+        confirmed = {"ratio": recommendation.get("speedup"), "low": recommendation.get("ci_low"),
+                     "high": recommendation.get("ci_high"), "rounds": recommendation.get("rounds"),
+                     "unit": (session.baseline or {}).get("unit")}
+        reports.write_diff(load_summary(baseline_summary), summary, out / "diff.html", "baseline", "best",
+                           speedup=confirmed)
         after["diff"] = "diff.html"
     return after

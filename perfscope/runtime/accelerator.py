@@ -22,12 +22,11 @@ from torch import nn
 
 from perfscope import control
 from perfscope.errors import PerfscopeError
-from perfscope.runtime import patching, precision, threads
-from perfscope.runtime.config import AccelConfig, ConfigError, load_config
-from perfscope.runtime.data import ITERABLE_SKIP_REASON, DevicePrefetcher, iterable_without_sharding, rebuild_loader
+from perfscope.runtime import patching, precision
+from perfscope.runtime.config import AccelConfig, load_config
+from perfscope.runtime.groups import GROUPS
 from perfscope.runtime.optimizer import AcceleratedOptimizer
 
-DDP_DEFAULT_BUCKET_MB = 25.0  # DistributedDataParallel's own default
 # Every object accelerate() returned; weak, and not an attribute, so torch.save(model) stays clean.
 _accelerated: weakref.WeakSet = weakref.WeakSet()
 
@@ -143,19 +142,12 @@ def accelerate(model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
                                           f"pass the original objects, once")
     param = next(model.parameters(), None)
     acc = Accelerator(cfg, param.device if param is not None else torch.device("cpu"))
-    cuda = acc.device.type == "cuda"
-    model = _apply_precision(acc, model, optimizer, cuda)
-    model = _apply_parallel(acc, model)
+    acc.model, acc.optimizer, acc.loader = model, optimizer, loader
+    for group in GROUPS:  # in their order: precision, communication, accumulation, input
+        group.apply(acc)
+    model, loader = acc.model, acc.loader
     if optimizer is not None:
-        acc.accum_steps = cfg.grad_accum_steps
-        if cfg.grad_accum_steps > 1:
-            acc.applied["grad_accum_steps"] = (f"optimizer steps every {cfg.grad_accum_steps} micro-steps; "
-                                               f"backward divides the loss by {cfg.grad_accum_steps}")
         optimizer = AcceleratedOptimizer(optimizer, acc)
-    elif cfg.grad_accum_steps > 1:
-        acc.skipped["grad_accum_steps"] = "no optimizer given to accelerate()"
-    if loader is not None:
-        loader = _apply_loader(acc, loader, cuda)
     for obj in (model, getattr(model, "module", None), optimizer, loader):
         if obj is not None:
             try:
@@ -185,97 +177,6 @@ def _is_accelerated(obj) -> bool:
         return obj in _accelerated
     except TypeError:  # not weak-referenceable or unhashable: accelerate cannot have returned it
         return False
-
-
-def _apply_precision(acc: Accelerator, model: nn.Module, optimizer, cuda: bool) -> nn.Module:
-    cfg = acc.config
-    for key, what in precision.set_backend_flags(cfg.tf32, cfg.cudnn_benchmark).items():
-        acc.applied[key] = what if torch.cuda.is_available() else f"{what} (no effect: no CUDA device)"
-    acc.applied.update(threads.set_intra_op_threads(cfg.intra_op_threads))
-    if cfg.amp_level == "O0":
-        return model
-    if cuda and cfg.amp_dtype == "bf16" and not torch.cuda.is_bf16_supported():
-        raise ConfigError(f"config key 'amp_dtype': 'bf16' is not supported on {acc.device} "
-                          f"({torch.cuda.get_device_name(acc.device)}); allowed here: fp16")
-    if cfg.amp_dtype == "fp16":
-        acc.scaler = torch.amp.GradScaler(acc.device.type)
-    scaling = ", GradScaler loss scaling" if acc.scaler is not None else ""
-    if cfg.amp_level == "O1":
-        acc.applied["amp_level"] = f"O1: forward under torch.autocast('{acc.device.type}', {acc.amp_dtype}){scaling}"
-        return model
-    from torch.nn.parallel import DistributedDataParallel
-
-    if optimizer is None:
-        raise ConfigError("config key 'amp_level': 'O2' keeps fp32 master weights in the optimizer; "
-                          "pass the optimizer to accelerate(), or use amp_level O0 or O1")
-    if isinstance(model, DistributedDataParallel):
-        raise ConfigError("config key 'amp_level': 'O2' converts the model before DistributedDataParallel wraps it; "
-                          "pass the unwrapped module (accelerate wraps it), or use amp_level O0 or O1")
-    acc.masters = precision.MasterWeights(optimizer, model, acc.amp_dtype)
-    acc.masters.convert_model()
-    acc.applied["amp_level"] = (f"O2: {len(acc.masters.pairs)} weights in {acc.amp_dtype}, fp32 master weights in "
-                                f"the optimizer, norm layers fp32{scaling}")
-    return model
-
-
-def _apply_parallel(acc: Accelerator, model: nn.Module) -> nn.Module:
-    cfg = acc.config
-    changed = [k for k in ("bucket_cap_mb", "static_graph", "hierarchical_allreduce", "grad_compression")
-               if k in cfg.changes()]
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-        for key in changed:
-            acc.skipped[key] = "no torch.distributed process group initialised"
-        return model
-    from torch.nn.parallel import DistributedDataParallel
-
-    if isinstance(model, DistributedDataParallel):
-        for key in changed:
-            acc.skipped[key] = "the model is already DistributedDataParallel (pass the unwrapped module)"
-        return model
-    from perfscope.runtime.parallel import wrap_ddp
-
-    bucket = cfg.bucket_cap_mb or DDP_DEFAULT_BUCKET_MB
-    ddp = wrap_ddp(model, bucket_cap_mb=bucket, static_graph=cfg.static_graph,
-                   grad_compression=cfg.grad_compression, hierarchical_allreduce=cfg.hierarchical_allreduce,
-                   device_ids=[acc.device.index] if acc.device.type == "cuda" else None)
-    acc.applied["ddp"] = (f"DistributedDataParallel(bucket_cap_mb={bucket}, static_graph={cfg.static_graph}, "
-                          f"gradient_as_bucket_view=True, grad_compression={cfg.grad_compression}, "
-                          f"hierarchical_allreduce={cfg.hierarchical_allreduce})")
-    return ddp
-
-
-def _apply_loader(acc: Accelerator, loader, cuda: bool):
-    from torch.utils.data import DataLoader
-
-    cfg = acc.config
-    knobs = {k: getattr(cfg, k) for k in ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
-             if getattr(cfg, k) is not None}
-    if knobs.get("pin_memory") and not torch.cuda.is_available():
-        acc.skipped["pin_memory"] = "no CUDA device (pinned memory only speeds host-to-GPU copies)"
-        del knobs["pin_memory"]
-    if knobs.get("num_workers") and iterable_without_sharding(loader, knobs["num_workers"]):
-        acc.skipped["num_workers"] = ITERABLE_SKIP_REASON
-        del knobs["num_workers"]
-    workers = knobs.get("num_workers", getattr(loader, "num_workers", 0))
-    for key in ("prefetch_factor", "persistent_workers"):
-        if knobs.get(key) and workers == 0:
-            acc.skipped[key] = "the loader has num_workers 0 (set num_workers > 0 in the config)"
-            del knobs[key]
-    if knobs:
-        if type(loader) is DataLoader:
-            loader = rebuild_loader(loader, **knobs)
-            for key, value in knobs.items():
-                acc.applied[key] = f"DataLoader rebuilt with {key}={value}"
-        else:
-            for key in knobs:
-                acc.skipped[key] = f"the loader is a {type(loader).__name__}, not a torch DataLoader"
-    if cfg.device_prefetch:
-        if cuda:
-            loader = DevicePrefetcher(loader, acc.device)
-            acc.applied["device_prefetch"] = f"batches copied to {acc.device} on a side CUDA stream one step ahead"
-        else:
-            acc.skipped["device_prefetch"] = f"the model is on {acc.device}, not a CUDA device"
-    return loader
 
 
 def active_accelerator() -> Accelerator | None:

@@ -45,5 +45,8 @@ class PatchReport:
         """One line naming the knobs that need ``perfscope.accelerate``, or None."""
         if not self.needs_accelerate:
             return None
-        return (f"perfscope: config knob(s) {', '.join(self.needs_accelerate)} need perfscope.accelerate "
+        from perfscope.runtime.config import KEYS
+
+        keys = sorted(self.needs_accelerate, key=lambda k: KEYS.index(k) if k in KEYS else len(KEYS))
+        return (f"perfscope: config knob(s) {', '.join(keys)} need perfscope.accelerate "
                 "in the script (applied only if the script calls it)")

@@ -1,17 +1,20 @@
 """Search space: the knobs searched (group, choices, the baseline's value), the knobs left out and why,
-and the verdict and group order the space was shaped by."""
+and the verdict and bottleneck order the space was shaped by; the groups' legend comes from the
+record (``space.groups``), so an old record renders with what it was made with."""
 
 from __future__ import annotations
 
 from reports.html import esc, note, section, table
 from reports.sections.tuning_record import dicts, obj, seq, value_text, word
 
-GROUPS = {
-    "input": "DataLoader and host-to-device knobs",
-    "precision": "AMP, TF32, cuDNN benchmark",
-    "communication": "DDP bucket size, hierarchical all-reduce, gradient compression, static graph",
-    "launch": "gradient accumulation",
-}
+# The bottleneck names of tuning records written before the knob groups (``order`` held group names).
+_LEGACY_ORDER = {"input": "io", "precision": "compute", "communication": "comm"}
+
+
+def _share(value) -> str:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1:
+        return f"at least {value:.0%}"
+    return "a visible share"  # a record from before the threshold was recorded
 
 
 def _choices(value) -> str:
@@ -25,10 +28,10 @@ def render(record: dict) -> str:
     space = obj(record.get("space"))
     if not space:
         return section("space", title, note("Not available: the record holds no search space."))
-    order = [word(g) for g in seq(space.get("order"))]
+    order = [_LEGACY_ORDER.get(word(g), word(g)) for g in seq(space.get("order"))]
     lead = (f'<p>Shaped by the baseline\'s verdict, <strong>{esc(word(space.get("verdict"), "unknown"))}</strong>: '
-            "a knob is searched when it can apply to this script and its group's bottleneck takes at least 5% "
-            "of the step time. Groups in order of their share of step time: "
+            "a knob is searched when it can apply to this script and the bottleneck it removes takes "
+            + esc(_share(space.get("min_share"))) + " of the step time. Bottlenecks in order of their share of step time: "
             + (esc(" → ".join(order)) if order else "not recorded") + ".</p>")
     searched = dicts(space.get("searched"))
     if searched:
@@ -45,7 +48,7 @@ def render(record: dict) -> str:
         body += table([("knob", "name"), ("why it was left out", "l")], rows, "Knobs left out of the search.")
     else:
         body += note("No knob was left out.")
-    groups = [g for g in order if g in GROUPS]
-    if groups:
-        body += '<p class="muted">' + esc("; ".join(f"{g}: {GROUPS[g]}" for g in groups)) + ".</p>"
+    legend = obj(space.get("groups"))
+    if legend:
+        body += '<p class="muted">' + esc("; ".join(f"{word(g)}: {word(t)}" for g, t in legend.items())) + ".</p>"
     return section("space", title, lead + body)

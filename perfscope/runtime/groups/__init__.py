@@ -1,0 +1,32 @@
+"""Knob groups: each owns some configuration keys end to end (:mod:`.base` states the contract).
+
+:data:`GROUPS` holds the built-in groups in the order ``perfscope.accelerate`` applies them:
+precision first (O2 converts the model before DistributedDataParallel wraps it), then
+communication (the DDP wrapper), accumulation (the optimizer's window), and input (the loader).
+"""
+
+from __future__ import annotations
+
+from perfscope.runtime.groups.accumulation import AccumulationGroup
+from perfscope.runtime.groups.base import Knob, KnobGroup, SearchPart
+from perfscope.runtime.groups.communication import CommunicationGroup
+from perfscope.runtime.groups.input import InputGroup
+from perfscope.runtime.groups.precision import PrecisionGroup
+
+GROUPS: tuple[KnobGroup, ...] = (PrecisionGroup(), CommunicationGroup(), AccumulationGroup(), InputGroup())
+
+
+def owner(key: str, groups: tuple[KnobGroup, ...] = GROUPS) -> KnobGroup:
+    """The group that owns configuration key ``key``.
+
+    Raises:
+        KeyError: no group owns it.
+    """
+    for group in groups:
+        if key in group.keys:
+            return group
+    raise KeyError(key)
+
+
+__all__ = ["GROUPS", "AccumulationGroup", "CommunicationGroup", "InputGroup", "Knob", "KnobGroup",
+           "PrecisionGroup", "SearchPart", "owner"]
