@@ -156,7 +156,9 @@ def print_speedup(res: dict) -> None:
 
 # --------------------------------------------------------------------------- part 2
 def cache_settings(args) -> dict:
-    return {"script_args": list(SCRIPT_ARGS), "max_workers": args.max_workers, "grid_repeats": args.grid_repeats}
+    # "keys": the table's key format (tune_grid.key_of); a cache of another format is measured again.
+    return {"script_args": list(SCRIPT_ARGS), "max_workers": args.max_workers, "grid_repeats": args.grid_repeats,
+            "keys": 2}
 
 
 def read_cache(args) -> dict | None:

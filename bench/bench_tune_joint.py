@@ -12,8 +12,10 @@ reversed every other round), and the medians are cached in ``--cache``.
 
 Then ``--seeds`` studies per search kind are replayed on the table (no script runs; the tuner's
 own ``TuningStudy.store_setup``/``objective`` drive them, as ``bench/tune_grid.py`` describes):
-*guided* (as ``perfscope tune``: TPE, the baseline as trial 0, the profile's rule-based guess
-enqueued), *tpe-no-guess*, *random* (RandomSampler, same objective) and *grid* (Optuna's
+*guided* (as ``perfscope tune``: the baseline as trial 0, the profile's rule-based guess
+enqueued, then ``tuner.sampler.CoordinateSampler``: the knobs one at a time in the profile's
+order around the best trial, then TPE), *tpe-guess* (the design before the walk: TPE after the
+guess), *tpe-no-guess*, *random* (RandomSampler, same objective) and *grid* (Optuna's
 GridSampler over the same grid, in a seeded random order: the exhaustive grid at the same budget).
 Each study's figure is the trials, baseline included, until a configuration worth >= 95% of the
 grid's best was run (budget + 1 when never), with and without log-normal noise of the measured
@@ -41,7 +43,7 @@ SCRIPT = ROOT / "bench" / "joint_ddp.py"
 SCRIPT_ARGS = ("--steps", "80")
 GRID = {"num_workers": None, "grad_accum_steps": [1, 2, 4], "bucket_cap_mb": [1.0, 25.0, 200.0],
         "grad_compression": ["none", "fp16"]}
-KINDS = ("guided", "tpe-no-guess", "random", "grid")
+KINDS = ("guided", "tpe-guess", "tpe-no-guess", "random", "grid")
 
 
 def trial_spec() -> TrialSpec:
@@ -51,22 +53,25 @@ def trial_spec() -> TrialSpec:
 
 
 def table_for(args, tmp: Path) -> dict:
-    """The probe and the measured grid (read from the cache when it matches these settings)."""
-    settings = {"script_args": list(SCRIPT_ARGS), "grid": GRID, "repeats": args.grid_repeats}
+    """The probe and the measured grid: read from the cache when it was made with these settings,
+    extended by the rounds it lacks when it holds fewer repeats."""
+    settings = {"script_args": list(SCRIPT_ARGS), "grid": GRID}
     cache = Path(args.cache)
-    if cache.is_file():
-        data = json.loads(cache.read_text())
-        if data.get("settings") == settings:
-            print(f"grid read from {cache}", flush=True)
-            return data
-    base = tune_grid.probe(trial_spec(), tmp / "probe")
+    data = json.loads(cache.read_text()) if cache.is_file() else {}
+    if data.get("settings") == settings and data.get("repeats", 0) >= args.grid_repeats:
+        print(f"grid read from {cache}", flush=True)
+        return data
+    if data.get("settings") == settings:
+        base, table = data["base"], data["table"]
+        print(f"grid read from {cache}: {data['repeats']} repeats, measuring up to {args.grid_repeats}", flush=True)
+    else:
+        base, table = tune_grid.probe(trial_spec(), tmp / "probe"), None
     print(f"baseline {base['value']:.1f} samples/s, verdict {base['verdict']}, fractions "
           + ", ".join(f"{k} {v:.0%}" for k, v in base["fractions"].items()), flush=True)
     space = tune_grid.restrict(build_space(base["facts"], base["fractions"], base["verdict"]), GRID)
-    points = tune_grid.grid_params(space)
-    print(f"measuring {len(points)} configurations x {args.grid_repeats}", flush=True)
-    table = tune_grid.measure_grid(trial_spec(), space, base["facts"], args.grid_repeats, tmp / "grid")
-    data = {"settings": settings, "base": base, "table": table}
+    print(f"measuring {len(tune_grid.grid_params(space))} configurations x {args.grid_repeats}", flush=True)
+    table = tune_grid.measure_grid(trial_spec(), space, base["facts"], args.grid_repeats, tmp / "grid", table=table)
+    data = {"settings": settings, "repeats": args.grid_repeats, "base": base, "table": table}
     tmp_cache = cache.with_suffix(".tmp")
     tmp_cache.write_text(json.dumps(data, indent=1))
     tmp_cache.replace(cache)
@@ -95,7 +100,8 @@ def main() -> None:
     print(f"guess {guess_key}: {table[guess_key]['value'] / table[best_key]['value']:.0%} of the best")
     results = {}
     for label, s in (("no noise", 0.0), (f"noise sigma {sigma:.2f}", sigma)):
-        runs = tune_grid.simulate(space, base["facts"], table, kinds=KINDS, seeds=args.seeds, budget=args.budget, sigma=s)
+        runs = tune_grid.simulate(space, base["facts"], table, kinds=KINDS, seeds=args.seeds, budget=args.budget, sigma=s,
+                                   fractions=base["fractions"])
         results[label] = runs
         print(f"\n{label}: trials to reach 95% of the grid's best (budget {args.budget}, {args.seeds} studies each)")
         print(f"  {'search':<14}{'median':>8}{'mean':>8}{'reached':>9}{'x / guided':>12}")

@@ -28,6 +28,7 @@ from optuna.trial import TrialState
 
 import tuner.study as study_module
 from tuner.space import SearchSpace, build_space, rule_based_guess
+from tuner.sampler import CoordinateSampler
 from tuner.study import DuplicateTrial, TuningStudy, trial_verdict
 from tuner.trial import TrialOutcome, TrialSpec, cleanup_traces, run_trial
 from tuner.tune import BASELINE_PROFILE_STEPS
@@ -116,15 +117,19 @@ def restrict(space: SearchSpace, choices: dict[str, list]) -> SearchSpace:
     return SearchSpace(knobs=knobs, excluded=excluded, order=space.order, verdict=space.verdict, titles=space.titles)
 
 
-def measure_grid(spec: TrialSpec, space: SearchSpace, facts: dict, repeats: int, work: Path, log=print) -> dict:
+def measure_grid(spec: TrialSpec, space: SearchSpace, facts: dict, repeats: int, work: Path, log=print,
+                 table: dict | None = None) -> dict:
     """key -> {params, config, values: [samples/s per repeat], value: median}.
 
     Repeats run in rounds over the whole grid (the order reversed every other round), so slow
-    drifts of a shared machine spread over all configurations instead of hitting a few.
+    drifts of a shared machine spread over all configurations instead of hitting a few. Given an
+    earlier ``table`` of the same grid, only the rounds it lacks are measured.
     """
     points = grid_params(space)
-    table = {key_of(space, p): {"params": p, "config": space.to_config(p).changes(), "values": []} for p in points}
-    for r in range(repeats):
+    if table is None:
+        table = {key_of(space, p): {"params": p, "config": space.to_config(p).changes(), "values": []} for p in points}
+    done = min(len(e["values"]) for e in table.values())
+    for r in range(done, repeats):
         for p in (points if r % 2 == 0 else points[::-1]):
             key = key_of(space, p)
             config = space.to_config(p)
@@ -177,20 +182,26 @@ def _sampler(kind: str, seed: int, space: SearchSpace | None = None):
     return optuna.samplers.TPESampler(seed=seed, n_startup_trials=4, multivariate=True)  # as tuner.tune._open_study
 
 
-def run_study(kind: str, seed: int, space: SearchSpace, facts: dict, table: dict, budget: int, sigma: float) -> int:
+def run_study(kind: str, seed: int, space: SearchSpace, facts: dict, table: dict, budget: int, sigma: float,
+              fractions: dict | None = None) -> int:
     """Trials (baseline included) until a configuration worth >= 95% of the grid's best was run.
 
-    kind: ``guided`` (as ``perfscope tune``: TPESampler as tuner.tune._open_study, the baseline as
-    trial 0 and the rule-based guess enqueued by TuningStudy.store_setup, trials by
-    TuningStudy.objective, which skips configurations already measured), ``tpe-no-guess`` (the
-    same without the guess), ``random`` (RandomSampler through the same objective, no guess) or
+    kind: ``guided`` (as ``perfscope tune``: tuner.sampler.CoordinateSampler walking the knobs
+    in the profile's order around the best trial, then the TPESampler of tuner.tune._open_study;
+    the baseline as trial 0 and the rule-based guess, from ``fractions``, enqueued by
+    TuningStudy.store_setup; trials by TuningStudy.objective, which skips configurations already
+    measured), ``tpe-guess`` (the design before the walk: TPE with the guess), ``tpe-no-guess``
+    (TPE alone), ``grid`` (Optuna's GridSampler, a seeded random order), ``random`` (RandomSampler through the same objective, no guess) or
     ``random-plain`` (RandomSampler asked directly: repeats allowed). The sampler sees table
     values times exp(N(0, sigma)) (sigma 0: none); reaching the target is judged on the table's
     medians. No pruning (the replay reports no intermediate values). Returns ``budget + 1``
     when the budget (complete trials, baseline included, as ``--trials``) ends first.
     """
     replay = _Replay(space, table, sigma, seed)
-    study = optuna.create_study(direction="maximize", sampler=_sampler(kind, seed, space))
+    sampler = _sampler(kind, seed, space)
+    if kind == "guided":  # as tuner.tune._search
+        sampler = CoordinateSampler(space, sampler)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
     base_key = key_of(space, space.baseline_params)
     baseline = {"value": replay.observed(base_key), "unit": "samples/s", "step_values": [], "losses": [],
                 "facts": facts, "verdict": space.verdict}
@@ -205,7 +216,8 @@ def run_study(kind: str, seed: int, space: SearchSpace, facts: dict, table: dict
             study.tell(trial, replay.observed(key))
     else:
         session = TuningStudy(study, TrialSpec(script="replay", script_args=()), Path("."))
-        session.store_setup(space, baseline, rule_based_guess(space, facts) if kind == "guided" else None)
+        guess = rule_based_guess(space, facts, fractions=fractions) if kind in ("guided", "tpe-guess") else None
+        session.store_setup(space, baseline, guess)
         done = optuna.study.MaxTrialsCallback(budget, states=(TrialState.COMPLETE, TrialState.PRUNED))
         saved, study_module.run_trial = study_module.run_trial, replay
         try:
@@ -216,12 +228,13 @@ def run_study(kind: str, seed: int, space: SearchSpace, facts: dict, table: dict
     return next((n for n, key in enumerate(replay.keys[:budget], 1) if table[key]["value"] >= target), budget + 1)
 
 
-def simulate(space: SearchSpace, facts: dict, table: dict, *, kinds, seeds: int, budget: int, sigma: float) -> dict:
+def simulate(space: SearchSpace, facts: dict, table: dict, *, kinds, seeds: int, budget: int, sigma: float,
+             fractions: dict | None = None) -> dict:
     """kind -> {trials: [per seed], median, mean, reached (share within the budget)}."""
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     out = {}
     for kind in kinds:
-        trials = [run_study(kind, s, space, facts, table, budget, sigma) for s in range(seeds)]
+        trials = [run_study(kind, s, space, facts, table, budget, sigma, fractions) for s in range(seeds)]
         out[kind] = {"trials": trials, "median": statistics.median(trials), "mean": statistics.fmean(trials),
                      "reached": sum(t <= budget for t in trials) / len(trials)}
     return out

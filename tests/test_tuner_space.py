@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import optuna
@@ -205,3 +206,21 @@ def test_an_unmodified_script_gets_bf16_autocast_only_and_is_told_why():
     assert "loss scaling" in space.excluded["amp_dtype"] and "master weights" in space.excluded["amp_level=O2"]
     no_bf16 = dict(CPU_LOADER, cuda=True, bf16_supported=False)
     assert "no bf16" in build_space(no_bf16, {"compute": 1.0}, "compute-bound").excluded["amp_level"]
+
+
+def test_the_guess_acts_on_every_bottleneck_the_classifier_would_name():
+    # Loading (29%) and the all-reduce (28%) hold the step back at once: one trial attacks both.
+    facts = dict(CPU_LOADER, world_size=2, local_world_size=2, ddp={"bucket_cap_mb": 25.0, "static_graph": False},
+                 accelerate={"called": True, "optimizer": True, "loader": True})
+    fractions = {"io": 0.29, "comm": 0.28, "launch": 0.03, "compute": 0.40}
+    space = build_space(facts, fractions, "io-bound")
+    guess = rule_based_guess(space, facts, fractions=fractions)
+    assert guess["num_workers"] >= 2 and guess["bucket_cap_mb"] == 100.0 and guess["grad_accum_steps"] == 2
+    assert guess["amp_level"] == "O0"  # compute is what is left, not a verdict here: precision waits
+    # A value between numeric choices becomes the nearest one (log scale), as in a restricted space.
+    space.knobs = [dataclasses.replace(k, distribution=optuna.distributions.CategoricalDistribution([1.0, 25.0, 200.0]))
+                   if k.name == "bucket_cap_mb" else k for k in space.knobs]
+    assert rule_based_guess(space, facts, fractions=fractions)["bucket_cap_mb"] == 200.0
+    quiet = {"io": 0.5, "comm": 0.06, "launch": 0.05, "compute": 0.39}  # comm searched (>= 5%), not guessed (< 10%)
+    quiet_space = build_space(facts, quiet, "io-bound")
+    assert rule_based_guess(quiet_space, facts, fractions=quiet)["bucket_cap_mb"] == 25.0

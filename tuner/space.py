@@ -30,6 +30,7 @@ from optuna.distributions import (
 )
 
 from perfscope.analysis.verdict import CLASSES as VERDICT_CLASSES
+from perfscope.analysis.verdict import THRESHOLDS as VERDICT_THRESHOLDS
 from perfscope.runtime.config import AccelConfig, config_from_dict
 from perfscope.runtime.groups import GROUPS, Knob, KnobGroup
 
@@ -231,16 +232,30 @@ def build_space(facts: dict, fractions: dict, verdict: str, *, cpu_count: int | 
                        titles={g.name: g.title for g in groups if any(k.group == g.name for k in knobs)})
 
 
+def guess_bottlenecks(verdict: str, fractions: dict) -> frozenset[str]:
+    """The bottlenecks the rule-based guess acts on: the verdict's, and every other one whose share
+    of the step reaches the share at which the classifier names a step after it
+    (:data:`perfscope.analysis.verdict.THRESHOLDS`: io and comm 10%, launch 25%). Compute has no
+    such share (it is what is left), so the precision rules join only for a compute-bound verdict."""
+    main = verdict.removesuffix("-bound")
+    found = {b for b, share in VERDICT_THRESHOLDS.items() if float(fractions.get(b) or 0.0) >= share}
+    return frozenset(found | ({main} if main in BOTTLENECKS else set()))
+
+
 def rule_based_guess(space: SearchSpace, facts: dict, cpu_count: int | None = None,
                      fractions: dict | None = None, groups: tuple[KnobGroup, ...] = GROUPS) -> dict | None:
-    """A first configuration from the verdict, as trial parameters (None when it equals the baseline).
+    """A first configuration from the profile, as trial parameters (None when it equals the baseline).
 
-    Each group adds its rule for the verdict (:meth:`KnobGroup.guess`; the rules follow PyTorch's
-    performance tuning guide), within the space: an integer is clamped to its range, a value
-    outside a categorical knob's choices and a knob that is not searched are left at the baseline.
+    Each group adds its rules for the bottlenecks of :func:`guess_bottlenecks`
+    (:meth:`KnobGroup.guess`; the rules follow PyTorch's performance tuning guide), so a run held
+    back by loading and the all-reduce at once gets workers and larger buckets in one trial. A
+    value is kept within the space: an integer is clamped to its range, a number among numeric
+    choices becomes the nearest choice (on a log scale), another value outside a categorical
+    knob's choices, or a knob that is not searched, stays at the baseline.
     """
     params = dict(space.baseline_params)
     cpu = max(1, cpu_count or facts.get("cpu_count") or os.cpu_count() or 1)
+    fractions = fractions or {}
 
     def put(name: str, value) -> None:
         if name in params:
@@ -248,9 +263,22 @@ def rule_based_guess(space: SearchSpace, facts: dict, cpu_count: int | None = No
             if isinstance(dist, IntDistribution):
                 value = max(dist.low, min(dist.high, int(value)))
             elif isinstance(dist, CategoricalDistribution) and value not in dist.choices:
-                return
+                value = _nearest(dist.choices, value)
+                if value is None:
+                    return
             params[name] = value
 
+    bottlenecks = guess_bottlenecks(space.verdict, fractions)
     for group in groups:
-        group.guess(space.verdict, facts, fractions or {}, cpu, params, put)
+        group.guess(bottlenecks, facts, fractions, cpu, params, put)
     return None if params == space.baseline_params else params
+
+
+def _nearest(choices, value):
+    """The numeric choice nearest ``value`` on a log scale, or None (not all numbers, or not > 0)."""
+    def positive(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+
+    if not positive(value) or not all(positive(c) for c in choices):
+        return None
+    return min(choices, key=lambda c: abs(math.log(c / value)))

@@ -23,6 +23,7 @@ from tuner import record as tune_record
 from tuner.command import check_same_command
 from perfscope.outlock import FolderLock
 from tuner.progress import Progress
+from tuner.sampler import CoordinateSampler
 from tuner.prove import prove
 from tuner.pruner import SlowerThanBestPruner
 from tuner.results import RunOutputs
@@ -246,6 +247,9 @@ def _search(session: TuningStudy, options: TuneOptions, started: float, notes: l
         if session.finished_count() >= options.trials:
             study.stop()
 
+    # The profile's order first, one knob at a time around the best; then TPE (tuner/sampler.py).
+    if not isinstance(session.study.sampler, CoordinateSampler):
+        session.study.sampler = CoordinateSampler(session.space, session.study.sampler)
     with Progress(session, options, started, enabled=options.progress) as progress:
         # No n_trials: skipped duplicates do not count; `target` ends the study-wide search.
         session.study.optimize(session.objective, timeout=timeout, callbacks=[target, progress.update],

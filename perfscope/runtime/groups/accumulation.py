@@ -50,7 +50,8 @@ class AccumulationGroup(KnobGroup):
             part.exclude("grad_accum_steps", NEEDS_LOOP)
         return part
 
-    def guess(self, verdict, facts, fractions, cpu, params, put) -> None:
-        """launch-bound: 2 micro-batches per optimizer step."""
-        if verdict == "launch-bound":
+    def guess(self, bottlenecks, facts, fractions, cpu, params, put) -> None:
+        """launch or comm: 2 micro-batches per optimizer step (half the steps to launch, half the
+        all-reduces: DDP's ``no_sync`` on the first micro-batch)."""
+        if {"launch", "comm"} & bottlenecks:
             put("grad_accum_steps", 2)

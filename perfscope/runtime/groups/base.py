@@ -151,11 +151,15 @@ class KnobGroup(abc.ABC):
             cpu: CPU cores of this node that the run may use.
         """
 
-    def guess(self, verdict: str, facts: dict, fractions: dict, cpu: int, params: dict, put: Put) -> None:
-        """Add the group's rule-based first guess for ``verdict`` through ``put``; default: none.
+    def guess(self, bottlenecks: frozenset[str], facts: dict, fractions: dict, cpu: int, params: dict,
+              put: Put) -> None:
+        """Add the group's rule-based first guess through ``put``; default: none.
 
         Args:
-            verdict: The baseline's verdict (``"io-bound"`` ...).
+            bottlenecks: The bottlenecks to act on (``"io"``, ``"comm"``, ``"launch"``,
+                ``"compute"``): the verdict's, and each other one whose share of the step reaches
+                the share at which the classifier would name it (see
+                :func:`tuner.space.guess_bottlenecks`).
             facts: Run facts; fractions: the summary's ``overall.fractions`` (shares in [0, 1]).
             cpu: CPU cores of this node; params: the guess so far (trial parameters).
         """

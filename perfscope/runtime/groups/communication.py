@@ -108,10 +108,10 @@ class CommunicationGroup(KnobGroup):
             part.knobs.append(Knob("static_graph", COMM, categorical([False, True]), False))
         return part
 
-    def guess(self, verdict, facts, fractions, cpu, params, put) -> None:
-        """comm-bound: larger buckets (fewer all-reduce calls) and, on GPUs, bf16 gradient
+    def guess(self, bottlenecks, facts, fractions, cpu, params, put) -> None:
+        """comm: larger buckets (fewer all-reduce calls) and, on GPUs, bf16 gradient
         compression (PyTorch's DDP communication hooks)."""
-        if verdict != "comm-bound":
+        if "comm" not in bottlenecks:
             return
         put("bucket_cap_mb", GUESS_BUCKET_MB)
         if facts.get("cuda"):

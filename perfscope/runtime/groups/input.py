@@ -156,10 +156,10 @@ class InputGroup(KnobGroup):
                 part.knobs.append(Knob("intra_op_threads", IO, categorical(choices), base_threads))
         return part
 
-    def guess(self, verdict, facts, fractions, cpu, params, put) -> None:
-        """io-bound: enough workers to hide the measured loading share, the cores they leave as
+    def guess(self, bottlenecks, facts, fractions, cpu, params, put) -> None:
+        """io: enough workers to hide the measured loading share, the cores they leave as
         intra-op threads, pinned memory and deeper prefetch (PyTorch's performance tuning guide)."""
-        if verdict != "io-bound":
+        if "io" not in bottlenecks:
             return
         local_world = max(1, int(facts.get("local_world_size") or 1))
         # A step loads for `io` of its time and computes for the rest, so about io / (1 - io)

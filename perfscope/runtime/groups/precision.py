@@ -139,13 +139,13 @@ class PrecisionGroup(KnobGroup):
                                seen["cudnn_benchmark"]))
         return part
 
-    def guess(self, verdict, facts, fractions, cpu, params, put) -> None:
-        """compute-bound: mixed precision, TF32 and cuDNN autotuning; launch-bound: cuDNN
-        autotuning (PyTorch's performance tuning guide)."""
-        if verdict == "compute-bound":
+    def guess(self, bottlenecks, facts, fractions, cpu, params, put) -> None:
+        """compute: mixed precision, TF32 and cuDNN autotuning; launch: cuDNN autotuning
+        (PyTorch's performance tuning guide)."""
+        if "compute" in bottlenecks:
             put("amp_level", "O1")
             put("amp_dtype", "bf16")
             put("tf32", True)
             put("cudnn_benchmark", True)
-        elif verdict == "launch-bound":
+        elif "launch" in bottlenecks:
             put("cudnn_benchmark", True)

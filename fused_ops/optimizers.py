@@ -1,0 +1,205 @@
+"""Large-batch optimizers with layer-wise trust ratios, as multi-tensor (``torch._foreach_*``) steps.
+
+Both scale each parameter tensor's update by a *trust ratio* built from the norm of the tensor and
+the norm of its update, so that a large learning rate (a large batch) does not blow up the layers
+whose gradients are large relative to their weights.
+
+* :class:`Lamb` — You et al., "Large Batch Optimization for Deep Learning: Training BERT in 76
+  minutes", ICLR 2020, Algorithm 2: Adam's moments with bias correction, the decoupled weight decay
+  added to the Adam step, and the trust ratio ``||w|| / ||r||`` of the weights over that step.
+* :class:`Lars` — You, Gitman and Ginsburg, "Large Batch Training of Convolutional Networks",
+  2017, Algorithm 1: the local learning rate ``eta * ||w|| / (||g|| + beta * ||w||)`` times the
+  weight-decayed gradient, into heavy-ball momentum. As in NVIDIA's LARC and timm's ``Lars``, the
+  global learning rate multiplies the momentum buffer rather than entering it (the same steps for a
+  constant learning rate; a schedule then acts at once).
+
+A tensor whose norm or whose update's norm is zero gets a trust ratio of 1 (both papers leave the
+ratio undefined there). Every step works on whole lists of tensors per device and dtype: one call
+for each operation over all parameters, instead of a Python loop of small kernels per parameter
+(about 160 tensors for a ResNet-50). Sparse gradients are refused.
+
+Units: ``lr`` is per step; norms are L2 norms over each whole tensor.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Iterable
+
+import torch
+from torch.optim import Optimizer
+
+__all__ = ["Lamb", "Lars"]
+
+
+def _check(name: str, ok: bool, allowed: str, value) -> None:
+    if not ok:
+        raise ValueError(f"{name}: got {value!r}, allowed: {allowed}")
+
+
+def _by_device_and_dtype(params: list[torch.Tensor]) -> dict[tuple, list[int]]:
+    """Indices of ``params`` grouped by (device, dtype): a foreach call takes one of each."""
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for i, p in enumerate(params):
+        groups[(p.device, p.dtype)].append(i)
+    return groups
+
+
+def _trust(w_norms: torch.Tensor, u_norms: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
+    """``ratio`` where both norms are positive, else 1 (shape ``(n,)``)."""
+    return torch.where((w_norms > 0) & (u_norms > 0), ratio, torch.ones_like(ratio))
+
+
+class Lamb(Optimizer):
+    """LAMB (You et al., ICLR 2020, Algorithm 2), one multi-tensor step for all parameters.
+
+    Per parameter tensor ``w`` with gradient ``g`` at step ``t``::
+
+        m = beta1 * m + (1 - beta1) * g
+        v = beta2 * v + (1 - beta2) * g * g
+        r = (m / (1 - beta1**t)) / (sqrt(v / (1 - beta2**t)) + eps) + weight_decay * w
+        w = w - lr * (||w|| / ||r||) * r          # ratio 1 where either norm is 0
+
+    Args:
+        params: Parameters or parameter groups (dicts with these keys overriding the defaults).
+        lr: Learning rate (> 0).
+        betas: Decay rates of the first and second moments, each in [0, 1).
+        eps: Added to the second moment's square root (>= 0); 1e-6 as in the paper's BERT runs.
+        weight_decay: Decoupled weight decay (>= 0), inside the trust ratio as the paper has it.
+
+    Raises:
+        ValueError: a hyper-parameter out of range (named); a sparse gradient at ``step``.
+    """
+
+    def __init__(self, params: Iterable, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
+                 weight_decay: float = 0.0) -> None:
+        _check("lr", isinstance(lr, (int, float)) and lr > 0, "a number > 0", lr)
+        _check("betas", len(betas) == 2 and all(0 <= b < 1 for b in betas), "two numbers in [0, 1)", betas)
+        _check("eps", eps >= 0, "a number >= 0", eps)
+        _check("weight_decay", weight_decay >= 0, "a number >= 0", weight_decay)
+        super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One LAMB step over every parameter that has a gradient; returns the closure's loss."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            if not params:
+                continue
+            for p in params:
+                if p.grad.is_sparse:
+                    raise ValueError("Lamb does not support sparse gradients")
+                state = self.state[p]
+                if not state:
+                    state["step"] = torch.zeros((), dtype=torch.float32)
+                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["step"] += 1
+            for indices in _by_device_and_dtype(params).values():
+                self._step_tensors(group, [params[i] for i in indices])
+        return loss
+
+    def _step_tensors(self, group: dict, params: list[torch.Tensor]) -> None:
+        beta1, beta2 = group["betas"]
+        grads = [p.grad for p in params]
+        states = [self.state[p] for p in params]
+        m = [s["exp_avg"] for s in states]
+        v = [s["exp_avg_sq"] for s in states]
+        steps = [float(s["step"]) for s in states]
+        torch._foreach_lerp_(m, grads, 1 - beta1)
+        torch._foreach_mul_(v, beta2)
+        torch._foreach_addcmul_(v, grads, grads, value=1 - beta2)
+        # (m / bc1) / (sqrt(v) / sqrt(bc2) + eps), with per-tensor bias corrections (a tensor
+        # without gradients on some steps has fewer steps than the others).
+        denom = torch._foreach_sqrt(v)
+        torch._foreach_div_(denom, [math.sqrt(1 - beta2 ** t) for t in steps])
+        torch._foreach_add_(denom, group["eps"])
+        update = torch._foreach_div(m, denom)
+        torch._foreach_div_(update, [1 - beta1 ** t for t in steps])
+        if group["weight_decay"]:
+            torch._foreach_add_(update, params, alpha=group["weight_decay"])
+        w_norms = torch.stack(torch._foreach_norm(params)).float()
+        u_norms = torch.stack(torch._foreach_norm(update)).float()
+        ratio = _trust(w_norms, u_norms, w_norms / u_norms.clamp_min(torch.finfo(torch.float32).tiny))
+        scale = (-group["lr"] * ratio).to(params[0].dtype)
+        torch._foreach_mul_(update, scale.unbind())
+        torch._foreach_add_(params, update)
+
+
+class Lars(Optimizer):
+    """LARS (You, Gitman and Ginsburg, 2017, Algorithm 1), one multi-tensor step for all parameters.
+
+    Per parameter tensor ``w`` with gradient ``g``::
+
+        ratio = trust_coefficient * ||w|| / (||g|| + weight_decay * ||w|| + eps)   # 1 where a norm is 0
+        d = ratio * (g + weight_decay * w)
+        buf = momentum * buf + d                  # buf = d on the first step
+        w = w - lr * buf
+
+    Args:
+        params: Parameters or parameter groups.
+        lr: Global learning rate (> 0); LARS runs use large ones (the trust coefficient scales them).
+        momentum: Heavy-ball momentum in [0, 1) (0: none).
+        weight_decay: L2 weight decay (>= 0), inside the local learning rate as the paper has it.
+        trust_coefficient: The paper's eta (> 0).
+        eps: Keeps the ratio finite when ``||g|| + weight_decay * ||w||`` is tiny (>= 0).
+
+    Raises:
+        ValueError: a hyper-parameter out of range (named); a sparse gradient at ``step``.
+    """
+
+    def __init__(self, params: Iterable, lr: float, momentum: float = 0.9, weight_decay: float = 0.0,
+                 trust_coefficient: float = 0.001, eps: float = 1e-8) -> None:
+        _check("lr", isinstance(lr, (int, float)) and lr > 0, "a number > 0", lr)
+        _check("momentum", 0 <= momentum < 1, "a number in [0, 1)", momentum)
+        _check("weight_decay", weight_decay >= 0, "a number >= 0", weight_decay)
+        _check("trust_coefficient", trust_coefficient > 0, "a number > 0", trust_coefficient)
+        _check("eps", eps >= 0, "a number >= 0", eps)
+        super().__init__(params, {"lr": lr, "momentum": momentum, "weight_decay": weight_decay,
+                                  "trust_coefficient": trust_coefficient, "eps": eps})
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One LARS step over every parameter that has a gradient; returns the closure's loss."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            for p in params:
+                if p.grad.is_sparse:
+                    raise ValueError("Lars does not support sparse gradients")
+            for indices in _by_device_and_dtype(params).values():
+                self._step_tensors(group, [params[i] for i in indices])
+        return loss
+
+    def _step_tensors(self, group: dict, params: list[torch.Tensor]) -> None:
+        wd, eta = group["weight_decay"], group["trust_coefficient"]
+        grads = [p.grad for p in params]
+        w_norms = torch.stack(torch._foreach_norm(params)).float()
+        g_norms = torch.stack(torch._foreach_norm(grads)).float()
+        ratio = _trust(w_norms, g_norms, eta * w_norms / (g_norms + wd * w_norms + group["eps"]))
+        d = torch._foreach_add(grads, params, alpha=wd) if wd else torch._foreach_mul(grads, 1.0)
+        torch._foreach_mul_(d, ratio.to(params[0].dtype).unbind())
+        if group["momentum"]:
+            bufs, fresh = [], []
+            for p, di in zip(params, d):
+                state = self.state[p]
+                if "momentum_buffer" not in state:
+                    state["momentum_buffer"] = di.clone()
+                    fresh.append(True)
+                else:
+                    fresh.append(False)
+                bufs.append(state["momentum_buffer"])
+            old = [b for b, f in zip(bufs, fresh) if not f]
+            if old:
+                torch._foreach_mul_(old, group["momentum"])
+                torch._foreach_add_(old, [di for di, f in zip(d, fresh) if not f])
+            d = bufs
+        torch._foreach_add_(params, d, alpha=-group["lr"])

@@ -1,0 +1,144 @@
+"""fused_ops.Lamb and fused_ops.Lars against per-parameter references written from the papers'
+algorithms (one tensor at a time, plain tensor arithmetic), step by step, and their state_dict
+round trip."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from fused_ops import Lamb, Lars
+
+
+def reference_lamb(params, state, lr, betas, eps, wd):
+    """You et al. 2020, Algorithm 2, one tensor at a time."""
+    b1, b2 = betas
+    for p in params:
+        if p.grad is None:
+            continue
+        s = state.setdefault(p, {"t": 0, "m": torch.zeros_like(p), "v": torch.zeros_like(p)})
+        s["t"] += 1
+        g = p.grad
+        s["m"] = b1 * s["m"] + (1 - b1) * g
+        s["v"] = b2 * s["v"] + (1 - b2) * g * g
+        m_hat = s["m"] / (1 - b1 ** s["t"])
+        v_hat = s["v"] / (1 - b2 ** s["t"])
+        r = m_hat / (v_hat.sqrt() + eps) + wd * p
+        w_norm, r_norm = p.norm(), r.norm()
+        trust = w_norm / r_norm if w_norm > 0 and r_norm > 0 else 1.0
+        p.sub_(lr * trust * r)
+
+
+def reference_lars(params, state, lr, momentum, wd, eta, eps):
+    """You, Gitman and Ginsburg 2017, Algorithm 1 (the global lr outside the momentum, as LARC)."""
+    for p in params:
+        if p.grad is None:
+            continue
+        g = p.grad
+        w_norm, g_norm = p.norm(), g.norm()
+        trust = eta * w_norm / (g_norm + wd * w_norm + eps) if w_norm > 0 and g_norm > 0 else 1.0
+        d = trust * (g + wd * p)
+        if momentum:
+            buf = state.get(p)
+            buf = d.clone() if buf is None else momentum * buf + d
+            state[p] = buf
+            d = buf
+        p.sub_(lr * d)
+
+
+def model() -> nn.Module:
+    torch.manual_seed(0)
+    m = nn.Sequential(nn.Linear(6, 16), nn.LayerNorm(16), nn.ReLU(), nn.Linear(16, 3), nn.Linear(3, 2, bias=False))
+    with torch.no_grad():
+        m[0].bias.zero_()  # a zero tensor with a gradient: its first trust ratio is 1 by definition
+    return m
+
+
+def grads(m: nn.Module, step: int, skip_last: bool = False) -> None:
+    g = torch.Generator().manual_seed(step)
+    x = torch.randn(8, 6, generator=g)
+    m.zero_grad(set_to_none=True)
+    m(x).pow(2).sum().backward()
+    if skip_last:  # a tensor without a gradient this step: it must not move, nor count a step
+        m[3].bias.grad = None
+
+
+@pytest.mark.parametrize("wd", [0.0, 0.01])
+def test_lamb_matches_the_per_parameter_algorithm_step_by_step(wd):
+    fused, ref = model(), model()
+    opt = Lamb(fused.parameters(), lr=0.01, weight_decay=wd)
+    state: dict = {}
+    start = [p.detach().clone() for p in fused.parameters()]
+    for step in range(6):
+        grads(fused, step, skip_last=step == 2)
+        grads(ref, step, skip_last=step == 2)
+        opt.step()
+        with torch.no_grad():
+            reference_lamb(list(ref.parameters()), state, 0.01, (0.9, 0.999), 1e-6, wd)
+        for a, b in zip(fused.parameters(), ref.parameters()):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert opt.state[fused[3].bias]["step"] == 5  # skipped once
+    assert all(not torch.equal(a, b) for a, b in zip(start, fused.parameters()))  # every tensor moved
+
+
+@pytest.mark.parametrize(("momentum", "wd"), [(0.9, 0.0), (0.9, 5e-4), (0.0, 1e-4)])
+def test_lars_matches_the_per_parameter_algorithm_step_by_step(momentum, wd):
+    fused, ref = model(), model()
+    opt = Lars(fused.parameters(), lr=0.5, momentum=momentum, weight_decay=wd)
+    state: dict = {}
+    start = [p.detach().clone() for p in fused.parameters()]
+    for step in range(6):
+        grads(fused, step, skip_last=step == 3)
+        grads(ref, step, skip_last=step == 3)
+        opt.step()
+        with torch.no_grad():
+            reference_lars(list(ref.parameters()), state, 0.5, momentum, wd, 0.001, 1e-8)
+        for a, b in zip(fused.parameters(), ref.parameters()):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-7)
+    assert all(not torch.equal(a, b) for a, b in zip(start, fused.parameters()))
+
+
+@pytest.mark.parametrize("make", [lambda p: Lamb(p, lr=0.01, weight_decay=0.01),
+                                  lambda p: Lars(p, lr=0.5, weight_decay=1e-4)], ids=["lamb", "lars"])
+def test_state_dict_round_trip_continues_the_same_trajectory(make):
+    a = model()
+    opt_a = make(a.parameters())
+    for step in range(3):
+        grads(a, step)
+        opt_a.step()
+    b = copy.deepcopy(a)
+    opt_b = make(b.parameters())
+    opt_b.load_state_dict(copy.deepcopy(opt_a.state_dict()))
+    for step in range(3, 6):
+        for m, o in ((a, opt_a), (b, opt_b)):
+            grads(m, step)
+            o.step()
+    for x, y in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(x, y, rtol=0, atol=0)
+
+
+def test_bad_hyper_parameters_and_sparse_gradients_are_named():
+    params = list(model().parameters())
+    for bad, name in ((lambda: Lamb(params, lr=0), "lr"), (lambda: Lamb(params, lr=1, betas=(0.9, 1.0)), "betas"),
+                      (lambda: Lars(params, lr=1, momentum=1.0), "momentum"),
+                      (lambda: Lars(params, lr=1, trust_coefficient=0), "trust_coefficient")):
+        with pytest.raises(ValueError, match=name):
+            bad()
+    emb = nn.Embedding(10, 4, sparse=True)
+    emb(torch.tensor([1, 2])).sum().backward()
+    with pytest.raises(ValueError, match="sparse"):
+        Lamb(emb.parameters(), lr=0.1).step()
+
+
+def test_bf16_parameters_step_in_their_own_dtype():
+    m = model().to(torch.bfloat16)
+    opt = Lamb(m.parameters(), lr=0.01)
+    x = torch.randn(4, 6, dtype=torch.bfloat16)
+    m(x).float().pow(2).sum().backward()
+    before = [p.detach().clone() for p in m.parameters()]
+    opt.step()
+    assert all(p.dtype == torch.bfloat16 for p in m.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, m.parameters()))
