@@ -79,7 +79,7 @@ def check_one_line_error(done: subprocess.CompletedProcess, *, status: int = 2) 
 def test_io_bound_gets_a_proven_faster_configuration_that_profile_runs_with(tmp_path):
     script = copy_script("examples/io_bound.py", tmp_path / "s")
     out = tmp_path / "out"
-    done = run_tune(*tune_args(script, out, "--trials", "4", "--confirm-rounds", "5", "--confirm-min-rounds", "3"), *IO_ARGS,
+    done = run_tune(*tune_args(script, out, "--trials", "4", "--confirm-rounds", "3"), *IO_ARGS,
                     timeout=RUN_TIMEOUT_S)
     assert done.returncode == 0, done.stdout + done.stderr
     assert re.search(r"^\d+\.\d+x faster \(95% interval", done.stdout, re.MULTILINE), done.stdout

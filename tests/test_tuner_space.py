@@ -195,6 +195,12 @@ def test_intra_op_threads_are_searched_with_the_workers_and_the_guess_leaves_the
     guess = rule_based_guess(space, facts, fractions={"io": 0.8})
     assert guess["num_workers"] >= 4 and guess["intra_op_threads"] == 1
     assert space.to_config(space.baseline_params).changes() == {}  # the script's own threads: no change
+    # The threads never take the workers' cores: 16 cores, 2 ranks, 2 workers leave 6; the choices
+    # are 1, 4, 8 (and the script's 4): 4, not the nearer 8.
+    wide = dict(facts, cpu_count=16, world_size=2, local_world_size=2)
+    wide_space = build_space(wide, {"io": 0.5, "comm": 0.1, "launch": 0.1}, "io-bound")
+    wide_guess = rule_based_guess(wide_space, wide, fractions={"io": 0.5, "comm": 0.1, "launch": 0.1})
+    assert wide_guess["num_workers"] == 2 and wide_guess["intra_op_threads"] == 4, wide_guess
     unknown = build_space(CPU_LOADER, {"io": 0.8, "compute": 0.2}, "io-bound")
     assert "did not report" in unknown.excluded["intra_op_threads"]
 
@@ -215,8 +221,12 @@ def test_the_guess_acts_on_every_bottleneck_the_classifier_would_name():
     fractions = {"io": 0.29, "comm": 0.28, "launch": 0.03, "compute": 0.40}
     space = build_space(facts, fractions, "io-bound")
     guess = rule_based_guess(space, facts, fractions=fractions)
-    assert guess["num_workers"] >= 2 and guess["bucket_cap_mb"] == 100.0 and guess["grad_accum_steps"] == 2
+    assert guess["num_workers"] >= 2 and guess["bucket_cap_mb"] == 100.0
     assert guess["amp_level"] == "O0"  # compute is what is left, not a verdict here: precision waits
+    assert guess["grad_accum_steps"] == 2  # fewer all-reduces: comm is named (28%)
+    gpu = dict(facts, cuda=True, bf16_supported=True, cuda_capability=[8, 0])
+    assert rule_based_guess(build_space(gpu, fractions, "io-bound"), gpu, fractions=fractions)["grad_compression"] == "none"
+    assert rule_based_guess(build_space(gpu, fractions, "comm-bound"), gpu, fractions=fractions)["grad_compression"] == "bf16"
     # A value between numeric choices becomes the nearest one (log scale), as in a restricted space.
     space.knobs = [dataclasses.replace(k, distribution=optuna.distributions.CategoricalDistribution([1.0, 25.0, 200.0]))
                    if k.name == "bucket_cap_mb" else k for k in space.knobs]

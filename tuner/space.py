@@ -32,7 +32,7 @@ from optuna.distributions import (
 from perfscope.analysis.verdict import CLASSES as VERDICT_CLASSES
 from perfscope.analysis.verdict import THRESHOLDS as VERDICT_THRESHOLDS
 from perfscope.runtime.config import AccelConfig, config_from_dict
-from perfscope.runtime.groups import GROUPS, Knob, KnobGroup
+from perfscope.runtime.groups import GROUPS, Knob, KnobGroup, owner
 
 # The bottlenecks a knob can remove: the verdict classes of perfscope.analysis.verdict (``io`` for
 # ``io-bound`` ...), each measured by the summary fraction of the same name.
@@ -52,7 +52,7 @@ class SearchSpace:
         knobs: Searched knobs, those removing the verdict's bottleneck first.
         excluded: knob -> why it is not searched.
         order: Bottlenecks (``io``, ``comm``, ``launch``, ``compute``): the verdict's first, then
-            by their share of the baseline's step time, largest first.
+            by their share of the baseline's step time, largest first (equal shares in that order).
         verdict: The baseline's verdict the space was shaped by.
         titles: group name -> what its knobs are (for the report's legend).
     """
@@ -158,11 +158,19 @@ class SearchSpace:
         data = json.loads(text)
         knobs = [Knob(name=k["name"], serves=_serves(k), distribution=json_to_distribution(k["distribution"]),
                       baseline=k["baseline"], when=(k["when"][0], tuple(k["when"][1])) if k["when"] else None,
-                      group=k.get("group", ""))
+                      group=k.get("group") or _owner_name(k["name"]))
                  for k in data["knobs"]]
         order = [_LEGACY_SERVES.get(b, b) for b in data["order"]]
-        return cls(knobs=knobs, excluded=data["excluded"], order=order, verdict=data["verdict"],
-                   titles=data.get("titles") or {})
+        titles = data.get("titles") or {g.name: g.title for g in GROUPS if any(k.group == g.name for k in knobs)}
+        return cls(knobs=knobs, excluded=data["excluded"], order=order, verdict=data["verdict"], titles=titles)
+
+
+def _owner_name(key: str) -> str:
+    """The group of a knob stored before groups were recorded ('' for an unknown key)."""
+    try:
+        return owner(key).name
+    except KeyError:
+        return ""
 
 
 def _serves(stored: dict) -> tuple[str, ...]:
@@ -257,28 +265,32 @@ def rule_based_guess(space: SearchSpace, facts: dict, cpu_count: int | None = No
     cpu = max(1, cpu_count or facts.get("cpu_count") or os.cpu_count() or 1)
     fractions = fractions or {}
 
-    def put(name: str, value) -> None:
+    def put(name: str, value, at_most: bool = False) -> None:
         if name in params:
             dist = space.distributions[name]
             if isinstance(dist, IntDistribution):
                 value = max(dist.low, min(dist.high, int(value)))
             elif isinstance(dist, CategoricalDistribution) and value not in dist.choices:
-                value = _nearest(dist.choices, value)
+                value = _nearest(dist.choices, value, at_most)
                 if value is None:
                     return
             params[name] = value
 
     bottlenecks = guess_bottlenecks(space.verdict, fractions)
     for group in groups:
-        group.guess(bottlenecks, facts, fractions, cpu, params, put)
+        group.guess(space.verdict, bottlenecks, facts, fractions, cpu, params, put)
     return None if params == space.baseline_params else params
 
 
-def _nearest(choices, value):
-    """The numeric choice nearest ``value`` on a log scale, or None (not all numbers, or not > 0)."""
+def _nearest(choices, value, at_most: bool = False):
+    """The numeric choice nearest ``value`` on a log scale (``at_most``: the largest not above it,
+    else the smallest), or None (not all numbers, or not > 0)."""
     def positive(v) -> bool:
         return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
 
     if not positive(value) or not all(positive(c) for c in choices):
         return None
+    if at_most:
+        below = [c for c in choices if c <= value]
+        return max(below) if below else min(choices)
     return min(choices, key=lambda c: abs(math.log(c / value)))

@@ -50,8 +50,9 @@ class AccumulationGroup(KnobGroup):
             part.exclude("grad_accum_steps", NEEDS_LOOP)
         return part
 
-    def guess(self, bottlenecks, facts, fractions, cpu, params, put) -> None:
+    def guess(self, verdict, bottlenecks, facts, fractions, cpu, params, put) -> None:
         """launch or comm: 2 micro-batches per optimizer step (half the steps to launch, half the
-        all-reduces: DDP's ``no_sync`` on the first micro-batch)."""
+        all-reduces: DDP's ``no_sync`` on the first micro-batch). It changes the effective batch,
+        which the numerics guard watches in this trial as in every other."""
         if {"launch", "comm"} & bottlenecks:
             put("grad_accum_steps", 2)

@@ -30,8 +30,9 @@ if TYPE_CHECKING:
     from perfscope.runtime.config import AccelConfig
     from perfscope.runtime.patch_report import PatchReport
 
-# ``put(key, value)``: set a trial parameter of the guess, clamped to the knob's distribution; a
-# key that is not searched, or a value outside a categorical knob's choices, is ignored.
+# ``put(key, value, at_most=False)``: set a trial parameter of the guess within the knob's
+# distribution (see tuner.space.rule_based_guess); ``at_most``: a value between numeric choices
+# becomes the largest choice not above it, not the nearest.
 Put = Callable[[str, Any], None]
 
 
@@ -151,11 +152,13 @@ class KnobGroup(abc.ABC):
             cpu: CPU cores of this node that the run may use.
         """
 
-    def guess(self, bottlenecks: frozenset[str], facts: dict, fractions: dict, cpu: int, params: dict,
-              put: Put) -> None:
+    def guess(self, verdict: str, bottlenecks: frozenset[str], facts: dict, fractions: dict, cpu: int,
+              params: dict, put: Put) -> None:
         """Add the group's rule-based first guess through ``put``; default: none.
 
         Args:
+            verdict: The baseline's verdict (``"io-bound"`` ...): rules that change the numerics
+                (compression, a larger effective batch) act only on the verdict's bottleneck.
             bottlenecks: The bottlenecks to act on (``"io"``, ``"comm"``, ``"launch"``,
                 ``"compute"``): the verdict's, and each other one whose share of the step reaches
                 the share at which the classifier would name it (see

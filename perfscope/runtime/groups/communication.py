@@ -108,13 +108,14 @@ class CommunicationGroup(KnobGroup):
             part.knobs.append(Knob("static_graph", COMM, categorical([False, True]), False))
         return part
 
-    def guess(self, bottlenecks, facts, fractions, cpu, params, put) -> None:
-        """comm: larger buckets (fewer all-reduce calls) and, on GPUs, bf16 gradient
-        compression (PyTorch's DDP communication hooks)."""
+    def guess(self, verdict, bottlenecks, facts, fractions, cpu, params, put) -> None:
+        """comm: larger buckets (fewer all-reduce calls); for a comm-bound verdict on GPUs also
+        bf16 gradient compression (PyTorch's DDP communication hooks), which is lossy, so not for a
+        side bottleneck."""
         if "comm" not in bottlenecks:
             return
         put("bucket_cap_mb", GUESS_BUCKET_MB)
-        if facts.get("cuda"):
+        if facts.get("cuda") and verdict == "comm-bound":
             put("grad_compression", "bf16")
 
 

@@ -156,7 +156,7 @@ class InputGroup(KnobGroup):
                 part.knobs.append(Knob("intra_op_threads", IO, categorical(choices), base_threads))
         return part
 
-    def guess(self, bottlenecks, facts, fractions, cpu, params, put) -> None:
+    def guess(self, verdict, bottlenecks, facts, fractions, cpu, params, put) -> None:
         """io: enough workers to hide the measured loading share, the cores they leave as
         intra-op threads, pinned memory and deeper prefetch (PyTorch's performance tuning guide)."""
         if "io" not in bottlenecks:
@@ -168,7 +168,8 @@ class InputGroup(KnobGroup):
         wanted = math.ceil(io / max(1e-3, 1.0 - io)) if io > 0 else cpu // local_world
         put("num_workers", max(2, wanted))
         workers = params.get("num_workers") or 0
-        put("intra_op_threads", max(1, cpu // local_world - workers))  # at least one for the training process
+        # At least one for the training process, and never more than the workers leave.
+        put("intra_op_threads", max(1, cpu // local_world - workers), at_most=True)
         put("prefetch_factor", 4)
         put("pin_memory", True)
         put("device_prefetch", True)

@@ -139,7 +139,7 @@ class PrecisionGroup(KnobGroup):
                                seen["cudnn_benchmark"]))
         return part
 
-    def guess(self, bottlenecks, facts, fractions, cpu, params, put) -> None:
+    def guess(self, verdict, bottlenecks, facts, fractions, cpu, params, put) -> None:
         """compute: mixed precision, TF32 and cuDNN autotuning; launch: cuDNN autotuning
         (PyTorch's performance tuning guide)."""
         if "compute" in bottlenecks:
