@@ -51,7 +51,39 @@ def _trust(w_norms: torch.Tensor, u_norms: torch.Tensor, ratio: torch.Tensor) ->
     return torch.where((w_norms > 0) & (u_norms > 0), ratio, torch.ones_like(ratio))
 
 
-class Lamb(Optimizer):
+class _TrustRatioOptimizer(Optimizer):
+    """What LAMB and LARS share: the closure, the parameters with dense gradients, and one
+    multi-tensor :meth:`_step_tensors` call per (device, dtype) of each group."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        """One step over every parameter that has a gradient; returns the closure's loss.
+
+        Raises:
+            ValueError: a sparse gradient.
+        """
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for group in self.param_groups:
+            params = [p for p in group["params"] if p.grad is not None]
+            for p in params:
+                if p.grad.is_sparse:
+                    raise ValueError(f"{type(self).__name__} does not support sparse gradients")
+            self._prepare(params)
+            for indices in _by_device_and_dtype(params).values():
+                self._step_tensors(group, [params[i] for i in indices])
+        return loss
+
+    def _prepare(self, params: list[torch.Tensor]) -> None:
+        """Per-parameter state before the step (default: none)."""
+
+    def _step_tensors(self, group: dict, params: list[torch.Tensor]) -> None:
+        raise NotImplementedError
+
+
+class Lamb(_TrustRatioOptimizer):
     """LAMB (You et al., ICLR 2020, Algorithm 2), one multi-tensor step for all parameters.
 
     Per parameter tensor ``w`` with gradient ``g`` at step ``t``::
@@ -80,29 +112,14 @@ class Lamb(Optimizer):
         _check("weight_decay", weight_decay >= 0, "a number >= 0", weight_decay)
         super().__init__(params, {"lr": lr, "betas": tuple(betas), "eps": eps, "weight_decay": weight_decay})
 
-    @torch.no_grad()
-    def step(self, closure=None):
-        """One LAMB step over every parameter that has a gradient; returns the closure's loss."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            if not params:
-                continue
-            for p in params:
-                if p.grad.is_sparse:
-                    raise ValueError("Lamb does not support sparse gradients")
-                state = self.state[p]
-                if not state:
-                    state["step"] = torch.zeros((), dtype=torch.float32)
-                    state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                    state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
-                state["step"] += 1
-            for indices in _by_device_and_dtype(params).values():
-                self._step_tensors(group, [params[i] for i in indices])
-        return loss
+    def _prepare(self, params: list[torch.Tensor]) -> None:
+        for p in params:
+            state = self.state[p]
+            if not state:
+                state["step"] = torch.zeros((), dtype=torch.float32)
+                state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            state["step"] += 1
 
     def _step_tensors(self, group: dict, params: list[torch.Tensor]) -> None:
         beta1, beta2 = group["betas"]
@@ -131,7 +148,7 @@ class Lamb(Optimizer):
         torch._foreach_add_(params, update)
 
 
-class Lars(Optimizer):
+class Lars(_TrustRatioOptimizer):
     """LARS (You, Gitman and Ginsburg, 2017, Algorithm 1), one multi-tensor step for all parameters.
 
     Per parameter tensor ``w`` with gradient ``g``::
@@ -162,22 +179,6 @@ class Lars(Optimizer):
         _check("eps", eps >= 0, "a number >= 0", eps)
         super().__init__(params, {"lr": lr, "momentum": momentum, "weight_decay": weight_decay,
                                   "trust_coefficient": trust_coefficient, "eps": eps})
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        """One LARS step over every parameter that has a gradient; returns the closure's loss."""
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        for group in self.param_groups:
-            params = [p for p in group["params"] if p.grad is not None]
-            for p in params:
-                if p.grad.is_sparse:
-                    raise ValueError("Lars does not support sparse gradients")
-            for indices in _by_device_and_dtype(params).values():
-                self._step_tensors(group, [params[i] for i in indices])
-        return loss
 
     def _step_tensors(self, group: dict, params: list[torch.Tensor]) -> None:
         wd, eta = group["weight_decay"], group["trust_coefficient"]
