@@ -86,3 +86,50 @@ def test_shapes_that_do_not_fit_are_named(change, match):
     args = inputs(images=1, windows=4, heads=3, n=9, d=4)
     with pytest.raises(ValueError, match=match):
         window_attention(*change(args))
+
+
+@pytest.mark.parametrize("shifted", [True, False], ids=["shifted", "unshifted"])
+def test_the_cuda_paths_sdpa_formulation_matches_the_eager_twin(shifted):
+    # window_attention_sdpa is what window_attention runs on CUDA; on CPU the same formulation
+    # (windows as SDPA heads, the bias broadcast over images from a padded buffer) runs through
+    # SDPA's CPU kernels, forward and backward.
+    from fused_ops.attention import window_attention_sdpa
+
+    q, k, v, bias, mask = inputs(images=3, windows=4, heads=3, n=16, d=8, shifted=shifted)
+    grad = torch.randn(q.shape, generator=torch.Generator().manual_seed(4))
+    out, grads = run(window_attention_sdpa, q, k, v, bias, mask, grad)
+    ref_out, ref_grads = run(window_attention_reference, q, k, v, bias, mask, grad)
+    torch.testing.assert_close(out, ref_out, **TOLERANCE[torch.float32])
+    for name, a, b in zip(("q", "k", "v", "rel_pos_bias"), grads, ref_grads):
+        scale = max(1.0, b.abs().max().item())
+        torch.testing.assert_close(a / scale, b / scale, **TOLERANCE[torch.float32], msg=name)
+
+
+def test_no_subnormal_probability_reaches_the_products():
+    # Swin's -100 shift mask puts exp() of the masked scores below fp32's smallest normal number;
+    # the guard raises them to exp(-GUARD_SPAN) of the row maximum (fused_ops/attention.py).
+    from fused_ops.attention import GUARD_SPAN
+    from fused_ops.swin import shift_mask
+
+    q, k, v, bias, _ = inputs(images=2, windows=4, heads=2, n=49, d=8)
+    mask = shift_mask(14, 14, 7, 3)
+    with torch.no_grad():
+        _, probs = torch.ops.fused_ops.window_attention_fwd(q, k, v, bias, mask, 8 ** -0.5)
+        ref = torch.softmax((q * 8 ** -0.5) @ k.transpose(-2, -1) + bias + mask.repeat(2, 1, 1).unsqueeze(1), -1)
+    tiny = torch.finfo(torch.float32).tiny
+    assert ((ref > 0) & (ref < tiny)).any()  # the reference does produce subnormals here
+    assert not ((probs > 0) & (probs < tiny)).any()
+    row_max = probs.amax(-1, keepdim=True)
+    assert (probs >= row_max * torch.exp(torch.tensor(-GUARD_SPAN)) * 0.99).all()
+    torch.testing.assert_close(probs, ref, rtol=1e-5, atol=1e-7)  # the raised entries add < 1e-15
+
+
+def test_the_fused_shift_and_partition_is_bit_exact():
+    from fused_ops.swin import _partition, window_order
+
+    x = torch.randn(2, 14, 21, 5)
+    for shift in (0, 3):
+        order, inverse = window_order(14, 21, 7, shift)
+        windows = x.reshape(2, -1, 5).index_select(1, order).view(-1, 49, 5)
+        assert torch.equal(windows, _partition(torch.roll(x, (-shift, -shift), (1, 2)), 7))
+        assert torch.equal(windows.view(2, -1, 5).index_select(1, inverse), x.reshape(2, -1, 5))

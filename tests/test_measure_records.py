@@ -107,7 +107,8 @@ def test_accelerated_script_reports_its_undivided_loss(tmp_path):
 
     for res in (plain, accum):
         assert res["exit_code"] == 0 and res["loss_source"] == "perfscope.backward"
-        assert res["facts"]["accelerate"] == {"called": True, "optimizer": True, "loader": True}
+        assert res["facts"]["accelerate"] == {"called": True, "optimizer": True, "loader": True,
+                                                 "optimizer_class": "SGD"}
     assert {rec["samples"] for rec in step_lines(tmp_path / "plain")} == {16}
     assert {rec["samples"] for rec in step_lines(tmp_path / "accum")} == {32}  # two micro-batches a step
     # Not divided by the 2 micro-steps (a cross-entropy over 10 classes starts near ln 10 = 2.3).

@@ -236,8 +236,29 @@ def build_space(facts: dict, fractions: dict, verdict: str, *, cpu_count: int | 
             excluded[knob.name] = (f"its bottleneck ({main_share}) takes only {shares[main_share]:.0%} of the "
                                    f"baseline's step time (searched from {MIN_BOTTLENECK_SHARE:.0%})")
     knobs.sort(key=lambda k: min(order.index(b) for b in k.serves if b in searched))
-    return SearchSpace(knobs=knobs, excluded=excluded, order=order, verdict=verdict,
+    names = {k.name for k in knobs}
+    for knob in [k for k in knobs if k.when is not None and k.when[0] not in names]:
+        knobs.remove(knob)  # a conditional knob whose parent is not searched would never vary
+        excluded[knob.name] = f"searched only together with {knob.when[0]}, which is not searched for this run"
+    return SearchSpace(knobs=_parents_first(knobs), excluded=excluded, order=order, verdict=verdict,
                        titles={g.name: g.title for g in groups if any(k.group == g.name for k in knobs)})
+
+
+def _parents_first(knobs: list[Knob]) -> list[Knob]:
+    """``knobs`` in their order, except that a conditional knob comes right after its parent (its
+    parent's value must be known when it is suggested; the parent may be another group's)."""
+    children = {k.name: k for k in knobs if k.when is not None}
+    out: list[Knob] = []
+
+    def put(knob: Knob) -> None:
+        out.append(knob)
+        for child in [c for c in children.values() if c.when[0] == knob.name]:
+            put(children.pop(child.name))
+
+    for knob in knobs:
+        if knob.when is None:
+            put(knob)
+    return out + list(children.values())  # a cycle of conditions: kept, in order
 
 
 def guess_bottlenecks(verdict: str, fractions: dict) -> frozenset[str]:

@@ -73,7 +73,7 @@ def _counted_rows(rt: RankTrace, counted_steps: set) -> np.ndarray:
     return np.isin(rt.windows.gpu_step, idx) & (rt.windows.gpu_step >= 0)
 
 
-def _top_level_ops(rt: RankTrace, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+def top_level_ops(rt: RankTrace, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Rows of operators on the main thread not nested in another one, inside the windows."""
     t = rt.table
     rows = np.flatnonzero((t.kind == EventKind.CPU_OP) & (t.thread_id == rt.windows.main_thread))
@@ -165,7 +165,7 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
         sel = np.isin(w.step, list(counted))
         lo, hi = w.start[sel], w.end[sel]
         if rt.mode == "cpu":
-            rows = _top_level_ops(rt, lo, hi)
+            rows = top_level_ops(rt, lo, hi)
             operators.append((t.name_of(rows), t.dur_ns[rows] / 1000.0))
             continue
         mine = _counted_rows(rt, counted)

@@ -16,6 +16,7 @@ from perfscope.analysis import evidence as ev
 from perfscope.analysis import job
 from perfscope.analysis.rank import FileItem, RankTrace, analyze_as, analyze_file, analyze_table, load_table  # noqa: F401 (API)
 from perfscope.analysis.details import build_details
+from perfscope.analysis.patterns import window_attention_cost
 from perfscope.analysis.notes import status_notes, verdict_of_none
 from perfscope.analysis.verdict import RunVerdict, classify, cost_fractions, run_verdict
 from perfscope.errors import TraceFormatError
@@ -194,6 +195,7 @@ def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, commo
     notes.extend(status_notes(frame))
     facts = {"cuda_graphs": any(rt.table.name_flag(is_graph_launch)[rt.table.kind == EventKind.RUNTIME].any()
                                 for rt in rank_traces)}
+    facts["window_attention"] = window_attention_cost(rank_traces, ranks, frame.loc[counted]) if counted.any() else None
     if counted.any():
         rv = run_verdict(frame.loc[counted, "verdict"].to_numpy(), costs.loc[counted],
                          frame.loc[counted, "step_time_us"].to_numpy(), mode, facts)

@@ -95,11 +95,18 @@ def advice_for(cls: str, mode: str, facts: dict | None = None) -> str:
         cls: ``io``, ``comm``, ``launch`` or ``compute``.
         mode: ``"gpu"`` or ``"cpu"``.
         facts: What the analysis found; ``cuda_graphs`` (the run replays CUDA graphs) drops the
-            advice to start using them.
+            advice to start using them; ``window_attention`` (a fusable pattern,
+            :func:`perfscope.analysis.patterns.window_attention_cost`) puts the fused operator,
+            with its what-if, first in the launch and compute advice.
     """
-    if cls == "launch" and mode == "gpu" and (facts or {}).get("cuda_graphs"):
-        return _LAUNCH_WITH_GRAPHS
-    return ADVICE[(cls, mode)]
+    text = _LAUNCH_WITH_GRAPHS if cls == "launch" and mode == "gpu" and (facts or {}).get("cuda_graphs") else ADVICE[(cls, mode)]
+    if cls in ("launch", "compute"):
+        from perfscope.analysis.patterns import advice_line
+
+        fused = advice_line((facts or {}).get("window_attention"))
+        if fused:
+            return f"{fused} Then: {text[0].lower()}{text[1:]}"
+    return text
 
 
 def cost_fractions(metrics: pd.DataFrame, mode: str) -> pd.DataFrame:

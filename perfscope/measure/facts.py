@@ -82,6 +82,21 @@ def dist_snapshot() -> dict | None:
     return None
 
 
+MAX_MODULE_NAMES = 64  # a Swin-B has 24 window attentions; a fact, not a dump of the model
+
+
+def model_facts(model: Any) -> dict:
+    """What the tuner needs of the script's model: its class and the window-attention modules
+    ``fused_ops.swap`` would replace (``fusable``, qualified names) or leaves alone with why
+    (``not_fusable``: name -> reason)."""
+    from fused_ops.swap import find
+
+    found = find(model)
+    return {"class": type(model).__name__,
+            "fusable": [c.name for c in found if c.reason is None][:MAX_MODULE_NAMES],
+            "not_fusable": dict([(c.name, c.reason) for c in found if c.reason is not None][:MAX_MODULE_NAMES])}
+
+
 def run_facts(torch, recorder) -> dict:
     """What the tuner shapes its search space from (see ``measure.measure_in_process``)."""
     cuda = bool(torch.cuda.is_available())
@@ -111,6 +126,7 @@ def run_facts(torch, recorder) -> dict:
         "ddp": recorder.ddp,
         "dataloader": recorder.loader,
         "accelerate": dict(recorder.accelerate),
+        "model": recorder.model,
         "tf32": bool(flags.get("tf32", False)),
         "cudnn_benchmark": bool(flags.get("cudnn_benchmark", False)),
         "threads": host_threads(flags, recorder.loader, _cpu_count()),

@@ -27,9 +27,11 @@ from perfscope.measure.facts import (
     batch_size,
     dist_snapshot,
     loader_settings,
+    model_facts,
 )
 from perfscope.measure.warmup import DrainWarmup
 from perfscope.measure.window import SteadyWindow
+from perfscope.runtime.model_scan import first_model
 
 _is_compiling: Callable[[], bool] = torch.compiler.is_compiling
 _RUNTIME_PACKAGE = "perfscope.runtime"
@@ -143,6 +145,7 @@ class Recorder:
         self.dist: dict | None = None
         self.first_step: dict | None = None
         self.accelerate = {"called": False, "optimizer": False, "loader": False}
+        self.model: dict | None = None
         self._loader_settings: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     # ------------------------------------------------------------------ boundaries
@@ -263,6 +266,12 @@ class Recorder:
         self.accelerate["called"] = True
         self.accelerate["optimizer"] |= optimizer is not None
         self.accelerate["loader"] |= loader is not None
+        if optimizer is not None:
+            self.accelerate["optimizer_class"] = type(getattr(optimizer, "optimizer", optimizer)).__name__
+
+    def note_model(self, model: Any) -> None:
+        """The first module called that holds parameters (:mod:`perfscope.runtime.model_scan`)."""
+        self.model = _safely(model_facts, model)
 
     def note_iterator(self, iterator: Any, args: tuple, kwargs: dict) -> None:
         """A DataLoader iterator was built: keep its loader's settings for its first fetch."""
@@ -303,6 +312,7 @@ class Recorder:
             stack.callback(setattr, control, "observer", None)
             _patch(stack, dataloader._BaseDataLoaderIter, "__init__", functools.partial(_wrap_init, self.note_iterator))
             _patch(stack, DistributedDataParallel, "__init__", functools.partial(_wrap_init, self.note_ddp))
+            stack.enter_context(first_model(self.note_model))
             yield self
 
     @contextlib.contextmanager

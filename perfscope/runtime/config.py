@@ -20,6 +20,7 @@ CONFIG_ENV = "PERFSCOPE_CONFIG"  # path of the configuration a tuning trial runs
 AMP_LEVELS = ("O0", "O1", "O2")
 AMP_DTYPES = ("bf16", "fp16")
 GRAD_COMPRESSIONS = ("none", "fp16", "bf16")
+OPTIMIZERS = ("lamb", "lars")
 # Sane ranges of the numeric knobs (docs/runtime.md): far above any real setting, low enough that
 # a typo (10**12 workers) is an error here, not a fork bomb or an allocation failure later.
 MAX_WORKERS = 1024
@@ -59,6 +60,11 @@ class AccelConfig:
         grad_accum_steps: Micro-batches per optimizer step (>= 1); gradients are synchronised
             on the last one only.
         static_graph: Tell DDP the graph does not change between iterations.
+        fused_ops: Swap fused operators into the model (``fused_ops.swap``: Swin-style window
+            attention).
+        optimizer: ``lamb`` or ``lars``: a large-batch optimizer in place of the script's Adam /
+            AdamW or SGD, its learning rate scaled with ``grad_accum_steps``
+            (:mod:`perfscope.runtime.groups.fused`); None keeps the script's.
     """
 
     num_workers: int | None = None
@@ -76,6 +82,8 @@ class AccelConfig:
     grad_compression: str = "none"
     grad_accum_steps: int = 1
     static_graph: bool = False
+    fused_ops: bool = False
+    optimizer: str | None = None
 
     def __post_init__(self) -> None:
         def check(ok: bool, key: str, allowed: str) -> None:
@@ -87,7 +95,7 @@ class AccelConfig:
 
         for key in ("pin_memory", "persistent_workers", "tf32", "cudnn_benchmark"):
             check(getattr(self, key) is None or isinstance(getattr(self, key), bool), key, "true, false or null")
-        for key in ("device_prefetch", "hierarchical_allreduce", "static_graph"):
+        for key in ("device_prefetch", "hierarchical_allreduce", "static_graph", "fused_ops"):
             check(isinstance(getattr(self, key), bool), key, "true or false")
         check(self.num_workers is None or (is_int(self.num_workers) and 0 <= self.num_workers <= MAX_WORKERS),
               "num_workers", f"an integer >= 0 and <= {MAX_WORKERS}")
@@ -102,6 +110,7 @@ class AccelConfig:
         check(self.bucket_cap_mb is None or (isinstance(self.bucket_cap_mb, (int, float))
               and not isinstance(self.bucket_cap_mb, bool) and 0 < self.bucket_cap_mb <= MAX_BUCKET_CAP_MB),
               "bucket_cap_mb", f"a number > 0 and <= {MAX_BUCKET_CAP_MB:g} (MiB)")
+        check(self.optimizer is None or self.optimizer in OPTIMIZERS, "optimizer", ", ".join(OPTIMIZERS) + " or null")
         check(self.grad_compression in GRAD_COMPRESSIONS, "grad_compression", ", ".join(GRAD_COMPRESSIONS))
         check(is_int(self.grad_accum_steps) and 1 <= self.grad_accum_steps <= MAX_GRAD_ACCUM_STEPS,
               "grad_accum_steps", f"an integer >= 1 and <= {MAX_GRAD_ACCUM_STEPS}")

@@ -1,7 +1,8 @@
 """Knob groups: each owns some configuration keys end to end (:mod:`.base` states the contract).
 
 :data:`GROUPS` holds the built-in groups in the order ``perfscope.accelerate`` applies them:
-precision first (O2 converts the model before DistributedDataParallel wraps it), then
+the fused operators first (the swapped modules and the replaced optimizer are what the others
+see), precision (O2 converts the model before DistributedDataParallel wraps it), then
 communication (the DDP wrapper), accumulation (the optimizer's window), and input (the loader).
 """
 
@@ -10,10 +11,11 @@ from __future__ import annotations
 from perfscope.runtime.groups.accumulation import AccumulationGroup
 from perfscope.runtime.groups.base import Knob, KnobGroup, SearchPart
 from perfscope.runtime.groups.communication import CommunicationGroup
+from perfscope.runtime.groups.fused import FusedOpsGroup
 from perfscope.runtime.groups.input import InputGroup
 from perfscope.runtime.groups.precision import PrecisionGroup
 
-GROUPS: tuple[KnobGroup, ...] = (PrecisionGroup(), CommunicationGroup(), AccumulationGroup(), InputGroup())
+GROUPS: tuple[KnobGroup, ...] = (FusedOpsGroup(), PrecisionGroup(), CommunicationGroup(), AccumulationGroup(), InputGroup())
 
 
 def owner(key: str, groups: tuple[KnobGroup, ...] = GROUPS) -> KnobGroup:
@@ -28,5 +30,5 @@ def owner(key: str, groups: tuple[KnobGroup, ...] = GROUPS) -> KnobGroup:
     raise KeyError(key)
 
 
-__all__ = ["GROUPS", "AccumulationGroup", "CommunicationGroup", "InputGroup", "Knob", "KnobGroup",
+__all__ = ["GROUPS", "AccumulationGroup", "CommunicationGroup", "FusedOpsGroup", "InputGroup", "Knob", "KnobGroup",
            "PrecisionGroup", "SearchPart", "owner"]

@@ -1,0 +1,153 @@
+"""Known fusable patterns in a profile: Swin-style window attention, which ``fused_ops`` replaces.
+
+The pattern, as the main thread's top-level operators show it (times in µs, from the trace):
+a matrix product (``q @ k^T``), the relative-position bias gathered from its table
+(``aten::index``), one or two adds (bias, shift mask), ``aten::softmax``, and a matrix product
+(``@ v``) -- the textbook formulation of timm's, torchvision's and this project's
+``WindowAttention``. An attention without the gathered bias (a plain transformer) is not this
+pattern: ``fused_ops.swap`` would not find its module.
+
+The estimate. The fused operator still runs the two matrix products; what it removes is
+everything else of the pattern (the gather, the adds, the scaling, the softmax as separate passes,
+and on a GPU their kernel launches). On a CPU it also runs both products at the speed of the
+faster one (they have the same number of multiply-adds; ``@ v`` after Swin's shift mask reads
+subnormal probabilities, which x86 cores process about 30x slower), so the products are kept at
+twice the faster one's time; on a GPU, the GEMM kernels' time is kept. The forward is measured; the backward of these operators is
+not attributable in a trace, and is taken as :data:`BACKWARD_FACTOR` times the forward (each
+product has two gradient products, the softmax gradient costs about its forward). Per step:
+``removable = (1 + BACKWARD_FACTOR) * (pattern time - its matrix products' time)``, and the what-if
+is the median step with and without it, computed per step, then summarised.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from perfscope.trace.kinds import EventKind
+
+if TYPE_CHECKING:
+    from perfscope.analysis.run import RankTrace
+
+MATMULS = frozenset({"aten::matmul", "aten::bmm", "aten::baddbmm", "aten::mm"})
+GATHERS = frozenset({"aten::index"})
+ADDS = frozenset({"aten::add", "aten::add_"})
+SOFTMAXES = frozenset({"aten::softmax", "aten::_softmax"})
+LOOK_BACK = 20  # top-level ops between the first product and the softmax (views, permutes, the gather, adds)
+SCALES = frozenset({"aten::mul", "aten::div"})  # q * scale, just before the first product
+BACKWARD_FACTOR = 2.0
+MIN_SHARE = 0.05  # below 5% of the step, the advice does not mention it
+GEMM_KERNEL_WORDS = ("gemm", "matmul", "cutlass", "bmm")
+
+
+def match_spans(names: np.ndarray) -> list[tuple[int, int, list[int]]]:
+    """The pattern's occurrences in a sequence of top-level operator names.
+
+    Args:
+        names: ``(n,)`` operator names in call order.
+
+    Returns:
+        ``(first, last, products)`` per occurrence: positions of its first and last operator and
+        of its two matrix products.
+    """
+    out = []
+    for i in np.flatnonzero(np.isin(names, list(SOFTMAXES))):
+        after = next((j for j in range(i + 1, min(i + 3, len(names))) if names[j] in MATMULS), None)
+        if after is None:
+            continue
+        window = range(max(0, i - LOOK_BACK), i)
+        first = next((j for j in window if names[j] in MATMULS), None)
+        if first is None or (out and first <= out[-1][1]):
+            continue
+        between = names[first + 1:i]
+        if any(n in GATHERS for n in between) and any(n in ADDS for n in between):
+            scale = next((j for j in range(first - 1, max(-1, first - 3), -1) if names[j] in SCALES), None)
+            out.append((first if scale is None else scale, after, [first, after]))
+    return out
+
+
+def _step_costs(rt: RankTrace, rows: np.ndarray, step_of_row: np.ndarray) -> pd.DataFrame:
+    """Per step: occurrences, forward time of the pattern and of its products (µs)."""
+    t = rt.table
+    spans = match_spans(t.name_of(rows))
+    records = []
+    for first, last, products in spans:
+        start, end = t.ts_ns[rows[first]], t.end_ns[rows[last]]
+        if rt.mode == "cpu":
+            # Both products have N * N * d multiply-adds per window and head; the fused operator
+            # runs both at the faster one's speed (the slower one is held back by what the fused
+            # operator removes: subnormal probabilities after a shift mask, a strided operand).
+            total = (end - start) / 1000.0
+            kept = 2 * min(t.dur_ns[rows[p]] for p in products) / 1000.0
+        else:  # the kernels launched from inside the span
+            k = np.flatnonzero((t.kind == EventKind.KERNEL) & (rt.launches.start_ns >= start)
+                               & (rt.launches.start_ns <= end))
+            names = pd.Series(t.name_of(k), dtype=object).str.lower()
+            gemm = names.str.contains("|".join(GEMM_KERNEL_WORDS), regex=True).to_numpy(dtype=bool)
+            total = t.dur_ns[k].sum() / 1000.0
+            kept = t.dur_ns[k][gemm].sum() / 1000.0
+        records.append({"step": int(step_of_row[first]), "total_us": float(total), "kept_us": float(kept)})
+    if not records:
+        return pd.DataFrame(columns=["step", "calls", "forward_us", "removable_us"])
+    df = pd.DataFrame(records)
+    g = df.groupby("step")
+    return pd.DataFrame({"calls": g.size(), "forward_us": g["total_us"].sum(),
+                         "removable_us": (1 + BACKWARD_FACTOR) * (g["total_us"].sum() - g["kept_us"].sum())}
+                        ).reset_index()
+
+
+def window_attention_cost(rank_traces: list[RankTrace], ranks: list[int], frame: pd.DataFrame) -> dict | None:
+    """The window-attention pattern over the counted steps, with its what-if (module docstring).
+
+    Args:
+        rank_traces, ranks: The analyzed traces and their ranks.
+        frame: The counted steps (``rank``, ``worker``, ``step``, ``step_time_us``).
+
+    Returns:
+        None when no counted step holds the pattern; else ``calls_per_step`` (median),
+        ``forward_us_per_step`` and ``removable_us_per_step`` (medians, µs), ``share`` (removable
+        time over step time, all counted steps), ``median_step_us``, ``median_step_without_us``,
+        ``speedup``, and ``backward_factor``.
+    """
+    from perfscope.analysis.details import top_level_ops
+
+    parts = []
+    for rt, rank in zip(rank_traces, ranks):
+        mine = frame[(frame["rank"] == rank) & (frame["worker"] == rt.table.worker)]
+        if mine.empty:
+            continue
+        w = rt.windows
+        sel = np.flatnonzero(np.isin(w.step, mine["step"].to_numpy()))
+        rows = top_level_ops(rt, w.start[sel], w.end[sel])
+        owner = np.searchsorted(w.start[sel], rt.table.ts_ns[rows], side="right") - 1
+        costs = _step_costs(rt, rows, w.step[sel][np.clip(owner, 0, None)])
+        parts.append(mine[["step", "step_time_us"]].merge(costs, on="step", how="left").fillna(0.0))
+    if not parts:
+        return None
+    df = pd.concat(parts, ignore_index=True)
+    if not (df["calls"] > 0).any():
+        return None
+    step = df["step_time_us"].to_numpy(dtype=float)
+    removable = np.minimum(df["removable_us"].to_numpy(dtype=float), step)
+    now, without = float(np.median(step)), float(np.median(step - removable))
+    return {"pattern": "window_attention", "calls_per_step": float(df["calls"].median()),
+            "forward_us_per_step": float(df["forward_us"].median()),
+            "removable_us_per_step": float(np.median(removable)),
+            "share": float(removable.sum() / step.sum()) if step.sum() > 0 else 0.0,
+            "median_step_us": now, "median_step_without_us": without,
+            "speedup": now / without if without > 0 else None, "backward_factor": BACKWARD_FACTOR}
+
+
+def advice_line(cost: dict | None) -> str | None:
+    """The advice sentence for :func:`window_attention_cost`'s result, or None when the pattern
+    is absent or takes less than :data:`MIN_SHARE` of the step."""
+    if not cost or cost.get("share", 0.0) < MIN_SHARE:
+        return None
+    now, without = cost["median_step_us"] / 1000.0, cost["median_step_without_us"] / 1000.0
+    gain = f" (about {cost['speedup']:.2f}x)" if cost.get("speedup") else ""
+    return (f"Fuse the window attention: the profile shows Swin-style window attention "
+            f"({cost['calls_per_step']:g} calls a step; its passes besides the matrix products take about "
+            f"{cost['share']:.0%} of the step, backward estimated). Set fused_ops: true in a --config file "
+            f"(or call fused_ops.swap(model)): estimated median step {now:.1f} ms -> {without:.1f} ms{gain}.")

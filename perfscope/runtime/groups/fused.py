@@ -1,0 +1,181 @@
+"""The fused-operators group: ``fused_ops`` (the fused window attention swapped into the model) and
+``optimizer`` (a large-batch optimizer, LAMB or LARS, in place of the script's).
+
+``fused_ops`` removes launches and passes over the attention scores: it serves the ``launch`` and
+``compute`` shares. ``optimizer`` serves what accumulation serves (``comm``, ``launch``): a
+layer-wise trust ratio keeps the larger effective batch of ``grad_accum_steps`` trainable, so it is
+searched only together with accumulation. Both change the numerics a little, which the tuner's
+numerics guard watches in every trial. ``docs/fused_ops.md`` documents the operators.
+
+Learning rate. The large-batch optimizer takes the script's hyperparameters (learning rate, weight
+decay, and Adam's betas and epsilon, or SGD's momentum) and scales the learning rate with the growth
+of the effective batch ``k = grad_accum_steps``: LAMB by ``sqrt(k)`` (You et al., ICLR 2020, the
+square-root rule of its BERT schedule), LARS by ``k`` (the linear rule of Goyal et al., 2017, that
+LARS was introduced to extend). LAMB replaces Adam-family optimizers and LARS replaces SGD, the
+optimizers each is a layer-wise version of; another optimizer is left as it is.
+"""
+
+from __future__ import annotations
+
+import math
+
+from perfscope.runtime.groups.base import KnobGroup, Knob, SearchPart, categorical
+
+FUSED_SERVES = ("launch", "compute")
+OPTIMIZER_SERVES = ("launch", "comm")
+# The script's optimizer class each large-batch optimizer replaces (its non-layer-wise form).
+FAMILIES = {"lamb": ("Adam", "AdamW"), "lars": ("SGD",)}
+NO_MODEL = "the run showed no model (no nn.Module with parameters was called)"
+NEEDS_OPTIMIZER = "needs perfscope.accelerate(model, optimizer, ...) in the script, and accumulation searched"
+
+
+def lr_scale(optimizer: str, accum_steps: int) -> float:
+    """The learning rate's factor for ``optimizer`` when the effective batch grows ``accum_steps``
+    times (module docstring): ``sqrt(k)`` for LAMB, ``k`` for LARS."""
+    return math.sqrt(accum_steps) if optimizer == "lamb" else float(accum_steps)
+
+
+def family_of(optimizer_class: str | None) -> str | None:
+    """The large-batch optimizer that replaces a script optimizer class (None: neither does)."""
+    for name, classes in FAMILIES.items():
+        if optimizer_class in classes:
+            return name
+    return None
+
+
+def _replace_optimizer(old, name: str, accum_steps: int):
+    """A :class:`fused_ops.Lamb` / :class:`fused_ops.Lars` over ``old``'s parameter groups. The
+    group dicts are shared, so a learning-rate scheduler built on ``old`` still drives it."""
+    import fused_ops
+
+    scale = lr_scale(name, accum_steps)
+    groups = old.param_groups
+    for g in groups:
+        g["lr"] = g["lr"] * scale
+        if "initial_lr" in g:  # a scheduler already attached restarts from the scaled rate
+            g["initial_lr"] = g["initial_lr"] * scale
+    if name == "lamb":
+        new = fused_ops.Lamb([{"params": g["params"]} for g in groups], lr=groups[0]["lr"],
+                             betas=tuple(groups[0].get("betas", (0.9, 0.999))), eps=groups[0].get("eps", 1e-6),
+                             weight_decay=groups[0].get("weight_decay", 0.0))
+    else:
+        new = fused_ops.Lars([{"params": g["params"]} for g in groups], lr=groups[0]["lr"],
+                             momentum=groups[0].get("momentum", 0.9) or 0.0,
+                             weight_decay=groups[0].get("weight_decay", 0.0))
+    for fresh, shared in zip(new.param_groups, groups):
+        for key, value in fresh.items():
+            shared.setdefault(key, value)  # the script's lr, weight decay, betas ... win
+    new.param_groups = groups
+    return new, scale
+
+
+class FusedOpsGroup(KnobGroup):
+    """``fused_ops``, ``optimizer``."""
+
+    name = "fused"
+    keys = ("fused_ops", "optimizer")
+    title = "fused operators, large-batch optimizer"
+
+    # --- perfscope.accelerate -----------------------------------------------------------------
+
+    def apply(self, acc) -> None:
+        cfg = acc.config
+        if cfg.fused_ops:
+            self._swap(acc)
+        if cfg.optimizer is None:
+            return
+        current = type(acc.optimizer).__name__ if acc.optimizer is not None else None
+        if acc.optimizer is None:
+            acc.skipped["optimizer"] = "no optimizer given to accelerate()"
+        elif family_of(current) != cfg.optimizer:
+            wanted = " or ".join(FAMILIES[cfg.optimizer])
+            acc.skipped["optimizer"] = (f"{cfg.optimizer} replaces {wanted} (it keeps their hyperparameters); "
+                                        f"the script's optimizer is {current}")
+        elif acc.optimizer.state:
+            acc.skipped["optimizer"] = f"the {current} optimizer already holds state: replacing it would drop it"
+        else:
+            acc.optimizer, scale = _replace_optimizer(acc.optimizer, cfg.optimizer, cfg.grad_accum_steps)
+            acc.applied["optimizer"] = (f"{type(acc.optimizer).__name__} in place of {current}, "
+                                        f"learning rate x{scale:g} for {cfg.grad_accum_steps} micro-batches per step")
+
+    @staticmethod
+    def _swap(acc) -> None:
+        import fused_ops
+
+        swapped = fused_ops.swap(acc.model)
+        if swapped:
+            acc.applied["fused_ops"] = f"fused window attention in {_names(swapped)}"
+            return
+        reasons = {c.reason for c in fused_ops.find(acc.model) if c.reason}
+        acc.skipped["fused_ops"] = ("; ".join(sorted(reasons)) if reasons
+                                    else "no window attention module fused_ops knows is in the model")
+
+    # --- launch-time patching -----------------------------------------------------------------
+
+    def launch_plan(self, config, report) -> None:
+        from perfscope.runtime.patch_report import NEEDS_ACCELERATE
+
+        if config.fused_ops:
+            report.applied["fused_ops"] = "fused window attention swapped into the first model the script calls"
+        if config.optimizer is not None:  # the script owns its optimizer object
+            report.needs_accelerate["optimizer"] = NEEDS_ACCELERATE
+
+    def launch_patches(self, config, report) -> list:
+        if not config.fused_ops:
+            return []
+        from perfscope.runtime.model_scan import first_model
+
+        def swap(model) -> None:
+            import fused_ops
+
+            swapped = fused_ops.swap(model)
+            if swapped:
+                report.applied["fused_ops"] = f"fused window attention in {_names(swapped)}"
+            else:
+                report.applied.pop("fused_ops", None)
+                report.not_applied["fused_ops"] = "no window attention module fused_ops knows is in the model"
+
+        return [first_model(swap)]
+
+    # --- the tuner ----------------------------------------------------------------------------
+
+    def observed(self, facts: dict) -> dict:
+        return {"fused_ops": False, "optimizer": None}
+
+    def search(self, facts: dict, cpu: int) -> SearchPart:
+        part = SearchPart()
+        model = facts.get("model")
+        if model is None:
+            part.exclude("fused_ops", NO_MODEL)
+        elif model.get("fusable"):
+            part.knobs.append(Knob("fused_ops", FUSED_SERVES, categorical([False, True]), False))
+        else:
+            reasons = sorted(set((model.get("not_fusable") or {}).values()))
+            part.exclude("fused_ops", "; ".join(reasons) if reasons else
+                         f"no window attention module fused_ops knows in the model ({model.get('class')})")
+        acc = facts.get("accelerate") or {}
+        family = family_of(acc.get("optimizer_class"))
+        if not (acc.get("called") and acc.get("optimizer")):
+            part.exclude("optimizer", NEEDS_OPTIMIZER)
+        elif family is None:
+            part.exclude("optimizer", f"the script's optimizer ({acc.get('optimizer_class')}) is neither Adam, "
+                         "AdamW nor SGD, which LAMB and LARS replace")
+        else:
+            from perfscope.runtime.groups.accumulation import ACCUM_CHOICES
+
+            part.knobs.append(Knob("optimizer", OPTIMIZER_SERVES, categorical([None, family]), None,
+                                   when=("grad_accum_steps", tuple(c for c in ACCUM_CHOICES if c > 1))))
+        return part
+
+    def guess(self, verdict, bottlenecks, facts, fractions, cpu, params, put) -> None:
+        """launch or compute, and a fusable model: the fused operator (the same math in fewer
+        passes; the numerics guard checks the loss). The optimizer is left to the search: a
+        different optimizer is a bigger change than any speed rule should make unasked."""
+        if {"launch", "compute"} & bottlenecks:
+            put("fused_ops", True)
+
+
+def _names(names: list[str], shown: int = 3) -> str:
+    label = [n or "(the model)" for n in names[:shown]]
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return f"{len(names)} module(s): {', '.join(label)}{more}"
