@@ -127,17 +127,13 @@ class Lamb(_TrustRatioOptimizer):
         states = [self.state[p] for p in params]
         m = [s["exp_avg"] for s in states]
         v = [s["exp_avg_sq"] for s in states]
-        steps = [float(s["step"]) for s in states]
-        torch._foreach_lerp_(m, grads, 1 - beta1)
-        torch._foreach_mul_(v, beta2)
-        torch._foreach_addcmul_(v, grads, grads, value=1 - beta2)
-        # (m / bc1) / (sqrt(v) / sqrt(bc2) + eps), with per-tensor bias corrections (a tensor
-        # without gradients on some steps has fewer steps than the others).
-        denom = torch._foreach_sqrt(v)
-        torch._foreach_div_(denom, [math.sqrt(1 - beta2 ** t) for t in steps])
-        torch._foreach_add_(denom, group["eps"])
-        update = torch._foreach_div(m, denom)
-        torch._foreach_div_(update, [1 - beta1 ** t for t in steps])
+        steps = [s["step"] for s in states]
+        # Adam's direction m_hat / (sqrt(v_hat) + eps), with the moments' update, in one pass of
+        # PyTorch's fused Adam kernel: stepping a zero tensor with lr = -1 leaves the direction in
+        # it (the kernel's bias corrections use each tensor's own step count).
+        update = [torch.zeros_like(p) for p in params]
+        torch._fused_adam_(update, grads, m, v, [], steps, lr=-1.0, beta1=beta1, beta2=beta2, weight_decay=0.0,
+                           eps=group["eps"], amsgrad=False, maximize=False)
         if group["weight_decay"]:
             torch._foreach_add_(update, params, alpha=group["weight_decay"])
         w_norms = torch.stack(torch._foreach_norm(params)).float()
@@ -188,19 +184,21 @@ class Lars(_TrustRatioOptimizer):
         ratio = _trust(w_norms, g_norms, eta * w_norms / (g_norms + wd * w_norms + group["eps"]))
         d = torch._foreach_add(grads, params, alpha=wd) if wd else torch._foreach_mul(grads, 1.0)
         torch._foreach_mul_(d, ratio.to(params[0].dtype).unbind())
-        if group["momentum"]:
-            bufs, fresh = [], []
-            for p, di in zip(params, d):
-                state = self.state[p]
-                if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = di.clone()
-                    fresh.append(True)
-                else:
-                    fresh.append(False)
-                bufs.append(state["momentum_buffer"])
-            old = [b for b, f in zip(bufs, fresh) if not f]
-            if old:
-                torch._foreach_mul_(old, group["momentum"])
-                torch._foreach_add_(old, [di for di, f in zip(d, fresh) if not f])
-            d = bufs
-        torch._foreach_add_(params, d, alpha=-group["lr"])
+        if not group["momentum"]:
+            torch._foreach_add_(params, d, alpha=-group["lr"])
+            return
+        # Heavy-ball momentum and the step in one pass of PyTorch's fused SGD kernel: on a
+        # tensor's first step the buffer becomes d (is_first_step), later momentum * buf + d.
+        fresh = [("momentum_buffer" not in self.state[p]) for p in params]
+        for first in (True, False):
+            chosen = [i for i, f in enumerate(fresh) if f == first]
+            if not chosen:
+                continue
+            if first:
+                for i in chosen:
+                    self.state[params[i]]["momentum_buffer"] = torch.empty_like(d[i])
+            torch._fused_sgd_([params[i] for i in chosen], [d[i] for i in chosen],
+                              [self.state[params[i]]["momentum_buffer"] for i in chosen], weight_decay=0.0,
+                              momentum=group["momentum"], lr=group["lr"], dampening=0.0, nesterov=False,
+                              maximize=False, is_first_step=first)
+

@@ -14,6 +14,9 @@ Checks (each prints PASS, FAIL or SKIP with a number and a reason):
   ``patched({"hierarchical_allreduce": True, "grad_compression": "fp16", ...})``: the hierarchical
   hook is registered, runs on every backward, and gives the local gradient.
 
+* ``fused_window_attention``, ``fused_optimizers``: the fused operators on CUDA, numerics against
+  their references and speed (``scripts/gpu_fused_checks.py``).
+
 Without CUDA every check is SKIP and the exit status is 0; any FAIL makes it 1. Usage::
 
     python scripts/gpu_check.py            # about a minute on one GPU
@@ -31,8 +34,10 @@ import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a source checkout
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-CHECKS = ("device_prefetch_overlap", "fp16_O2_scaling", "tf32", "nccl_hierarchical_hook")
+CHECKS = ("device_prefetch_overlap", "fp16_O2_scaling", "tf32", "nccl_hierarchical_hook", "fused_window_attention",
+          "fused_optimizers")
 
 
 class Skip(Exception):
@@ -224,7 +229,10 @@ def main() -> int:
     except ImportError:
         torch = None
     cuda = torch is not None and torch.cuda.is_available()
-    funcs = dict(zip(CHECKS, (check_prefetch, check_fp16_o2, check_tf32, check_nccl_hierarchical)))
+    from gpu_fused_checks import check_optimizers, check_window_attention
+
+    funcs = dict(zip(CHECKS, (check_prefetch, check_fp16_o2, check_tf32, check_nccl_hierarchical,
+                              check_window_attention, check_optimizers)))
     rows = []
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="perfscope-gpu-check-") as tmp:

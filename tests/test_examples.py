@@ -96,3 +96,21 @@ def test_diff_of_two_io_runs(tmp_path):
     assert f"{ratio:.2f}" in proc.stdout or f"{ratio:.1f}" in proc.stdout, proc.stdout
     html = (tmp_path / "diff.html").read_text()
     assert "io-bound" in html and "Content-Security-Policy" in html
+
+
+@pytest.mark.slow
+def test_swin_example_advises_the_fused_operator_and_runs_it_under_config(tmp_path):
+    summary = profile_counted(tmp_path / "plain", "examples/swin.py", "--", "--steps", "12")
+    assert summary["overall"]["verdict"] in ("compute-bound", "launch-bound")
+    found = summary["details"]["facts"]["window_attention"]
+    assert found["calls_per_step"] == 4  # two block pairs
+    assert 0 < found["median_step_without_us"] < found["median_step_us"]
+    assert "fused_ops: true" in summary["overall"]["advice"]
+    config = tmp_path / "fused.yaml"
+    config.write_text("fused_ops: true\n")
+    fused = profile_counted(tmp_path / "fused", "--config", str(config), "examples/swin.py", "--", "--steps", "12")
+    applied = fused["run"]["config_applied"]["applied"]["fused_ops"]
+    assert "4 module(s)" in applied
+    assert fused["details"]["facts"]["window_attention"] is None  # one operator now, not the pattern
+    ops = {o["name"] for o in fused["details"]["top_operators"]}
+    assert "fused_ops::window_attention_fwd" in ops

@@ -11,42 +11,7 @@ import torch
 from torch import nn
 
 from fused_ops import Lamb, Lars
-
-
-def reference_lamb(params, state, lr, betas, eps, wd):
-    """You et al. 2020, Algorithm 2, one tensor at a time."""
-    b1, b2 = betas
-    for p in params:
-        if p.grad is None:
-            continue
-        s = state.setdefault(p, {"t": 0, "m": torch.zeros_like(p), "v": torch.zeros_like(p)})
-        s["t"] += 1
-        g = p.grad
-        s["m"] = b1 * s["m"] + (1 - b1) * g
-        s["v"] = b2 * s["v"] + (1 - b2) * g * g
-        m_hat = s["m"] / (1 - b1 ** s["t"])
-        v_hat = s["v"] / (1 - b2 ** s["t"])
-        r = m_hat / (v_hat.sqrt() + eps) + wd * p
-        w_norm, r_norm = p.norm(), r.norm()
-        trust = w_norm / r_norm if w_norm > 0 and r_norm > 0 else 1.0
-        p.sub_(lr * trust * r)
-
-
-def reference_lars(params, state, lr, momentum, wd, eta, eps):
-    """You, Gitman and Ginsburg 2017, Algorithm 1 (the global lr outside the momentum, as LARC)."""
-    for p in params:
-        if p.grad is None:
-            continue
-        g = p.grad
-        w_norm, g_norm = p.norm(), g.norm()
-        trust = eta * w_norm / (g_norm + wd * w_norm + eps) if w_norm > 0 and g_norm > 0 else 1.0
-        d = trust * (g + wd * p)
-        if momentum:
-            buf = state.get(p)
-            buf = d.clone() if buf is None else momentum * buf + d
-            state[p] = buf
-            d = buf
-        p.sub_(lr * d)
+from fused_ops.optimizer_reference import reference_lamb, reference_lars
 
 
 def model() -> nn.Module:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -333,3 +334,18 @@ def test_intra_op_threads_are_set_for_the_run_and_put_back():
         assert torch.get_num_threads() == 1
         assert report.applied["intra_op_threads"] == "torch.set_num_threads(1)"
     assert torch.get_num_threads() == before
+
+
+@pytest.mark.slow
+def test_the_gpu_scripts_fused_checks_run_on_the_cpu(tmp_path):
+    # No GPU in CI: the same code on the CPU, so that the script is known to run when one is lent.
+    sys.path.insert(0, str(ROOT / "scripts"))
+    try:
+        from gpu_fused_checks import check_optimizers, check_window_attention
+    finally:
+        sys.path.remove(str(ROOT / "scripts"))
+    verdict, number = check_window_attention(tmp_path, device="cpu", reps=1)
+    assert "over tolerance" not in number and "fwd+bwd vs eager" in number, number
+    verdict, number = check_optimizers(tmp_path, device="cpu", reps=1)
+    assert "lamb: rel err" in number and "lars: rel err" in number, number
+    assert all(float(e) < 1e-4 for e in re.findall(r"rel err ([0-9.e+-]+)", number)), number

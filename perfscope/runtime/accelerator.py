@@ -146,8 +146,8 @@ def accelerate(model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
     for group in GROUPS:  # in their order: fused, precision, communication, accumulation, input
         group.apply(acc)
     model, loader = acc.model, acc.loader
-    if optimizer is not None:
-        optimizer = AcceleratedOptimizer(optimizer, acc)
+    if acc.optimizer is not None:  # the script's, or the one a group put in its place
+        optimizer = AcceleratedOptimizer(acc.optimizer, acc)
     for obj in (model, getattr(model, "module", None), optimizer, loader):
         if obj is not None:
             try:
