@@ -23,7 +23,6 @@ Units: ``lr`` is per step; norms are L2 norms over each whole tensor.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from collections.abc import Iterable
 

@@ -39,9 +39,10 @@ def _timed(fn, dev, reps: int) -> float:
     return (time.perf_counter() - t0) / reps
 
 
-def check_window_attention(tmp: Path, device: str = "cuda", reps: int = 20) -> tuple[str, str]:
-    """The check (module docstring); ``device="cpu"`` runs the same code on the CPU (the tests do,
-    so that the script is known to run before a GPU is lent)."""
+def check_window_attention(tmp: Path, device: str = "cuda", reps: int = 20, images: int = 8) -> tuple[str, str]:
+    """The check (module docstring): ``images`` of Swin-T stage 1's 64 windows are timed.
+    ``device="cpu"`` runs the same code on the CPU (the tests do, with fewer images, so that the
+    script is known to run before a GPU is lent)."""
     import torch
 
     from fused_ops import window_attention, window_attention_reference
@@ -68,9 +69,9 @@ def check_window_attention(tmp: Path, device: str = "cuda", reps: int = 20) -> t
             worst[(str(dtype).removeprefix("torch."), shifted)] = err
     bad = {key: e for key, e in worst.items() if e > TOLERANCE[key[0]]}
 
-    q, k, v = (torch.randn(512, 3, 49, 32, device=dev).requires_grad_() for _ in range(3))
+    q, k, v = (torch.randn(64 * images, 3, 49, 32, device=dev).requires_grad_() for _ in range(3))
     bias = torch.randn(3, 49, 49, device=dev).requires_grad_()
-    mask, grad = shift_mask(56, 56, 7, 3).to(dev), torch.randn(512, 3, 49, 32, device=dev)
+    mask, grad = shift_mask(56, 56, 7, 3).to(dev), torch.randn(64 * images, 3, 49, 32, device=dev)
 
     def step(fn, m):
         return lambda: fn(q, k, v, bias, m).backward(grad)
@@ -90,8 +91,9 @@ def check_window_attention(tmp: Path, device: str = "cuda", reps: int = 20) -> t
     return ("PASS" if min(ratios.values()) >= ATTENTION_GOAL else "FAIL"), number
 
 
-def check_optimizers(tmp: Path, device: str = "cuda", reps: int = 10) -> tuple[str, str]:
-    """The check (module docstring); ``device="cpu"`` as for :func:`check_window_attention`."""
+def check_optimizers(tmp: Path, device: str = "cuda", reps: int = 10, tensors: int | None = None) -> tuple[str, str]:
+    """The check (module docstring), on the first ``tensors`` of ResNet-50's (all by default);
+    ``device="cpu"`` as for :func:`check_window_attention`."""
     import torch
 
     from bench_optimizers import resnet50_shapes
@@ -103,7 +105,7 @@ def check_optimizers(tmp: Path, device: str = "cuda", reps: int = 10) -> tuple[s
     def params():
         g = torch.Generator(device=dev).manual_seed(0)
         out = []
-        for shape in resnet50_shapes():
+        for shape in resnet50_shapes()[:tensors]:
             p = (0.05 * torch.randn(shape, device=dev, generator=g)).requires_grad_()
             p.grad = 0.01 * torch.randn(shape, device=dev, generator=g)
             out.append(p)
