@@ -167,7 +167,7 @@ def test_a_trial_timeout_ends_a_grandchild_that_escaped_its_session_and_environm
     sleep, tag = _sleeper(tmp_path)
     script = tmp_path / "trial.py"
     script.write_text(ESCAPER.format(sleep=sleep, tag=tag, ready=str(tmp_path / "ready"), then="time.sleep(1000)"))
-    spec = TrialSpec(script=str(script), script_args=(), warmup_steps=1, measure_steps=1, profile_steps=0, timeout_s=20)
+    spec = TrialSpec(script=str(script), script_args=(), warmup_steps=1, measure_steps=1, profile_steps=0, timeout_s=12)
     outcome = run_trial(spec, None, tmp_path / "t")
     assert outcome.status == "timeout"
     assert (tmp_path / "ready").exists()

@@ -1,0 +1,265 @@
+"""An emulated cluster on one Linux machine: nodes as network namespaces, links shaped with ``tc``.
+
+Multi-node behaviour (an all-reduce that crosses a slow link, hierarchical all-reduce, the
+tuner's choice between them) can only be shown across nodes. :class:`EmulatedCluster` builds
+``N`` "nodes" on one machine (root is needed):
+
+* each node is a network namespace ``<prefix>-<pid>-<net>-n<i>`` with one interface ``eth0``
+  (``10.<net>.0.<i + 1>/24``) and its own loopback;
+* the nodes' ``eth0`` are veth pairs whose other ends sit on a bridge in a namespace of their
+  own (``...-sw``), so the machine's own network namespace is never touched;
+* each node's ``eth0`` egress is shaped with ``tc``: the rate by a token bucket (``tbf``), a delay
+  by ``netem`` where the kernel has it. Traffic between nodes leaves through the sender's shaped
+  egress; traffic inside a node stays on its loopback and is not shaped;
+* processes are started inside the node's namespace with ``GLOO_SOCKET_IFNAME=eth0`` (gloo then
+  binds every pair to the node's address: peers on the same node reach it through the kernel's
+  local route, peers on other nodes across the shaped link) and ``MASTER_ADDR`` node 0's address.
+
+Everything is removed when the ``with`` block ends, also on an error or Ctrl-C: processes started
+through :meth:`EmulatedCluster.popen` / :meth:`EmulatedCluster.run` are killed with their process
+groups, then the namespaces are deleted (which deletes their interfaces). :func:`remove_stale`
+removes what a killed run left.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+
+from perfscope.errors import PerfscopeError
+
+PREFIX = "pscl"
+_RATE_UNITS = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+
+
+class ClusterError(PerfscopeError, RuntimeError):
+    """The emulated cluster cannot be built here (not root, no ``ip``/``tc``, a queueing
+    discipline the kernel lacks), or a command inside it failed."""
+
+
+def parse_rate(text: str) -> float:
+    """``"200mbit"`` / ``"1Gbit"`` / ``"64kbit"`` -> bits per second.
+
+    Raises:
+        ValueError: not a positive number followed by kbit, mbit or gbit.
+    """
+    t = text.strip().lower()
+    for unit, factor in _RATE_UNITS.items():
+        if t.endswith(unit):
+            try:
+                value = float(t[: -len(unit)])
+            except ValueError:
+                break
+            if value > 0:
+                return value * factor
+    raise ValueError(f"a link rate is a positive number with kbit, mbit or gbit, e.g. 200mbit; got {text!r}")
+
+
+@dataclasses.dataclass(kw_only=True, frozen=True)
+class LinkShape:
+    """The shaping of each node's link.
+
+    Attributes:
+        rate: Egress rate, ``tc`` notation (``"200mbit"``); None: not shaped.
+        delay_ms: One-way delay added on egress (milliseconds, >= 0; needs ``sch_netem``).
+    """
+
+    rate: str | None = None
+    delay_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.rate is not None:
+            parse_rate(self.rate)
+        if not self.delay_ms >= 0:
+            raise ValueError(f"delay_ms must be >= 0, got {self.delay_ms!r}")
+
+
+def _ip(*args: str, netns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    cmd = ["ip", *(["-n", netns] if netns else []), *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if check and proc.returncode:
+        raise ClusterError(f"{' '.join(cmd)}: {proc.stderr.strip() or f'exit {proc.returncode}'}")
+    return proc
+
+
+def namespaces(prefix: str = PREFIX) -> list[str]:
+    """The network namespaces whose names start with ``prefix-``."""
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    names = [line.split()[0] for line in out.splitlines() if line.split()]
+    return [n for n in names if n.startswith(prefix + "-")]
+
+
+def remove_stale(prefix: str = PREFIX) -> list[str]:
+    """Delete the namespaces a killed run left: names starting with ``prefix-`` whose creating
+    process (the pid in the name) is gone. Returns the names deleted."""
+    removed = []
+    for ns in namespaces(prefix):
+        parts = ns.split("-")
+        pid = int(parts[1]) if len(parts) > 2 and parts[1].isdigit() else 0
+        if pid and _alive(pid):
+            continue
+        _kill_namespace_processes(ns)
+        _ip("netns", "del", ns, check=False)
+        removed.append(ns)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _kill_namespace_processes(ns: str) -> None:
+    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+    for pid in pids:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+
+
+class EmulatedCluster:
+    """``N`` nodes in network namespaces, their links shaped (module docstring).
+
+    Args:
+        nodes: Number of nodes (2..200).
+        link: The shaping of every node's link.
+        net: The second octet of the nodes' ``10.<net>.0.0/24`` addresses (1..254).
+
+    Attributes:
+        names: The node namespaces, node 0 first.
+        addresses: Their ``eth0`` addresses.
+
+    Raises:
+        ClusterError: from ``__enter__``, when it cannot be built (named reason); nothing is
+            left behind.
+    """
+
+    def __init__(self, nodes: int, link: LinkShape = LinkShape(), *, net: int = 77) -> None:
+        if not 2 <= nodes <= 200:
+            raise ValueError(f"nodes must be in 2..200, got {nodes!r}")
+        if not 1 <= net <= 254:
+            raise ValueError(f"net must be in 1..254, got {net!r}")
+        self.link = link
+        tag = f"{PREFIX}-{os.getpid()}-{net}"
+        self.switch = f"{tag}-sw"
+        self.names = [f"{tag}-n{i}" for i in range(nodes)]
+        self.addresses = [f"10.{net}.0.{i + 1}" for i in range(nodes)]
+        self._procs: list[subprocess.Popen] = []
+
+    # --- building and tearing down -----------------------------------------------------------
+
+    def __enter__(self) -> EmulatedCluster:
+        if os.geteuid() != 0:
+            raise ClusterError("an emulated cluster needs root (network namespaces, veth, tc)")
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _build(self) -> None:
+        _ip("netns", "add", self.switch)
+        _ip("link", "add", "br0", "type", "bridge", netns=self.switch)
+        _ip("link", "set", "br0", "up", netns=self.switch)
+        for i, (ns, addr) in enumerate(zip(self.names, self.addresses)):
+            _ip("netns", "add", ns)
+            _ip("link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", f"p{i}", "netns", self.switch)
+            _ip("link", "set", f"p{i}", "master", "br0", "up", netns=self.switch)
+            _ip("addr", "add", f"{addr}/24", "dev", "eth0", netns=ns)
+            _ip("link", "set", "eth0", "up", netns=ns)
+            _ip("link", "set", "lo", "up", netns=ns)
+            self._shape(ns)
+
+    def _shape(self, ns: str) -> None:
+        if self.link.rate is not None:
+            # A token bucket: the rate, a bucket of 1 ms of traffic (at least two full frames) so
+            # that bursts stay short, and up to 100 ms of queue before packets are dropped.
+            burst = max(2 * 1514, int(parse_rate(self.link.rate) / 8 / 1000))
+            self._tc(ns, ["root", "handle", "1:"], "tbf", "rate", self.link.rate, "burst", str(burst),
+                     "latency", "100ms")
+        if self.link.delay_ms:
+            where = ["parent", "1:1", "handle", "10:"] if self.link.rate is not None else ["root", "handle", "1:"]
+            self._tc(ns, where, "netem", "delay", f"{self.link.delay_ms}ms")
+
+    @staticmethod
+    def _tc(ns: str, where: list[str], kind: str, *args: str) -> None:
+        cmd = ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "eth0", *where, kind, *args]
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode:
+            why = proc.stderr.strip() or f"exit {proc.returncode}"
+            if "unknown" in why.lower():
+                why += f" (this kernel has no '{kind}' queueing discipline)"
+            raise ClusterError(f"tc {kind} in {ns}: {why}")
+
+    def close(self) -> None:
+        """Kill every process started in the cluster, then delete its namespaces (idempotent)."""
+        for proc in self._procs:
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        for proc in self._procs:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+        self._procs.clear()
+        existing = set(namespaces(PREFIX))
+        for ns in [*self.names, self.switch]:
+            if ns in existing:
+                _kill_namespace_processes(ns)
+                _ip("netns", "del", ns, check=False)
+
+    # --- running in it ------------------------------------------------------------------------
+
+    def env(self, node: int, base: dict | None = None) -> dict[str, str]:
+        """The environment of a process on ``node``: gloo bound to ``eth0``, node 0 as master."""
+        env = dict(os.environ if base is None else base)
+        env.update(GLOO_SOCKET_IFNAME="eth0", MASTER_ADDR=self.addresses[0])
+        return env
+
+    def popen(self, node: int, cmd: Sequence[str], *, env: dict | None = None, **kwargs) -> subprocess.Popen:
+        """Start ``cmd`` inside ``node``'s namespace, in its own process group (killed by
+        :meth:`close`); keyword arguments go to ``subprocess.Popen``."""
+        proc = subprocess.Popen(["ip", "netns", "exec", self.names[node], *cmd], env=self.env(node, env),
+                                start_new_session=True, **kwargs)
+        self._procs.append(proc)
+        return proc
+
+    def run(self, cmds: Sequence[Sequence[str]], *, timeout_s: float = 300.0, env: dict | None = None,
+            **kwargs) -> list[subprocess.CompletedProcess]:
+        """Run one command per node (``cmds[i]`` on node ``i``) at once and wait for all.
+
+        Returns:
+            Each node's completed process (stdout and stderr captured as text).
+
+        Raises:
+            ClusterError: a command ran past ``timeout_s`` (all are killed).
+        """
+        procs = [self.popen(i, cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
+                 for i, cmd in enumerate(cmds)]
+        deadline = time.monotonic() + timeout_s
+        results = []
+        for i, proc in enumerate(procs):
+            try:
+                out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.close()
+                raise ClusterError(f"node {i}: {' '.join(cmds[i])[:120]} ran past {timeout_s:g} s") from None
+            results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+        return results

@@ -1,0 +1,125 @@
+"""The emulated cluster (perfscope/emulate.py): nodes as network namespaces on one machine, links
+shaped with tc, gloo ranks on each node, nothing left behind. Needs root: skipped with the reason
+elsewhere, failed under CI (where root is given)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from perfscope import emulate
+from perfscope.emulate import ClusterError, EmulatedCluster, LinkShape, parse_rate
+
+
+def _ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+@pytest.fixture(autouse=True)
+def need_root():
+    if os.geteuid() != 0:
+        if _ci():
+            pytest.fail("CI runs as root; the emulated cluster tests must run there")
+        pytest.skip("the emulated cluster needs root (network namespaces, veth, tc)")
+    yield
+    assert emulate.namespaces() == [], "a test left namespaces behind"
+
+
+def test_rates_are_parsed_with_units():
+    assert parse_rate("200mbit") == 200e6 and parse_rate("1Gbit") == 1e9 and parse_rate("64kbit") == 64e3
+    for bad in ("200", "fast", "-1mbit", "0gbit"):
+        with pytest.raises(ValueError, match="kbit, mbit or gbit"):
+            parse_rate(bad)
+
+
+def test_nodes_reach_each_other_and_everything_goes_at_the_end():
+    with EmulatedCluster(3) as cluster:
+        assert set(emulate.namespaces()) == {*cluster.names, cluster.switch}
+        rx = cluster.popen(2, [sys.executable, "-c", RECEIVER], stdout=subprocess.PIPE, text=True)
+        assert rx.stdout.readline().strip() == "ready"
+        tx = cluster.popen(0, [sys.executable, "-c", SENDER, cluster.addresses[2], "1000"])
+        assert tx.wait(timeout=30) == 0 and float(rx.stdout.readline()) > 0  # node 0 reached node 2
+        sleeper = cluster.popen(1, ["sleep", "600"])
+    assert sleeper.poll() is not None  # killed with the cluster
+    assert emulate.namespaces() == []
+
+
+def test_a_failure_while_building_leaves_nothing(monkeypatch):
+    def broken(self, ns):
+        raise ClusterError("tc refused")
+
+    monkeypatch.setattr(EmulatedCluster, "_shape", broken)
+    with pytest.raises(ClusterError, match="tc refused"), EmulatedCluster(2, LinkShape(rate="100mbit")):
+        pass
+    assert emulate.namespaces() == []
+
+
+def test_what_a_killed_run_left_is_removed():
+    dead = 2**22 + 12345  # above any pid this machine hands out (pid_max is at most 2**22)
+    name = f"{emulate.PREFIX}-{dead}-9-n0"
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    assert emulate.remove_stale() == [name]
+
+
+RECEIVER = textwrap.dedent("""
+    import socket, sys, time
+    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("0.0.0.0", 29555)); s.listen(1); print("ready", flush=True)
+    c, _ = s.accept(); n = 0; t0 = None
+    while True:
+        b = c.recv(1 << 16)
+        if not b: break
+        if t0 is None: t0 = time.perf_counter()
+        n += len(b)
+    print(n * 8 / (time.perf_counter() - t0))
+""")
+SENDER = textwrap.dedent("""
+    import socket, sys, time
+    for _ in range(100):
+        try:
+            s = socket.create_connection((sys.argv[1], 29555), timeout=5); break
+        except OSError:
+            time.sleep(0.05)
+    s.sendall(b"x" * int(sys.argv[2])); s.close()
+""")
+
+
+def test_the_link_between_nodes_is_shaped():
+    with EmulatedCluster(2, LinkShape(rate="100mbit")) as cluster:
+        rx = cluster.popen(1, [sys.executable, "-c", RECEIVER], stdout=subprocess.PIPE, text=True)
+        assert rx.stdout.readline().strip() == "ready"
+        tx = cluster.popen(0, [sys.executable, "-c", SENDER, cluster.addresses[1], str(4 * 2**20)])
+        tx.wait(timeout=60)
+        bits_per_s = float(rx.stdout.readline())
+        rx.wait(timeout=10)
+    assert 0.6 * 100e6 < bits_per_s < 1.1 * 100e6, bits_per_s
+
+
+ALLREDUCE = textwrap.dedent("""
+    import os, torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    t = torch.full((1000,), float(dist.get_rank() + 1))
+    dist.all_reduce(t)
+    w = dist.get_world_size()
+    assert t[0].item() == w * (w + 1) / 2, t[0].item()
+    print(f"rank {dist.get_rank()} of {w} on {os.environ['LOCAL_RANK']} ok", flush=True)
+    dist.destroy_process_group()
+""")
+
+
+@pytest.mark.slow
+def test_gloo_ranks_on_two_nodes_all_reduce_through_the_harness(tmp_path):
+    script = tmp_path / "allreduce.py"
+    script.write_text(ALLREDUCE)
+    with EmulatedCluster(2, LinkShape(rate="200mbit")) as cluster:
+        cmds = [[sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--node-rank", str(i),
+                 "--nproc-per-node", "2", "--master-addr", cluster.addresses[0], "--master-port", "29511",
+                 str(script)] for i in range(2)]
+        results = cluster.run(cmds, timeout_s=120)
+    assert [r.returncode for r in results] == [0, 0], [r.stderr[-2000:] for r in results]
+    assert sorted(line.split(" on ")[1][0] for r in results for line in r.stdout.splitlines() if " of 4 on " in line) \
+        == ["0", "0", "1", "1"]  # two local ranks on each node
