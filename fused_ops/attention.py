@@ -38,9 +38,13 @@ def _check(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, mask: Tensor | None) -
     bw, heads, n, _ = q.shape
     if bias.shape != (heads, n, n):
         raise ValueError(f"window_attention: rel_pos_bias must be (heads, N, N) = {(heads, n, n)}, got {tuple(bias.shape)}")
+    devices = {t.device for t in (q, k, v, bias, mask) if t is not None}
+    if len(devices) > 1:
+        raise ValueError(f"window_attention: q, k, v, rel_pos_bias and mask must be on one device, got "
+                         f"{', '.join(sorted(map(str, devices)))}")
     if mask is not None:
-        if mask.dim() != 3 or mask.shape[1:] != (n, n):
-            raise ValueError(f"window_attention: mask must be (nW, N, N) with N = {n}, got {tuple(mask.shape)}")
+        if mask.dim() != 3 or mask.shape[0] == 0 or mask.shape[1:] != (n, n):
+            raise ValueError(f"window_attention: mask must be (nW, N, N) with nW >= 1 and N = {n}, got {tuple(mask.shape)}")
         if bw % mask.shape[0]:
             raise ValueError(f"window_attention: B*nW = {bw} windows is not a multiple of the mask's {mask.shape[0]}")
 
@@ -78,7 +82,11 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, mask: Tensor | None,
     scores = scores.view(bw * heads, n, n)
     scores.baddbmm_(q.reshape(bw * heads, n, d), k.reshape(bw * heads, n, d).transpose(1, 2), alpha=scale)
     if q.dtype in GUARDED_DTYPES and mask is not None and mask.amin().item() < GUARD_MASK_BELOW:
-        scores.clamp_(min=scores.amax(-1, keepdim=True).sub_(GUARD_SPAN))
+        top = scores.amax(-1, keepdim=True)
+        floor = top - GUARD_SPAN
+        # Where the row's maximum is so large that subtracting the span rounds back to it, there
+        # is nothing to raise (clamping there would flatten the row).
+        scores.clamp_(min=floor.masked_fill_(floor >= top, float("-inf")))
     probs = torch.softmax(scores, dim=-1)
     out = torch.bmm(probs, v.reshape(bw * heads, n, d))
     return out.view(bw, heads, n, d), probs.view(bw, heads, n, n)
@@ -90,6 +98,11 @@ def _(q, k, v, bias, mask, scale):
     return torch.empty_like(q), q.new_empty((bw, heads, n, n))
 
 
+def _bias_grad_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The bias gradient sums over every window: in fp32 at least (fp64 stays fp64)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
 @torch.library.custom_op("fused_ops::window_attention_bwd", mutates_args=())
 def _backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, probs: Tensor, windows: int,
               scale: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -99,7 +112,7 @@ def _backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, probs: Tensor, 
     grad_v = torch.bmm(p.transpose(1, 2), g)
     grad_p = torch.bmm(g, v.reshape(bw * heads, n, d).transpose(1, 2))
     grad_s = torch._softmax_backward_data(grad_p, p, -1, p.dtype)  # p * (grad_p - sum(grad_p * p))
-    grad_bias = grad_s.view(bw, heads, n, n).sum(0, dtype=torch.float32)
+    grad_bias = grad_s.view(bw, heads, n, n).sum(0, dtype=_bias_grad_dtype(q.dtype))
     # The scale enters as the products' alpha, not as a pass of its own.
     grad_q = torch.baddbmm(q.new_empty(()).expand(bw * heads, n, d), grad_s, k.reshape(bw * heads, n, d),
                            beta=0, alpha=scale)
@@ -112,7 +125,7 @@ def _backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, probs: Tensor, 
 def _(grad_out, q, k, v, probs, windows, scale):
     heads, n = q.shape[1], q.shape[2]
     return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
-            q.new_empty((heads, n, n), dtype=torch.float32))
+            q.new_empty((heads, n, n), dtype=_bias_grad_dtype(q.dtype)))
 
 
 def _setup_context(ctx, inputs, output):

@@ -18,7 +18,8 @@ ratio undefined there). Every step works on whole lists of tensors per device an
 for each operation over all parameters, instead of a Python loop of small kernels per parameter
 (about 160 tensors for a ResNet-50). Sparse gradients are refused.
 
-Units: ``lr`` is per step; norms are L2 norms over each whole tensor.
+Units: ``lr`` is per step; norms are L2 norms over each whole tensor. A parameter group may hold
+``lr_scale`` (default 1), a factor on ``lr`` that learning-rate schedules leave alone.
 """
 
 from __future__ import annotations
@@ -43,6 +44,13 @@ def _by_device_and_dtype(params: list[torch.Tensor]) -> dict[tuple, list[int]]:
     for i, p in enumerate(params):
         groups[(p.device, p.dtype)].append(i)
     return groups
+
+
+def _lr(group: dict) -> float:
+    """The group's learning rate times its ``lr_scale`` (default 1): the factor a schedule never
+    touches, set by perfscope's ``optimizer`` knob for the larger effective batch
+    (:mod:`perfscope.runtime.groups.fused`), so that any scheduler keeps driving ``lr``."""
+    return group["lr"] * group.get("lr_scale", 1.0)
 
 
 def _trust(w_norms: torch.Tensor, u_norms: torch.Tensor, ratio: torch.Tensor) -> torch.Tensor:
@@ -138,7 +146,7 @@ class Lamb(_TrustRatioOptimizer):
         w_norms = torch.stack(torch._foreach_norm(params)).float()
         u_norms = torch.stack(torch._foreach_norm(update)).float()
         ratio = _trust(w_norms, u_norms, w_norms / u_norms.clamp_min(torch.finfo(torch.float32).tiny))
-        scale = (-group["lr"] * ratio).to(params[0].dtype)
+        scale = (-_lr(group) * ratio).to(params[0].dtype)
         torch._foreach_mul_(update, scale.unbind())
         torch._foreach_add_(params, update)
 
@@ -184,7 +192,7 @@ class Lars(_TrustRatioOptimizer):
         d = torch._foreach_add(grads, params, alpha=wd) if wd else torch._foreach_mul(grads, 1.0)
         torch._foreach_mul_(d, ratio.to(params[0].dtype).unbind())
         if not group["momentum"]:
-            torch._foreach_add_(params, d, alpha=-group["lr"])
+            torch._foreach_add_(params, d, alpha=-_lr(group))
             return
         # Heavy-ball momentum and the step in one pass of PyTorch's fused SGD kernel: on a
         # tensor's first step the buffer becomes d (is_first_step), later momentum * buf + d.
@@ -198,6 +206,6 @@ class Lars(_TrustRatioOptimizer):
                     self.state[params[i]]["momentum_buffer"] = torch.empty_like(d[i])
             torch._fused_sgd_([params[i] for i in chosen], [d[i] for i in chosen],
                               [self.state[params[i]]["momentum_buffer"] for i in chosen], weight_decay=0.0,
-                              momentum=group["momentum"], lr=group["lr"], dampening=0.0, nesterov=False,
+                              momentum=group["momentum"], lr=_lr(group), dampening=0.0, nesterov=False,
                               maximize=False, is_first_step=first)
 

@@ -22,6 +22,7 @@ attention dropout (the fused operator has none), and Swin V2's cosine attention 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 import torch
 import torch.nn.functional as F
@@ -94,17 +95,41 @@ def _torchvision_forward(self, x: Tensor) -> Tensor:
     return out[:, :h, :w, :].contiguous()
 
 
+def _forward_args(module: nn.Module) -> list[str]:
+    """The names of ``forward``'s parameters after ``self``."""
+    try:
+        params = list(inspect.signature(type(module).forward).parameters)
+    except (TypeError, ValueError):
+        return []
+    return params[1:]
+
+
+# The layouts' forward signatures: a module whose forward takes other arguments (BEiT's
+# ``shared_rel_pos_bias``) is another attention with the same attribute names.
+_SIGNATURES = {"timm": (["x", "mask"],), "torchvision": (["x"],)}
+_EXTRA_BIASES = ("q_bias", "k_bias", "v_bias")  # biases outside qkv (BEiT, Swin V2): not the layout
+
+
 def _kind(module: nn.Module) -> tuple[str | None, str | None]:
     """(kind, reason not to swap) for one module; kind None: not a pattern."""
     if getattr(module, _FUSED_ATTR, None) is not None or isinstance(module, FusedWindowAttention):
         return None, None
     if isinstance(module, WindowAttention):
+        own = [m for m in ("forward", "attend", "split_heads", "rel_pos_bias")
+               if getattr(type(module), m) is not getattr(WindowAttention, m)]
+        if own:
+            return "swin", f"{type(module).__name__} overrides {', '.join(own)}: its own math, not the operator's"
         return "swin", None
-    if not all(hasattr(module, a) for a in _REQUIRED):
+    if not all(getattr(module, a, None) is not None for a in _REQUIRED):
         return None, None
     kind = "torchvision" if hasattr(module, "shift_size") and hasattr(module, "window_size") else "timm"
+    if _forward_args(module) not in _SIGNATURES[kind]:
+        return None, None
     if hasattr(module, "logit_scale"):
         return kind, "cosine attention (Swin V2) is not the operator's formula"
+    extra = [b for b in _EXTRA_BIASES if getattr(module, b, None) is not None]
+    if extra:
+        return kind, f"separate {', '.join(extra)}: not the layout's qkv projection"
     drop = _dropout_p(getattr(module, "attention_dropout" if kind == "torchvision" else "attn_drop", 0.0))
     if drop > 0:
         return kind, f"attention dropout {drop:g}: the fused operator has none"
@@ -114,8 +139,8 @@ def _kind(module: nn.Module) -> tuple[str | None, str | None]:
 
 
 def find(model: nn.Module) -> list[Candidate]:
-    """Every window-attention module of ``model`` :func:`swap` knows, swappable or not (in
-    ``named_modules`` order); already swapped modules are not listed."""
+    """Every window-attention module of ``model`` that :func:`swap` knows and has not swapped yet,
+    swappable or not (``reason``), in ``named_modules`` order."""
     found = []
     for name, module in model.named_modules():
         kind, reason = _kind(module)
@@ -127,16 +152,29 @@ def find(model: nn.Module) -> list[Candidate]:
 _FUSED_CLASSES: dict[tuple[type, str], type] = {}
 
 
+def _restore(original: type, kind: str, state: dict) -> nn.Module:
+    """Unpickle a swapped module: its fused class is made again from the original (importable)
+    class, so a whole swapped model loads in a process that never called :func:`swap`."""
+    module = original.__new__(_fused_class(original, kind))
+    module.__dict__.update(state)
+    return module
+
+
+def _reduce(self, protocol):
+    return _restore, (self.__dict__[_FUSED_ATTR], self._fused_ops_kind, self.__dict__.copy())
+
+
 def _fused_class(cls: type, kind: str) -> type:
-    if kind == "swin":
+    if cls is WindowAttention:
         return FusedWindowAttention
     key = (cls, kind)
     if key not in _FUSED_CLASSES:
-        forward = _torchvision_forward if kind == "torchvision" else _timm_forward
-        # Named in this module so that pickling a whole swapped model finds the class again.
-        name = f"Fused_{cls.__module__.replace('.', '_')}_{cls.__qualname__.replace('.', '_')}"
-        fused = type(name, (cls,), {"forward": forward, "__module__": __name__, "__qualname__": name})
-        globals()[name] = _FUSED_CLASSES[key] = fused
+        body = {"forward": _torchvision_forward if kind == "torchvision" else _timm_forward}
+        if kind == "swin":  # a subclass of the project's module that overrides none of its math
+            body = {"attend": FusedWindowAttention.attend}
+        body.update(__module__=cls.__module__, __qualname__=f"Fused{cls.__qualname__}", _fused_ops_kind=kind,
+                    __reduce_ex__=_reduce)
+        _FUSED_CLASSES[key] = type(f"Fused{cls.__name__}", (cls,), body)
     return _FUSED_CLASSES[key]
 
 

@@ -162,6 +162,9 @@ class SwinBlock(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         b, length, c = x.shape
+        if length != self.resolution[0] * self.resolution[1]:
+            raise ValueError(f"SwinBlock: {length} tokens, but the block is built for a {self.resolution[0]} x "
+                             f"{self.resolution[1]} grid ({self.resolution[0] * self.resolution[1]} tokens)")
         order, inverse = window_order(*self.resolution, self.window, self.shift)
         order, inverse = order.to(x.device), inverse.to(x.device)
         windows = self.norm1(x).index_select(1, order).view(-1, self.window * self.window, c)

@@ -130,12 +130,15 @@ def _finish(analysis, out_dir: Path, open_report: bool = False) -> int:
     Returns:
         0, or :data:`EXIT_PARTIAL` when damaged trace files were left out of the analysis.
     """
-    from perfscope.console import format_summary, format_warnings
+    from perfscope.console import config_lines, format_summary, format_warnings
     from perfscope.outputs import write_outputs
 
     summary = analysis.summary()
     paths = write_outputs(summary, out_dir, analysis.tables)  # the report reuses the parsed traces
     print(format_summary(summary))
+    applied = config_lines(summary)
+    if applied:
+        print("\n" + "\n".join(applied))
     print(f"\nwrote {safe(paths['summary'])} and {safe(paths['report'])}")
     sys.stdout.flush()  # the table first, then the warnings, where both go to one terminal
     for line in format_warnings(summary):

@@ -131,3 +131,18 @@ def format_warnings(summary: dict) -> list[str]:
     if len(shown) > MAX_WARNINGS:
         lines.append(f"perfscope: warning: ... and {len(shown) - MAX_WARNINGS:,} more (summary.json lists them all)")
     return lines
+
+
+def config_lines(summary: dict) -> list[str]:
+    """What ``--config`` did in the run, a line per knob (empty without a configuration):
+    patched at launch, applied by ``perfscope.accelerate`` in the script, or not applied and why."""
+    report = (summary.get("run") or {}).get("config_applied")
+    if not isinstance(report, dict):
+        return []
+    lines = []
+    for label, key in (("applied", "applied"), ("applied by perfscope.accelerate", "by_accelerate"),
+                       ("not applied", "not_applied")):
+        entries = report.get(key)
+        if isinstance(entries, dict):
+            lines += [safe(f"config {label}: {knob}: {what}") for knob, what in entries.items()]
+    return lines

@@ -7,6 +7,11 @@ from __future__ import annotations
 
 import copy
 import io
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -17,6 +22,7 @@ import fused_ops
 from fused_ops.swin import SwinBlock, WindowAttention, region_mask, relative_position_index
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class TimmStyleWindowAttention(nn.Module):
@@ -164,3 +170,72 @@ def test_a_swapped_model_pickles_whole():
     buffer.seek(0)
     again = torch.load(buffer, weights_only=False)
     assert type(again[0]) is type(model[0]) and type(again[0]).__name__.startswith("Fused")
+
+
+class BeitStyleAttention(nn.Module):
+    """BEiT's global attention carries the same attribute names, separate q/v biases and another
+    forward signature: not the window attention the swap knows."""
+
+    def __init__(self, dim, window, num_heads):
+        super().__init__()
+        self.num_heads, self.scale = num_heads, (dim // num_heads) ** -0.5
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim, bias=False), nn.Linear(dim, dim)
+        self.q_bias, self.v_bias = nn.Parameter(torch.zeros(dim)), nn.Parameter(torch.zeros(dim))
+        self.relative_position_bias_table = nn.Parameter(torch.zeros((2 * window - 1) ** 2, num_heads))
+        self.register_buffer("relative_position_index", relative_position_index(window).view(-1), persistent=False)
+        self.attn_drop = nn.Dropout(0.0)
+
+    def forward(self, x, shared_rel_pos_bias=None):
+        return x
+
+
+class DoubledWindowAttention(WindowAttention):
+    def forward(self, x, mask=None):
+        return 2 * super().forward(x, mask)
+
+
+class PlainSubclass(WindowAttention):
+    """Adds nothing to the math: swapped, and still an instance of itself."""
+
+
+def test_look_alikes_and_subclasses_with_their_own_math_are_left_alone():
+    model = nn.ModuleDict({"beit": BeitStyleAttention(8, 4, 2), "doubled": DoubledWindowAttention(8, 4, 2),
+                           "plain": PlainSubclass(8, 4, 2)})
+    found = {c.name: c for c in fused_ops.find(model)}
+    assert "beit" not in found  # another signature: not a pattern at all
+    assert "overrides forward" in found["doubled"].reason
+    assert found["plain"].reason is None
+    x = torch.randn(4, 16, 8)
+    expected = model["plain"](x)
+    assert fused_ops.swap(model) == ["plain"]
+    assert isinstance(model["plain"], PlainSubclass) and type(model["plain"]) is not PlainSubclass
+    torch.testing.assert_close(model["plain"](x), expected, **TOL)
+
+
+def test_a_swapped_model_loads_in_a_process_that_never_swapped(tmp_path):
+    (tmp_path / "layouts.py").write_text(textwrap.dedent('''
+        import torch
+        from torch import nn
+        from fused_ops.swin import relative_position_index
+
+        class TimmLike(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.num_heads, self.scale = 2, 4 ** -0.5
+                self.relative_position_bias_table = nn.Parameter(torch.zeros(49, 2))
+                self.register_buffer("relative_position_index", relative_position_index(4).view(-1))
+                self.qkv, self.proj = nn.Linear(8, 24), nn.Linear(8, 8)
+                self.attn_drop, self.proj_drop = nn.Dropout(0.0), nn.Dropout(0.0)
+
+            def forward(self, x, mask=None):
+                raise AssertionError("the fused forward runs after a swap")
+    '''))
+    save = "import torch, fused_ops, layouts; m = torch.nn.Sequential(layouts.TimmLike()); fused_ops.swap(m); " \
+           "torch.save(m, 'm.pt')"
+    load = "import torch, layouts; m = torch.load('m.pt', weights_only=False); " \
+           "print(type(m[0]).__name__, m(torch.randn(4, 16, 8)).shape)"
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    for code in (save, load):
+        proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split() == ["FusedTimmLike", "torch.Size([4,", "16,", "8])"]

@@ -133,3 +133,29 @@ def test_the_fused_shift_and_partition_is_bit_exact():
         windows = x.reshape(2, -1, 5).index_select(1, order).view(-1, 49, 5)
         assert torch.equal(windows, _partition(torch.roll(x, (-shift, -shift), (1, 2)), 7))
         assert torch.equal(windows.view(2, -1, 5).index_select(1, inverse), x.reshape(2, -1, 5))
+
+
+def test_inputs_on_two_devices_and_an_empty_mask_are_named():
+    q, k, v, bias, mask = inputs(images=1, windows=4, heads=3, n=9, d=4)
+    with pytest.raises(ValueError, match="one device"):
+        window_attention(q, k, v, bias, mask.to("meta"))
+    with pytest.raises(ValueError, match="nW >= 1"):
+        window_attention(q, k, v, bias, mask[:0])
+
+
+def test_the_guard_leaves_rows_alone_when_their_scale_leaves_no_room():
+    # At |scores| ~ 3e9, max - 40 rounds to max in fp32: raising to it would flatten the row.
+    q, k, v, bias, mask = inputs(images=2, windows=4, heads=2, n=9, d=4)
+    with torch.no_grad():
+        out = window_attention(q * 3e9, k, v, bias, mask)
+        ref = window_attention_reference(q * 3e9, k, v, bias, mask)
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-4)
+
+
+def test_float64_keeps_its_precision_in_the_bias_gradient():
+    q, k, v, bias, mask = inputs(images=3, windows=4, heads=2, n=9, d=4, dtype=torch.float64)
+    grad = torch.randn(q.shape, generator=torch.Generator().manual_seed(5), dtype=torch.float64)
+    _, grads = run(window_attention, q, k, v, bias, mask, grad)
+    _, ref_grads = run(window_attention_reference, q, k, v, bias, mask, grad)
+    assert grads[3].dtype == torch.float64
+    torch.testing.assert_close(grads[3], ref_grads[3], rtol=1e-10, atol=1e-10)

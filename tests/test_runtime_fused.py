@@ -57,8 +57,8 @@ def test_the_large_batch_optimizer_keeps_the_scripts_hyperparameters_and_scales_
     inner = optimizer.optimizer
     assert type(inner) is {"lamb": fused_ops.Lamb, "lars": fused_ops.Lars}[name]
     assert inner.param_groups is original.param_groups  # the scheduler still drives it
-    assert inner.param_groups[0]["lr"] == pytest.approx(lr * factor)
-    assert inner.param_groups[0]["initial_lr"] == pytest.approx(lr * factor)
+    assert inner.param_groups[0]["lr"] == pytest.approx(lr)  # the schedule's value, untouched
+    assert inner.param_groups[0]["lr_scale"] == pytest.approx(factor)  # the batch rule's factor
     if name == "lamb":
         assert inner.param_groups[0]["betas"] == original.defaults["betas"]
     else:
@@ -70,6 +70,34 @@ def test_the_large_batch_optimizer_keeps_the_scripts_hyperparameters_and_scales_
     assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters()))
     scheduler.step()
     assert "learning rate x" in active_accelerator().applied["optimizer"]
+
+
+def test_a_warm_up_from_zero_keeps_its_schedule_and_gets_the_factor():
+    model = mlp()
+    original = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(original, lambda step: min(1.0, step / 4))  # lr 0 at first
+    _, optimizer, _ = accelerate(model, original, config={"optimizer": "lamb", "grad_accum_steps": 4})
+    before = [p.detach().clone() for p in model.parameters()]
+    for _ in range(4):
+        model(torch.randn(4, 8)).pow(2).mean().backward()
+        optimizer.step()
+    assert all(torch.equal(a, p) for a, p in zip(before, model.parameters()))  # lr 0: nothing moved
+    for _ in range(8):
+        scheduler.step()
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)
+    assert optimizer.optimizer.param_groups[0]["lr_scale"] == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize(("make", "why"), [
+    (lambda p: torch.optim.Adam(p, lr=1e-3, amsgrad=True), "amsgrad"),
+    (lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, nesterov=True), "Nesterov"),
+])
+def test_settings_without_a_counterpart_keep_the_scripts_optimizer(make, why):
+    model = mlp()
+    config = {"optimizer": "lamb" if why == "amsgrad" else "lars"}
+    _, optimizer, _ = accelerate(model, make(model.parameters()), config=config)
+    assert why in active_accelerator().skipped["optimizer"]
+    assert type(optimizer.optimizer).__module__.startswith("torch.optim")
 
 
 def test_a_large_batch_optimizer_of_another_family_is_named_as_skipped():
@@ -98,6 +126,9 @@ def test_the_pattern_needs_the_gathered_bias():
     assert match_spans(_names(window * 2)) == [(0, 8, [2, 8]), (9, 17, [11, 17])]
     plain_attention = ["aten::matmul", "aten::div", "aten::add", "aten::softmax", "aten::matmul"]
     assert match_spans(_names(plain_attention)) == []
+    gathered_first = ["aten::index", "aten::view", "aten::pad", "aten::roll", "aten::linear", "aten::mul", "aten::matmul",
+                      "aten::add", "aten::zeros", "aten::sub", "aten::add", "aten::softmax", "aten::matmul"]  # torchvision
+    assert match_spans(_names(gathered_first)) == [(5, 12, [6, 12])]
 
 
 def _names(names):

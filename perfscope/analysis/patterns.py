@@ -3,9 +3,11 @@
 The pattern, as the main thread's top-level operators show it (times in µs, from the trace):
 a matrix product (``q @ k^T``), the relative-position bias gathered from its table
 (``aten::index``), one or two adds (bias, shift mask), ``aten::softmax``, and a matrix product
-(``@ v``) -- the textbook formulation of timm's, torchvision's and this project's
-``WindowAttention``. An attention without the gathered bias (a plain transformer) is not this
-pattern: ``fused_ops.swap`` would not find its module.
+(``@ v``) -- the textbook formulation of timm's, torchvision's (which gathers the bias before the
+first product) and this project's ``WindowAttention``. An attention without the gathered bias (a
+plain transformer) is not this pattern. The operator names cannot tell window attention from a
+global attention with a relative-position bias (BEiT): there the advice is wrong, ``fused_ops.find``
+lists no module, and the tuner does not search the knob (it needs the modules in the run's facts).
 
 The estimate. The fused operator still runs the two matrix products; what it removes is
 everything else of the pattern (the gather, the adds, the scaling, the softmax as separate passes,
@@ -38,7 +40,7 @@ MATMULS = frozenset({"aten::matmul", "aten::bmm", "aten::baddbmm", "aten::mm"})
 GATHERS = frozenset({"aten::index"})
 ADDS = frozenset({"aten::add", "aten::add_"})
 SOFTMAXES = frozenset({"aten::softmax", "aten::_softmax"})
-LOOK_BACK = 20  # top-level ops between the first product and the softmax (views, permutes, the gather, adds)
+LOOK_BACK = 64  # top-level ops before the softmax searched (torchvision builds its shift mask in between)
 SCALES = frozenset({"aten::mul", "aten::div"})  # q * scale, just before the first product
 BACKWARD_FACTOR = 1.0
 MIN_SHARE = 0.05  # below 5% of the step, the advice does not mention it
@@ -65,7 +67,9 @@ def match_spans(names: np.ndarray) -> list[tuple[int, int, list[int]]]:
         if first is None or (out and first <= out[-1][1]):
             continue
         between = names[first + 1:i]
-        if any(n in GATHERS for n in between) and any(n in ADDS for n in between):
+        # The gather may come before the first product (torchvision gathers the bias first).
+        gathered = any(n in GATHERS for n in names[max(0, i - LOOK_BACK):i])
+        if gathered and any(n in ADDS for n in between):
             scale = next((j for j in range(first - 1, max(-1, first - 3), -1) if names[j] in SCALES), None)
             out.append((first if scale is None else scale, after, [first, after]))
     return out

@@ -9,7 +9,8 @@ numerics guard watches in every trial. ``docs/fused_ops.md`` documents the opera
 
 Learning rate. The large-batch optimizer takes the script's hyperparameters (learning rate, weight
 decay, and Adam's betas and epsilon, or SGD's momentum) and scales the learning rate with the growth
-of the effective batch ``k = grad_accum_steps``: LAMB by ``sqrt(k)`` (You et al., ICLR 2020, the
+of the effective batch ``k = grad_accum_steps`` (as each group's ``lr_scale``, a factor on ``lr`` that
+schedules leave alone, so a warm-up or any scheduler keeps driving ``lr``): LAMB by ``sqrt(k)`` (You et al., ICLR 2020, the
 square-root rule of its BERT schedule), LARS by ``k`` (the linear rule of Goyal et al., 2017, that
 LARS was introduced to extend). LAMB replaces Adam-family optimizers and LARS replaces SGD, the
 optimizers each is a layer-wise version of; another optimizer is left as it is.
@@ -43,28 +44,41 @@ def family_of(optimizer_class: str | None) -> str | None:
     return None
 
 
+def cannot_replace(old, name: str) -> str | None:
+    """Why ``old`` cannot become ``name`` (None: it can): settings the large-batch optimizer has
+    no counterpart for would be dropped without a word."""
+    import torch
+
+    for g in old.param_groups:
+        if name == "lamb" and g.get("amsgrad"):
+            return "the script's Adam uses amsgrad, which LAMB has no counterpart for"
+        if name == "lars" and (g.get("nesterov") or g.get("dampening")):
+            return "the script's SGD uses Nesterov momentum or dampening, which LARS has no counterpart for"
+        if isinstance(g.get("lr"), torch.Tensor):
+            return "the script's learning rate is a tensor"
+    return None
+
+
 def _replace_optimizer(old, name: str, accum_steps: int):
     """A :class:`fused_ops.Lamb` / :class:`fused_ops.Lars` over ``old``'s parameter groups. The
-    group dicts are shared, so a learning-rate scheduler built on ``old`` still drives it."""
+    group dicts are shared, so a learning-rate scheduler built on ``old`` still drives it; the
+    batch rule's factor goes into each group's ``lr_scale``, which schedules leave alone."""
     import fused_ops
 
     scale = lr_scale(name, accum_steps)
     groups = old.param_groups
-    for g in groups:
-        g["lr"] = g["lr"] * scale
-        if "initial_lr" in g:  # a scheduler already attached restarts from the scaled rate
-            g["initial_lr"] = g["initial_lr"] * scale
-    if name == "lamb":
-        new = fused_ops.Lamb([{"params": g["params"]} for g in groups], lr=groups[0]["lr"],
-                             betas=tuple(groups[0].get("betas", (0.9, 0.999))), eps=groups[0].get("eps", 1e-6),
-                             weight_decay=groups[0].get("weight_decay", 0.0))
+    first = groups[0]
+    params = [{"params": g["params"]} for g in groups]
+    if name == "lamb":  # lr=1: a placeholder; each group keeps the script's own
+        new = fused_ops.Lamb(params, lr=1.0, betas=tuple(first.get("betas", (0.9, 0.999))), eps=first.get("eps", 1e-6),
+                             weight_decay=first.get("weight_decay", 0.0))
     else:
-        new = fused_ops.Lars([{"params": g["params"]} for g in groups], lr=groups[0]["lr"],
-                             momentum=groups[0].get("momentum", 0.9) or 0.0,
-                             weight_decay=groups[0].get("weight_decay", 0.0))
+        new = fused_ops.Lars(params, lr=1.0, momentum=first.get("momentum", 0.9) or 0.0,
+                             weight_decay=first.get("weight_decay", 0.0))
     for fresh, shared in zip(new.param_groups, groups):
         for key, value in fresh.items():
             shared.setdefault(key, value)  # the script's lr, weight decay, betas ... win
+        shared["lr_scale"] = scale
     new.param_groups = groups
     return new, scale
 
@@ -93,10 +107,12 @@ class FusedOpsGroup(KnobGroup):
                                         f"the script's optimizer is {current}")
         elif acc.optimizer.state:
             acc.skipped["optimizer"] = f"the {current} optimizer already holds state: replacing it would drop it"
+        elif cannot_replace(acc.optimizer, cfg.optimizer):
+            acc.skipped["optimizer"] = cannot_replace(acc.optimizer, cfg.optimizer)
         else:
             acc.optimizer, scale = _replace_optimizer(acc.optimizer, cfg.optimizer, cfg.grad_accum_steps)
-            acc.applied["optimizer"] = (f"{type(acc.optimizer).__name__} in place of {current}, "
-                                        f"learning rate x{scale:g} for {cfg.grad_accum_steps} micro-batches per step")
+            acc.applied["optimizer"] = (f"{type(acc.optimizer).__name__} in place of {current}, learning rate "
+                                        f"x{scale:g} (lr_scale) for {cfg.grad_accum_steps} micro-batch(es) per step")
 
     @staticmethod
     def _swap(acc) -> None:
