@@ -79,6 +79,12 @@ def _step_costs(rt: RankTrace, rows: np.ndarray, step_of_row: np.ndarray) -> pd.
     """Per step: occurrences, forward time of the pattern and of its products (µs)."""
     t = rt.table
     spans = match_spans(t.name_of(rows))
+    if rt.mode != "cpu" and spans:  # kernels by launch time, once: each span is then a slice
+        kernels = np.flatnonzero((t.kind == EventKind.KERNEL) & (rt.launches.start_ns >= 0))
+        kernels = kernels[np.argsort(rt.launches.start_ns[kernels], kind="stable")]
+        launched = rt.launches.start_ns[kernels]
+        names = pd.Series(t.name_of(kernels), dtype=object).str.lower()
+        is_gemm = names.str.contains("|".join(GEMM_KERNEL_WORDS), regex=True).to_numpy(dtype=bool)
     records = []
     for first, last, products in spans:
         start, end = t.ts_ns[rows[first]], t.end_ns[rows[last]]
@@ -89,12 +95,10 @@ def _step_costs(rt: RankTrace, rows: np.ndarray, step_of_row: np.ndarray) -> pd.
             total = (end - start) / 1000.0
             kept = 2 * min(t.dur_ns[rows[p]] for p in products) / 1000.0
         else:  # the kernels launched from inside the span
-            k = np.flatnonzero((t.kind == EventKind.KERNEL) & (rt.launches.start_ns >= start)
-                               & (rt.launches.start_ns <= end))
-            names = pd.Series(t.name_of(k), dtype=object).str.lower()
-            gemm = names.str.contains("|".join(GEMM_KERNEL_WORDS), regex=True).to_numpy(dtype=bool)
-            total = t.dur_ns[k].sum() / 1000.0
-            kept = t.dur_ns[k][gemm].sum() / 1000.0
+            lo, hi = np.searchsorted(launched, start, "left"), np.searchsorted(launched, end, "right")
+            dur = t.dur_ns[kernels[lo:hi]]
+            total = dur.sum() / 1000.0
+            kept = dur[is_gemm[lo:hi]].sum() / 1000.0
         records.append({"step": int(step_of_row[first]), "total_us": float(total), "kept_us": float(kept)})
     if not records:
         return pd.DataFrame(columns=["step", "calls", "forward_us", "removable_us"])

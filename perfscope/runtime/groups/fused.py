@@ -83,6 +83,19 @@ def _replace_optimizer(old, name: str, accum_steps: int):
     return new, scale
 
 
+def swap_into(model) -> tuple[str | None, str | None]:
+    """``fused_ops.swap(model)``, described: (what was swapped, None), or (None, why nothing was:
+    the reasons :func:`fused_ops.find` gives, else that no known module is in the model). The one
+    description ``accelerate`` and launch-time patching both report."""
+    import fused_ops
+
+    swapped = fused_ops.swap(model)
+    if swapped:
+        return f"fused window attention in {_names(swapped)}", None
+    reasons = {c.reason for c in fused_ops.find(model) if c.reason}
+    return None, "; ".join(sorted(reasons)) if reasons else "no window attention module fused_ops knows is in the model"
+
+
 class FusedOpsGroup(KnobGroup):
     """``fused_ops``, ``optimizer``."""
 
@@ -95,7 +108,11 @@ class FusedOpsGroup(KnobGroup):
     def apply(self, acc) -> None:
         cfg = acc.config
         if cfg.fused_ops:
-            self._swap(acc)
+            done, why = swap_into(acc.model)
+            if done:
+                acc.applied["fused_ops"] = done
+            else:
+                acc.skipped["fused_ops"] = why
         if cfg.optimizer is None:
             return
         current = type(acc.optimizer).__name__ if acc.optimizer is not None else None
@@ -107,24 +124,12 @@ class FusedOpsGroup(KnobGroup):
                                         f"the script's optimizer is {current}")
         elif acc.optimizer.state:
             acc.skipped["optimizer"] = f"the {current} optimizer already holds state: replacing it would drop it"
-        elif cannot_replace(acc.optimizer, cfg.optimizer):
-            acc.skipped["optimizer"] = cannot_replace(acc.optimizer, cfg.optimizer)
+        elif (why := cannot_replace(acc.optimizer, cfg.optimizer)) is not None:
+            acc.skipped["optimizer"] = why
         else:
             acc.optimizer, scale = _replace_optimizer(acc.optimizer, cfg.optimizer, cfg.grad_accum_steps)
             acc.applied["optimizer"] = (f"{type(acc.optimizer).__name__} in place of {current}, learning rate "
                                         f"x{scale:g} (lr_scale) for {cfg.grad_accum_steps} micro-batch(es) per step")
-
-    @staticmethod
-    def _swap(acc) -> None:
-        import fused_ops
-
-        swapped = fused_ops.swap(acc.model)
-        if swapped:
-            acc.applied["fused_ops"] = f"fused window attention in {_names(swapped)}"
-            return
-        reasons = {c.reason for c in fused_ops.find(acc.model) if c.reason}
-        acc.skipped["fused_ops"] = ("; ".join(sorted(reasons)) if reasons
-                                    else "no window attention module fused_ops knows is in the model")
 
     # --- launch-time patching -----------------------------------------------------------------
 
@@ -142,14 +147,12 @@ class FusedOpsGroup(KnobGroup):
         from perfscope.runtime.model_scan import first_model
 
         def swap(model) -> None:
-            import fused_ops
-
-            swapped = fused_ops.swap(model)
-            if swapped:
-                report.applied["fused_ops"] = f"fused window attention in {_names(swapped)}"
+            done, why = swap_into(model)
+            if done:
+                report.applied["fused_ops"] = done
             else:
                 report.applied.pop("fused_ops", None)
-                report.not_applied["fused_ops"] = "no window attention module fused_ops knows is in the model"
+                report.not_applied["fused_ops"] = why
 
         return [first_model(swap)]
 
