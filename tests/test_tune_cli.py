@@ -149,7 +149,9 @@ def test_comm_bound_over_two_ranks_searches_the_communication_knobs(tmp_path):
 def test_a_killed_run_resumes_keeping_its_finished_trials(tmp_path):
     script = copy_script("examples/io_bound.py", tmp_path / "s")
     out = tmp_path / "out"
-    args = (*tune_args(script, out, "--trials", "6", "--confirm-rounds", "2"), *IO_ARGS)
+    # 8 trials, of which some may be pruned or skipped as duplicates: enough still run after the
+    # second completed one for the kill to land while a trial steps (6 were not, on a loaded machine).
+    args = (*tune_args(script, out, "--trials", "8", "--confirm-rounds", "2"), *IO_ARGS)
     url, name = f"sqlite:///{out / 'study.db'}", "tune-io_bound"
     proc = start_tune(*args, log_dir=tmp_path / "first")
     seen: dict = {}
@@ -164,7 +166,7 @@ def test_a_killed_run_resumes_keeping_its_finished_trials(tmp_path):
         if not (out / "trials" / "trial-1").is_dir():  # the study is set up: safe to open
             return False
         trials = study_trials(url, name) or []
-        if len([t for t in trials if t.state == TrialState.COMPLETE]) < 3 or not any(map(stepping, trials)):
+        if len([t for t in trials if t.state == TrialState.COMPLETE]) < 2 or not any(map(stepping, trials)):
             return False
         # Frozen, perfscope cannot finish the trial between this read and the kill: what is read
         # now is what the killed run leaves in the study.
@@ -200,8 +202,8 @@ def test_a_killed_run_resumes_keeping_its_finished_trials(tmp_path):
     assert any(t["params"] == killed["params"] and t["state"] in ("complete", "pruned")
                for n, t in trials.items() if n > killed["number"]), record["trials"]
     assert [t["role"] for t in record["trials"]].count("baseline") == 1  # the baseline ran once
-    assert len([t for t in record["trials"] if t["state"] in ("complete", "pruned")]) == 6
-    assert len(finished(study_trials(url, name))) == 6
+    assert len([t for t in record["trials"] if t["state"] in ("complete", "pruned")]) == 8
+    assert len(finished(study_trials(url, name))) == 8
     assert not reap(script, LEFT_S)
 
 
