@@ -18,7 +18,7 @@ from pathlib import Path
 
 from perfscope import __version__
 from perfscope.collect.schedule import MAX_ACTIVE, MAX_STEPS
-from perfscope.cli_args import MAX_JOBS, MAX_NPROC_PER_NODE, not_empty, number, out_path, whole
+from perfscope.cli_args import MAX_JOBS, MAX_NPROC_PER_NODE, add_node_options, node_launch, not_empty, number, out_path, whole  # noqa: E501
 from perfscope.errors import PerfscopeError
 from perfscope.outlock import FolderLock
 from perfscope.outputs import DEFAULT_OUT_ROOT, output_dir, remove_if_empty
@@ -67,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--nproc-per-node", type=whole(1, MAX_NPROC_PER_NODE), default=None,
                    help="launch N ranks with torch.distributed.run")
+    add_node_options(p, "where the ranks of all nodes meet")
     p.add_argument("--rank-wait", type=number(0.0, MAX_RANK_WAIT_S, "a number of seconds"), default=120.0, metavar="S",
                    help="under torchrun: seconds rank 0 waits for the other ranks' traces (default 120)")
     p.add_argument("--config", type=Path, default=None, metavar="FILE",
@@ -111,9 +112,11 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", type=out_path, help="HTML file to write (default: perfscope-out/diff-<time>.html)")
     d.add_argument("--open", action="store_true", help="open the comparison in the web browser")
 
+    from perfscope.cli_forecast import add_forecast_parser
     from perfscope.cli_tune import add_tune_parser
 
     add_tune_parser(sub)
+    add_forecast_parser(sub)
     return parser
 
 
@@ -272,6 +275,7 @@ def cmd_profile(args, script_args: list[str]) -> int:
     from perfscope.collect.script import check_script
 
     check_script(args.script)  # before anything is created
+    nodes = node_launch(args)
     if args.config is not None:
         from perfscope.runtime.config import load_config
         from perfscope.runtime.patching import plan
@@ -289,7 +293,7 @@ def cmd_profile(args, script_args: list[str]) -> int:
         )
         started = time.time()
         result = collect.collect(args.script, script_args, out_dir=out, schedule=schedule, nproc_per_node=args.nproc_per_node,
-                                 config=args.config)
+                                 config=args.config, nodes=nodes)
         run_info = dict(result.run_info)
         if result.error:
             run_info["error"] = result.error
@@ -338,6 +342,10 @@ def cmd_profile(args, script_args: list[str]) -> int:
         # the script failed, ranks may have stopped at different steps: keep the ones all ranks hold.
         analysis = analyze_files(trace_files, run_info=run_info, common_steps_only=result.error is not None)
         status = _finish(analysis, out, args.open)
+        if nodes is not None:
+            ranks = nodes.ranks(args.nproc_per_node)
+            print(f"node {nodes.node_rank} of {nodes.nnodes}: this summary covers ranks {ranks[0]}-{ranks[-1]}; for the "
+                  "whole job, gather every node's output directory under one folder and run `perfscope analyze FOLDER`")
         # The outputs now describe this run: rank traces left from an earlier one would contradict them.
         collect.remove_stale_rank_traces(result.trace_dir, trace_files)
         return result.exit_code or status
@@ -366,6 +374,10 @@ def main(argv: list[str] | None = None) -> int:
             return cmd_report(args)
         if args.command == "diff":
             return cmd_diff(args)
+        if args.command == "forecast":
+            from perfscope.cli_forecast import run
+
+            return run(args, *_load(args.summary))
         if args.command == "tune":
             from perfscope.cli_tune import cmd_tune
 

@@ -63,3 +63,25 @@ def not_empty(text: str) -> str:
 def out_path(text: str) -> Path:
     """``--out``: a non-empty path (an empty one would write into the current directory)."""
     return Path(not_empty(text))
+
+
+def add_node_options(parser: argparse.ArgumentParser, what: str) -> None:
+    """``--nnodes``, ``--node-rank`` and ``--rdzv-endpoint`` of a job over several nodes (the same
+    command run on every node, as torchrun is); ``what`` says what the endpoint serves."""
+    parser.add_argument("--nnodes", type=whole(1, 4096), default=None, metavar="N",
+                        help="a job over N nodes: run the same command on every node, with its --node-rank")
+    parser.add_argument("--node-rank", type=whole(0, 4095), default=None, metavar="R",
+                        help="this node's index in the job (0 hosts the rendezvous)")
+    parser.add_argument("--rdzv-endpoint", type=not_empty, default=None, metavar="HOST:PORT",
+                        help=f"node 0's address and a free port: {what}")
+
+
+def node_launch(args):
+    """The node options of ``args`` as a :class:`perfscope.collect.nodes.NodeLaunch`, or None.
+
+    Raises:
+        CollectError: an incomplete set (see :func:`perfscope.collect.nodes.from_options`).
+    """
+    from perfscope.collect.nodes import from_options
+
+    return from_options(args.nnodes, args.node_rank, args.rdzv_endpoint, args.nproc_per_node)

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from perfscope.cli_args import not_empty, number, out_path, whole
+from perfscope.cli_args import add_node_options, node_launch, not_empty, number, out_path, whole
 from perfscope.errors import PerfscopeError
 from perfscope.outputs import DEFAULT_OUT_ROOT
 from perfscope.redact import redact
@@ -77,6 +77,8 @@ def add_tune_parser(sub) -> None:
                         f"{d['profile_steps']}; 0: none)")
     t.add_argument("--nproc-per-node", type=_whole("--nproc-per-node"), default=None,
                    help="run each trial as N ranks (torch.distributed.run)")
+    add_node_options(t, "the nodes' board, and (the ports above it) each trial's rendezvous; node 0 drives "
+                     "the study and writes the results")
     t.add_argument("--storage", default=None, metavar="URL",
                    help="study storage: an RDB URL (postgresql://...) or journal:PATH (default: sqlite in the output folder)")
     t.add_argument("--study-name", type=not_empty, default=None, metavar="NAME",
@@ -155,6 +157,11 @@ def cmd_tune(args, script_args: list[str], open_in_browser) -> int:
         missing = getattr(e, "name", None) or str(e)
         raise PerfscopeError(f"perfscope tune needs the 'tune' extra ({missing} is missing): "
                              "pip install 'perfscope-torch[tune]'") from None
+    nodes = node_launch(args)  # one-line errors for an incomplete set
+    if nodes is not None and nodes.node_rank > 0:
+        from tuner.nodes import follow
+
+        return follow(nodes, args.nproc_per_node)
     stem = Path(script).stem
     out_dir, best_path = _outputs(args.out, stem)
     options = tune_mod.TuneOptions(
@@ -165,7 +172,7 @@ def cmd_tune(args, script_args: list[str], open_in_browser) -> int:
         nproc_per_node=args.nproc_per_node, storage=args.storage, seed=args.seed, confirm_top=args.confirm_top,
         confirm_rounds=args.confirm_rounds, confirm_min_rounds=args.confirm_min_rounds,
         confirm_budget_s=args.confirm_budget, min_gain=args.min_gain, trial_timeout_s=args.trial_timeout,
-        progress=not args.no_progress,
+        progress=not args.no_progress, nodes=nodes,
     )
     ensure_writable_dir(out_dir)  # after the options are known good: a refused command leaves nothing
     started = time.time()

@@ -62,6 +62,33 @@ def _straggler_line(summary: dict) -> str | None:
     return f"straggler: rank {st['rank']} {how}; the other ranks wait {wait / 1000:.2f} ms per step for it"
 
 
+def _nodes_line(summary: dict) -> str | None:
+    nv = (summary.get("details") or {}).get("nodes")
+    if not isinstance(nv, dict) or not isinstance(nv.get("nodes"), list):
+        return None
+    where = "; ".join(f"node {n.get('node')}: ranks {_ranks_text(n.get('ranks'))}" for n in nv["nodes"][:8]
+                      if isinstance(n, dict))
+    line = f"nodes: {nv.get('count')} ({safe(where)})"
+    slow = nv.get("straggler_node")
+    if isinstance(slow, dict):
+        line += f"; node {slow.get('node')} is the one the others wait for (rank {slow.get('rank')})"
+    link = nv.get("link")
+    rates = (link or {}).get("achieved_bits_per_s") if isinstance(link, dict) else None
+    if isinstance(rates, dict) and rates:
+        slowest = min(v for v in rates.values() if isinstance(v, (int, float)))
+        line += (f"; {link.get('algorithm')} all-reduce puts {link['inter_node_bytes_per_step'] / 2**20:.1f} MiB per "
+                 f"step on each node's link, carried at {slowest / 1e6:.0f} Mbit/s or more")
+    return line
+
+
+def _ranks_text(ranks) -> str:
+    if not isinstance(ranks, list) or not ranks:
+        return "none"
+    if ranks == list(range(ranks[0], ranks[0] + len(ranks))) and len(ranks) > 2:
+        return f"{ranks[0]}-{ranks[-1]}"
+    return ",".join(str(r) for r in ranks[:16]) + ("..." if len(ranks) > 16 else "")
+
+
 def format_summary(summary: dict) -> str:
     """Plain-text rendering of a summary record: per-step table, verdict, advice, notes.
 
@@ -94,7 +121,7 @@ def format_summary(summary: dict) -> str:
         fr = ", ".join(f"{c} {100 * o['fractions'][c]:.0f}%" for c in costs)
         lines.append(f"verdict: {o['verdict']} (runner-up {o['runner_up']}; share of step time: {fr}; "
                      f"mean step {o['mean_step_time_us'] / 1000:.2f} ms)")
-        lines += [line for line in (_waits_line(summary), _straggler_line(summary)) if line]
+        lines += [line for line in (_waits_line(summary), _straggler_line(summary), _nodes_line(summary)) if line]
     else:
         lines.append(f"verdict: none ({safe(o.get('reason') or 'no step could be classified')})")
     lines.append(f"advice: {o['advice']}")

@@ -31,9 +31,10 @@ import time
 from collections.abc import Sequence
 
 from perfscope.errors import PerfscopeError
+from perfscope.units import parse_bandwidth
 
 PREFIX = "pscl"
-_RATE_UNITS = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
+_RATE_UNITS = ("kbit", "mbit", "gbit")  # what tc reads as bits per second
 
 
 class ClusterError(PerfscopeError, RuntimeError):
@@ -42,21 +43,18 @@ class ClusterError(PerfscopeError, RuntimeError):
 
 
 def parse_rate(text: str) -> float:
-    """``"200mbit"`` / ``"1Gbit"`` / ``"64kbit"`` -> bits per second.
+    """``"200mbit"`` / ``"1Gbit"`` / ``"64kbit"`` -> bits per second (a rate ``tc`` takes as written).
 
     Raises:
         ValueError: not a positive number followed by kbit, mbit or gbit.
     """
-    t = text.strip().lower()
-    for unit, factor in _RATE_UNITS.items():
-        if t.endswith(unit):
-            try:
-                value = float(t[: -len(unit)])
-            except ValueError:
-                break
-            if value > 0:
-                return value * factor
-    raise ValueError(f"a link rate is a positive number with kbit, mbit or gbit, e.g. 200mbit; got {text!r}")
+    try:
+        bytes_per_s, unit = parse_bandwidth(text)
+    except ValueError:
+        unit = None
+    if unit != "bit" or not str(text).strip().lower().endswith(tuple(_RATE_UNITS)):
+        raise ValueError(f"a link rate is a positive number with kbit, mbit or gbit, e.g. 200mbit; got {text!r}")
+    return bytes_per_s * 8
 
 
 @dataclasses.dataclass(kw_only=True, frozen=True)
@@ -263,3 +261,43 @@ class EmulatedCluster:
                 raise ClusterError(f"node {i}: {' '.join(cmds[i])[:120]} ran past {timeout_s:g} s") from None
             results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
         return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m perfscope.emulate --nodes N [--rate R] -- COMMAND ...``: build the cluster, run
+    COMMAND once on every node at once (``{node}`` and ``{master}`` in it replaced by the node's
+    index and node 0's address), print each node's output, remove the cluster. Exit status: the
+    first non-zero one of the nodes', 0 if all succeeded, 2 on bad usage or a cluster that cannot
+    be built (one line on stderr)."""
+    import argparse
+    import sys
+
+    p = argparse.ArgumentParser(prog="python -m perfscope.emulate",
+                                description="Run a command on every node of an emulated cluster (needs root).")
+    p.add_argument("--nodes", type=int, default=2, help="nodes (default 2)")
+    p.add_argument("--rate", default=None, help="each node's link rate, e.g. 200mbit, 1gbit (default: not shaped)")
+    p.add_argument("--net", type=int, default=77, help="second octet of the nodes' 10.NET.0.0/24 (default 77)")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds before every node is stopped (default 3600)")
+    p.add_argument("command", nargs=argparse.REMAINDER, help="-- COMMAND ARGS ({node}, {master} are filled in)")
+    a = p.parse_args(argv)
+    command = a.command[1:] if a.command[:1] == ["--"] else a.command
+    if not command:
+        p.error("no command: give it after --")
+    remove_stale()
+    try:
+        with EmulatedCluster(a.nodes, LinkShape(rate=a.rate), net=a.net) as cluster:
+            cmds = [[part.replace("{node}", str(i)).replace("{master}", cluster.addresses[0]) for part in command]
+                    for i in range(a.nodes)]
+            done = cluster.run(cmds, timeout_s=a.timeout)
+    except (ClusterError, ValueError) as exc:
+        print(f"perfscope.emulate: error: {exc}", file=sys.stderr)
+        return 2
+    for i, d in enumerate(done):
+        for stream, text in ((sys.stdout, d.stdout), (sys.stderr, d.stderr)):
+            for line in text.splitlines():
+                print(f"[node {i}] {line}", file=stream)
+    return next((d.returncode for d in done if d.returncode), 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

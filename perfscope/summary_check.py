@@ -59,6 +59,7 @@ _FIELDS = {
     "overall.step_share": {"*": "share"},
     "overall.steps_by_status": {"*": "num"},
     "details": {"what_if": "list", "top_kernels": "list", "memcpy": "list", "ranks": "list", "straggler": "dict",
+                "nodes": "dict",
                 "slowest_rank": "int", "idle_gaps": "dict", "other_waits": "dict", "launch_stats": "dict",
                 "advice": "dict", "facts": "dict"},
     "details.what_if": {"class": "token", "speedup": "num", "*_us": "num"},
@@ -68,6 +69,15 @@ _FIELDS = {
     "details.launch_stats": {"*": "num"},
     "details.ranks": {"rank": "int", "*_us": "num"},
     "details.straggler": {"rank": "int", "steps": "int", "steps_last": "int", "basis": "text", "*_us": "num"},
+    "details.nodes": {"source": "text", "count": "int", "nodes": "list", "straggler_node": "dict",
+                      "process_groups": "dict", "link": "dict"},
+    "details.nodes.link": {"gradient_bytes": "num", "buckets": "int", "comm_hook": "text", "algorithm": "text",
+                           "inter_node_bytes_per_step": "num", "achieved_bits_per_s": "dict", "slowest_link_node": "int"},
+    "details.nodes.link.achieved_bits_per_s": {"*": "num"},
+    "details.nodes.nodes": {"node": "int", "host": "text", "ranks": "numlist", "*_us": "num"},
+    "details.nodes.straggler_node": {"node": "int", "rank": "int", "basis": "text"},
+    "details.nodes.process_groups": {"groups": "list", "intra_node": "int", "inter_node": "int"},
+    "details.nodes.process_groups.groups": {"name": "text", "desc": "text", "size": "int", "span": "text"},
     "details.idle_gaps": {"edges_us": "numlist", "count": "numlist", "total_us": "numlist"},
     "details.other_waits": {"other_idle_us": "num", "causes": "dict"},
     "data_quality": {"action": "text", "reason": "text", "unit": "text", "count": "num", "traces": "num",
@@ -77,7 +87,7 @@ _FIELDS = {
     "skipped": {"path": "text", "reason": "text", "damaged": "bool"},
 }
 _LISTS_OF_OBJECTS = {"steps", "traces", "skipped", "data_quality", "details.what_if", "details.top_kernels",
-                     "details.memcpy", "details.ranks"}
+                     "details.memcpy", "details.ranks", "details.nodes.nodes", "details.nodes.process_groups.groups"}
 
 
 def _bad_number(value, where: str) -> str | None:

@@ -11,9 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from perfscope.atomic import write_text_atomic
+from reports import model
 from reports import traces as _traces
 from reports.html import esc, page
-from reports.sections import facts, gaps, kernels, memcpy, quality, ranks, steps, timeline, verdict
+from reports.sections import facts, gaps, kernels, memcpy, nodes, quality, ranks, steps, timeline, verdict
 
 NAV = (("verdict", "Verdict"), ("steps", "Steps"), ("timeline", "Timeline"), ("gaps", "Idle gaps"),
        ("kernels", "Top kernels"), ("launch", "Launches"), ("memcpy", "Copies"), ("ranks", "Ranks"),
@@ -57,6 +58,8 @@ def render_report(summary: dict, *, base_dir: str | Path | None = None, step=Non
     nav = list(NAV)
     if summary.get("mode") != "gpu":
         nav[4] = ("kernels", "Top operators")
+    if isinstance(model.details(summary).get("nodes"), dict):
+        nav.insert(nav.index(("ranks", "Ranks")) + 1, ("nodes", "Nodes and links"))
     body = "".join([
         quality.render_warnings(summary),
         verdict.render(summary),
@@ -67,6 +70,7 @@ def render_report(summary: dict, *, base_dir: str | Path | None = None, step=Non
         kernels.render_launch(summary),
         memcpy.render(summary),
         ranks.render(summary),
+        nodes.render(summary),
         quality.render(summary),
         facts.render(summary),
     ])

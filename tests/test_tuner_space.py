@@ -42,13 +42,24 @@ def test_comm_bound_ddp_run_searches_bucket_size_and_hierarchical_allreduce():
     facts = {"cuda": False, "cpu_count": 2, "world_size": 4, "local_world_size": 2, "dataloader": None,
              "accelerate": {"called": False}, "ddp": {"bucket_cap_mb": 25.0, "static_graph": False}}
     space = build_space(facts, COMM, "comm-bound")
-    assert names(space)[:2] == ["bucket_cap_mb", "hierarchical_allreduce"]  # 2 nodes of 2 ranks
+    # 2 nodes of 2 ranks: the hierarchical all-reduce first (two values, the most to gain across nodes)
+    assert names(space)[:2] == ["hierarchical_allreduce", "bucket_cap_mb"]
     assert space.baseline_params["bucket_cap_mb"] == 25.0
     assert "no torch DataLoader" in space.excluded["num_workers"]
     guess = rule_based_guess(space, facts)
-    assert guess["bucket_cap_mb"] == 100.0
+    assert guess["bucket_cap_mb"] == 100.0 and guess["hierarchical_allreduce"] is True
     # The trial's configuration holds only what changes.
-    assert space.to_config(guess).changes() == {"bucket_cap_mb": 100.0}
+    assert space.to_config(guess).changes() == {"bucket_cap_mb": 100.0, "hierarchical_allreduce": True}
+
+
+def test_one_node_or_one_rank_per_node_leaves_the_hierarchical_all_reduce_out_with_the_reason():
+    base = {"cuda": False, "cpu_count": 2, "dataloader": None, "accelerate": {"called": False},
+            "ddp": {"bucket_cap_mb": 25.0, "static_graph": False}}
+    one_node = build_space({**base, "world_size": 4, "local_world_size": 4}, COMM, "comm-bound")
+    assert "one node (4 ranks on it)" in one_node.excluded["hierarchical_allreduce"]
+    assert "hierarchical_allreduce" not in rule_based_guess(one_node, {**base, "world_size": 4, "local_world_size": 4})
+    per_node = build_space({**base, "world_size": 4, "local_world_size": 1}, COMM, "comm-bound")
+    assert "one rank per node" in per_node.excluded["hierarchical_allreduce"]
 
 
 def test_small_bottleneck_groups_are_left_out_with_their_share():

@@ -41,6 +41,8 @@ def check_same_command(study: optuna.Study, options, *, space_attr: str) -> None
         CommandChanged: another script, other arguments or ranks, or another measurement.
     """
     command = {"script": options.script, "args": list(options.script_args), "nproc_per_node": options.nproc_per_node}
+    if options.nodes is not None:  # absent for one node: studies made before multi-node tuning still match
+        command["nnodes"] = options.nodes.nnodes
     measurement = {key: getattr(options, key) for key in MEASUREMENT_OPTIONS}
     fresh = space_attr not in study.user_attrs and not study.get_trials(deepcopy=False)
     stored = study.user_attrs.get(COMMAND_ATTR)
@@ -64,5 +66,7 @@ def check_same_command(study: optuna.Study, options, *, space_attr: str) -> None
 def words(command: dict) -> str:
     """A stored command as the user would type it."""
     ranks = f" --nproc-per-node {command['nproc_per_node']}" if command.get("nproc_per_node") else ""
+    if command.get("nnodes"):
+        ranks = f" --nnodes {command['nnodes']}" + ranks
     args = f" -- {' '.join(command['args'])}" if command.get("args") else ""
     return f"perfscope tune{ranks} {Path(command['script']).name}{args}"

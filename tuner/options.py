@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 
 from perfscope.cli_args import MAX_NPROC_PER_NODE  # as `perfscope profile --nproc-per-node`
+from perfscope.collect.nodes import NodeLaunch
 from perfscope.errors import PerfscopeError
 from tuner.window import DEFAULT_MEASURE_CAP_S, DEFAULT_TARGET_RSE
 
@@ -73,6 +74,8 @@ class TuneOptions:
             confirmation step (:func:`tuner.confirm.confirm_candidates`).
         trial_timeout_s: Limit of one trial (None: from the baseline's duration).
         progress: Show the progress bar.
+        nodes: This node's part of a job over several nodes (:mod:`tuner.nodes`; needs
+            ``nproc_per_node``), or None.
 
     Raises:
         TuneOptionsError: a number outside its range in :data:`LIMITS` (the message names the
@@ -103,6 +106,7 @@ class TuneOptions:
     confidence: float = 0.95
     trial_timeout_s: float | None = None
     progress: bool = True
+    nodes: NodeLaunch | None = None
 
     def __post_init__(self) -> None:
         self.script_args = tuple(self.script_args)
@@ -118,6 +122,8 @@ class TuneOptions:
         if self.confirm_min_rounds > self.confirm_rounds:
             raise TuneOptionsError(f"--confirm-min-rounds {self.confirm_min_rounds} is above --confirm-rounds "
                                    f"{self.confirm_rounds}: the first decision would come after the last round")
+        if self.nodes is not None and self.nproc_per_node is None:
+            raise TuneOptionsError("a job over several nodes (--nnodes) needs --nproc-per-node: the ranks of each node")
         if not (isinstance(self.confidence, float) and 0 < self.confidence < 1):
             raise TuneOptionsError(f"confidence must lie in (0, 1), got {self.confidence!r}")
 

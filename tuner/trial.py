@@ -38,6 +38,7 @@ from pathlib import Path
 
 from perfscope.collect.launch import child_env
 from perfscope.runtime.config import CONFIG_ENV, AccelConfig, save_config
+from perfscope.text import safe
 from tuner.failure import failure_line, killed_reason, seconds_text
 from tuner.output import KEEP_BYTES, LIMIT_BYTES, OutputLog
 from tuner.procs import MARK_ENV, new_mark, stop_trial, trial_command
@@ -87,6 +88,8 @@ class TrialSpec:
         timeout_s: Wall-clock limit of one trial (seconds), start-up included.
         output_keep_bytes: Bytes of the script's output kept in ``output.log`` (the last ones).
         output_limit_bytes: Bytes of output after which the trial is stopped and failed.
+        board: A job over several nodes (this being node 0): the :class:`tuner.nodes.TrialBoard`
+            that tells the other nodes each trial; None for one node.
     """
 
     script: str
@@ -101,6 +104,7 @@ class TrialSpec:
     timeout_s: float = 600.0
     output_keep_bytes: int = KEEP_BYTES
     output_limit_bytes: int = LIMIT_BYTES
+    board: object | None = None
 
 
 @dataclasses.dataclass
@@ -160,8 +164,19 @@ class TrialOutcome:
         return window_throughput(self.step_samples, self.step_seconds, self.drawn_samples)
 
 
-def measure_command(spec: TrialSpec, record_dir: Path, config_path: str | None, profile_steps: int) -> list[str]:
-    """The command line of one trial (the launcher's, for several ranks)."""
+def measure_command(spec: TrialSpec, record_dir: Path, config_path: str | None, profile_steps: int,
+                    launch: list[str] | None = None) -> list[str]:
+    """The command line of one trial (the launcher's, for several ranks; ``launch``: torchrun's
+    placement of this node in a multi-node trial, instead of ``--standalone``)."""
+    own = measure_args(spec, record_dir, config_path, profile_steps)
+    if spec.nproc_per_node is None:
+        return [sys.executable, *own]
+    return [sys.executable, "-c", _DIE_WITH_PARENT, "-m", "torch.distributed.run", *(launch or ["--standalone"]),
+            f"--nproc-per-node={spec.nproc_per_node}", *own]
+
+
+def measure_args(spec: TrialSpec, record_dir: Path | str, config_path: str | None, profile_steps: int) -> list[str]:
+    """The measurement's own arguments (``-m perfscope.measure ... -- SCRIPT ARGS``)."""
     own = ["-m", "perfscope.measure", "--record-dir", str(record_dir),
            "--warmup-steps", str(spec.warmup_steps), "--measure-steps", str(spec.measure_steps),
            "--profile-steps", str(profile_steps), "--seed", str(spec.seed)]
@@ -171,11 +186,7 @@ def measure_command(spec: TrialSpec, record_dir: Path, config_path: str | None, 
         own.append("--drain-prefetch")
         if spec.target_rse is not None:  # ... and the window once its throughput is known well enough
             own += ["--target-rse", repr(float(spec.target_rse)), "--measure-cap", repr(float(spec.measure_cap_s))]
-    own += ["--", spec.script, *spec.script_args]
-    if spec.nproc_per_node is None:
-        return [sys.executable, *own]
-    return [sys.executable, "-c", _DIE_WITH_PARENT, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc-per-node={spec.nproc_per_node}", *own]
+    return [*own, "--", spec.script, *spec.script_args]
 
 
 
@@ -226,7 +237,14 @@ def run_trial(
         env.pop(CONFIG_ENV, None)  # the baseline runs as the user runs it
     mark = env[MARK_ENV] = new_mark()
     profile = spec.profile_steps if profile_steps is None else profile_steps
-    command = measure_command(spec, record_dir, config_path, profile)
+    launch = shared = None
+    if spec.board is not None:  # tell the other nodes first: their ranks join this trial's rendezvous
+        from tuner.nodes import CONFIG, RECORDS
+
+        own = measure_args(spec, RECORDS, CONFIG if config_path else None, profile)
+        shared = spec.board.announce(own, Path(config_path).read_text() if config_path else None, spec.timeout_s)
+        launch = spec.board.launch_args(shared)
+    command = measure_command(spec, record_dir, config_path, profile, launch)
     ranks = spec.nproc_per_node or 1
     readers = [StepReader(record_dir / f"rank{r}.steps.jsonl") for r in range(ranks)]
     values: list[float] = []
@@ -277,10 +295,14 @@ def run_trial(
         status, reason = "pruned", "clearly slower than the best trial so far"
     except KeyboardInterrupt:
         stop_trial(proc, spec.nproc_per_node is not None, mark)
+        shared = None  # no waiting for the other nodes after Ctrl-C: their ranks fail without ours
         raise
     finally:
         stop_trial(proc, spec.nproc_per_node is not None, mark)
         log.close()
+        if shared is not None:
+            for line in spec.board.finished(shared):
+                print(f"perfscope: {safe(line)}", flush=True)
     if status is None and log.problem is not None:  # e.g. the disk filled while joining the log
         status, reason = "output", log.problem
     if unit == "steps/s":  # one rank or step without a batch size: count steps throughout

@@ -83,11 +83,26 @@ def _storage_failures(options: TuneOptions):
 def _tune(options: TuneOptions, started: float) -> dict:
     out = options.out_dir
     storage = open_storage(options.storage, out)
+    board = None
+    if options.nodes is not None:
+        from tuner.nodes import TrialBoard
+
+        board = TrialBoard(options.nodes, options.nproc_per_node)
+        print(f"perfscope: node 0 of {options.nodes.nnodes}: driving the study; every trial runs on all nodes")
     spec = TrialSpec(script=options.script, script_args=tuple(options.script_args),
                      nproc_per_node=options.nproc_per_node, warmup_steps=options.warmup_steps,
                      measure_steps=options.measure_steps, target_rse=options.target_rse,
                      measure_cap_s=options.measure_cap_s, profile_steps=options.profile_steps, seed=options.seed,
-                     timeout_s=options.trial_timeout_s or 900.0)
+                     timeout_s=options.trial_timeout_s or 900.0, board=board)
+    try:
+        return _tune_with(spec, storage, options, started)
+    finally:
+        if board is not None:
+            board.stop()  # the other nodes end too, whatever ended this one (Ctrl-C, an error)
+
+
+def _tune_with(spec: TrialSpec, storage, options: TuneOptions, started: float) -> dict:
+    out = options.out_dir
     study, created = _open_study(storage, options)
     check_same_command(study, options, space_attr=SPACE_ATTR)
     session = TuningStudy(study, spec, out / "trials")

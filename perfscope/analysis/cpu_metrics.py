@@ -30,8 +30,9 @@ def cpu_step_metrics(table: TraceTable, steps: StepWindows) -> pd.DataFrame:
     Returns:
         One row per step; time columns in microseconds (float), see ``docs/metrics.md``.
     """
-    dl_rows, op_rows, comm_rows = cpu_rows(table, steps.main_thread)
-    sets = [union(table.ts_ns[r], table.end_ns[r]) for r in (dl_rows, op_rows, comm_rows)]
+    rows = cpu_rows(table, steps.main_thread)
+    op_rows = rows[1]
+    sets = [union(table.ts_ns[r], table.end_ns[r]) for r in rows]
     seg = window_segments(sets, steps.start, steps.end)
     parts = cpu_parts(seg.member)
 

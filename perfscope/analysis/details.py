@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.analysis.intervals import locate, union, window_segments
+from perfscope.analysis.nodes import node_of_ranks, node_view
 from perfscope.analysis.ranks import collective_skew, rank_rows
 from perfscope.analysis.steps import graph_launched
 from perfscope.analysis.verdict import CLASSES, advice_for
@@ -188,7 +189,8 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
     def joined(parts):
         return (np.concatenate([n for n, _ in parts]), np.concatenate([d for _, d in parts])) if parts else (np.zeros(0, object), np.zeros(0))
 
-    skew = collective_skew(rank_traces, ranks, frame)
+    nodes, node_source = node_of_ranks(rank_traces, ranks)
+    skew = collective_skew(rank_traces, ranks, frame, nodes)
     rows, slowest = rank_rows(frame, mode, skew) if len(frame) else ([], None)
     straggler = skew["straggler"]
     return {
@@ -201,6 +203,7 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
         "other_waits": merge_waits(waits),
         "ranks": rows,
         "straggler": straggler,
+        "nodes": node_view(rank_traces, ranks, nodes, node_source, rows, skew),
         "collectives_matched": skew["matched"],
         "collectives_unmatched": skew["unmatched"],
         "clocks_agree": skew["clocks_agree"],

@@ -47,9 +47,10 @@ def _pool_class():
         start with ``__main__`` hidden (:func:`_main_hidden`)."""
 
         def _spawn_process(self):  # the one place the pool starts a process (CPython 3.9+)
-            # the fork server starts with the first worker: the mark makes it die with this process
+            # the fork server starts with the first worker: the mark (this process's pid) makes it
+            # die with this process, also when this one is killed before the server asks the kernel
             previous = os.environ.get("PERFSCOPE_FORKSERVER")
-            os.environ["PERFSCOPE_FORKSERVER"] = "1"
+            os.environ["PERFSCOPE_FORKSERVER"] = str(os.getpid())
             try:
                 with _main_hidden():
                     super()._spawn_process()

@@ -47,6 +47,7 @@ from perfscope.trace.kinds import (
     is_collective_range,
     is_comm_kernel,
     is_dataloader_range,
+    is_comm_wait_range,
     profiler_step_numbers,
 )
 from perfscope.trace.table import TraceTable
@@ -56,7 +57,7 @@ GPU_PARTS = ("compute", "exposed_comm", "exposed_h2d", "exposed_other_mem", "inp
              "h2d_wait", "kernel_wait", "other_idle")
 CPU_PARTS = ("dataloader", "operator", "exposed_comm", "framework_overhead")
 GPU_SETS = ("compute", "comm", "h2d", "other_mem", "host_wait", "kernel_wait", "copy_wait", "dataloader", "unlinked")
-CPU_SETS = ("dataloader", "ops", "comm")
+CPU_SETS = ("dataloader", "ops", "comm", "comm_wait")
 
 
 def _union_of(table: TraceTable, rows: np.ndarray) -> Intervals:
@@ -177,15 +178,18 @@ def is_labelled_range(names: np.ndarray) -> np.ndarray:
     return np.array(["#" in n for n in names], dtype=bool) | (profiler_step_numbers(names) != -1)
 
 
-def cpu_rows(table: TraceTable, main_thread: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Rows of the CPU partition: DataLoader fetches and operators on the main thread, and
-    collective ranges on any thread."""
+def cpu_rows(table: TraceTable, main_thread: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of the CPU partition: DataLoader fetches and operators on the main thread, collective
+    ranges on any thread, and the main thread's waits for communication (perfscope's
+    ``perfscope.comm_wait`` range), in :data:`CPU_SETS` order."""
     main = table.thread_id == main_thread
     ranges = table.mask(EventKind.CPU_OP, EventKind.ANNOTATION)
     comm_flag = table.name_flag(is_collective_range)
+    wait_flag = table.name_flag(is_comm_wait_range)
     dl = np.flatnonzero(ranges & main & table.name_flag(is_dataloader_range))
-    ops = np.flatnonzero((table.kind == EventKind.CPU_OP) & main & ~comm_flag & ~table.name_flag(is_labelled_range))
-    return dl, ops, np.flatnonzero(ranges & comm_flag)
+    ops = np.flatnonzero((table.kind == EventKind.CPU_OP) & main & ~comm_flag & ~wait_flag
+                         & ~table.name_flag(is_labelled_range))
+    return dl, ops, np.flatnonzero(ranges & comm_flag), np.flatnonzero(ranges & main & wait_flag)
 
 
 def cpu_sets(table: TraceTable, main_thread: int) -> list[Intervals]:
@@ -196,6 +200,8 @@ def cpu_sets(table: TraceTable, main_thread: int) -> list[Intervals]:
 def cpu_parts(member: np.ndarray) -> dict[str, np.ndarray]:
     """Boolean masks over segments (rows in :data:`CPU_SETS` order): every part of
     :data:`CPU_PARTS`, plus the overlay ``comm``."""
-    DL, OP, CM = member
-    return {"dataloader": DL, "operator": OP & ~DL, "exposed_comm": CM & ~OP & ~DL,
-            "framework_overhead": ~DL & ~OP & ~CM, "comm": CM}
+    DL, OP, CM, WT = member
+    # A wait for communication is exposed communication even inside an operator (the hook that
+    # waits runs inside autograd's AccumulateGrad): the thread computes nothing then.
+    return {"dataloader": DL, "operator": OP & ~DL & ~WT, "exposed_comm": (CM & ~OP | WT) & ~DL,
+            "framework_overhead": ~DL & ~OP & ~CM & ~WT, "comm": CM | WT}

@@ -35,6 +35,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.analysis.intervals import locate
+from perfscope.analysis.nodes import node_offsets_ns
 from perfscope.trace.kinds import EventKind, is_collective_range, is_comm_kernel
 
 if TYPE_CHECKING:
@@ -68,16 +69,21 @@ def _collectives(rt: RankTrace, rank: int, counted: set) -> pd.DataFrame:
     return df
 
 
-def collective_skew(rank_traces: list[RankTrace], ranks: list[int], frame: pd.DataFrame) -> dict:
+def collective_skew(rank_traces: list[RankTrace], ranks: list[int], frame: pd.DataFrame,
+                    nodes: dict[int, int] | None = None) -> dict:
     """Arrival lateness, collective wait and the straggler (see the module docstring).
 
     Args:
         rank_traces, ranks: Every analyzed trace and its rank.
         frame: The counted steps (``rank``, ``step``).
+        nodes: Rank -> node of a multi-node job (:func:`perfscope.analysis.nodes.node_of_ranks`),
+            or None: node clock offsets that causality proves are taken out of the arrivals
+            (:func:`perfscope.analysis.nodes.node_offsets_ns`).
 
     Returns:
         ``{"per_rank_step": DataFrame (rank, step, late_us, wait_us, collectives), "straggler":
-        {...} or None, "matched": int, "unmatched": int}``; empty figures for one rank.
+        {...} or None, "matched": int, "unmatched": int, "clocks_agree", "last_counts",
+        "node_offsets_ns": {node: ns}}``; empty figures for one rank.
     """
     parts = []
     for rt, rank in zip(rank_traces, ranks):
@@ -85,7 +91,8 @@ def collective_skew(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Da
         if counted:
             parts.append(_collectives(rt, rank, counted))
     empty = {"per_rank_step": pd.DataFrame(columns=["rank", "step", "late_us", "wait_us", "collectives"]),
-             "straggler": None, "matched": 0, "unmatched": 0, "clocks_agree": None, "last_counts": {}}
+             "straggler": None, "matched": 0, "unmatched": 0, "clocks_agree": None, "last_counts": {},
+             "node_offsets_ns": {}}
     if not parts:
         return empty
     df = pd.concat(parts, ignore_index=True)
@@ -98,6 +105,9 @@ def collective_skew(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Da
     unmatched = int(df[present < n_ranks].groupby(key).ngroups)
     if matched.empty:
         return {**empty, "unmatched": unmatched}
+    offsets = node_offsets_ns(matched, nodes) if nodes else {}
+    if any(offsets.values()):
+        matched["arrival_ns"] = matched["arrival_ns"] - matched["rank"].map(nodes).map(offsets).fillna(0).round()
     g = matched.groupby(key)
     matched["late_us"] = (matched["arrival_ns"] - g["arrival_ns"].transform("min")) / _NS_PER_US
     matched["wait_us"] = (matched["dur_ns"] - g["dur_ns"].transform("min")) / _NS_PER_US
@@ -116,14 +126,14 @@ def collective_skew(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Da
     spread = per["late_us"] if clocks_agree else per["wait_us"]
     if not (spread > 0).any():  # every rank arrived together (or nobody waited): no straggler
         return {"per_rank_step": per, "straggler": None, "matched": int(g.ngroups), "unmatched": unmatched,
-                "clocks_agree": clocks_agree, "last_counts": {}}
+                "clocks_agree": clocks_agree, "last_counts": {}, "node_offsets_ns": offsets}
     times = last["rank"].value_counts()
     n_steps = int(per["step"].nunique())
     best = max(times.index, key=lambda r: (int(times[r]), float(score[r]), -int(r)))
     last_counts = {str(int(r)): int(c) for r, c in times.items()}  # JSON object keys are text
     if 2 * int(times[best]) <= n_steps:  # last in half the steps or fewer: not one rank the others wait for
         return {"per_rank_step": per, "straggler": None, "matched": int(g.ngroups), "unmatched": unmatched,
-                "clocks_agree": clocks_agree, "last_counts": last_counts}
+                "clocks_agree": clocks_agree, "last_counts": last_counts, "node_offsets_ns": offsets}
     mine = per[per["rank"] == best]
     others = per[per["rank"] != best]
     straggler = {
@@ -135,7 +145,7 @@ def collective_skew(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Da
         "median_others_wait_us": float(others.groupby("step")["wait_us"].median().median()) if len(others) else 0.0,
     }
     return {"per_rank_step": per, "straggler": straggler, "matched": int(g.ngroups), "unmatched": unmatched,
-            "clocks_agree": clocks_agree, "last_counts": last_counts}
+            "clocks_agree": clocks_agree, "last_counts": last_counts, "node_offsets_ns": offsets}
 
 
 def _clocks_agree(matched: pd.DataFrame, key: list[str]) -> bool:

@@ -195,6 +195,11 @@ def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, commo
     notes.extend(status_notes(frame))
     facts = {"cuda_graphs": any(rt.table.name_flag(is_graph_launch)[rt.table.kind == EventKind.RUNTIME].any()
                                 for rt in rank_traces)}
+    # What perfscope profile recorded of the job (perfscope.job_facts), for the forecast: rank order.
+    by_rank = [rt for _, rt in sorted(zip(ranks, rank_traces), key=lambda p: p[0])]
+    facts["ddp"] = next((rt.table.ddp for rt in by_rank if rt.table.ddp), None)
+    facts["job"] = next(({k: rt.table.node[k] for k in ("nnodes", "local_world_size")} for rt in by_rank if rt.table.node),
+                        None)
     facts["window_attention"] = window_attention_cost(rank_traces, ranks, frame.loc[counted]) if counted.any() else None
     if counted.any():
         rv = run_verdict(frame.loc[counted, "verdict"].to_numpy(), costs.loc[counted],

@@ -36,5 +36,11 @@ def worker() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-if __name__ != "__main__" and os.environ.get("PERFSCOPE_FORKSERVER") == "1":
-    die_with_parent()  # the fork server, importing this as a preload module
+_STARTER = os.environ.get("PERFSCOPE_FORKSERVER", "")
+if __name__ != "__main__" and _STARTER.isdigit():
+    # The fork server, importing this as a preload module; its starter's pid catches a starter
+    # killed while this server was still starting (it is then reparented, and the kernel's death
+    # signal would never come).
+    die_with_parent()
+    if os.getppid() != int(_STARTER):
+        os._exit(1)

@@ -8,12 +8,13 @@ See ``docs/collection.md`` for what a step is and how runs end.
 # the command line needs) does not bring the whole collection layer with it.
 _HOME = {"collect": "perfscope.collect.api", "is_distributed_worker": "perfscope.collect.api",
          "CollectError": "perfscope.collect.errors",
-         "CollectResult": "perfscope.collect.result", "ProfileSchedule": "perfscope.collect.schedule",
+         "CollectResult": "perfscope.collect.result", "NodeLaunch": "perfscope.collect.nodes", "ProfileSchedule": "perfscope.collect.schedule",
          "remove_stale_rank_traces": "perfscope.collect.traces", "wait_for_rank_traces": "perfscope.collect.traces"}
 
 __all__ = [
     "CollectError",
     "CollectResult",
+    "NodeLaunch",
     "ProfileSchedule",
     "collect",
     "is_distributed_worker",

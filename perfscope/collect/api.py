@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from perfscope.collect import traces
 from perfscope.collect.errors import CollectError
+from perfscope.collect.nodes import NodeLaunch
 from perfscope.collect.result import CollectResult
 from perfscope.collect.schedule import ProfileSchedule
 
@@ -44,6 +45,7 @@ def collect(
     schedule: ProfileSchedule = ProfileSchedule(),
     nproc_per_node: int | None = None,
     config: str | os.PathLike | None = None,
+    nodes: NodeLaunch | None = None,
 ) -> CollectResult:
     """Run a training script under the PyTorch profiler and write its traces.
 
@@ -72,6 +74,7 @@ def collect(
             path, so ``perfscope.accelerate(config=None)`` picks it up, and with the knobs that
             need no code change patched in (:mod:`perfscope.runtime.patching`). The result's
             run_info records ``config`` (the dict) and ``config_applied`` (the patching report).
+        nodes: This node's part of a multi-node job (needs ``nproc_per_node``), or None.
 
     Returns:
         What happened: trace files, exit status, one-line error, steps seen.
@@ -89,6 +92,8 @@ def collect(
         from perfscope.collect.session import load_run_config
 
         config = load_run_config(config)[1]  # validated now, passed on as an absolute path
+    if nodes is not None and nproc_per_node is None:
+        raise CollectError("a multi-node job (--nnodes) needs --nproc-per-node: the ranks to start on this node")
     if nproc_per_node is not None:
         if isinstance(nproc_per_node, bool) or not isinstance(nproc_per_node, int) or nproc_per_node < 1:
             raise CollectError(f"--nproc-per-node must be an integer >= 1, got {nproc_per_node!r}")
@@ -104,7 +109,7 @@ def collect(
 
         return launch_workers(
             script, script_args, out_dir=out_dir, schedule=schedule, nproc_per_node=nproc_per_node,
-            config=config,
+            config=config, nodes=nodes,
         )
 
     from perfscope.collect.session import profile_in_process

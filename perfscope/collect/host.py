@@ -16,6 +16,7 @@ import json
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 from perfscope.host_steps import HOST_STEPS_KEY, MAX_STEPS, VERSION
@@ -48,10 +49,13 @@ class HostStepRecorder:
 
     Args:
         inner: A ``torch.profiler.profile``.
+        extra: Called at each recorded step for one more header entry ``(key, JSON text)``, or
+            None (e.g. :meth:`perfscope.collect.job_watch.JobWatch.header`).
     """
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: Any, extra: Callable[[], tuple[str, str] | None] | None = None) -> None:
         self._inner = inner
+        self._extra = extra
         self._start: tuple | None = None
         self.steps: deque[dict] = deque(maxlen=MAX_STEPS)
 
@@ -77,6 +81,9 @@ class HostStepRecorder:
             if action in _RECORDING:
                 # Overwrites the key: the header holds every step recorded so far.
                 self._inner.add_metadata_json(HOST_STEPS_KEY, json.dumps({"version": VERSION, "steps": list(self.steps)}))
+                entry = self._extra() if self._extra is not None else None
+                if entry is not None:
+                    self._inner.add_metadata_json(*entry)
         self._inner.step()
         self._start = snapshot()  # after the profiler's own work at the boundary
 

@@ -5,6 +5,9 @@
     python -m torch.distributed.run --standalone --nproc-per-node N \\
         -m perfscope.collect.worker <options> -- SCRIPT ARGS...
 
+(with ``nodes``, a :class:`~perfscope.collect.nodes.NodeLaunch`, ``--nnodes --node-rank
+--master-addr --master-port`` in place of ``--standalone``: this node's share of the job)
+
 under a keeper (:mod:`perfscope.collect.keeper`) in a new session, waits for
 it, and gathers the ranks' trace files. On Ctrl-C, SIGTERM or any error while
 waiting, the keeper is told to stop: the launcher gets SIGTERM (it stops the
@@ -30,6 +33,7 @@ from collections.abc import Sequence
 import perfscope.collect
 from perfscope.collect import keeper, traces
 from perfscope.collect.result import CollectResult, build_run_info, utc_now_iso
+from perfscope.collect.nodes import NodeLaunch
 from perfscope.collect.schedule import ProfileSchedule
 from perfscope.collect.script import check_script
 from perfscope.collect.worker import worker_argv
@@ -48,6 +52,7 @@ def launch_workers(
     schedule: ProfileSchedule,
     nproc_per_node: int,
     config: str | os.PathLike | None = None,
+    nodes: NodeLaunch | None = None,
 ) -> CollectResult:
     """Run ``nproc_per_node`` profiled ranks of ``script`` on this node.
 
@@ -60,11 +65,13 @@ def launch_workers(
         config: Path of an acceleration configuration, or None: every rank runs with
             ``$PERFSCOPE_CONFIG`` set to it and applies its zero-code-change subset; run_info
             records ``config`` and rank 0's ``config_applied``.
+        nodes: This node's part of a multi-node job, or None for a job of this node alone.
 
     Returns:
         The result: ``exit_code`` is the launcher's (130 after Ctrl-C),
-        ``steps_seen`` and ``stopped_early`` are rank 0's, ``error`` the first
-        failing rank's; ``trace_files`` are the rank traces this launch wrote.
+        ``steps_seen`` and ``stopped_early`` are this node's first rank's, ``error`` the first
+        failing rank's; ``trace_files`` are the rank traces this launch wrote (this node's
+        global ranks).
 
     Raises:
         CollectError: Bad script path or unwritable output directory.
@@ -79,9 +86,10 @@ def launch_workers(
     # them. What this launch wrote is told apart by comparing with these.
     old_traces = traces.rank_trace_stamps(trace_dir)
     result_dir = pathlib.Path(tempfile.mkdtemp(prefix="perfscope-ranks-"))
+    local_ranks = nodes.ranks(nproc_per_node) if nodes is not None else range(nproc_per_node)
     command = [
         sys.executable, "-m", "torch.distributed.run",
-        "--standalone", f"--nproc-per-node={nproc_per_node}",
+        *(nodes.torchrun_args() if nodes is not None else ["--standalone"]), f"--nproc-per-node={nproc_per_node}",
         "-m", "perfscope.collect.worker",
         *worker_argv(out_dir=trace_dir.parent, result_dir=result_dir, schedule=schedule, config=config_path),
         "--", script, *script_args,
@@ -91,12 +99,12 @@ def launch_workers(
     t0 = time.perf_counter()
     try:
         exit_code, interrupted = _run_group(command, child_env(config_path))
-        ranks = _read_rank_results(result_dir, nproc_per_node)
+        ranks = _read_rank_results(result_dir, local_ranks)
     finally:
         shutil.rmtree(result_dir, ignore_errors=True)
     duration_s = time.perf_counter() - t0
 
-    rank0 = ranks.get(0, {})
+    rank0 = ranks.get(local_ranks[0], {})
     error = None
     if interrupted:
         error = f"{script} was interrupted (KeyboardInterrupt)"
@@ -112,13 +120,15 @@ def launch_workers(
         script=script,
         args=script_args,
         schedule=schedule,
-        world_size=nproc_per_node,
+        world_size=nproc_per_node * (nodes.nnodes if nodes is not None else 1),
         nproc_per_node=nproc_per_node,
         rank=None,
         cwd=cwd,
         started_at=started_at,
         duration_s=duration_s,
     )
+    if nodes is not None:
+        run_info.update(nnodes=nodes.nnodes, node_rank=nodes.node_rank, rdzv_endpoint=nodes.rdzv_endpoint)
     if accel_config is not None:
         run_info["config"] = accel_config.to_dict()
         applied = rank0.get("config_applied")
@@ -129,7 +139,7 @@ def launch_workers(
         run_info["config_applied"] = applied
     return CollectResult(
         trace_dir=trace_dir,
-        trace_files=traces.rank_traces_written_since(trace_dir, nproc_per_node, old_traces),
+        trace_files=traces.rank_traces_written_since(trace_dir, local_ranks, old_traces),
         exit_code=exit_code,
         error=error,
         steps_seen=int(rank0.get("steps_seen", 0)),
@@ -226,9 +236,9 @@ def signal_group(pgid: int, sig: int) -> None:
         pass  # the group is already gone
 
 
-def _read_rank_results(result_dir: pathlib.Path, world_size: int) -> dict[int, dict]:
+def _read_rank_results(result_dir: pathlib.Path, ranks: range) -> dict[int, dict]:
     results = {}
-    for rank in range(world_size):
+    for rank in ranks:
         try:
             results[rank] = json.loads((result_dir / f"rank{rank}.json").read_text())
         except (OSError, ValueError):

@@ -90,13 +90,17 @@ def profile_in_process(
     from perfscope.collect.guardian import guarded
     from perfscope.collect.one_profiler import only_ours
 
+    from perfscope.collect.job_watch import JobWatch
+
     ours = build_profiler(torch, schedule, exporter)
-    prof = HostStepRecorder(ours)  # CPU time per step, in the trace
+    job = JobWatch()
+    prof = HostStepRecorder(ours, job.header)  # CPU time per step, the rank's node and DDP, in the trace
     tracker = StepTracker(prof, schedule)
 
     started_at = utc_now_iso()
     t0 = time.perf_counter()
-    with _applied_config(accel_config, config_path) as patch_report:
+    # The job watch first: the configuration's DDP patch finds the script's frame and must stay outermost.
+    with job, _applied_config(accel_config, config_path) as patch_report:
         tracker.start()
         try:
             with only_ours(torch, ours), guarded() as guard, counting() as started:

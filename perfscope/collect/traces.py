@@ -119,20 +119,21 @@ def rank_trace_stamps(trace_dir: pathlib.Path) -> dict[str, tuple[int, int, int]
 
 
 def rank_traces_written_since(
-    trace_dir: pathlib.Path, world_size: int, before: dict[str, tuple[int, int, int]]
+    trace_dir: pathlib.Path, ranks: int | Iterable[int], before: dict[str, tuple[int, int, int]]
 ) -> list[pathlib.Path]:
-    """Traces of ranks ``0 .. world_size-1`` that are new or replaced since ``before``.
+    """Traces of ``ranks`` that are new or replaced since ``before``.
 
     Args:
         trace_dir: The trace directory.
-        world_size: Ranks of the run; higher-numbered files are an older run's.
+        ranks: The run's ranks (a count: ``0 .. ranks-1``; a node of a multi-node job: its
+            global ranks); other files are an older run's.
         before: :func:`rank_trace_stamps` taken before the run started.
 
     Returns:
         This run's trace files, in rank order.
     """
     now = rank_trace_stamps(trace_dir)
-    names = [trace_file_name(rank) for rank in range(world_size)]
+    names = [trace_file_name(rank) for rank in (range(ranks) if isinstance(ranks, int) else ranks)]
     return [trace_dir / name for name in names if name in now and now[name] != before.get(name)]
 
 

@@ -21,11 +21,24 @@ When the world is a single node (``L == W``) or every rank is its own node (``L 
 is nothing to split, and the hook is a plain all-reduce over the world group (which is then
 the intra-node group, respectively the inter-node group).
 
-All collectives of a bucket are issued from the hook itself, in bucket order, so every rank
-issues the same sequence on every subgroup (chaining them through future callbacks would let
-the order differ between ranks). Steps 2 and 3 are issued with ``async_op=False``: with NCCL
-that only orders them on the GPU stream and does not block the host; with gloo it blocks the
-backward thread for their duration. Step 4 is asynchronous, and DDP waits on its future.
+How the collectives are issued. Every rank must issue the same sequence of collectives on
+each subgroup, so nothing may depend on which collective happens to finish first (chaining
+them through future callbacks would):
+
+* **GPU tensors (NCCL)**: the hook issues steps 2, 3 and 4 itself, in bucket order; steps 2
+  and 3 with ``async_op=False``, which with NCCL only orders them on the GPU stream and does
+  not block the host. DDP waits on step 4's future.
+* **CPU tensors (gloo)**: a blocking gloo collective would stop the backward pass for the whole
+  exchange, and the three steps of a bucket would run one after the other while the links of
+  the other two stay idle. Instead the bucket is cut into chunks of at most ``chunk_bytes`` and
+  the three steps run as a pipeline (:mod:`perfscope.runtime.hier_pipeline`): every collective
+  is asynchronous, each stage has its own process group (the all-gather an intra-node group of
+  its own) and takes its chunks in one order on every rank. While chunk ``k`` crosses the slow
+  inter-node link, chunk ``k + 1`` is reduced and chunk ``k - 1`` gathered inside the node. The
+  hook issues what it can at every bucket and drives the rest at the last bucket of the
+  backward pass, from the backward thread, so that the profiler records every collective.
+  With ``C`` chunks the exchange takes about ``max(stage) * C + (sum of the other stages) / C``
+  instead of the sum of the three.
 """
 
 # No ``from __future__ import annotations``: DDP compares the hook's annotations with the real
@@ -35,11 +48,10 @@ import os
 import torch
 import torch.distributed as dist
 
-LOCAL_WORLD_SIZE_ENV = "LOCAL_WORLD_SIZE"  # set by torchrun: ranks on this node
+from perfscope.runtime.chunking import CHUNK_BYTES
+from perfscope.runtime.hier_pipeline import ChunkPipeline, all_gather, reduce_scatter
 
-# torch >= 2.13 renamed the tensor collectives; the old names still work but warn.
-_reduce_scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
-_all_gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+LOCAL_WORLD_SIZE_ENV = "LOCAL_WORLD_SIZE"  # set by torchrun: ranks on this node
 
 
 def resolve_local_world_size(local_world_size: int | None = None) -> int:
@@ -90,23 +102,29 @@ class HierarchicalAllReduce:
             that precision (compress, reduce hierarchically, decompress), or ``None``.
         flat: True when the layout has nothing to split (``L == 1`` or ``L == W``).
         intra_group: This node's group (``None`` when flat).
+        gather_group: A second group of this node's ranks, for the all-gathers of the CPU
+            pipeline (``None`` when flat).
         inter_group: The group of ranks sharing this local rank (``None`` when flat).
+        chunk_bytes: Largest chunk of the CPU pipeline, in bytes.
     """
 
     def __init__(
-        self, local_world_size: int | None = None, *, compress_dtype: torch.dtype | None = None
+        self, local_world_size: int | None = None, *, compress_dtype: torch.dtype | None = None,
+        chunk_bytes: int = CHUNK_BYTES,
     ):
         """Checks the layout and creates the subgroups.
 
         Args:
             local_world_size: Ranks per node; ``None`` reads ``$LOCAL_WORLD_SIZE``.
             compress_dtype: ``torch.float16``, ``torch.bfloat16`` or ``None``.
+            chunk_bytes: Largest chunk of the CPU pipeline, in bytes (>= 1024).
 
         Raises:
             RuntimeError: No default process group is initialised.
             ValueError: The ranks per node are unknown or not a positive integer, the world size
                 is not a multiple of them, ``$LOCAL_RANK`` disagrees with ``rank % L`` while
-                ``L`` is ``$LOCAL_WORLD_SIZE`` (ranks not numbered node by node), or ``compress_dtype`` is not a 16-bit float.
+                ``L`` is ``$LOCAL_WORLD_SIZE`` (ranks not numbered node by node), ``compress_dtype``
+                is not a 16-bit float, or ``chunk_bytes`` is below 1024.
         """
         if not (dist.is_available() and dist.is_initialized()):
             raise RuntimeError("HierarchicalAllReduce needs an initialised default process group")
@@ -114,7 +132,11 @@ class HierarchicalAllReduce:
             raise ValueError(
                 f"compress_dtype must be torch.float16, torch.bfloat16 or None, got {compress_dtype}"
             )
+        if isinstance(chunk_bytes, bool) or not isinstance(chunk_bytes, int) or chunk_bytes < 1024:
+            raise ValueError(f"chunk_bytes must be an integer >= 1024, got {chunk_bytes!r}")
         self.compress_dtype = compress_dtype
+        self.chunk_bytes = chunk_bytes
+        self._chunks: ChunkPipeline | None = None
         self.local_world_size = resolve_local_world_size(local_world_size)
         self.world_size = dist.get_world_size()
         rank = dist.get_rank()
@@ -136,18 +158,68 @@ class HierarchicalAllReduce:
                 f"local_world_size is {self.local_rank}; ranks must be numbered node by node"
             )
         self.flat = self.local_world_size in (1, self.world_size)
-        self.intra_group = self.inter_group = None
+        self.intra_group = self.gather_group = self.inter_group = None
         if self.flat:
             return
         L, W = self.local_world_size, self.world_size
-        for node in range(self.num_nodes):
-            group = dist.new_group(ranks=list(range(node * L, (node + 1) * L)))
-            if node == self.node:
-                self.intra_group = group
+        for attr in ("intra_group", "gather_group"):
+            for node in range(self.num_nodes):
+                group = dist.new_group(ranks=list(range(node * L, (node + 1) * L)))
+                if node == self.node:
+                    setattr(self, attr, group)
         for local in range(L):
             group = dist.new_group(ranks=list(range(local, W, L)))
             if local == self.local_rank:
                 self.inter_group = group
+
+    def allreduce(self, tensor: torch.Tensor, last: bool = True) -> torch.futures.Future:
+        """Average ``tensor`` (1-D, contiguous) over the world, in place, node by node.
+
+        What the hook does with a bucket's buffer; usable on any flat tensor (benchmarks).
+
+        Args:
+            tensor: The local values; overwritten with the world average.
+            last: No more calls come before the result is waited for (DDP's last bucket of the
+                backward pass): on CPU, the pipeline of chunks is driven to the end now;
+                otherwise a later call (or waiting on the future's value) moves it on.
+
+        Returns:
+            A future of ``tensor`` once it holds the average (an exception if a collective failed).
+        """
+        # Divide before communicating, as PyTorch's own hooks do, so fp16 sums cannot overflow.
+        # ``.to`` returns ``tensor`` itself when no compression is asked for (in place, no copy).
+        work = tensor.to(self.compress_dtype or tensor.dtype).div_(self.world_size)
+        if self.flat:
+            return _then_copy(dist.all_reduce(work, async_op=True).get_future(), work, tensor)
+        L = self.local_world_size
+        numel = work.numel()
+        padded_numel = -(-numel // L) * L  # ceil to a multiple of L, in integers
+        if padded_numel == numel:
+            padded = work
+        else:
+            padded = torch.zeros(padded_numel, dtype=work.dtype, device=work.device)
+            padded[:numel].copy_(work)
+        if work.device.type != "cpu":
+            shard = torch.empty(padded_numel // L, dtype=work.dtype, device=work.device)
+            reduce_scatter(shard, padded, group=self.intra_group)
+            dist.all_reduce(shard, group=self.inter_group)
+            # ``padded`` was consumed by the reduce-scatter above, so it can receive the gather.
+            gathered = all_gather(padded, shard, group=self.intra_group, async_op=True).get_future()
+            return _then_copy(gathered, padded[:numel], tensor)
+        if self._chunks is None:
+            self._chunks = ChunkPipeline(self.intra_group, self.gather_group, self.inter_group, L)
+        chunk = max(L, self.chunk_bytes // padded.element_size() // L * L)
+        return self._chunks.submit(padded, numel, tensor, chunk, last)
+
+
+def _then_copy(fut: torch.futures.Future, result: torch.Tensor, out: torch.Tensor) -> torch.futures.Future:
+    def finish(done: torch.futures.Future) -> torch.Tensor:
+        done.value()  # re-raises a failed collective
+        if result.data_ptr() != out.data_ptr():
+            out.copy_(result)  # decompress or unpad, in place to keep peak memory low
+        return out
+
+    return fut.then(finish)
 
 
 def hierarchical_allreduce_hook(
@@ -165,34 +237,4 @@ def hierarchical_allreduce_hook(
     Returns:
         A future of the bucket's flat buffer holding the world average, in the buffer's dtype.
     """
-    buffer = bucket.buffer()
-    # Divide before communicating, as PyTorch's own hooks do, so fp16 sums cannot overflow.
-    # ``.to`` returns ``buffer`` itself when no compression is asked for (in place, no copy).
-    tensor = buffer.to(state.compress_dtype or buffer.dtype).div_(state.world_size)
-
-    if state.flat:
-        fut = dist.all_reduce(tensor, async_op=True).get_future()
-        result = tensor
-    else:
-        L = state.local_world_size
-        numel = tensor.numel()
-        shard_numel = -(-numel // L)  # ceil, in integers
-        if shard_numel * L == numel:
-            padded = tensor
-        else:
-            padded = torch.zeros(shard_numel * L, dtype=tensor.dtype, device=tensor.device)
-            padded[:numel].copy_(tensor)
-        shard = torch.empty(shard_numel, dtype=tensor.dtype, device=tensor.device)
-        _reduce_scatter(shard, padded, group=state.intra_group)
-        dist.all_reduce(shard, group=state.inter_group)
-        # ``padded`` was consumed by the reduce-scatter above, so it can receive the gather.
-        fut = _all_gather(padded, shard, group=state.intra_group, async_op=True).get_future()
-        result = padded[:numel]
-
-    def finish(done: torch.futures.Future) -> torch.Tensor:
-        done.value()  # re-raises a failed collective
-        if result.data_ptr() != buffer.data_ptr():
-            buffer.copy_(result)  # decompress or unpad, in place to keep peak memory low
-        return buffer
-
-    return fut.then(finish)
+    return state.allreduce(bucket.buffer(), last=bucket.is_last())

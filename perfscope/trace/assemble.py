@@ -142,7 +142,8 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
         copy_bytes=copy_bytes.astype(np.int64),
         names=names, threads=threads, origin_us=origin, base_time_ns=header.base_time_ns, rank=header.rank,
         rank_source=header.rank_source, world_size=header.world_size, device_properties=header.device_properties,
-        distributed_info=header.distributed_info, host_steps=header.host_steps, path=raw.path, worker=raw.worker,
+        distributed_info=header.distributed_info, host_steps=header.host_steps,
+        node=header.node, host=header.host, ddp=header.ddp, path=raw.path, worker=raw.worker,
         truncated=raw.truncated, quality=quality, warnings=quality.warnings(raw.path.name) + header.warnings,
     )
 

@@ -1,4 +1,4 @@
-"""The header of a trace: base time, rank and world size, devices, and perfscope's host record.
+"""The header of a trace: base time, rank and world size, devices, and perfscope's host and job records.
 
 Every field is checked for its type and range before it is believed: a boolean or negative rank,
 a rank past the world size, a device name that is a list, ``args`` that are not an object all
@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from perfscope import host_steps
+from perfscope import host_steps, job_facts
 from perfscope.host_steps import HOST_STEPS_KEY
+from perfscope.job_facts import JOB_KEY
 from perfscope.trace.columns import is_number
 from perfscope.trace.reader import RawTrace
 
@@ -33,6 +34,10 @@ class Header:
             or None.
         host_steps: Step number -> the host measurements ``perfscope profile`` recorded
             (:mod:`perfscope.host_steps`; microseconds).
+        node: The rank's node as ``perfscope profile`` recorded it (:mod:`perfscope.job_facts`),
+            or None.
+        host: The host name: the job record's, else the profiler's ``host_name``; None if neither.
+        ddp: The rank's DDP gradient buckets and timings (:mod:`perfscope.job_facts`), or None.
         warnings: What was refused, one line each (file name first).
     """
 
@@ -43,6 +48,9 @@ class Header:
     distributed_info: dict = field(default_factory=dict)
     device_properties: list = field(default_factory=list)
     host_steps: dict = field(default_factory=dict)
+    node: dict | None = None
+    host: str | None = None
+    ddp: dict | None = None
     warnings: list[str] = field(default_factory=list)
 
 
@@ -87,6 +95,11 @@ def read_header(raw: RawTrace) -> Header:
                           "used distributedInfo")
     h.device_properties = _devices(data, name, h.warnings)
     h.host_steps = _host_steps(data.get(HOST_STEPS_KEY), name, h.warnings)
+    if data.get(JOB_KEY) is not None:
+        h.node, h.ddp, problems = job_facts.parse(data.get(JOB_KEY))
+        h.warnings += [f"{name}: {JOB_KEY}: {p}; ignored" for p in problems]
+    host = (h.node or {}).get("host") or data.get("host_name")
+    h.host = host[:200] if isinstance(host, str) and host else None
     return h
 
 

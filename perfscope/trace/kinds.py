@@ -121,6 +121,16 @@ def is_collective_range(names: np.ndarray) -> np.ndarray:
     return _flags(_COLLECTIVE_RANGE_RE, names, "match")
 
 
+# perfscope's own range around a wait of the training thread for communication that it cannot hand
+# back to the caller (the hierarchical all-reduce driving its pipeline at the last bucket).
+COMM_WAIT_RANGE = "perfscope.comm_wait"
+
+
+def is_comm_wait_range(names: np.ndarray) -> np.ndarray:
+    """True for :data:`COMM_WAIT_RANGE`: the thread waits for communication, whatever encloses it."""
+    return np.asarray([n == COMM_WAIT_RANGE for n in names], dtype=bool)
+
+
 def is_dataloader_range(names: np.ndarray) -> np.ndarray:
     """True for DataLoader fetches: ``enumerate(DataLoader)#_...DataLoaderIter.__next__``."""
     return _flags(_DATALOADER_RE, names)

@@ -52,6 +52,8 @@ class TraceTable:
         distributed_info: ``distributedInfo`` of the file, possibly empty.
         host_steps: What ``perfscope profile`` measured of the host per step (CPU time, run-queue
             wait), by step number; empty for traces recorded otherwise.
+        node, host, ddp: The rank's node, host name and DDP buckets
+            (:class:`perfscope.trace.header.Header`); None when not recorded.
         path, worker: Source file and worker name.
         truncated: The file ended early (its last step is incomplete).
         quality: The data-quality record: what was repaired, dropped, clipped or set aside.
@@ -77,6 +79,9 @@ class TraceTable:
     device_properties: list = field(default_factory=list)
     distributed_info: dict = field(default_factory=dict)
     host_steps: dict = field(default_factory=dict)
+    node: dict | None = None
+    host: str | None = None
+    ddp: dict | None = None
     path: Path | None = None
     worker: str = ""
     truncated: bool = False

@@ -94,13 +94,15 @@ class CommunicationGroup(KnobGroup):
             return part
         seen = self.observed(facts)
         base_bucket = seen["bucket_cap_mb"]
-        part.knobs.append(Knob("bucket_cap_mb", COMM, categorical(sorted({*BUCKET_CHOICES_MB, base_bucket})), base_bucket))
         nodes = world // local_world
         if nodes < 2:  # within a node every rank already reduces over the fastest link there is
             part.exclude("hierarchical_allreduce", f"one node ({world} ranks on it): a hierarchical all-reduce "
                                                    "only pays off across nodes")
-        else:
+        elif local_world < 2:
+            part.exclude("hierarchical_allreduce", "one rank per node: there is nothing to reduce inside a node first")
+        else:  # first: two values, and across nodes the inter-node bytes it saves dominate
             part.knobs.append(Knob("hierarchical_allreduce", COMM, categorical([False, True]), False))
+        part.knobs.append(Knob("bucket_cap_mb", COMM, categorical(sorted({*BUCKET_CHOICES_MB, base_bucket})), base_bucket))
         part.knobs.append(Knob("grad_compression", COMM, categorical(["none", "fp16", "bf16"]), "none"))
         if seen["static_graph"]:  # a configuration cannot take away what the script asked DDP for
             part.exclude("static_graph", "the script already builds DDP with static_graph=True")
@@ -109,12 +111,16 @@ class CommunicationGroup(KnobGroup):
         return part
 
     def guess(self, verdict, bottlenecks, facts, fractions, cpu, params, put) -> None:
-        """comm: larger buckets (fewer all-reduce calls); for a comm-bound verdict on GPUs also
-        bf16 gradient compression (PyTorch's DDP communication hooks), which is lossy, so not for a
-        side bottleneck."""
+        """comm: larger buckets (fewer all-reduce calls); across nodes with several ranks each, the
+        hierarchical all-reduce (lossless: only 1/L of each rank's bytes cross nodes,
+        ``docs/multinode.md``); for a comm-bound verdict on GPUs also bf16 gradient compression
+        (PyTorch's DDP communication hooks), which is lossy, so not for a side bottleneck."""
         if "comm" not in bottlenecks:
             return
         put("bucket_cap_mb", GUESS_BUCKET_MB)
+        local_world = max(1, int(facts.get("local_world_size") or 1))
+        if local_world > 1 and int(facts.get("world_size") or 1) // local_world > 1:
+            put("hierarchical_allreduce", True)
         if facts.get("cuda") and verdict == "comm-bound":
             put("grad_compression", "bf16")
 

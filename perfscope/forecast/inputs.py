@@ -1,0 +1,110 @@
+"""What ``perfscope forecast`` takes from one profile: compute time, backward time, the gradient
+buckets, the profiled layout, and the all-reduce time measured there (which prices the link the
+profile ran on). Seconds and bytes."""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+
+from perfscope.errors import PerfscopeError
+from perfscope.forecast.model import Link
+
+# Backward takes about twice the forward's arithmetic (one matmul for the input gradient, one for
+# the weight gradient, per forward matmul; Kaplan et al. 2020, "6N FLOPs per token"), so about 2/3
+# of a step's compute when DDP did not measure it.
+BACKWARD_SHARE = 2.0 / 3.0
+
+
+@dataclasses.dataclass(kw_only=True, frozen=True)
+class ProfileInputs:
+    """The profile's part of a forecast.
+
+    Attributes:
+        compute_s: Median over counted steps of step time minus exposed communication (s).
+        backward_s: Backward compute time per step (s); ``backward_source`` says where from.
+        buckets: Gradient bucket sizes (bytes), in DDP's all-reduce order.
+        allreduce_s: Median communication time per step in the profile (s; the union of the
+            collectives, overlapped or not).
+        world, nodes, ranks_per_node: The profiled layout.
+        mode: ``"gpu"`` or ``"cpu"`` (the trace's).
+        steps: Counted steps the medians are over.
+    """
+
+    compute_s: float
+    backward_s: float
+    backward_source: str
+    buckets: tuple[int, ...]
+    allreduce_s: float
+    world: int
+    nodes: int
+    ranks_per_node: int
+    mode: str
+    steps: int
+
+    @property
+    def gradient_bytes(self) -> int:
+        return int(sum(self.buckets))
+
+    def measured_intra_link(self, latency_s: float) -> Link | None:
+        """The intra-node link the profile's own all-reduce implies, or None (a profile of one rank,
+        or of several nodes, where the time also holds inter-node hops).
+
+        Solves the flat-ring time over the profiled buckets (:func:`flat_allreduce_s`, latency
+        ``latency_s`` per step) for the bandwidth: NCCL-tests' "bus bandwidth" of this run.
+        """
+        if self.nodes != 1 or self.world < 2 or self.allreduce_s <= 0:
+            return None
+        w = self.world
+        latency = 2 * (w - 1) * latency_s * len(self.buckets)
+        moving = self.allreduce_s - latency
+        if moving <= 0:  # the latency asked for explains all of it: take none
+            moving, latency_s = self.allreduce_s, 0.0
+        return Link(bytes_per_s=2 * (w - 1) / w * self.gradient_bytes / moving, latency_s=latency_s)
+
+
+def _median(values) -> float:
+    return float(statistics.median(values))
+
+
+def from_summary(summary: dict, *, gradient_mb: float | None = None) -> ProfileInputs:
+    """Read the inputs from a summary record (``summary.json``).
+
+    Args:
+        summary: A summary as :func:`perfscope.summary.load_summary` returns it.
+        gradient_mb: Gradient size in MiB to use when the profile has no DDP record (traces not
+            recorded by ``perfscope profile``): split into DDP's default 25 MiB buckets.
+
+    Raises:
+        PerfscopeError: no counted step, no DDP record and no ``gradient_mb``, or a profile of one rank.
+    """
+    steps = [s for s in summary.get("steps") or [] if isinstance(s, dict) and s.get("counted")]
+    if not steps:
+        raise PerfscopeError("the profile has no counted step (every step's evidence was incomplete or host-contended); "
+                             "profile again on a quieter machine")
+    compute = _median([s["step_time_us"] - (s.get("exposed_comm_us") or 0.0) for s in steps]) / 1e6
+    comm = _median([s.get("comm_us") or 0.0 for s in steps]) / 1e6
+    details = summary.get("details") or {}
+    facts = details.get("facts") or {}
+    ddp = facts.get("ddp") if isinstance(facts.get("ddp"), dict) else None
+    if ddp and ddp.get("bucket_bytes"):
+        buckets = tuple(int(b) for b in ddp["bucket_bytes"])
+    elif gradient_mb is not None:
+        total, cap = int(gradient_mb * 2**20), 25 * 2**20
+        buckets = tuple([cap] * (total // cap) + ([total % cap] if total % cap else []))
+    else:
+        raise PerfscopeError("the profile holds no DDP record (gradient buckets): profile the script with perfscope "
+                             "profile --nproc-per-node N, or give the gradient size with --gradient-mb")
+    run = summary.get("run") or {}
+    job = facts.get("job") if isinstance(facts.get("job"), dict) else {}
+    world = int(run.get("world_size") or 1)
+    per_node = int(job.get("local_world_size") or run.get("nproc_per_node") or world)
+    nodes = int(job.get("nnodes") or max(1, world // max(per_node, 1)))
+    if ddp and ddp.get("backward_compute_us"):
+        backward, source = float(ddp["backward_compute_us"]) / 1e6, "DDP's measured backward time"
+    else:
+        backward, source = BACKWARD_SHARE * compute, f"{BACKWARD_SHARE:.2f} of compute (DDP measured none)"
+    backward = min(backward, compute)
+    return ProfileInputs(compute_s=compute, backward_s=backward, backward_source=source, buckets=buckets,
+                         allreduce_s=comm, world=world, nodes=nodes, ranks_per_node=per_node,
+                         mode=str(summary.get("mode") or "cpu"), steps=len(steps))

@@ -1,0 +1,70 @@
+"""Where a rank sits in a multi-node job and what its DDP communicates, kept in the trace header.
+
+``perfscope profile`` writes it from every rank (:mod:`perfscope.collect.job_watch`); the trace
+reader reads it back (:mod:`perfscope.trace.header`), so a later ``perfscope analyze`` of traces
+gathered from several nodes can group the ranks by node and ``perfscope forecast`` can price the
+gradients' all-reduce. This module owns the format. It imports nothing heavy: it is loaded into
+the profiled script's process.
+
+The header key :data:`JOB_KEY` holds ``{"version": 1, "node": {...}, "ddp": {...} or null}``:
+
+- ``node``: ``node_rank`` (torchrun's ``GROUP_RANK``), ``nnodes`` (``WORLD_SIZE /
+  LOCAL_WORLD_SIZE``), ``local_rank``, ``local_world_size`` and ``host`` (the host name; nodes
+  emulated in network namespaces of one machine share it, hence the node rank);
+- ``ddp`` (the first ``DistributedDataParallel`` the script built, from its own logging data):
+  ``bucket_bytes`` (each gradient bucket's size in bytes, in the order DDP all-reduces them),
+  ``gradient_bytes`` (their sum), ``bucket_cap_bytes``, ``comm_hook`` (its name, or null),
+  ``world_size``, and DDP's averages over the iterations it sampled, in microseconds (trace
+  units): ``backward_compute_us``, ``backward_comm_us`` (first bucket ready to last bucket
+  reduced) and ``backward_overlap_us`` (the part of it during backward compute); null until
+  DDP has sampled an iteration.
+"""
+
+from __future__ import annotations
+
+JOB_KEY = "perfscope_job"
+VERSION = 1
+NODE_FIELDS = ("node_rank", "nnodes", "local_rank", "local_world_size")
+DDP_TIMES_US = ("backward_compute_us", "backward_comm_us", "backward_overlap_us")
+
+
+def _whole(v) -> bool:
+    return type(v) is int and v >= 0
+
+
+def parse(value) -> tuple[dict | None, dict | None, list[str]]:
+    """``(node, ddp, problems)`` from the header value under :data:`JOB_KEY`.
+
+    Args:
+        value: Any JSON value.
+
+    Returns:
+        ``node`` (the four counts and ``host``, or None), ``ddp`` (as in the module docstring, or
+        None) and one line per part refused (a field of the wrong type or out of range).
+    """
+    if not isinstance(value, dict) or value.get("version") != VERSION:
+        return None, None, ["not perfscope's job record (version 1)"]
+    problems: list[str] = []
+    node = value.get("node")
+    if isinstance(node, dict) and all(_whole(node.get(k)) for k in NODE_FIELDS) \
+            and node["node_rank"] < max(node["nnodes"], 1) and node["local_rank"] < max(node["local_world_size"], 1):
+        node = {**{k: node[k] for k in NODE_FIELDS}, "host": node.get("host") if isinstance(node.get("host"), str) else None}
+    else:
+        if node is not None:
+            problems.append("its node is not four whole numbers in range")
+        node = None
+    ddp = value.get("ddp")
+    if ddp is not None:
+        buckets = ddp.get("bucket_bytes") if isinstance(ddp, dict) else None
+        if isinstance(buckets, list) and buckets and all(_whole(b) and b > 0 for b in buckets):
+            times = {k: (float(ddp[k]) if type(ddp.get(k)) in (int, float) and ddp[k] >= 0 else None)
+                     for k in DDP_TIMES_US}
+            hook = ddp.get("comm_hook")
+            ddp = {"bucket_bytes": list(buckets), "gradient_bytes": int(sum(buckets)),
+                   "bucket_cap_bytes": ddp.get("bucket_cap_bytes") if _whole(ddp.get("bucket_cap_bytes")) else None,
+                   "comm_hook": hook if isinstance(hook, str) else None,
+                   "world_size": ddp.get("world_size") if _whole(ddp.get("world_size")) else None, **times}
+        else:
+            problems.append("its DDP buckets are not a list of positive byte counts")
+            ddp = None
+    return node, ddp, problems

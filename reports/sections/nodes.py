@@ -1,0 +1,69 @@
+"""Nodes and links: the ranks of a multi-node job by node, node clocks, the process groups inside
+and across nodes, what the gradients' all-reduce puts on each node's link, and the node the
+others wait for. Absent (an empty string) for a job of one node."""
+
+from __future__ import annotations
+
+from reports import model
+from reports.html import count, esc, ms, note, num, section, table
+
+
+def _rate(bits_per_s) -> str:
+    v = num(bits_per_s)
+    if v is None:
+        return "-"
+    return f"{v / 1e9:.2f} Gbit/s" if v >= 1e9 else f"{v / 1e6:.0f} Mbit/s"
+
+
+def _ranks(ranks) -> str:
+    return ", ".join(esc(r) for r in (ranks or [])[:32]) + (" …" if len(ranks or []) > 32 else "")
+
+
+def render(summary: dict) -> str:
+    nv = model.details(summary).get("nodes")
+    if not isinstance(nv, dict) or not isinstance(nv.get("nodes"), list):
+        return ""
+    rows = [n for n in nv["nodes"] if isinstance(n, dict)]
+    link = nv.get("link") if isinstance(nv.get("link"), dict) else {}
+    rates = link.get("achieved_bits_per_s") if isinstance(link.get("achieved_bits_per_s"), dict) else {}
+    slow = nv.get("straggler_node") if isinstance(nv.get("straggler_node"), dict) else None
+    source = {"perfscope": "the node ranks perfscope recorded", "host name": "the host names in the traces"}
+    parts = [f"<p>{esc(nv.get('count'))} nodes, told apart by {esc(source.get(nv.get('source'), nv.get('source')))}."]
+    if slow is not None:
+        parts.append(f" Node {esc(slow.get('node'))} is the one the others wait for: it holds the straggler, rank "
+                     f"{esc(slow.get('rank'))}, and its ranks wait least in the collectives. A slow or busy node "
+                     "(thermal throttling, a noisy neighbour, a failing NIC) looks like this.")
+    offsets = [n for n in rows if num(n.get("clock_offset_us"))]
+    if offsets:
+        parts.append(" Node clocks disagree, and the collectives prove by how much: "
+                     + ", ".join(f"node {esc(n.get('node'))} {ms(n.get('clock_offset_us'))}" for n in offsets)
+                     + " against node 0, taken out before arrivals were compared.")
+    parts.append("</p>")
+    trows = [("hl" if slow is not None and n.get("node") == slow.get("node") else "",
+              [esc(n.get("node")), esc(n.get("host") or "-"), _ranks(n.get("ranks")),
+               ms(n.get("median_step_time_us"), unit=False), ms(n.get("median_comm_us"), unit=False),
+               ms(n.get("median_late_us"), unit=False), ms(n.get("median_collective_wait_us"), unit=False),
+               ms(n.get("clock_offset_us"), unit=False), _rate(rates.get(str(n.get("node"))))]) for n in rows]
+    tab = table([("node", "l"), ("host", "l"), ("ranks", "l"), ("median step (ms)", ""), ("median comm (ms)", ""),
+                 ("latest rank arrives late (ms)", ""), ("waits in collectives (ms)", ""), ("clock offset (ms)", ""),
+                 ("link carried at least", "")], trows,
+                "Medians over the node's ranks. Link carried at least: the bytes the all-reduce puts on the node's "
+                "link per step divided by the node's median communication time (which also holds the intra-node "
+                "part and any waiting), so the link's real rate is at least this.")
+    if link:
+        parts.append(f"<p>Gradients: {count(link.get('gradient_bytes'))} bytes in {esc(link.get('buckets'))} DDP "
+                     f"bucket(s), reduced by a {esc(link.get('algorithm'))} all-reduce"
+                     f"{' (' + esc(link.get('comm_hook')) + ')' if link.get('comm_hook') else ''}: "
+                     f"{count(link.get('inter_node_bytes_per_step'))} bytes through each node's link per step. "
+                     "perfscope forecast prices the same step on other node counts and links.</p>")
+    pg = nv.get("process_groups") if isinstance(nv.get("process_groups"), dict) else {}
+    groups = [g for g in pg.get("groups") or [] if isinstance(g, dict)]
+    if groups:
+        parts.append(f"<p>Process groups: {esc(pg.get('intra_node'))} inside one node (its own links: NVLink, shared "
+                     f"memory), {esc(pg.get('inter_node'))} across nodes (the network).</p>")
+        parts.append(table([("group", "l"), ("description", "l"), ("ranks", ""), ("where", "l")],
+                           [("", [esc(g.get("name")), esc(g.get("desc")), esc(g.get("size")), esc(g.get("span"))])
+                            for g in groups[:32]]))
+    else:
+        parts.append(note("The traces list no process groups (distributedInfo.pg_config)."))
+    return section("nodes", "Nodes and links", "".join(parts) + tab)

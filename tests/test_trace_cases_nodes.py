@@ -1,0 +1,115 @@
+"""Hand-written trace cases: ranks of a multi-node job grouped by node (perfscope's job record or
+distinct host names), a node's clock offset recovered from the collectives, process groups placed
+inside or across nodes, and the node the others wait for (see tracekit.py for the conventions)."""
+
+from __future__ import annotations
+
+import pytest
+from tracegen import cpu_op, launch, step, write_trace
+from tracekit import NCCL_NEW
+
+import perfscope
+from perfscope.job_facts import JOB_KEY
+
+BASE = 1_700_000_000_000_000_000  # ns
+PGS = [{"pg_name": "0", "pg_desc": "default_pg", "ranks": [0, 1, 2, 3]},
+       {"pg_name": "1", "pg_desc": "intra", "ranks": [0, 1]}, {"pg_name": "2", "pg_desc": "intra", "ranks": [2, 3]},
+       {"pg_name": "3", "pg_desc": "inter", "ranks": [0, 2]}, {"pg_name": "4", "pg_desc": "inter", "ranks": [1, 3]}]
+
+
+def _rank(path, rank, compute_us, *, clock_us=0, record=True, host=None):
+    """Three 10 ms steps of 4 ranks on 2 nodes (ranks 0-1 node 0, 2-3 node 1): compute, then an
+    all-reduce ending at the same absolute instant on every rank. ``clock_us`` is how far this
+    rank's node clock runs ahead (every timestamp shifted)."""
+    events = []
+    for n in range(3):
+        s = 10_000 * n + clock_us
+        end = s + 9_000
+        events += [step(n + 1, s, 10_000), cpu_op("aten::mm", s, 9_500),
+                   *launch("gemm", s + 1, s + 10, compute_us, correlation=10 * n + 1),
+                   *launch(NCCL_NEW, s + 2, s + 10 + compute_us, end - (s + 10 + compute_us), correlation=10 * n + 2,
+                           stream=20)]
+    meta = {"baseTimeNanoseconds": BASE, "distributedInfo": {"rank": rank, "world_size": 4, "pg_config": PGS}}
+    if record:
+        meta[JOB_KEY] = {"version": 1, "node": {"node_rank": rank // 2, "nnodes": 2, "local_rank": rank % 2,
+                                                "local_world_size": 2, "host": "vm"}, "ddp": None}
+    if host is not None:
+        meta["host_name"] = host
+    return write_trace(path, events, **meta)
+
+
+def _job(tmp_path, *, clock_us=0, **kw):
+    d = tmp_path / "job"
+    d.mkdir()
+    for r in range(4):
+        # rank 3 computes 3 ms longer: it is the straggler, and node 1 the node the others wait for
+        _rank(d / f"rank{r}.json", r, 6_000 if r == 3 else 3_000, clock_us=clock_us if r >= 2 else 0, **kw)
+    return perfscope.analyze(d)
+
+
+def test_ranks_are_grouped_by_node_and_the_straggler_node_named(tmp_path):
+    nodes = _job(tmp_path).details["nodes"]
+    assert nodes["source"] == "perfscope" and nodes["count"] == 2
+    assert [n["ranks"] for n in nodes["nodes"]] == [[0, 1], [2, 3]]
+    assert [n["clock_offset_us"] for n in nodes["nodes"]] == [0.0, 0.0]
+    assert nodes["straggler_node"] == {"node": 1, "rank": 3, "basis": "arrival"}
+    assert nodes["nodes"][1]["median_late_us"] == pytest.approx(3000)
+    pg = nodes["process_groups"]
+    assert (pg["intra_node"], pg["inter_node"]) == (2, 3)
+    assert [g["span"] for g in pg["groups"]] == ["inter-node", "intra-node", "intra-node", "inter-node", "inter-node"]
+
+
+def test_a_node_clock_that_runs_ahead_is_found_and_taken_out(tmp_path):
+    # Node 1's clock is 40 ms ahead: on raw times its ranks would arrive 40 ms late (or, with the
+    # ends 40 ms apart, no rank would overlap another in a collective).
+    a = _job(tmp_path, clock_us=40_000)
+    nodes = a.details["nodes"]
+    assert nodes["nodes"][1]["clock_offset_us"] == pytest.approx(40_000, abs=1)
+    assert a.details["clocks_agree"] is True
+    assert a.details["straggler"]["rank"] == 3 and a.details["straggler"]["median_late_us"] == pytest.approx(3000, abs=1)
+
+
+def test_distinct_host_names_tell_nodes_apart_without_perfscopes_record(tmp_path):
+    d = tmp_path / "job"
+    d.mkdir()
+    for r in range(4):
+        _rank(d / f"rank{r}.json", r, 3_000, record=False, host=f"gpu-node-{7 - r // 2}")
+    nodes = perfscope.analyze(d).details["nodes"]
+    assert nodes["source"] == "host name"
+    assert [(n["node"], n["host"], n["ranks"]) for n in nodes["nodes"]] == [(0, "gpu-node-7", [0, 1]),
+                                                                            (1, "gpu-node-6", [2, 3])]
+
+
+def test_one_host_and_no_record_is_no_node_view(tmp_path):
+    d = tmp_path / "job"
+    d.mkdir()
+    for r in range(4):
+        _rank(d / f"rank{r}.json", r, 3_000, record=False, host="vm")
+    assert perfscope.analyze(d).details["nodes"] is None
+
+
+def test_a_job_record_that_is_not_one_is_named_and_ignored(tmp_path):
+    d = tmp_path / "job"
+    d.mkdir()
+    path = write_trace(d / "rank0.json", [step(1, 0, 100), cpu_op("aten::mm", 0, 90)],
+                       **{JOB_KEY: {"version": 1, "node": {"node_rank": 5, "nnodes": 2, "local_rank": 0,
+                                                           "local_world_size": 1}, "ddp": {"bucket_bytes": [-4]}}})
+    a = perfscope.analyze(path)
+    assert any("perfscope_job: its node is not four whole numbers in range; ignored" in w for w in a.warnings)
+    assert any("perfscope_job: its DDP buckets are not a list of positive byte counts; ignored" in w for w in a.warnings)
+
+
+def test_a_wait_for_communication_inside_an_operator_is_exposed_communication(tmp_path):
+    # CPU trace: a 10 ms step; autograd's AccumulateGrad runs 2-9 ms and, inside it, the
+    # hierarchical hook waits 3-8 ms for its collectives (perfscope.comm_wait); a gloo collective
+    # runs on another thread 3-8 ms. The wait is not computation.
+    from tracegen import annotation, event
+
+    events = [step(1, 0, 10_000), cpu_op("aten::mm", 0, 2_000),
+              cpu_op("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", 2_000, 7_000),
+              annotation("perfscope.comm_wait", 3_000, 5_000),
+              event("user_annotation", "gloo:all_reduce", 3_000, 5_000, tid=99)]
+    row = perfscope.analyze(write_trace(tmp_path / "rank0.json", events)).steps.iloc[0]
+    assert row["exposed_comm_us"] == pytest.approx(5_000)
+    assert row["operator_us"] == pytest.approx(4_000)  # 0-2 and 2-3, 8-9 ms
+    assert row["comm_us"] == pytest.approx(5_000)
