@@ -3,8 +3,8 @@
 1. Profile examples/comm_bound.py (``--width 1024 --depth 2``: 8 MiB of gradients in one DDP
    bucket) on this machine with 2 ranks: the one profile every forecast below starts from.
 2. For each node count and link rate: build an emulated cluster (perfscope.emulate, 2 ranks per
-   node), measure its link as a user would (a TCP stream's throughput between two nodes, the
-   per-step latency of a one-value all-reduce), and train the same model there with flat DDP and
+   node), measure its link as a user would (all-reduces between one rank per node at two sizes,
+   fitted to alpha and beta; a TCP stream's throughput is shown beside), and train the same model there with flat DDP and
    with the hierarchical hook, interleaved (bench/forecast_ranks.py).
 3. Forecast both from the profile and the measured link; print measured and predicted step
    times, their error, and whether the recommended algorithm is the one that was faster.
@@ -105,7 +105,7 @@ def main() -> None:
     inputs = from_summary(summary)
     print(f"profile: {inputs.world} ranks on one node, compute {inputs.compute_s * 1e3:.1f} ms/step, "
           f"gradients {inputs.gradient_bytes / 2**20:.1f} MiB, measured all-reduce {inputs.allreduce_s * 1e3:.1f} ms")
-    head = (f"{'nodes':>5} {'link':>8} {'TCP MB/s':>9} {'lat us':>7} | {'flat':>7} {'pred':>7} {'err':>6} | "
+    head = (f"{'nodes':>5} {'link':>8} {'TCP MB/s':>9} {'fit MB/s':>9} {'lat us':>7} | {'flat':>7} {'pred':>7} {'err':>6} | "
             f"{'hier':>7} {'pred':>7} {'err':>6} | {'faster':>6} {'recommended':>12}")
     print(head)
     errors, right = [], 0
@@ -114,7 +114,7 @@ def main() -> None:
         m = emulated(nodes, rate, a.windows, a.steps)
         lat = m["latency_s"]
         intra = inputs.measured_intra_link(lat)
-        cluster = target_cluster(nodes, PER_NODE, intra, Link(bytes_per_s=m["link_bytes_per_s"], latency_s=lat),
+        cluster = target_cluster(nodes, PER_NODE, intra, Link(bytes_per_s=m["bytes_per_s"], latency_s=lat),
                                  inputs.mode)
         f = forecast(inputs, cluster)
         flat, hier = statistics.median(m["flat_s"]), statistics.median(m["hier_s"])
@@ -124,7 +124,7 @@ def main() -> None:
         faster = "hier" if hier < flat else "flat"
         ok = (f["recommended"] == "hierarchical") == (faster == "hier")
         right += ok
-        print(f"{nodes:>5} {rate:>8} {m['link_bytes_per_s'] / 1e6:>9.1f} {lat * 1e6:>7.0f} | {flat * 1e3:>6.0f}ms "
+        print(f"{nodes:>5} {rate:>8} {m['link_bytes_per_s'] / 1e6:>9.1f} {m['bytes_per_s'] / 1e6:>9.1f} {lat * 1e6:>7.0f} | {flat * 1e3:>6.0f}ms "
               f"{pf * 1e3:>6.0f}ms {ef:>+6.0%} | {hier * 1e3:>6.0f}ms {ph * 1e3:>6.0f}ms {eh:>+6.0%} | {faster:>6} "
               f"{f['recommended']:>12}{'' if ok else '  WRONG'}")
     print(f"step time error: median {statistics.median(errors):.0%}, largest {max(errors):.0%}; "

@@ -1,10 +1,11 @@
 """The rank side of bench/bench_forecast.py: started by torchrun on every emulated node.
 
-Measures the link as a user would before forecasting (the per-step latency of a one-value
-all-reduce: ``2(W-1)`` steps of the ring), then trains examples/comm_bound.py's model with
+Measures the link as a user would before forecasting: an all-reduce between one rank per node at
+two message sizes, fitted to the ring's alpha-beta cost ``2(N-1) * (alpha + m/N / beta)`` (the
+way NCCL-tests' figures are read), then trains examples/comm_bound.py's model with
 flat DDP and with perfscope's hierarchical hook, interleaved step window by step window, and
-prints one JSON line from rank 0: ``{"latency_s", "flat_s": [...], "hier_s": [...]}`` (median
-step seconds of each window).
+prints one JSON line from rank 0: ``{"latency_s", "bytes_per_s", "flat_s": [...], "hier_s": [...]}``
+(the fitted link; median step seconds of each window).
 
     torchrun ... bench/forecast_ranks.py --width 1024 --depth 2 --windows 3 --steps 4
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -32,16 +34,32 @@ from comm_bound import build_model  # noqa: E402
 from perfscope.runtime.parallel import wrap_ddp  # noqa: E402
 
 
-def latency_s(world: int) -> float:
-    x = torch.zeros(1)
-    for _ in range(5):
-        dist.all_reduce(x)
+SIZES = (64 << 10, 4 << 20)  # bytes: about the latency, about the bandwidth
+
+
+def fitted_link(nodes: int, per_node: int) -> tuple[float, float]:
+    """(alpha s, beta bytes/s) of the inter-node link from all-reduces among one rank per node."""
+    group = dist.new_group(list(range(0, nodes * per_node, per_node)))
     times = []
-    for _ in range(30):
-        t0 = time.perf_counter()
-        dist.all_reduce(x)
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times) / (2 * (world - 1))
+    for size in SIZES:
+        x = torch.zeros(size // 4)
+        t = []
+        if dist.get_rank() % per_node == 0:
+            for _ in range(3):
+                dist.all_reduce(x, group=group)
+            for _ in range(7):
+                t0 = time.perf_counter()
+                dist.all_reduce(x, group=group)
+                t.append(time.perf_counter() - t0)
+        times.append(statistics.median(t) if t else 0.0)
+    dist.barrier()
+    if dist.get_rank() % per_node:
+        return 0.0, 0.0  # not in the inter-node group: only rank 0's figures are printed
+    steps = 2 * (nodes - 1)
+    (m1, m2), (t1, t2) = SIZES, times
+    beta = (m2 - m1) / nodes / ((t2 - t1) / steps)
+    alpha = max(0.0, t1 / steps - m1 / nodes / beta)
+    return alpha, beta
 
 
 def window(ddp, opt, x, y, steps: int) -> float:
@@ -65,8 +83,9 @@ def main() -> None:
     a = p.parse_args()
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
-    world = dist.get_world_size()
-    out = {"latency_s": latency_s(world), "flat_s": [], "hier_s": []}
+    per_node = int(os.environ["LOCAL_WORLD_SIZE"])
+    alpha, beta = fitted_link(dist.get_world_size() // per_node, per_node)
+    out = {"latency_s": alpha, "bytes_per_s": beta, "flat_s": [], "hier_s": []}
     torch.manual_seed(0)
     runs = {"flat_s": DistributedDataParallel(build_model(a.width, a.depth)),
             "hier_s": wrap_ddp(build_model(a.width, a.depth), bucket_cap_mb=25.0, static_graph=False,

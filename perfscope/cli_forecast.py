@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import orjson
@@ -28,6 +29,12 @@ def _bandwidth(text: str) -> float:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _one_line_error(message: str) -> None:
+    """Bad options: ``perfscope: error: ...`` on stderr, exit status 2, no usage block."""
+    print(f"perfscope: error: {safe(message)} (see perfscope forecast --help)", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def add_forecast_parser(sub) -> None:
     """Add ``forecast`` to the ``perfscope`` sub-commands."""
     f = sub.add_parser(
@@ -37,6 +44,7 @@ def add_forecast_parser(sub) -> None:
         "efficiency of the same job on NODES x RANKS_PER_NODE ranks over the given links, for a flat ring and the "
         "hierarchical all-reduce, and say which to use. Writes forecast.json. See docs/multinode.md.",
     )
+    f.error = _one_line_error
     f.add_argument("summary", metavar="SUMMARY_OR_OUT_DIR", help="summary.json, or the output directory holding it")
     f.add_argument("--nodes", type=whole(1, MAX_NODES), required=True, metavar="N", help="nodes of the target job")
     f.add_argument("--ranks-per-node", type=whole(1, 1024), required=True, metavar="G", help="ranks on each node")
@@ -95,6 +103,7 @@ def run(args, summary_path: Path, summary: dict) -> int:
         **result,
     }
     out_dir = args.out if args.out is not None else summary_path.parent
+    out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "forecast.json"
     replaced = path.exists()
     write_bytes_atomic(path, orjson.dumps(record, option=orjson.OPT_INDENT_2) + b"\n")

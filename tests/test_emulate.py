@@ -4,7 +4,6 @@ elsewhere, failed under CI (where root is given)."""
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -14,20 +13,10 @@ import pytest
 
 from perfscope import emulate
 from perfscope.emulate import ClusterError, EmulatedCluster, LinkShape, parse_rate
+from emulated import root_cluster_host  # noqa: F401 - a fixture
 
 
-def _ci() -> bool:
-    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
-
-
-@pytest.fixture(autouse=True)
-def need_root():
-    if os.geteuid() != 0:
-        if _ci():
-            pytest.fail("CI runs as root; the emulated cluster tests must run there")
-        pytest.skip("the emulated cluster needs root (network namespaces, veth, tc)")
-    yield
-    assert emulate.namespaces() == [], "a test left namespaces behind"
+pytestmark = pytest.mark.usefixtures("root_cluster_host")
 
 
 def test_rates_are_parsed_with_units():
