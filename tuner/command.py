@@ -41,7 +41,7 @@ def check_same_command(study: optuna.Study, options, *, space_attr: str) -> None
         CommandChanged: another script, other arguments or ranks, or another measurement.
     """
     command = {"script": options.script, "args": list(options.script_args), "nproc_per_node": options.nproc_per_node}
-    if options.nodes is not None:  # absent for one node: studies made before multi-node tuning still match
+    if getattr(options, "nodes", None) is not None:  # absent for one node: studies made before multi-node tuning still match
         command["nnodes"] = options.nodes.nnodes
     measurement = {key: getattr(options, key) for key in MEASUREMENT_OPTIONS}
     fresh = space_attr not in study.user_attrs and not study.get_trials(deepcopy=False)

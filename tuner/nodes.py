@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -34,6 +35,8 @@ FOLLOWER_WAIT_S = 120.0  # how long node 0 waits for the other nodes to finish a
 
 
 def _store(nodes: NodeLaunch, master: bool, timeout_s: float):
+    # A board that goes away is reported in one line (follow); c10d would also log a C++ stack.
+    os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     from torch.distributed import TCPStore
 
     host, port = nodes.host_port()
