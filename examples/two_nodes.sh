@@ -2,7 +2,8 @@
 # A communication-bound DDP job on two emulated nodes (2 gloo ranks each) joined by a 200 Mbit/s
 # link: profile it flat and with the hierarchical all-reduce, compare, tune it across both nodes,
 # and forecast it from a one-node profile. Needs root (network namespaces, tc); run from the
-# repository root with the environment active:  sudo -E env PATH="$PATH" examples/two_nodes.sh
+# repository root with the environment active: examples/two_nodes.sh as root, or
+# sudo -E env PATH="$PATH" examples/two_nodes.sh
 # Everything goes to perfscope-out/two-nodes/; the emulated nodes are removed at the end.
 set -euo pipefail
 OUT=perfscope-out/two-nodes

@@ -126,5 +126,6 @@ def format_forecast(record: dict) -> str:
         r = record[name]
         lines.append(f"{label:<14}{r['allreduce_s'] * 1e3:>9.1f} ms{r['exposed_comm_s'] * 1e3:>9.1f} ms"
                      f"{r['step_time_s'] * 1e3:>9.1f} ms{100 * r['scaling_efficiency']:>13.1f}%")
+    lines += [f"caution: {c}" for c in record.get("cautions") or []]
     lines += ["", f"recommended: {record['recommended']} ({record['reason']})"]
     return "\n".join(lines)

@@ -29,7 +29,10 @@ def parse_bandwidth(text: str) -> tuple[float, str]:
         elif value > 0 and math.isfinite(value):
             scale = (_BINARY if binary else _PREFIX)[prefix]
             return (value * scale / 8.0, "bit") if unit == "bit" else (value * scale, "byte")
-    raise ValueError(f"a bandwidth is a positive number with a unit such as 200Mbit, 25Gbit or 10GB (bytes); got "
+    why = ""
+    if re.search(r"(bps|[0-9kmgt]b(/s)?)\s*$", str(text)):
+        why = " (a lower-case b or bps is ambiguous: tc reads mbps as megabytes, most people as megabits)"
+    raise ValueError(f"a bandwidth is a positive number with a unit such as 200Mbit, 25Gbit or 10GB (bytes){why}; got "
                      f"{str(text)[:40]!r}")
 
 

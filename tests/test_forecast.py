@@ -144,3 +144,15 @@ def test_bad_forecast_options_are_one_line_and_exit_status_2(tmp_path, args, wor
     done = _perfscope("forecast", tmp_path, *args)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1 and words in done.stderr, done.stderr
+
+
+def test_cpu_ranks_on_a_network_as_fast_as_their_loopback_get_a_caution_and_keep_flat():
+    loopback = Link(bytes_per_s=1.4e9)
+    fast = forecast(_inputs(), Cluster(nodes=2, ranks_per_node=2, intra=loopback, inter=Link(bytes_per_s=1.25e9),
+                                       chunk_bytes=2**20))
+    assert fast["speedup"] > 1 and fast["recommended"] == "flat"
+    assert fast["cautions"] and "leaves out" in fast["cautions"][0] and "see the caution" in fast["reason"]
+    gpu = forecast(_inputs(mode="gpu"), Cluster(nodes=2, ranks_per_node=2, intra=loopback, inter=Link(bytes_per_s=1.25e9)))
+    assert gpu["cautions"] == []  # GPUs move the bytes with their own engines
+    slow = forecast(_inputs(), Cluster(nodes=2, ranks_per_node=2, intra=loopback, inter=SLOW))
+    assert slow["cautions"] == [] and slow["recommended"] == "hierarchical"

@@ -17,7 +17,7 @@ PGS = [{"pg_name": "0", "pg_desc": "default_pg", "ranks": [0, 1, 2, 3]},
        {"pg_name": "3", "pg_desc": "inter", "ranks": [0, 2]}, {"pg_name": "4", "pg_desc": "inter", "ranks": [1, 3]}]
 
 
-def _rank(path, rank, compute_us, *, clock_us=0, record=True, host=None):
+def _rank(path, rank, compute_us, *, clock_us=0, record=True, host=None, with_groups=False):
     """Three 10 ms steps of 4 ranks on 2 nodes (ranks 0-1 node 0, 2-3 node 1): compute, then an
     all-reduce ending at the same absolute instant on every rank. ``clock_us`` is how far this
     rank's node clock runs ahead (every timestamp shifted)."""
@@ -29,7 +29,8 @@ def _rank(path, rank, compute_us, *, clock_us=0, record=True, host=None):
                    *launch("gemm", s + 1, s + 10, compute_us, correlation=10 * n + 1),
                    *launch(NCCL_NEW, s + 2, s + 10 + compute_us, end - (s + 10 + compute_us), correlation=10 * n + 2,
                            stream=20)]
-    meta = {"baseTimeNanoseconds": BASE, "distributedInfo": {"rank": rank, "world_size": 4, "pg_config": PGS}}
+    groups = PGS if with_groups else PGS[:1]
+    meta = {"baseTimeNanoseconds": BASE, "distributedInfo": {"rank": rank, "world_size": 4, "pg_config": groups}}
     if record:
         meta[JOB_KEY] = {"version": 1, "node": {"node_rank": rank // 2, "nnodes": 2, "local_rank": rank % 2,
                                                 "local_world_size": 2, "host": "vm"}, "ddp": None}
@@ -38,25 +39,40 @@ def _rank(path, rank, compute_us, *, clock_us=0, record=True, host=None):
     return write_trace(path, events, **meta)
 
 
-def _job(tmp_path, *, clock_us=0, **kw):
+def _job(tmp_path, *, clock_us=0, slow=(3,), **kw):
     d = tmp_path / "job"
     d.mkdir()
     for r in range(4):
-        # rank 3 computes 3 ms longer: it is the straggler, and node 1 the node the others wait for
-        _rank(d / f"rank{r}.json", r, 6_000 if r == 3 else 3_000, clock_us=clock_us if r >= 2 else 0, **kw)
+        # the ranks in ``slow`` compute 3 ms longer: they arrive late at every all-reduce
+        _rank(d / f"rank{r}.json", r, 6_000 if r in slow else 3_000, clock_us=clock_us if r >= 2 else 0, **kw)
     return perfscope.analyze(d)
 
 
-def test_ranks_are_grouped_by_node_and_the_straggler_node_named(tmp_path):
-    nodes = _job(tmp_path).details["nodes"]
+def test_ranks_are_grouped_by_node_and_a_node_slow_as_a_whole_named(tmp_path):
+    nodes = _job(tmp_path, slow=(2, 3)).details["nodes"]
     assert nodes["source"] == "perfscope" and nodes["count"] == 2
     assert [n["ranks"] for n in nodes["nodes"]] == [[0, 1], [2, 3]]
     assert [n["clock_offset_us"] for n in nodes["nodes"]] == [0.0, 0.0]
-    assert nodes["straggler_node"] == {"node": 1, "rank": 3, "basis": "arrival"}
+    assert nodes["straggler_node"]["node"] == 1 and nodes["straggler_node"]["basis"] == "arrival"
     assert nodes["nodes"][1]["median_late_us"] == pytest.approx(3000)
-    pg = nodes["process_groups"]
+
+
+def test_one_slow_rank_is_the_straggler_but_not_its_whole_node(tmp_path):
+    a = _job(tmp_path)  # rank 3 alone is late; rank 2, on the same node, is not
+    assert a.details["straggler"]["rank"] == 3
+    assert a.details["nodes"]["straggler_node"] is None
+
+
+def test_collectives_of_subgroups_not_named_in_the_trace_are_not_paired_across_ranks(tmp_path):
+    # PGS lists subgroups; the NCCL kernels carry no group: the k-th all-reduce of rank 0 and of
+    # rank 2 may be different groups' collectives, so no lateness, no straggler, and a note says why.
+    a = _job(tmp_path, with_groups=True)
+    pg = a.details["nodes"]["process_groups"]
     assert (pg["intra_node"], pg["inter_node"]) == (2, 3)
     assert [g["span"] for g in pg["groups"]] == ["inter-node", "intra-node", "intra-node", "inter-node", "inter-node"]
+    assert a.details["straggler"] is None and a.details["collectives_matched"] == 0
+    assert "process group(s) smaller than the world" in a.details["collectives_unmatched_reason"]
+    assert any("ranks are not compared at their collectives" in n for n in a.notes)
 
 
 def test_a_node_clock_that_runs_ahead_is_found_and_taken_out(tmp_path):

@@ -118,9 +118,10 @@ def follow(nodes: NodeLaunch, nproc_per_node: int, *, setup_timeout_s: float = 3
             store.wait([f"trial/{k}"], datetime.timedelta(seconds=setup_timeout_s))
             msg = json.loads(store.get(f"trial/{k}"))
         except Exception as e:  # noqa: BLE001 - the board closed: node 0 ended without a stop
-            raise PerfscopeError(f"node 0's tuning board went away before trial {k} ({e}); stopping") from None
+            raise PerfscopeError(f"node 0's tuning board went away before run {k} ({e}); stopping") from None
         if msg.get("stop"):
-            print(f"perfscope: node {nodes.node_rank}: {k} trial(s) run; node 0 wrote the results", flush=True)
+            print(f"perfscope: node {nodes.node_rank}: {k} run(s) of node 0's done (baseline, trials, confirmation "
+                  "rounds); node 0 wrote the results", flush=True)
             return 0
         with tempfile.TemporaryDirectory(prefix="perfscope-follow-") as tmp:
             config = None
@@ -142,5 +143,5 @@ def follow(nodes: NodeLaunch, nproc_per_node: int, *, setup_timeout_s: float = 3
             finally:
                 stop_trial(proc, True)
         store.set(f"done/{k}/{nodes.node_rank}", str(status))
-        print(f"perfscope: node {nodes.node_rank}: trial {k} ended ({safe(str(status))})", flush=True)
+        print(f"perfscope: node {nodes.node_rank}: run {k} ended (exit status {safe(str(status))})", flush=True)
         k += 1

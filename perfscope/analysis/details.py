@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.analysis.intervals import locate, union, window_segments
-from perfscope.analysis.nodes import node_of_ranks, node_view
+from perfscope.analysis.nodes import node_of_ranks, node_view, subgroup_count
 from perfscope.analysis.ranks import collective_skew, rank_rows
 from perfscope.analysis.steps import graph_launched
 from perfscope.analysis.verdict import CLASSES, advice_for
@@ -190,7 +190,7 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
         return (np.concatenate([n for n, _ in parts]), np.concatenate([d for _, d in parts])) if parts else (np.zeros(0, object), np.zeros(0))
 
     nodes, node_source = node_of_ranks(rank_traces, ranks)
-    skew = collective_skew(rank_traces, ranks, frame, nodes)
+    skew = collective_skew(rank_traces, ranks, frame, nodes, subgroup_count(rank_traces))
     rows, slowest = rank_rows(frame, mode, skew) if len(frame) else ([], None)
     straggler = skew["straggler"]
     return {
@@ -206,6 +206,7 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
         "nodes": node_view(rank_traces, ranks, nodes, node_source, rows, skew),
         "collectives_matched": skew["matched"],
         "collectives_unmatched": skew["unmatched"],
+        "collectives_unmatched_reason": skew.get("why_unmatched"),
         "clocks_agree": skew["clocks_agree"],
         "last_counts": skew["last_counts"],
         "slowest_rank": slowest,

@@ -85,6 +85,26 @@ def node_offsets_ns(matched: pd.DataFrame, nodes: dict[int, int]) -> dict[int, f
     return out
 
 
+def subgroup_count(rank_traces: list[RankTrace]) -> int:
+    """Process groups smaller than the world in any trace's ``pg_config`` (0 when none is listed).
+
+    gloo's collectives carry no group in the trace, so with such groups the k-th ``gloo:all_gather``
+    of one rank may be another group's collective than the k-th of another rank: collectives can
+    then not be matched across ranks by name and order.
+    """
+    seen = set()
+    for rt in rank_traces:
+        world = rt.table.world_size
+        for pg in rt.table.distributed_info.get("pg_config") or []:
+            if not isinstance(pg, dict):
+                continue
+            ranks = pg.get("ranks")
+            size = len(ranks) if isinstance(ranks, list) else pg.get("pg_size")
+            if type(size) is int and world is not None and 0 < size < world:
+                seen.add(str(pg.get("pg_name")))
+    return len(seen)
+
+
 def process_groups(rank_traces: list[RankTrace], nodes: dict[int, int]) -> dict:
     """The job's process groups (from any trace's ``pg_config``) as inside one node or across."""
     seen: dict[str, dict] = {}
@@ -129,16 +149,24 @@ def node_view(rank_traces: list[RankTrace], ranks: list[int], nodes: dict[int, i
                     "median_late_us": max(late) if late else None,
                     "median_collective_wait_us": float(np.median(wait)) if wait else None,
                     "clock_offset_us": (skew.get("node_offsets_ns") or {}).get(node, 0.0) / _NS_PER_US})
-    straggler = skew.get("straggler")
-    slow = None
-    if straggler is not None:
-        node = nodes.get(straggler["rank"])
-        # The node the others wait for: its straggler rank's node, if that node's ranks wait least.
-        waits = {n["node"]: n["median_collective_wait_us"] for n in out if n["median_collective_wait_us"] is not None}
-        if node is not None and waits and waits.get(node) == min(waits.values()):
-            slow = {"node": node, "rank": straggler["rank"], "basis": straggler["basis"]}
+    slow = _slow_node(skew.get("straggler"), nodes, by_rank)
     return {"source": source, "count": len(out), "nodes": out, "straggler_node": slow,
             "process_groups": process_groups(rank_traces, nodes), "link": link_use(rank_traces, nodes, out)}
+
+
+def _slow_node(straggler: dict | None, nodes: dict[int, int], by_rank: dict[int, dict]) -> dict | None:
+    """The node the others wait for: the straggler's node, when every one of its ranks arrives
+    later (median lateness per step) than every rank of every other node -- a node slow as a whole
+    (a busy or throttled host, a slow NIC), not one slow rank on it. None otherwise."""
+    if straggler is None or straggler.get("basis") != "arrival":
+        return None
+    node = nodes.get(straggler["rank"])
+    late = {r: by_rank[r]["median_late_us"] for r in nodes if r in by_rank and by_rank[r]["median_late_us"] is not None}
+    mine = [v for r, v in late.items() if nodes[r] == node]
+    others = [v for r, v in late.items() if nodes[r] != node]
+    if node is None or not mine or not others or min(mine) <= max(others):
+        return None
+    return {"node": node, "rank": straggler["rank"], "basis": straggler["basis"]}
 
 
 def link_use(rank_traces: list[RankTrace], nodes: dict[int, int], node_rows: list[dict]) -> dict | None:

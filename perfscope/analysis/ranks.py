@@ -70,7 +70,7 @@ def _collectives(rt: RankTrace, rank: int, counted: set) -> pd.DataFrame:
 
 
 def collective_skew(rank_traces: list[RankTrace], ranks: list[int], frame: pd.DataFrame,
-                    nodes: dict[int, int] | None = None) -> dict:
+                    nodes: dict[int, int] | None = None, subgroups: int = 0) -> dict:
     """Arrival lateness, collective wait and the straggler (see the module docstring).
 
     Args:
@@ -79,6 +79,10 @@ def collective_skew(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Da
         nodes: Rank -> node of a multi-node job (:func:`perfscope.analysis.nodes.node_of_ranks`),
             or None: node clock offsets that causality proves are taken out of the arrivals
             (:func:`perfscope.analysis.nodes.node_offsets_ns`).
+        subgroups: Process groups smaller than the world
+            (:func:`perfscope.analysis.nodes.subgroup_count`): with any, collectives without
+            their group in the trace are not matched (``unmatched`` counts them, ``why_unmatched``
+            says why), since the same name and order may be different groups' collectives.
 
     Returns:
         ``{"per_rank_step": DataFrame (rank, step, late_us, wait_us, collectives), "straggler":
@@ -92,7 +96,7 @@ def collective_skew(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Da
             parts.append(_collectives(rt, rank, counted))
     empty = {"per_rank_step": pd.DataFrame(columns=["rank", "step", "late_us", "wait_us", "collectives"]),
              "straggler": None, "matched": 0, "unmatched": 0, "clocks_agree": None, "last_counts": {},
-             "node_offsets_ns": {}}
+             "node_offsets_ns": {}, "why_unmatched": None}
     if not parts:
         return empty
     df = pd.concat(parts, ignore_index=True)
@@ -100,6 +104,11 @@ def collective_skew(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Da
     if n_ranks < 2 or df.empty:
         return empty
     key = ["step", "name", "k"]
+    if subgroups:
+        return {**empty, "unmatched": int(df.groupby(key).ngroups),
+                "why_unmatched": f"the job uses {subgroups} process group(s) smaller than the world and the traces do "
+                                 "not say which group each collective ran on, so the ranks' collectives cannot be "
+                                 "paired by name and order"}
     present = df.groupby(key)["rank"].transform("nunique")
     matched = df[present == n_ranks].copy()
     unmatched = int(df[present < n_ranks].groupby(key).ngroups)

@@ -207,6 +207,9 @@ def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, commo
     else:
         rv = verdict_of_none(frame, [rt.evidence.run_reason for rt in rank_traces])
     details = build_details(rank_traces, ranks, frame.loc[counted], mode, facts)
+    if details.get("collectives_unmatched_reason"):
+        notes.append(f"ranks are not compared at their collectives (no lateness, no straggler from arrivals): "
+                     f"{details['collectives_unmatched_reason']}")
     if details.get("clocks_agree") is False:
         warnings.append("the ranks' clocks do not agree (in most collectives a rank seems to arrive after another has "
                         "finished: a trace without its base time, or node clocks apart): arrivals are not compared, the "

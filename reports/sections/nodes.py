@@ -32,7 +32,8 @@ def render(summary: dict) -> str:
     if slow is not None:
         parts.append(f" Node {esc(slow.get('node'))} is the one the others wait for: it holds the straggler, rank "
                      f"{esc(slow.get('rank'))}, and its ranks wait least in the collectives. A slow or busy node "
-                     "(thermal throttling, a noisy neighbour, a failing NIC) looks like this.")
+                     "(thermal throttling, a noisy neighbour, a failing NIC) looks like this: every one of its "
+                     "ranks arrives later than every rank of the other nodes.")
     offsets = [n for n in rows if num(n.get("clock_offset_us"))]
     if offsets:
         parts.append(" Node clocks disagree, and the collectives prove by how much: "
@@ -59,8 +60,8 @@ def render(summary: dict) -> str:
     pg = nv.get("process_groups") if isinstance(nv.get("process_groups"), dict) else {}
     groups = [g for g in pg.get("groups") or [] if isinstance(g, dict)]
     if groups:
-        parts.append(f"<p>Process groups: {esc(pg.get('intra_node'))} inside one node (its own links: NVLink, shared "
-                     f"memory), {esc(pg.get('inter_node'))} across nodes (the network).</p>")
+        parts.append(f"<p>Process groups: {esc(pg.get('intra_node'))} inside one node (the node's own links: NVLink "
+                     f"or PCIe between GPUs, loopback between CPU ranks), {esc(pg.get('inter_node'))} across nodes (the network).</p>")
         parts.append(table([("group", "l"), ("description", "l"), ("ranks", ""), ("where", "l")],
                            [("", [esc(g.get("name")), esc(g.get("desc")), esc(g.get("size")), esc(g.get("span"))])
                             for g in groups[:32]]))
