@@ -153,6 +153,7 @@ class EmulatedCluster:
         self.names = [f"{tag}-n{i}" for i in range(nodes)]
         self.addresses = [f"10.{net}.0.{i + 1}" for i in range(nodes)]
         self._procs: list[subprocess.Popen] = []
+        self._made: list[str] = []  # the namespaces this cluster created: only these are removed
 
     # --- building and tearing down -----------------------------------------------------------
 
@@ -170,17 +171,25 @@ class EmulatedCluster:
         self.close()
 
     def _build(self) -> None:
-        _ip("netns", "add", self.switch)
+        taken = set(namespaces(PREFIX)) & {*self.names, self.switch}
+        if taken:
+            raise ClusterError(f"namespaces {', '.join(sorted(taken))} exist already (another cluster of this "
+                               "process on the same net): pick another net")
+        self._add(self.switch)
         _ip("link", "add", "br0", "type", "bridge", netns=self.switch)
         _ip("link", "set", "br0", "up", netns=self.switch)
         for i, (ns, addr) in enumerate(zip(self.names, self.addresses)):
-            _ip("netns", "add", ns)
+            self._add(ns)
             _ip("link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", f"p{i}", "netns", self.switch)
             _ip("link", "set", f"p{i}", "master", "br0", "up", netns=self.switch)
             _ip("addr", "add", f"{addr}/24", "dev", "eth0", netns=ns)
             _ip("link", "set", "eth0", "up", netns=ns)
             _ip("link", "set", "lo", "up", netns=ns)
             self._shape(ns)
+
+    def _add(self, ns: str) -> None:
+        _ip("netns", "add", ns)
+        self._made.append(ns)
 
     def _shape(self, ns: str) -> None:
         if self.link.rate is not None:
@@ -218,10 +227,11 @@ class EmulatedCluster:
                 pass
         self._procs.clear()
         existing = set(namespaces(PREFIX))
-        for ns in [*self.names, self.switch]:
+        for ns in self._made:
             if ns in existing:
                 _kill_namespace_processes(ns)
                 _ip("netns", "del", ns, check=False)
+        self._made.clear()
 
     # --- running in it ------------------------------------------------------------------------
 
@@ -249,17 +259,31 @@ class EmulatedCluster:
         Raises:
             ClusterError: a command ran past ``timeout_s`` (all are killed).
         """
-        procs = [self.popen(i, cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kwargs)
-                 for i, cmd in enumerate(cmds)]
-        deadline = time.monotonic() + timeout_s
-        results = []
-        for i, proc in enumerate(procs):
+        # Each node's output goes to a file, not a pipe: a node blocked on a full pipe while another
+        # waits for it (ranks in a collective) would hang them all.
+        import tempfile
+
+        with tempfile.TemporaryDirectory(prefix="perfscope-emulate-") as tmp:
+            files = [(open(f"{tmp}/{i}.out", "w+"), open(f"{tmp}/{i}.err", "w+")) for i in range(len(cmds))]
             try:
-                out, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                self.close()
-                raise ClusterError(f"node {i}: {' '.join(cmds[i])[:120]} ran past {timeout_s:g} s") from None
-            results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+                procs = [self.popen(i, cmd, env=env, stdout=out, stderr=err, text=True, **kwargs)
+                         for i, (cmd, (out, err)) in enumerate(zip(cmds, files))]
+                deadline = time.monotonic() + timeout_s
+                for i, proc in enumerate(procs):
+                    try:
+                        proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                    except subprocess.TimeoutExpired:
+                        self.close()
+                        raise ClusterError(f"node {i}: {' '.join(cmds[i])[:120]} ran past {timeout_s:g} s") from None
+                results = []
+                for proc, (out, err) in zip(procs, files):
+                    out.seek(0)
+                    err.seek(0)
+                    results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out.read(), err.read()))
+            finally:
+                for out, err in files:
+                    out.close()
+                    err.close()
         return results
 
 
@@ -283,20 +307,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = a.command[1:] if a.command[:1] == ["--"] else a.command
     if not command:
         p.error("no command: give it after --")
+    if not (0 < a.timeout < 1e7):  # NaN fails too
+        p.error(f"--timeout must be a number of seconds above 0 and below 10,000,000, got {a.timeout}")
     remove_stale()
+
+    def ended(signum, frame):  # SIGTERM, SIGHUP: leave through the with block, which removes the cluster
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, ended)
     try:
         with EmulatedCluster(a.nodes, LinkShape(rate=a.rate), net=a.net) as cluster:
             cmds = [[part.replace("{node}", str(i)).replace("{master}", cluster.addresses[0]) for part in command]
                     for i in range(a.nodes)]
             done = cluster.run(cmds, timeout_s=a.timeout)
     except (ClusterError, ValueError) as exc:
-        print(f"perfscope.emulate: error: {exc}", file=sys.stderr)
+        print(f"perfscope.emulate: error: {str(exc).splitlines()[0] if str(exc) else exc!r}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("perfscope.emulate: interrupted; the cluster and its processes were removed", file=sys.stderr)
+        return 130
     for i, d in enumerate(done):
         for stream, text in ((sys.stdout, d.stdout), (sys.stderr, d.stderr)):
             for line in text.splitlines():
                 print(f"[node {i}] {line}", file=stream)
-    return next((d.returncode for d in done if d.returncode), 0)
+    status = next((d.returncode for d in done if d.returncode), 0)
+    return 128 - status if status < 0 else status  # killed by a signal: as a shell reports it
 
 
 if __name__ == "__main__":

@@ -28,8 +28,16 @@ NODE_FIELDS = ("node_rank", "nnodes", "local_rank", "local_world_size")
 DDP_TIMES_US = ("backward_compute_us", "backward_comm_us", "backward_overlap_us")
 
 
-def _whole(v) -> bool:
-    return type(v) is int and v >= 0
+# Beyond these a value is not a measurement: counts past any cluster, buckets past a petabyte,
+# times past a day (µs). Keeps every derived figure of the summary finite and below 2**63.
+MAX_COUNT = 1 << 20
+MAX_BUCKET_BYTES = 1 << 50
+MAX_BUCKETS = 1 << 16
+MAX_TIME_US = 86_400e6
+
+
+def _whole(v, high: int = MAX_COUNT) -> bool:
+    return type(v) is int and 0 <= v <= high
 
 
 def parse(value) -> tuple[dict | None, dict | None, list[str]]:
@@ -56,15 +64,17 @@ def parse(value) -> tuple[dict | None, dict | None, list[str]]:
     ddp = value.get("ddp")
     if ddp is not None:
         buckets = ddp.get("bucket_bytes") if isinstance(ddp, dict) else None
-        if isinstance(buckets, list) and buckets and all(_whole(b) and b > 0 for b in buckets):
-            times = {k: (float(ddp[k]) if type(ddp.get(k)) in (int, float) and ddp[k] >= 0 else None)
+        if isinstance(buckets, list) and 0 < len(buckets) <= MAX_BUCKETS \
+                and all(_whole(b, MAX_BUCKET_BYTES) and b > 0 for b in buckets) and sum(buckets) <= MAX_BUCKET_BYTES:
+            times = {k: (float(ddp[k]) if type(ddp.get(k)) in (int, float) and 0 <= ddp[k] <= MAX_TIME_US else None)
                      for k in DDP_TIMES_US}
             hook = ddp.get("comm_hook")
             ddp = {"bucket_bytes": list(buckets), "gradient_bytes": int(sum(buckets)),
-                   "bucket_cap_bytes": ddp.get("bucket_cap_bytes") if _whole(ddp.get("bucket_cap_bytes")) else None,
+                   "bucket_cap_bytes": ddp["bucket_cap_bytes"] if _whole(ddp.get("bucket_cap_bytes"), MAX_BUCKET_BYTES)
+                   else None,
                    "comm_hook": hook if isinstance(hook, str) else None,
                    "world_size": ddp.get("world_size") if _whole(ddp.get("world_size")) else None, **times}
         else:
-            problems.append("its DDP buckets are not a list of positive byte counts")
+            problems.append("its DDP buckets are not a list of positive byte counts (at most 2**50 in all)")
             ddp = None
     return node, ddp, problems

@@ -70,7 +70,7 @@ _FIELDS = {
     "details.ranks": {"rank": "int", "*_us": "num"},
     "details.straggler": {"rank": "int", "steps": "int", "steps_last": "int", "basis": "text", "*_us": "num"},
     "details.nodes": {"source": "text", "count": "int", "nodes": "list", "straggler_node": "dict",
-                      "process_groups": "dict", "link": "dict"},
+                      "process_groups": "dict", "link": "dict", "problems": "texts"},
     "details.nodes.link": {"gradient_bytes": "num", "buckets": "int", "comm_hook": "text", "algorithm": "text",
                            "inter_node_bytes_per_step": "num", "achieved_bits_per_s": "dict", "slowest_link_node": "int"},
     "details.nodes.link.achieved_bits_per_s": {"*": "num"},

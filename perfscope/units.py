@@ -7,6 +7,7 @@ import re
 
 _BANDWIDTH = re.compile(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([kKmMgGtT]?)(i?)(bit|Bit|BIT|B)(?:/s)?\s*")
 _PREFIX = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9, "t": 1e12}
+MIN_BYTES_PER_S, MAX_BYTES_PER_S = 1.0, 1e15  # beyond either, a typo, not a link
 _BINARY = {"": 1.0, "k": 2.0**10, "m": 2.0**20, "g": 2.0**30, "t": 2.0**40}
 
 
@@ -28,7 +29,10 @@ def parse_bandwidth(text: str) -> tuple[float, str]:
             m = None
         elif value > 0 and math.isfinite(value):
             scale = (_BINARY if binary else _PREFIX)[prefix]
-            return (value * scale / 8.0, "bit") if unit == "bit" else (value * scale, "byte")
+            rate = value * scale / 8.0 if unit == "bit" else value * scale
+            if MIN_BYTES_PER_S <= rate <= MAX_BYTES_PER_S:
+                return rate, unit if unit == "bit" else "byte"
+            raise ValueError(f"a bandwidth must lie between 1 byte/s and 1 PB/s, got {str(text)[:40]!r}")
     why = ""
     if re.search(r"(bps|[0-9kmgt]b(/s)?)\s*$", str(text)):
         why = " (a lower-case b or bps is ambiguous: tc reads mbps as megabytes, most people as megabits)"

@@ -114,3 +114,19 @@ def test_gloo_ranks_on_two_nodes_all_reduce_through_the_harness(tmp_path):
     # Two local ranks on each node (ranks of one node share its stdout, so lines may run together).
     assert [sorted(re.findall(r"of 4 on (\d) ok", r.stdout)) for r in results] == [["0", "1"], ["0", "1"]], \
         [r.stdout for r in results]
+
+
+def test_a_node_that_writes_much_while_another_waits_for_it_does_not_hang(tmp_path):
+    flag = tmp_path / "flag"
+    script = (f"import sys, os, time\nif sys.argv[1] == '1':\n    sys.stdout.write('x' * 300000); sys.stdout.flush()\n"
+              f"    open({str(flag)!r}, 'w').close()\nelse:\n    while not os.path.exists({str(flag)!r}): time.sleep(0.1)\n")
+    with EmulatedCluster(2) as cluster:
+        done = cluster.run([[sys.executable, "-c", script, str(i)] for i in range(2)], timeout_s=60)
+    assert [d.returncode for d in done] == [0, 0] and len(done[1].stdout) == 300000
+
+
+def test_a_second_cluster_on_the_same_net_is_refused_without_touching_the_first():
+    with EmulatedCluster(2) as first:
+        with pytest.raises(ClusterError, match="exist already"):
+            EmulatedCluster(2).__enter__()
+        assert [d.returncode for d in first.run([["true"], ["true"]])] == [0, 0]

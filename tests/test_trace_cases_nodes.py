@@ -112,7 +112,7 @@ def test_a_job_record_that_is_not_one_is_named_and_ignored(tmp_path):
                                                            "local_world_size": 1}, "ddp": {"bucket_bytes": [-4]}}})
     a = perfscope.analyze(path)
     assert any("perfscope_job: its node is not four whole numbers in range; ignored" in w for w in a.warnings)
-    assert any("perfscope_job: its DDP buckets are not a list of positive byte counts; ignored" in w for w in a.warnings)
+    assert any("perfscope_job: its DDP buckets are not a list of positive byte counts (at most 2**50 in all); ignored" in w for w in a.warnings)
 
 
 def test_a_wait_for_communication_inside_an_operator_is_exposed_communication(tmp_path):
@@ -129,3 +129,17 @@ def test_a_wait_for_communication_inside_an_operator_is_exposed_communication(tm
     assert row["exposed_comm_us"] == pytest.approx(5_000)
     assert row["operator_us"] == pytest.approx(4_000)  # 0-2 and 2-3, 8-9 ms
     assert row["comm_us"] == pytest.approx(5_000)
+
+
+def test_job_records_that_contradict_each_other_are_said(tmp_path):
+    d = tmp_path / "job"
+    d.mkdir()
+    for r in range(4):
+        path = _rank(d / f"rank{r}.json", r, 3_000)
+        if r >= 2:  # ranks 2-3 say the job has 3 nodes, and put themselves on node 2
+            text = path.read_text().replace('"nnodes": 2', '"nnodes": 3').replace('"node_rank": 1', '"node_rank": 2')
+            path.write_text(text)
+    a = perfscope.analyze(d)
+    assert any("disagree on the number of nodes (2, 3)" in w for w in a.warnings), a.warnings
+    assert any("rank(s) 2, 3 are not on the node" in w for w in a.warnings), a.warnings
+    assert any("traces of 2 of the job's 3 nodes" in w for w in a.warnings), a.warnings

@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from perfscope.collect.nodes import NodeLaunch
+from perfscope.collect.nodes import NNODES_ENV, NodeLaunch
 from perfscope.errors import PerfscopeError
 from perfscope.text import safe
 
@@ -57,6 +57,9 @@ class TrialBoard:
 
     def __init__(self, nodes: NodeLaunch, nproc_per_node: int) -> None:
         self.nodes, self.nproc_per_node = nodes, nproc_per_node
+        if nodes.host_port()[1] + TRIAL_PORTS > 65535:
+            raise PerfscopeError(f"--rdzv-endpoint port {nodes.host_port()[1]}: the tuning also takes the "
+                                 f"{TRIAL_PORTS} ports above it for its runs; pick one up to {65535 - TRIAL_PORTS}")
         try:
             self._store = _store(nodes, True, 30.0)
         except Exception as e:  # noqa: BLE001 - a port in use, an address not of this machine
@@ -91,6 +94,30 @@ class TrialBoard:
     def stop(self) -> None:
         """Tell the other nodes there is no further trial."""
         self._store.set(f"trial/{self._next}", json.dumps({"stop": True}))
+
+
+POLL_S = 2.0  # how often a follower checks node 0's board while its ranks run
+
+
+def _wait_run(proc: subprocess.Popen, store, k: int, timeout_s: float):
+    """The run's exit status; ``"timeout"``; ``"stopped"`` once node 0 has said stop.
+
+    Raises:
+        PerfscopeError: the board went away (node 0 killed) while the run was going.
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return proc.wait(timeout=POLL_S)
+        except subprocess.TimeoutExpired:
+            pass
+        if time.monotonic() > deadline:
+            return "timeout"
+        try:  # node 0 said stop (Ctrl-C, an error) while this run went on: its ranks wait in vain
+            if store.check([f"trial/{k + 1}"]) and json.loads(store.get(f"trial/{k + 1}")).get("stop"):
+                return "stopped"
+        except Exception as e:  # noqa: BLE001 - the board is gone: node 0 was killed
+            raise PerfscopeError(f"node 0's tuning board went away during run {k} ({e}); stopping") from None
 
 
 def follow(nodes: NodeLaunch, nproc_per_node: int, *, setup_timeout_s: float = 3600.0) -> int:
@@ -134,14 +161,17 @@ def follow(nodes: NodeLaunch, nproc_per_node: int, *, setup_timeout_s: float = 3
             launch = [a.replace("--node-rank=0", f"--node-rank={nodes.node_rank}") for a in msg["launch"]]
             command = [sys.executable, "-m", "torch.distributed.run", *launch, f"--nproc-per-node={nproc_per_node}", *own]
             env = child_env(str(config) if config else None)
+            env[NNODES_ENV] = str(nodes.nnodes)
             proc = subprocess.Popen(trial_command(command, True), env=env, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL, start_new_session=True)
             try:
-                status = proc.wait(timeout=float(msg.get("timeout_s") or 900.0))
-            except subprocess.TimeoutExpired:
-                status = "timeout"
+                status = _wait_run(proc, store, k, float(msg.get("timeout_s") or 900.0))
             finally:
                 stop_trial(proc, True)
+        if status == "stopped":
+            print(f"perfscope: node {nodes.node_rank}: node 0 stopped during run {k}; node 0 wrote what finished",
+                  flush=True)
+            return 0
         store.set(f"done/{k}/{nodes.node_rank}", str(status))
         print(f"perfscope: node {nodes.node_rank}: run {k} ended (exit status {safe(str(status))})", flush=True)
         k += 1

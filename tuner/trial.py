@@ -245,6 +245,10 @@ def run_trial(
         shared = spec.board.announce(own, Path(config_path).read_text() if config_path else None, spec.timeout_s)
         launch = spec.board.launch_args(shared)
     command = measure_command(spec, record_dir, config_path, profile, launch)
+    if spec.board is not None:
+        from perfscope.collect.nodes import NNODES_ENV
+
+        env[NNODES_ENV] = str(spec.board.nodes.nnodes)
     ranks = spec.nproc_per_node or 1
     readers = [StepReader(record_dir / f"rank{r}.steps.jsonl") for r in range(ranks)]
     values: list[float] = []

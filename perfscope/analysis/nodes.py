@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from perfscope.analysis.run import RankTrace
 
 _NS_PER_US = 1000.0
+MAX_BITS_PER_S = 8e15  # 1 PB/s: no link carries more
 # The hierarchical hook's stage labels (perfscope.runtime.hierarchical): where each one runs.
 STAGE_SPANS = {"perfscope.hier.reduce_scatter": "intra-node", "perfscope.hier.all_reduce": "inter-node",
                "perfscope.hier.all_gather": "intra-node"}
@@ -151,7 +152,25 @@ def node_view(rank_traces: list[RankTrace], ranks: list[int], nodes: dict[int, i
                     "clock_offset_us": (skew.get("node_offsets_ns") or {}).get(node, 0.0) / _NS_PER_US})
     slow = _slow_node(skew.get("straggler"), nodes, by_rank)
     return {"source": source, "count": len(out), "nodes": out, "straggler_node": slow,
+            "problems": _contradictions(rank_traces, ranks, nodes) if source == "perfscope" else [],
             "process_groups": process_groups(rank_traces, nodes), "link": link_use(rank_traces, nodes, out)}
+
+
+def _contradictions(rank_traces: list[RankTrace], ranks: list[int], nodes: dict[int, int]) -> list[str]:
+    """What the job records say against each other (each one line), for the warnings."""
+    out = []
+    records = {r: rt.table.node for rt, r in zip(rank_traces, ranks) if rt.table.node}
+    counts = sorted({n["nnodes"] for n in records.values()})
+    if len(counts) > 1:
+        out.append(f"the ranks' job records disagree on the number of nodes ({', '.join(map(str, counts))})")
+    moved = [r for r, n in records.items() if n["node_rank"] != r // max(n["local_world_size"], 1)]
+    if moved:
+        out.append(f"rank(s) {', '.join(map(str, sorted(moved)[:8]))} are not on the node torchrun's numbering puts them "
+                   "on (rank // ranks per node): the node view follows the records")
+    seen = len(set(nodes.values()))
+    if counts and seen < counts[-1]:
+        out.append(f"traces of {seen} of the job's {counts[-1]} nodes were analyzed")
+    return out
 
 
 def _slow_node(straggler: dict | None, nodes: dict[int, int], by_rank: dict[int, dict]) -> dict | None:
@@ -188,6 +207,7 @@ def link_use(rank_traces: list[RankTrace], nodes: dict[int, int], node_rows: lis
     per_node = (2 * (n - 1) / n if hierarchical else 2 * (n * g - 1) / (n * g)) * size
     rates = {row["node"]: per_node * 8 / (row["median_comm_us"] / 1e6)
              for row in node_rows if row.get("median_comm_us")}
+    rates = {k: v for k, v in rates.items() if v <= MAX_BITS_PER_S}  # beyond, the times are not a link's
     slowest = min(rates, key=rates.get) if rates else None
     return {"gradient_bytes": size, "buckets": len(ddp["bucket_bytes"]), "comm_hook": ddp.get("comm_hook"),
             "algorithm": "hierarchical" if hierarchical else "flat ring", "inter_node_bytes_per_step": per_node,

@@ -207,6 +207,7 @@ def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, commo
     else:
         rv = verdict_of_none(frame, [rt.evidence.run_reason for rt in rank_traces])
     details = build_details(rank_traces, ranks, frame.loc[counted], mode, facts)
+    warnings.extend((details.get("nodes") or {}).get("problems") or [])
     if details.get("collectives_unmatched_reason"):
         notes.append(f"ranks are not compared at their collectives (no lateness, no straggler from arrivals): "
                      f"{details['collectives_unmatched_reason']}")

@@ -98,7 +98,12 @@ def launch_workers(
     started_at = utc_now_iso()
     t0 = time.perf_counter()
     try:
-        exit_code, interrupted = _run_group(command, child_env(config_path))
+        env = child_env(config_path)
+        if nodes is not None:
+            from perfscope.collect.nodes import NNODES_ENV
+
+            env[NNODES_ENV] = str(nodes.nnodes)
+        exit_code, interrupted = _run_group(command, env)
         ranks = _read_rank_results(result_dir, local_ranks)
     finally:
         shutil.rmtree(result_dir, ignore_errors=True)

@@ -13,6 +13,7 @@ import dataclasses
 from perfscope.collect.errors import CollectError
 
 MAX_NODES = 4096
+NNODES_ENV = "PERFSCOPE_NNODES"  # set by perfscope for the ranks of a multi-node job
 
 
 @dataclasses.dataclass(kw_only=True, frozen=True)
@@ -40,10 +41,15 @@ class NodeLaunch:
         self.host_port()  # validates
 
     def host_port(self) -> tuple[str, int]:
+        """``(host, port)``; an IPv6 address in brackets (``[fe80::1]:29500``)."""
         host, sep, port = str(self.rdzv_endpoint).rpartition(":")
-        host = host.strip("[]")  # [::1]:29500
-        if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-            raise CollectError(f"--rdzv-endpoint must be HOST:PORT (node 0's address), got {self.rdzv_endpoint!r}")
+        bracketed = host.startswith("[") and host.endswith("]")
+        host = host[1:-1] if bracketed else host
+        ok = (sep and host and port.isascii() and port.isdigit() and 1 <= int(port) <= 65535
+              and not any(c.isspace() for c in host) and (bracketed or ":" not in host))
+        if not ok:
+            raise CollectError(f"--rdzv-endpoint must be HOST:PORT (node 0's address; an IPv6 address in brackets, "
+                               f"[::1]:29500), got {str(self.rdzv_endpoint)[:80]!r}")
         return host, int(port)
 
     def torchrun_args(self) -> list[str]:
@@ -75,3 +81,20 @@ def from_options(nnodes: int | None, node_rank: int | None, rdzv_endpoint: str |
     if nproc_per_node is None:
         raise CollectError("a multi-node job needs --nproc-per-node: the ranks to start on this node")
     return NodeLaunch(nnodes=nnodes, node_rank=node_rank, rdzv_endpoint=rdzv_endpoint)
+
+
+def check_layout(environ=None) -> None:
+    """In a rank of a multi-node job (``$PERFSCOPE_NNODES`` set by perfscope's launcher): refuse a
+    world that is not the nodes times this node's ranks -- nodes started with different
+    ``--nproc-per-node``, which torchrun accepts and numbers into another job than the one asked for.
+
+    Raises:
+        CollectError: naming the mismatch.
+    """
+    import os
+
+    env = os.environ if environ is None else environ
+    nnodes, world, local = (env.get(k, "") for k in (NNODES_ENV, "WORLD_SIZE", "LOCAL_WORLD_SIZE"))
+    if nnodes.isdigit() and world.isdigit() and local.isdigit() and int(world) != int(nnodes) * int(local):
+        raise CollectError(f"the job has {world} ranks, not {nnodes} nodes x {local}: every node must be started "
+                           "with the same --nproc-per-node")

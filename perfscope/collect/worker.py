@@ -116,6 +116,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # on Ctrl-C) keeps its default action: a rank blocked in a collective
     # could not run a Python handler anyway, and would hold up the shutdown.
     try:
+        from perfscope.collect.nodes import check_layout
+
+        check_layout()
         result = profile_in_process(
             script,
             args,

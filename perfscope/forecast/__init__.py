@@ -56,7 +56,7 @@ def forecast(inputs: ProfileInputs, cluster: Cluster) -> dict:
     flat, hier = runs["flat"]["step_time_s"], runs["hierarchical"]["step_time_s"]
     speedup = flat / hier if hier > 0 else 1.0
     cautions = []
-    if mode == "cpu" and cluster.inter.bytes_per_s >= CPU_BOUND_SHARE * cluster.intra.bytes_per_s:
+    if mode == "cpu" and cluster.nodes > 1 and cluster.inter.bytes_per_s >= CPU_BOUND_SHARE * cluster.intra.bytes_per_s:
         cautions.append(f"the network ({cluster.inter.bytes_per_s * 8 / 1e9:.3g} Gbit/s) is at least "
                         f"{CPU_BOUND_SHARE:.0%} of the CPU ranks' loopback ({cluster.intra.bytes_per_s * 8 / 1e9:.3g} "
                         "Gbit/s): moving the bytes then costs about as much CPU time as link time, which the model "

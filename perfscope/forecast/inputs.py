@@ -5,10 +5,12 @@ profile ran on). Seconds and bytes."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 
 from perfscope.errors import PerfscopeError
 from perfscope.forecast.model import Link
+from perfscope.job_facts import MAX_BUCKET_BYTES, MAX_BUCKETS, MAX_COUNT, MAX_TIME_US
 
 # Backward takes about twice the forward's arithmetic (one matmul for the input gradient, one for
 # the weight gradient, per forward matmul; Kaplan et al. 2020, "6N FLOPs per token"), so about 2/3
@@ -67,6 +69,21 @@ def _median(values) -> float:
     return float(statistics.median(values))
 
 
+def _number(v, where: str, positive: bool = False) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (positive and v <= 0) \
+            or v > MAX_TIME_US:
+        raise PerfscopeError(f"malformed summary: {where} is {str(v)[:40]!r}, not a time in microseconds")
+    return float(v)
+
+
+def _count(v, where: str) -> int | None:
+    if v is None:
+        return None
+    if type(v) is not int or not 1 <= v <= MAX_COUNT:
+        raise PerfscopeError(f"malformed summary: {where} is {str(v)[:40]!r}, not a whole number of ranks or nodes")
+    return v
+
+
 def from_summary(summary: dict, *, gradient_mb: float | None = None) -> ProfileInputs:
     """Read the inputs from a summary record (``summary.json``).
 
@@ -82,26 +99,36 @@ def from_summary(summary: dict, *, gradient_mb: float | None = None) -> ProfileI
     if not steps:
         raise PerfscopeError("the profile has no counted step (every step's evidence was incomplete or host-contended); "
                              "profile again on a quieter machine")
-    compute = _median([s["step_time_us"] - (s.get("exposed_comm_us") or 0.0) for s in steps]) / 1e6
-    comm = _median([s.get("comm_us") or 0.0 for s in steps]) / 1e6
-    details = summary.get("details") or {}
-    facts = details.get("facts") or {}
+    step_us = [_number(s.get("step_time_us"), "steps[].step_time_us", positive=True) for s in steps]
+    exposed_us = [min(_number(s.get("exposed_comm_us") or 0.0, "steps[].exposed_comm_us"), t) for s, t in zip(steps, step_us)]
+    compute = _median([t - e for t, e in zip(step_us, exposed_us)]) / 1e6
+    comm = _median([_number(s.get("comm_us") or 0.0, "steps[].comm_us") for s in steps]) / 1e6
+    details = summary.get("details") if isinstance(summary.get("details"), dict) else {}
+    facts = details.get("facts") if isinstance(details.get("facts"), dict) else {}
     ddp = facts.get("ddp") if isinstance(facts.get("ddp"), dict) else None
-    if ddp and ddp.get("bucket_bytes"):
-        buckets = tuple(int(b) for b in ddp["bucket_bytes"])
+    if ddp and ddp.get("bucket_bytes") is not None:
+        buckets = ddp["bucket_bytes"]
+        if not (isinstance(buckets, list) and 0 < len(buckets) <= MAX_BUCKETS
+                and all(type(b) is int and 0 < b <= MAX_BUCKET_BYTES for b in buckets)):
+            raise PerfscopeError("malformed summary: details.facts.ddp.bucket_bytes is not a list of positive byte "
+                                 "counts (at most 2**50 each)")
+        buckets = tuple(buckets)
     elif gradient_mb is not None:
         total, cap = int(gradient_mb * 2**20), 25 * 2**20
         buckets = tuple([cap] * (total // cap) + ([total % cap] if total % cap else []))
     else:
         raise PerfscopeError("the profile holds no DDP record (gradient buckets): profile the script with perfscope "
                              "profile --nproc-per-node N, or give the gradient size with --gradient-mb")
-    run = summary.get("run") or {}
+    run = summary.get("run") if isinstance(summary.get("run"), dict) else {}
     job = facts.get("job") if isinstance(facts.get("job"), dict) else {}
-    world = int(run.get("world_size") or 1)
-    per_node = int(job.get("local_world_size") or run.get("nproc_per_node") or world)
-    nodes = int(job.get("nnodes") or max(1, world // max(per_node, 1)))
-    if ddp and ddp.get("backward_compute_us"):
-        backward, source = float(ddp["backward_compute_us"]) / 1e6, "DDP's measured backward time"
+    world = _count(run.get("world_size"), "run.world_size") or 1
+    per_node = _count(job.get("local_world_size"), "details.facts.job.local_world_size") \
+        or _count(run.get("nproc_per_node"), "run.nproc_per_node") or world
+    nodes = _count(job.get("nnodes"), "details.facts.job.nnodes") or max(1, world // max(per_node, 1))
+    backward_us = ddp.get("backward_compute_us") if ddp else None
+    if backward_us:
+        backward, source = _number(backward_us, "details.facts.ddp.backward_compute_us") / 1e6, \
+            "DDP's measured backward time"
     else:
         backward, source = BACKWARD_SHARE * compute, f"{BACKWARD_SHARE:.2f} of compute (DDP measured none)"
     backward = min(backward, compute)

@@ -332,6 +332,9 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"{os.environ.get('RANK')!r}", file=sys.stderr)
         return 2
     try:
+        from perfscope.collect.nodes import check_layout
+
+        check_layout()
         result = measure_in_process(script, args, record_dir=options["record_dir"],
                                     warmup_steps=options["warmup_steps"], measure_steps=options["measure_steps"],
                                     profile_steps=options["profile_steps"], config=options["config"],

@@ -71,6 +71,11 @@ class ChunkPipeline:
         ``last``: the backward pass's last bucket, after which the pipeline is driven to the end."""
         starts = range(0, padded.numel(), chunk_numel)
         bucket = _Bucket(padded=padded, numel=numel, out=out, pending=len(starts))
+        if not starts:  # nothing to reduce
+            bucket.fut.set_result(out)
+            if last:
+                self.poll(block=True)  # earlier buckets still finish now
+            return bucket.fut
         try:
             for start in starts:
                 chunk = padded[start:start + chunk_numel]

@@ -180,8 +180,9 @@ class HierarchicalAllReduce:
         Args:
             tensor: The local values; overwritten with the world average.
             last: No more calls come before the result is waited for (DDP's last bucket of the
-                backward pass): on CPU, the pipeline of chunks is driven to the end now;
-                otherwise a later call (or waiting on the future's value) moves it on.
+                backward pass): on CPU, the pipeline of chunks is driven to the end now.
+                With False the future completes only at a later call with ``last=True``:
+                waiting on it before that never returns.
 
         Returns:
             A future of ``tensor`` once it holds the average (an exception if a collective failed).
