@@ -23,7 +23,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,29 +35,6 @@ from perfscope.summary import load_summary  # noqa: E402
 
 MODEL = ["--width", "1024", "--depth", "2"]
 PER_NODE = 2
-RECEIVER = textwrap.dedent("""
-    import socket, time
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("0.0.0.0", 29556)); s.listen(1); print("ready", flush=True)
-    c, _ = s.accept(); n = 0; t0 = None
-    while True:
-        b = c.recv(1 << 16)
-        if not b: break
-        if t0 is None: t0 = time.perf_counter()
-        n += len(b)
-    print(n / (time.perf_counter() - t0), flush=True)
-""")
-SENDER = textwrap.dedent("""
-    import socket, sys, time
-    for _ in range(100):
-        try:
-            s = socket.create_connection((sys.argv[1], 29556), timeout=5); break
-        except OSError:
-            time.sleep(0.05)
-    s.sendall(b"x" * int(sys.argv[2])); s.close()
-""")
-
-
 def profile(out: Path) -> dict:
     cmd = [sys.executable, "-m", "perfscope", "profile", str(ROOT / "examples" / "comm_bound.py"), "--nproc-per-node",
            str(PER_NODE), "--out", str(out), "--", *MODEL, "--steps", "16"]
@@ -68,19 +44,9 @@ def profile(out: Path) -> dict:
     return load_summary(out)
 
 
-def link_bytes_per_s(cluster: EmulatedCluster, nbytes: int) -> float:
-    rx = cluster.popen(1, [sys.executable, "-c", RECEIVER], stdout=subprocess.PIPE, text=True)
-    assert rx.stdout.readline().strip() == "ready"
-    tx = cluster.popen(0, [sys.executable, "-c", SENDER, cluster.addresses[1], str(nbytes)])
-    tx.wait(timeout=300)
-    rate = float(rx.stdout.readline())
-    rx.wait(timeout=30)
-    return rate
-
-
 def emulated(nodes: int, rate: str, windows: int, steps: int) -> dict:
     with EmulatedCluster(nodes, LinkShape(rate=rate)) as cluster:
-        measured = link_bytes_per_s(cluster, 8 << 20)
+        measured = cluster.tcp_throughput(0, 1, 8 << 20)
         cmds = [[sys.executable, "-m", "torch.distributed.run", f"--nnodes={nodes}", f"--node-rank={i}",
                  f"--nproc-per-node={PER_NODE}", f"--master-addr={cluster.addresses[0]}", "--master-port=29632",
                  str(ROOT / "bench" / "forecast_ranks.py"), *MODEL, "--windows", str(windows), "--steps", str(steps)]

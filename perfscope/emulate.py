@@ -235,6 +235,29 @@ class EmulatedCluster:
 
     # --- running in it ------------------------------------------------------------------------
 
+    def tcp_throughput(self, sender: int, receiver: int, nbytes: int, *, port: int = 29555,
+                       timeout_s: float = 300.0) -> float:
+        """Bytes per second one TCP stream carried from node ``sender`` to node ``receiver``
+        (``nbytes`` sent; timed at the receiver from its first byte), as iperf measures a link.
+
+        Raises:
+            ClusterError: the receiver did not start or report, or the sender failed.
+        """
+        import sys
+
+        rx = self.popen(receiver, [sys.executable, "-c", _RECEIVER, str(port)], stdout=subprocess.PIPE, text=True)
+        try:
+            if rx.stdout.readline().strip() != "ready":
+                raise ClusterError(f"node {receiver}: the throughput receiver did not start")
+            tx = self.popen(sender, [sys.executable, "-c", _SENDER, self.addresses[receiver], str(port), str(nbytes)])
+            if tx.wait(timeout=timeout_s) != 0:
+                raise ClusterError(f"node {sender}: the throughput sender failed (exit {tx.returncode})")
+            line = rx.stdout.readline().strip()
+            rx.wait(timeout=30)
+            return float(line)
+        except (subprocess.TimeoutExpired, ValueError) as e:
+            raise ClusterError(f"nodes {sender} -> {receiver}: no throughput measured ({e})") from None
+
     def env(self, node: int, base: dict | None = None) -> dict[str, str]:
         """The environment of a process on ``node``: gloo bound to ``eth0``, node 0 as master."""
         env = dict(os.environ if base is None else base)
@@ -285,6 +308,30 @@ class EmulatedCluster:
                     out.close()
                     err.close()
         return results
+
+
+# The two ends of EmulatedCluster.tcp_throughput, run inside the nodes.
+_RECEIVER = """
+import socket, sys, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", int(sys.argv[1]))); s.listen(1); print("ready", flush=True)
+c, _ = s.accept(); n = 0; t0 = None
+while True:
+    b = c.recv(1 << 16)
+    if not b: break
+    if t0 is None: t0 = time.perf_counter()
+    n += len(b)
+print(n / (time.perf_counter() - t0), flush=True)
+"""
+_SENDER = """
+import socket, sys, time
+for _ in range(100):
+    try:
+        s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5); break
+    except OSError:
+        time.sleep(0.05)
+s.sendall(b"x" * int(sys.argv[3])); s.close()
+"""
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -29,10 +29,7 @@ def test_rates_are_parsed_with_units():
 def test_nodes_reach_each_other_and_everything_goes_at_the_end():
     with EmulatedCluster(3) as cluster:
         assert set(emulate.namespaces()) == {*cluster.names, cluster.switch}
-        rx = cluster.popen(2, [sys.executable, "-c", RECEIVER], stdout=subprocess.PIPE, text=True)
-        assert rx.stdout.readline().strip() == "ready"
-        tx = cluster.popen(0, [sys.executable, "-c", SENDER, cluster.addresses[2], "1000"])
-        assert tx.wait(timeout=30) == 0 and float(rx.stdout.readline()) > 0  # node 0 reached node 2
+        assert cluster.tcp_throughput(0, 2, 1000, timeout_s=30) > 0  # node 0 reached node 2
         sleeper = cluster.popen(1, ["sleep", "600"])
     assert sleeper.poll() is not None  # killed with the cluster
     assert emulate.namespaces() == []
@@ -55,37 +52,9 @@ def test_what_a_killed_run_left_is_removed():
     assert emulate.remove_stale() == [name]
 
 
-RECEIVER = textwrap.dedent("""
-    import socket, sys, time
-    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("0.0.0.0", 29555)); s.listen(1); print("ready", flush=True)
-    c, _ = s.accept(); n = 0; t0 = None
-    while True:
-        b = c.recv(1 << 16)
-        if not b: break
-        if t0 is None: t0 = time.perf_counter()
-        n += len(b)
-    print(n * 8 / (time.perf_counter() - t0))
-""")
-SENDER = textwrap.dedent("""
-    import socket, sys, time
-    for _ in range(100):
-        try:
-            s = socket.create_connection((sys.argv[1], 29555), timeout=5); break
-        except OSError:
-            time.sleep(0.05)
-    s.sendall(b"x" * int(sys.argv[2])); s.close()
-""")
-
-
 def test_the_link_between_nodes_is_shaped():
     with EmulatedCluster(2, LinkShape(rate="100mbit")) as cluster:
-        rx = cluster.popen(1, [sys.executable, "-c", RECEIVER], stdout=subprocess.PIPE, text=True)
-        assert rx.stdout.readline().strip() == "ready"
-        tx = cluster.popen(0, [sys.executable, "-c", SENDER, cluster.addresses[1], str(4 * 2**20)])
-        tx.wait(timeout=60)
-        bits_per_s = float(rx.stdout.readline())
-        rx.wait(timeout=10)
+        bits_per_s = 8 * cluster.tcp_throughput(0, 1, 4 * 2**20, timeout_s=60)
     assert 0.6 * 100e6 < bits_per_s < 1.1 * 100e6, bits_per_s
 
 
