@@ -5,7 +5,7 @@ products (``aten::addmm`` / ``aten::mm``) in the forward and backward passes.
 
 Usage::
 
-    python examples/compute_bound.py [--steps 30] [--width 2048] [--batch-size 256]
+    python examples/compute_bound.py [--steps 30] [--width 2048] [--batch-size 256] [--delay-ms 0]
     perfscope profile examples/compute_bound.py
 """
 
@@ -33,6 +33,8 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--width", type=int, default=2048, help="hidden layer width")
     parser.add_argument("--depth", type=int, default=2, help="number of hidden layers")
+    parser.add_argument("--delay-ms", type=float, default=0.0,
+                        help="host time added to every step: a known regression for perfscope check (default 0)")
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)
@@ -52,6 +54,8 @@ def main() -> None:
         loss = loss_fn(model(inputs), labels)
         loss.backward()
         optimizer.step()
+        if args.delay_ms > 0:
+            time.sleep(args.delay_ms / 1000)
         if step % 10 == 0:
             print(f"step {step}: loss {loss.item():.4f}", flush=True)
     elapsed = time.perf_counter() - start

@@ -155,8 +155,8 @@ def cmd_tune(args, script_args: list[str], open_in_browser) -> int:
         tune_mod = importlib.import_module("tuner.tune")
     except ImportError as e:
         missing = getattr(e, "name", None) or str(e)
-        raise PerfscopeError(f"perfscope tune needs the 'tune' extra ({missing} is missing): "
-                             "pip install 'perfscope-torch[tune]'") from None
+        raise PerfscopeError(f"perfscope tune needs {missing}, a dependency of perfscope-torch that is not "
+                             "installed here: pip install perfscope-torch (again) in this environment") from None
     nodes = node_launch(args)  # one-line errors for an incomplete set
     if nodes is not None and nodes.node_rank > 0:
         from tuner.nodes import follow

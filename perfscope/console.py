@@ -8,6 +8,7 @@ move the cursor or recolour the terminal.
 
 from __future__ import annotations
 
+from perfscope import steptime
 from perfscope.analysis.verdict import CLASSES
 from perfscope.text import safe
 
@@ -119,9 +120,14 @@ def format_summary(summary: dict) -> str:
     lines.append("")
     if o.get("verdict"):
         fr = ", ".join(f"{c} {100 * o['fractions'][c]:.0f}%" for c in costs)
+        per_step = o.get("step_time_us")
+        if per_step is None:  # a summary from before the field: the same definition, from its steps
+            per_step = steptime.step_time_us(r for r in summary["steps"] if r.get("counted", r.get("complete", True)))
+        rep = o.get("representative_step")
         lines.append(f"verdict: {o['verdict']} (runner-up {o['runner_up']}; share of step time: {fr}; "
-                     f"mean step {o['mean_step_time_us'] / 1000:.2f} ms)")
-        lines += [line for line in (_waits_line(summary), _straggler_line(summary), _nodes_line(summary)) if line]
+                     f"step time {(per_step or 0.0) / 1000:.2f} ms" + (f", representative step {rep})" if rep is not None else ")"))
+        lines += [line for line in (_waits_line(summary), _straggler_line(summary), _nodes_line(summary),
+                                    memory_line(summary)) if line]
     else:
         lines.append(f"verdict: none ({safe(o.get('reason') or 'no step could be classified')})")
     lines.append(f"advice: {o['advice']}")
@@ -160,16 +166,50 @@ def format_warnings(summary: dict) -> list[str]:
     return lines
 
 
+def _unused(summary: dict, report: dict) -> dict[str, str]:
+    """Knobs patched at launch that found nothing to act on in this run, and why."""
+    from perfscope.runtime.groups.communication import CommunicationGroup
+    from perfscope.runtime.groups.input import LOADER_KEYS
+
+    out = {}
+    if report.get("loaders") == 0:
+        out.update({k: "the script built no DataLoader" for k in LOADER_KEYS})
+    if report.get("ddp_modules") == 0:
+        out.update({k: "the script built no DistributedDataParallel" for k in CommunicationGroup.keys})
+    if summary.get("mode") == "cpu":  # CUDA backends' flags: set, but nothing in the run reads them
+        out.update({k: "no effect: the run used no CUDA device" for k in ("tf32", "cudnn_benchmark")})
+    return out
+
+
+def memory_line(summary: dict) -> str | None:
+    """``memory: peak ... of ... (headroom)`` from ``details.memory``, or None when not measured."""
+    m = (summary.get("details") or {}).get("memory")
+    if not isinstance(m, dict) or not isinstance(m.get("peak_bytes"), (int, float)):
+        return None
+    what = "reserved on the device" if m.get("kind") == "device" else "resident on the host"
+    line = f"memory: peak {m['peak_bytes'] / 2**30:.2f} GiB {what}"
+    if isinstance(m.get("capacity_bytes"), (int, float)) and isinstance(m.get("headroom_share"), (int, float)):
+        line += f" of {m['capacity_bytes'] / 2**30:.1f} GiB ({m['headroom_share']:.0%} headroom"
+        line += ", near the limit)" if m.get("near_limit") else ")"
+    return line
+
+
 def config_lines(summary: dict) -> list[str]:
     """What ``--config`` did in the run, a line per knob (empty without a configuration):
-    patched at launch, applied by ``perfscope.accelerate`` in the script, or not applied and why."""
+    patched at launch, applied by ``perfscope.accelerate`` in the script, or not applied and why
+    (including knobs that were set but found nothing to act on: no DataLoader, no DDP, no CUDA)."""
     report = (summary.get("run") or {}).get("config_applied")
     if not isinstance(report, dict):
         return []
+    unused = _unused(summary, report)
     lines = []
     for label, key in (("applied", "applied"), ("applied by perfscope.accelerate", "by_accelerate"),
                        ("not applied", "not_applied")):
         entries = report.get(key)
         if isinstance(entries, dict):
-            lines += [safe(f"config {label}: {knob}: {what}") for knob, what in entries.items()]
+            for knob, what in entries.items():
+                if key == "applied" and knob in unused:
+                    lines.append(safe(f"config not used: {knob}: {unused[knob]} (set: {what})"))
+                else:
+                    lines.append(safe(f"config {label}: {knob}: {what}"))
     return lines

@@ -12,7 +12,17 @@ with its ``ProfilerStep#`` number ``step`` and, in microseconds (trace units):
 - ``thread_cpu_us``: CPU time the training thread got (CLOCK_THREAD_CPUTIME_ID);
 - ``process_cpu_us``: CPU time of the whole process, every thread;
 - ``run_queue_us``: time the training thread was runnable but waited for a core (Linux
-  ``schedstat`` ``run_delay``); null where the kernel does not report it.
+  ``schedstat`` ``run_delay``); null where the kernel does not report it;
+
+and in bytes (:mod:`perfscope.collect.memory`; null where not measured, absent in records of
+earlier perfscope versions):
+
+- ``peak_rss_bytes``: the process's peak resident set during the step;
+- ``device_peak_allocated_bytes``, ``device_peak_reserved_bytes``: the CUDA caching allocator's
+  peaks during the step (tensors, and what the allocator holds from the driver).
+
+The record's ``memory`` object holds the capacities: ``host_total_bytes``, and on CUDA
+``device_total_bytes`` and ``device``.
 """
 
 from __future__ import annotations
@@ -20,6 +30,9 @@ from __future__ import annotations
 HOST_STEPS_KEY = "perfscope_host_steps"
 VERSION = 1
 FIELDS = ("wall_us", "thread_cpu_us", "process_cpu_us", "run_queue_us")
+MEMORY_FIELDS = ("peak_rss_bytes", "device_peak_allocated_bytes", "device_peak_reserved_bytes")
+# Sizes above this are not memory a step can hold (a hand-edited or damaged record): left out.
+MAX_BYTES = 2**60
 # Entries kept in the header: the profiled window is a few steps; a cap keeps a long warm-up
 # from growing the header.
 MAX_STEPS = 256
@@ -47,6 +60,20 @@ def parse(value) -> tuple[dict[int, dict], int]:
         if not isinstance(s, dict) or type(s.get("step")) is not int:
             continue
         row = {f: float(s[f]) if _number(s.get(f)) else None for f in FIELDS}
+        row.update({f: int(s[f]) if _number(s.get(f)) and s[f] <= MAX_BYTES else None for f in MEMORY_FIELDS})
         if row["wall_us"] is not None and row["thread_cpu_us"] is not None:
             out[s["step"]] = row
     return out, len(steps) - len(out)
+
+
+def parse_capacity(value) -> dict:
+    """The capacities of a host record (``memory``: ``host_total_bytes``, ``device_total_bytes``
+    as ints, ``device`` as text), each left out where absent or unusable; ``{}`` for no record."""
+    memory = value.get("memory") if isinstance(value, dict) else None
+    if not isinstance(memory, dict):
+        return {}
+    out: dict = {k: int(memory[k]) for k in ("host_total_bytes", "device_total_bytes")
+                 if _number(memory.get(k)) and 0 < memory[k] <= MAX_BYTES}
+    if isinstance(memory.get("device"), str) and len(memory["device"]) <= 32:
+        out["device"] = memory["device"]
+    return out

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from perfscope import steptime
 from perfscope.atomic import write_bytes_atomic
 from perfscope.errors import PerfscopeError
 from perfscope.summary_check import summary_problem
@@ -51,6 +52,8 @@ def build_summary(analysis: Analysis) -> dict:
     v = analysis.verdict
     frame = analysis.steps
     counted = frame.loc[frame["counted"], "step_time_us"]
+    counted_rows = frame.loc[frame["counted"], ["rank", "step", "step_time_us"]].to_dict(orient="records")
+    representative = steptime.representative_step(counted_rows)
     steps = [
         {k: _clean(val) for k, val in row.items()}
         for row in analysis.steps.to_dict(orient="records")
@@ -81,6 +84,8 @@ def build_summary(analysis: Analysis) -> dict:
             "steps_by_status": {str(k): int(n) for k, n in frame["status"].value_counts().items()},
             "median_step_time_us": float(counted.median()) if counted.size else None,
             "mean_step_time_us": float(counted.mean()) if counted.size else None,
+            "step_time_us": steptime.step_time_us(counted_rows),
+            "representative_step": _clean(representative),
         },
         "details": _clean_tree(analysis.details),
         "data_quality": merged_quality(analysis.traces),

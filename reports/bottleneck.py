@@ -2,7 +2,7 @@
 
 Sections, verdict first (after the warnings, when there are any): verdict and recommendations,
 per-step breakdown, timeline of a representative step (needs the traces), idle gaps, top kernels,
-launch statistics, memory copies, ranks, data quality, run facts. Every section renders from the summary record alone except the timeline, which
+launch statistics, memory copies, memory (peak and headroom), ranks, data quality, run facts. Every section renders from the summary record alone except the timeline, which
 reads the traces of one rank when they can be found (``reports.traces``) and otherwise says so.
 """
 
@@ -14,10 +14,10 @@ from perfscope.atomic import write_text_atomic
 from reports import model
 from reports import traces as _traces
 from reports.html import esc, page
-from reports.sections import facts, gaps, kernels, memcpy, nodes, quality, ranks, steps, timeline, verdict
+from reports.sections import facts, gaps, kernels, memcpy, memory, nodes, quality, ranks, steps, timeline, verdict
 
 NAV = (("verdict", "Verdict"), ("steps", "Steps"), ("timeline", "Timeline"), ("gaps", "Idle gaps"),
-       ("kernels", "Top kernels"), ("launch", "Launches"), ("memcpy", "Copies"), ("ranks", "Ranks"),
+       ("kernels", "Top kernels"), ("launch", "Launches"), ("memcpy", "Copies"), ("memory", "Memory"), ("ranks", "Ranks"),
        ("quality", "Data quality"), ("facts", "Run facts"))
 
 
@@ -44,7 +44,7 @@ def render_report(summary: dict, *, base_dir: str | Path | None = None, step=Non
         summary: The record.
         base_dir: The output directory the summary belongs to: its ``traces/`` folder is searched
             first for the trace files (then the paths the summary records).
-        step: Step number the timeline shows first (default: the median step).
+        step: Step number the timeline shows first (default: the representative step, nearest to the run's step time).
         find_traces: False renders from the summary alone (the timeline then says it needs traces).
         tables: Trace tables already built, by resolved file path (``Analysis.tables``): used
             instead of parsing those files again.
@@ -69,6 +69,7 @@ def render_report(summary: dict, *, base_dir: str | Path | None = None, step=Non
         kernels.render_top(summary),
         kernels.render_launch(summary),
         memcpy.render(summary),
+        memory.render(summary),
         ranks.render(summary),
         nodes.render(summary),
         quality.render(summary),

@@ -1,5 +1,6 @@
 """``perfscope diff A B``: two analyses side by side, the change of each metric, the verdict change and
-the step time ratio; plus a short text version for the terminal.
+the step time ratio (the inverse of the speed-up: :mod:`perfscope.steptime`); plus a short text
+version for the terminal.
 
 The tuner uses it for before/after comparisons, so every number is taken the same way as in the
 report: over each run's counted steps, all ranks.
@@ -24,6 +25,10 @@ def _median(summary: dict) -> float | None:
     return num((summary.get("overall") or {}).get("median_step_time_us"))
 
 
+def _step(summary: dict) -> float | None:
+    return model.step_time(summary)
+
+
 def _frac(summary: dict, c: str) -> float | None:
     return num(((summary.get("overall") or {}).get("fractions") or {}).get(c))
 
@@ -34,8 +39,9 @@ def _verdict(summary: dict) -> str:
 
 
 def ratio(a: dict, b: dict) -> float | None:
-    """B's median step time over A's (below 1: B is faster)."""
-    ma, mb = _median(a), _median(b)
+    """B's step time over A's (below 1: B is faster): the inverse of the speed-up, throughput
+    over each run's window (:mod:`perfscope.steptime`)."""
+    ma, mb = _step(a), _step(b)
     return mb / ma if ma and mb is not None else None
 
 
@@ -67,8 +73,8 @@ def metric_rows(a: dict, b: dict) -> list[tuple[str, str, str, str]]:
             change = f"{(vb - va) / 1000:+.2f} ms" + (f" ({vb / va:.2f}x)" if va else "")
         rows.append((label, ms(va), ms(vb), change))
 
-    time_row("median step time", _median(a), _median(b))
-    time_row("mean step time", num((a.get("overall") or {}).get("mean_step_time_us")), num((b.get("overall") or {}).get("mean_step_time_us")))
+    time_row("step time (window / steps)", _step(a), _step(b))
+    time_row("median step (all rows, for reference)", _median(a), _median(b))
     for c in CLASS_ORDER:
         fa, fb = _frac(a, c), _frac(b, c)
         change = f"{100 * (fb - fa) + 0.0:+.1f} pt" if fa is not None and fb is not None else "-"
@@ -76,14 +82,15 @@ def metric_rows(a: dict, b: dict) -> list[tuple[str, str, str, str]]:
     if a.get("mode") == b.get("mode"):
         for _, label, _, cols in parts(str(a.get("mode"))):
             time_row(f"{label} per step (mean)", _mean_part(a, cols), _mean_part(b, cols))
-        count_col = "kernel_count" if a.get("mode") == "gpu" else "operator_count"
-        ka, kb = _median_col(a, count_col), _median_col(b, count_col)
-        rows.append((f"{'kernels' if a.get('mode') == 'gpu' else 'operators'} per step (median)",
-                     "-" if ka is None else f"{ka:,.0f}", "-" if kb is None else f"{kb:,.0f}",
-                     f"{kb - ka:+,.0f}" if ka is not None and kb is not None else "-"))
     for key, label in (("steps_counted", "steps counted"),):
         va, vb = (a.get("overall") or {}).get(key), (b.get("overall") or {}).get(key)
         rows.append((label, str(va), str(vb), "-"))
+    if a.get("mode") == b.get("mode"):  # a count: kept apart from the millisecond rows above
+        count_col = "kernel_count" if a.get("mode") == "gpu" else "operator_count"
+        ka, kb = _median_col(a, count_col), _median_col(b, count_col)
+        rows.append((f"{'kernels' if a.get('mode') == 'gpu' else 'operators'} per step (median count)",
+                     "-" if ka is None else f"{ka:,.0f}", "-" if kb is None else f"{kb:,.0f}",
+                     f"{kb - ka:+,.0f}" if ka is not None and kb is not None else "-"))
     for key, label in (("ranks_analyzed", "ranks analyzed"), ("world_size", "world size")):
         rows.append((label, str((a.get("run") or {}).get(key, "-")), str((b.get("run") or {}).get(key, "-")), "-"))
     rows.append(("mode", str(a.get("mode", "-")), str(b.get("mode", "-")), "-"))
@@ -97,10 +104,10 @@ def text_diff(a: dict, b: dict, label_a: str = "A", label_b: str = "B") -> str:
         f"{c} {pct(_frac(a, c), 0)} -> {pct(_frac(b, c), 0)}" for c in CLASS_ORDER if c != "other" or a.get("mode") == "gpu"
     )
     return "\n".join(safe(line) for line in [  # escaped per line: a name's newline cannot start a line
-        f"A: {label_a}  {va}, median step {ms(_median(a))}",
-        f"B: {label_b}  {vb}, median step {ms(_median(b))}",
+        f"A: {label_a}  {va}, step time {ms(_step(a))}",
+        f"B: {label_b}  {vb}, step time {ms(_step(b))}",
         f"verdict: {va} -> {vb}" if va != vb else f"verdict: unchanged ({va})",
-        f"median step: {ms(_median(a))} -> {ms(_median(b))} ({ratio_words(ratio(a, b))})",
+        f"step time (window / steps): {ms(_step(a))} -> {ms(_step(b))} ({ratio_words(ratio(a, b))})",
         f"share of step time: {shares}",
     ])
 
@@ -134,7 +141,7 @@ def _side(summary: dict, key: str, label: str, y_max: float) -> str:
     o = summary.get("overall") or {}
     f = o.get("fractions") or {}
     head = (f'<h3>{esc(key)}: {esc(label)}</h3><p class="verdict"><strong>{esc(_verdict(summary))}</strong>'
-            f"<small>median step {ms(o.get('median_step_time_us'))}; "
+            f"<small>step time {ms(_step(summary))}; "
             + ", ".join(f"{esc(c)} {pct(f.get(c), 0)}" for c in CLASS_ORDER) + "</small></p>")
     steps, _ = steps_section.shown_steps(model.steps_of(summary))
     chart = steps_section.chart(summary, steps, "gpu" if summary.get("mode") == "gpu" else "cpu", y_max) if steps else ""
@@ -167,20 +174,21 @@ def render_diff(a: dict, b: dict, label_a: str = "A", label_b: str = "B", speedu
 
     Args:
         speedup: The tuner's confirmed speed-up of B over A (:func:`speedup_words`); when given it
-            is the page's headline figure, and the profiled steps' median step ratio is shown as
-            what it is (a few profiled steps, which a bursty loader makes uneven).
+            is the page's headline figure, and the profiled steps' step time ratio is shown as
+            what it is (a few profiled steps).
     """
     va, vb = _verdict(a), _verdict(b)
     change = (f"The verdict changed from <strong>{esc(va)}</strong> to <strong>{esc(vb)}</strong>." if va != vb
               else f"The verdict is unchanged: <strong>{esc(va)}</strong>.")
     r = ratio(a, b)
     if speedup:
-        lead = (f'<p class="verdict">{esc(speedup_words(speedup))}.<small>{change} Median step of the profiled '
-                f"steps {ms(_median(a))} → {ms(_median(b))} ({esc(ratio_words(r))}): a few steps each, not the "
+        lead = (f'<p class="verdict">{esc(speedup_words(speedup))}.<small>{change} Step time of the profiled '
+                f"steps {ms(_step(a))} → {ms(_step(b))} ({esc(ratio_words(r))}): a few steps each, not the "
                 "speed-up figure.</small></p>")
     else:
-        lead = (f'<p class="verdict">{change}<small>Median step {ms(_median(a))} → {ms(_median(b))} '
-                f"({esc(ratio_words(r))}).</small></p>")
+        lead = (f'<p class="verdict">{change}<small>Step time {ms(_step(a))} → {ms(_step(b))} '
+                f"({esc(ratio_words(r))}): each run's window over its steps, the inverse of throughput "
+                "(docs/metrics.md, Step time).</small></p>")
     if a.get("mode") != b.get("mode"):
         lead += '<p class="warn">The runs are of different modes (GPU and CPU-only): only the shares compare.</p>'
     rows = [("", [esc(m), esc(x), esc(y), esc(c)]) for m, x, y, c in metric_rows(a, b)]

@@ -1,4 +1,5 @@
-"""Numbers the report derives from a summary record: counted steps, what-if estimates, per-rank figures.
+"""Numbers the report derives from a summary record: counted steps, the step time and representative
+step, what-if estimates, per-rank figures (definitions: :mod:`perfscope.steptime`).
 
 Where the summary carries the analysis's own ``details`` section those figures are used as they
 are; otherwise the same quantities are computed from the per-step rows, so a summary written
@@ -9,9 +10,10 @@ from __future__ import annotations
 
 import statistics
 
+from perfscope import steptime
 from reports.html import num
 
-REMOVABLE = ("io", "comm", "launch")
+REMOVABLE = steptime.REMOVABLE
 
 
 def steps_of(summary: dict) -> list[dict]:
@@ -42,45 +44,45 @@ def _median(values) -> float | None:
     return statistics.median(values) if values else None
 
 
+def step_time(summary: dict) -> float | None:
+    """The run's step time (µs; :func:`perfscope.steptime.step_time_us`): the summary's own
+    ``overall.step_time_us``, else computed from its counted steps (summaries before it existed)."""
+    given = num((summary.get("overall") or {}).get("step_time_us"))
+    return given if given is not None else steptime.step_time_us(counted_steps(summary))
+
+
+def representative_step(summary: dict):
+    """The run's representative step number (:func:`perfscope.steptime.representative_step`)."""
+    given = (summary.get("overall") or {}).get("representative_step")
+    if isinstance(given, int) and not isinstance(given, bool):
+        return given
+    return steptime.representative_step(counted_steps(summary))
+
+
 def what_if(summary: dict) -> dict[str, dict]:
-    """Per removable class: ``median_step_us``, ``median_step_without_us``, ``speedup``.
+    """Per removable class: ``step_time_us``, ``step_time_without_us``, ``saved_us_per_step``,
+    ``speedup`` (:func:`perfscope.steptime.what_if` over the counted steps).
 
-    From ``details.what_if`` when present; otherwise the median over the counted steps of
-    (step time - the class's cost). An upper bound either way: it assumes the removed time is not
-    replaced by another wait.
+    Always computed from the steps, so a summary whose ``details.what_if`` was taken the older
+    way (medians before and after) renders with today's definition.
     """
-    given = details(summary).get("what_if")
-    if isinstance(given, list):
-        out = {}
-        for w in given:
-            if isinstance(w, dict) and w.get("class") in REMOVABLE and num(w.get("median_step_without_us")) is not None:
-                out[w["class"]] = w
-        return out
-    steps = counted_steps(summary)
-    median = _median(s.get("step_time_us") for s in steps)
-    out = {}
-    if not median:
-        return out
-    for c in REMOVABLE:
-        without = []
-        for s in steps:
-            t, f = num(s.get("step_time_us")), num(s.get(f"{c}_cost_frac"))
-            if t is not None:
-                without.append(t - t * (f or 0.0))
-        m = _median(without)
-        if m is not None and m < median and m > 0:
-            out[c] = {"class": c, "median_step_us": median, "median_step_without_us": m, "speedup": median / m}
-    return out
+    return {w["class"]: w for w in steptime.what_if(counted_steps(summary))}
 
 
-def median_step_index(steps: list[dict]) -> int | None:
-    """Index (into ``steps``) of the median step by step time, among complete steps if any."""
-    pool = [i for i, s in enumerate(steps) if is_counted(s)] or list(range(len(steps)))
-    pool = [i for i in pool if num(steps[i].get("step_time_us")) is not None]
-    if not pool:
+def representative_index(summary: dict, steps: list[dict]) -> int | None:
+    """Index (into ``steps``, e.g. one rank's rows) of the run's representative step; when
+    ``steps`` lacks it (no counted step), the row nearest the step time, else None."""
+    rep = representative_step(summary)
+    for i, s in enumerate(steps):
+        if rep is not None and s.get("step") == rep:
+            return i
+    target = step_time(summary)
+    timed = [i for i, s in enumerate(steps) if num(s.get("step_time_us")) is not None]
+    if not timed:
         return None
-    pool.sort(key=lambda i: num(steps[i]["step_time_us"]))
-    return pool[(len(pool) - 1) // 2]
+    if target is None:
+        return timed[0]
+    return min(timed, key=lambda i: abs(num(steps[i]["step_time_us"]) - target))
 
 
 def rank_rows(summary: dict) -> tuple[list[dict], int | None]:

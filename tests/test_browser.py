@@ -152,6 +152,16 @@ def test_report_text_shows_the_verdict(loaded):
         assert verdict == "io-bound"
 
 
+def test_report_shows_memory(loaded):
+    name, summary, page, _ = loaded
+    text = browser.dom_text(page.dom)
+    if name == "profile_io_bound":  # perfscope profile measured it: the peak against the machine
+        assert summary["details"]["memory"]["kind"] == "host"
+        assert "resident" in text and "headroom" in text and "GiB" in text
+    else:  # traces recorded without perfscope: the section says what would measure it
+        assert "Not measured" in text
+
+
 def test_report_screenshot_is_not_blank(loaded):
     from PIL import Image
 

@@ -58,13 +58,14 @@ def test_memcpy_by_kind_and_idle_histogram(tmp_path):
     assert sum(hist["total_us"]) == pytest.approx(2 * 30)
 
 
-def test_what_if_is_the_median_step_without_the_cost(tmp_path):
+def test_what_if_is_the_step_time_without_the_cost_removed_step_by_step(tmp_path):
     a = perfscope.analyze(two_steps(tmp_path))
-    steps = a.steps
-    launch_cost = (steps["launch_cost_frac"] * steps["step_time_us"]).median()
+    steps = a.steps[a.steps["counted"]]
+    launch_cost = (steps["launch_cost_frac"] * steps["step_time_us"]).mean()
     entry = {e["class"]: e for e in a.details["what_if"]}["launch"]
-    assert entry["median_step_us"] == pytest.approx(100)
-    assert entry["median_step_without_us"] == pytest.approx(100 - launch_cost)
+    assert entry["step_time_us"] == pytest.approx(100)
+    assert entry["step_time_without_us"] == pytest.approx(100 - launch_cost)
+    assert entry["saved_us_per_step"] == pytest.approx(launch_cost)
     assert entry["speedup"] == pytest.approx(100 / (100 - launch_cost))
 
 

@@ -30,7 +30,7 @@ def test_diff_prints_verdict_change_and_ratio(tmp_path, two_runs):
     r = run_cli(tmp_path, "diff", a, b / "summary.json", "--out", tmp_path / "d.html")
     assert r.returncode == 0, r.stderr
     assert "verdict: io-bound -> compute-bound" in r.stdout
-    assert re.search(r"median step: 1\.00 ms -> 1\.00 ms \(B/A 1\.00x", r.stdout)
+    assert re.search(r"step time \(window / steps\): 1\.00 ms -> 1\.00 ms \(B/A 1\.00x", r.stdout)
     html = (tmp_path / "d.html").read_text()
     assert_self_contained(html)
     assert "The verdict changed from <strong>io-bound</strong> to <strong>compute-bound</strong>" in html
@@ -39,8 +39,8 @@ def test_diff_prints_verdict_change_and_ratio(tmp_path, two_runs):
 
 
 def test_diff_ratio_of_step_times():
-    a = {"mode": "gpu", "overall": {"verdict": "comm-bound", "median_step_time_us": 81_000.0, "fractions": {}}, "steps": []}
-    b = {"mode": "gpu", "overall": {"verdict": "comm-bound", "median_step_time_us": 62_000.0, "fractions": {}}, "steps": []}
+    a = {"mode": "gpu", "overall": {"verdict": "comm-bound", "step_time_us": 81_000.0, "fractions": {}}, "steps": []}
+    b = {"mode": "gpu", "overall": {"verdict": "comm-bound", "step_time_us": 62_000.0, "fractions": {}}, "steps": []}
     text = text_diff(a, b)
     assert "verdict: unchanged (comm-bound)" in text
     assert "81.0 ms -> 62.0 ms (B/A 0.77x: B is 1.31x faster)" in text
@@ -102,12 +102,28 @@ def test_diff_needs_two_runs(tmp_path, two_runs):
 
 
 def test_the_tuners_diff_is_headed_by_the_confirmed_speedup_not_the_median_step():
-    a = {"mode": "gpu", "overall": {"verdict": "io-bound", "median_step_time_us": 81_000.0, "fractions": {}}, "steps": []}
-    b = {"mode": "gpu", "overall": {"verdict": "compute-bound", "median_step_time_us": 62_000.0, "fractions": {}}, "steps": []}
+    a = {"mode": "gpu", "overall": {"verdict": "io-bound", "step_time_us": 81_000.0, "fractions": {}}, "steps": []}
+    b = {"mode": "gpu", "overall": {"verdict": "compute-bound", "step_time_us": 62_000.0, "fractions": {}}, "steps": []}
     html = render_diff(a, b, "baseline", "best", speedup={"ratio": 4.31, "low": 3.9, "high": 4.8, "rounds": 6,
                                                           "unit": "samples/s"})
     head = html[html.index('<p class="verdict">'):]
     head = head[:head.index("</p>")]
-    assert head.index("B is 4.31x faster (95% interval 3.90x–4.80x)") < head.index("Median step of the profiled steps")
+    assert head.index("B is 4.31x faster (95% interval 3.90x–4.80x)") < head.index("Step time of the profiled steps")
     assert "over 6 interleaved rounds" in head and "not the speed-up figure" in head
     assert "B/A 0.77x" in head  # still shown, for what it is
+
+
+def _bursty(times_ms):
+    steps = [{"rank": 0, "step": i, "step_time_us": t * 1000, "counted": True} for i, t in enumerate(times_ms)]
+    return {"mode": "cpu", "overall": {"verdict": "io-bound", "median_step_time_us": None}, "steps": steps}
+
+
+def test_diff_headlines_throughput_not_the_median_of_bursty_steps():
+    from reports.diff import ratio, text_diff
+
+    # A: a loader wait every fourth step; B: even steps. Medians say B is slower, throughput faster.
+    a, b = _bursty([200, 10, 10, 10] * 3), _bursty([40] * 12)
+    assert ratio(a, b) == pytest.approx(40 / 57.5)
+    out = text_diff(a, b)
+    assert "step time (window / steps): 57.5 ms -> 40.0 ms" in out
+    assert "B is 1.44x faster" in out

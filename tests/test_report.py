@@ -22,7 +22,7 @@ from tracegen import annotation, cpu_op, dataloader, kernel, launch, memcpy, run
 
 EVIL_KERNEL = "</script><script>alert(1)</script>"
 EVIL_FILE = "<img src=x onerror=alert(1)>"
-GPU_SECTIONS = ("verdict", "steps", "timeline", "gaps", "kernels", "launch", "memcpy", "ranks", "quality", "facts")
+GPU_SECTIONS = ("verdict", "steps", "timeline", "gaps", "kernels", "launch", "memcpy", "memory", "ranks", "quality", "facts")
 
 
 def gpu_trace(path, steps=3, kernel_name="gemm", dl_us=50, kernel_us=600, rank=None):
@@ -76,7 +76,7 @@ def test_gpu_report_has_every_section_verdict_first(tmp_path):
     assert_self_contained(html)
     v = summary["overall"]["verdict"]
     assert f"<strong>{v}</strong>" in html
-    assert "would cut the median step from" in html and "upper bound" in html
+    assert "would cut the step time from" in html and "upper bound" in html
     assert "pageable" in html  # the pageable copy is called out
     assert "<svg" in html.split('id="timeline"')[1].split("</section>")[0]  # the timeline was drawn
     assert "step time (ms)" in html and "time since the step started (ms)" in html  # axis units
@@ -100,7 +100,7 @@ def test_summary_without_details_still_renders(tmp_path):
     html = render_report(summary, find_traces=False)
     assert sections(html) == list(GPU_SECTIONS)
     assert "no details section" in html
-    assert "would cut the median step from" in html  # what-if computed from the steps
+    assert "would cut the step time from" in html  # what-if computed from the steps
 
 
 def test_ranks_section_highlights_the_slowest(tmp_path):
@@ -196,7 +196,7 @@ def test_step_option_selects_the_timeline_step(tmp_path):
     checked = re.search(r'<input type="radio" name="tl" id="tl\d+" checked><label[^>]*>([^<]*)', html)
     assert checked and checked.group(1).startswith("step 4")
     default = (out / "report.html").read_text()
-    assert re.search(r'checked><label[^>]*>step \d+ \(median\)', default)
+    assert re.search(r'checked><label[^>]*>step \d+ \(representative\)', default)
 
 
 def _file(path, text):

@@ -63,6 +63,16 @@ def test_verdict_before_and_after():
     assert "The verdict changed from <strong>io-bound</strong> to <strong>compute-bound</strong>" in sec
     assert "#E69F00" in sec and "#009E73" in sec  # io and compute in the palette's colours
     assert "62.0%" in sec and "86.0%" in sec and "+56.0 pt" in sec
+    # milliseconds beside the shares: io fell from 62 to 1.6 ms although compute's share rose
+    assert "<td>100.00</td>" in sec.replace(' class=""', "") and "<td>40.00</td>" in sec.replace(' class=""', "")
+    assert "62.00" in sec and "1.60" in sec and "-60.40 ms (-58.0 pt)" in sec
+
+
+def test_verdicts_without_step_times_show_shares_only():
+    r = realistic()
+    del r["baseline"]["step_time_us"], r["after"]["step_time_us"]
+    sec = section_of(check(render_tuning(r)), "verdicts")
+    assert "62.0%" in sec and "- (+56.0 pt)" in sec
 
 
 def test_every_trial_in_table_and_drawn_markers():
@@ -152,3 +162,14 @@ def test_keep_current_after_a_failed_confirmation_says_why():
     assert ("Keep your current settings: no candidate was confirmed faster beyond the noise: the best, trial 8, "
             "measured 1.01x (95% interval 0.97x–1.05x, 5 rounds), and a recommendation needs the whole interval "
             "above 1.02x") in head
+
+
+def test_trial_table_shows_peak_memory_and_flags_the_limit():
+    r = realistic()
+    r["trials"][1]["memory"] = {"kind": "device", "peak_bytes": 76 * 2**30, "capacity_bytes": 80 * 2**30,
+                                "headroom_share": 0.05, "near_limit": True}
+    r["trials"][2]["memory"] = {"kind": "device", "peak_bytes": 40 * 2**30, "capacity_bytes": 80 * 2**30,
+                                "headroom_share": 0.5, "near_limit": False}
+    sec = section_of(check(render_tuning(r)), "trials")
+    assert '<span class="warn">76.00 GiB (5% free): near the limit</span>' in sec
+    assert "40.00 GiB (50% free)" in sec and "peak memory" in sec

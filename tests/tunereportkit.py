@@ -40,7 +40,7 @@ def realistic() -> dict:
         "objective": {"unit": "samples/s", "warmup_steps": 5, "measure_steps": 20, "statistic": "median"},
         "baseline": {"trial": 0, "value": 1000.0, "verdict": "io-bound",
                      "fractions": {"io": 0.62, "comm": 0.0, "launch": 0.05, "compute": 0.30, "other": 0.03},
-                     "summary": "baseline/summary.json", "report": "baseline/report.html"},
+                     "step_time_us": 100_000.0, "summary": "baseline/summary.json", "report": "baseline/report.html"},
         "space": {
             "verdict": "io-bound", "order": ["input", "precision", "launch"],
             "searched": [
@@ -87,7 +87,7 @@ def realistic() -> dict:
                            "ci_high": 2.0, "line": "1.80x faster (95% interval 1.60x-2.00x, 5 rounds)"},
         "after": {"verdict": "compute-bound",
                   "fractions": {"io": 0.04, "comm": 0.0, "launch": 0.06, "compute": 0.86, "other": 0.04},
-                  "summary": "best/summary.json", "report": "best/report.html", "diff": "diff.html"},
+                  "step_time_us": 40_000.0, "summary": "best/summary.json", "report": "best/report.html", "diff": "diff.html"},
         "notes": ["The loss was seen: every trial's numerics were checked.", "tf32 left out: the model runs on the CPU."],
     }
 

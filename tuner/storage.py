@@ -14,7 +14,7 @@ The URL forms (:func:`open_storage`):
     ``journal:`` for several workers, since SQLite serializes every writer.
 ``postgresql://USER:PASS@HOST[:PORT]/DB`` (also ``postgresql+psycopg2://``, ``postgres://``)
     A PostgreSQL database: several workers on **several machines**. Needs ``psycopg2``
-    (``pip install psycopg2-binary``, part of the ``tune`` extra); plain ``postgresql://`` falls
+    (``pip install psycopg2-binary``, the ``postgres`` extra); plain ``postgresql://`` falls
     back to psycopg 3 when only that is installed.
 ``mysql://USER:PASS@HOST[:PORT]/DB`` (also ``mysql+pymysql://`` ...)
     A MySQL / MariaDB database, likewise. Needs the driver named after ``+`` (``mysqlclient`` for

@@ -60,6 +60,21 @@ def trial_verdict(outcome: TrialOutcome) -> tuple[str | None, dict | None, dict 
     return overall.get("verdict"), overall.get("fractions"), summary
 
 
+def memory_of(summary: dict | None) -> dict | None:
+    """The profiled steps' memory peak of a trial (``details.memory``'s run-wide figures: ``kind``,
+    ``peak_bytes``, ``capacity_bytes``, ``headroom_share``, ``near_limit``), or None unmeasured."""
+    m = ((summary or {}).get("details") or {}).get("memory")
+    if not isinstance(m, dict):
+        return None
+    return {k: m.get(k) for k in ("kind", "peak_bytes", "capacity_bytes", "headroom_share", "near_limit")}
+
+
+def step_time_of(summary: dict | None) -> float | None:
+    """The profiled steps' step time (µs, :mod:`perfscope.steptime`) of a trial's summary, or None."""
+    value = ((summary or {}).get("overall") or {}).get("step_time_us")
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
 MAX_DUPLICATES_IN_A_ROW = 20  # proposals of measured configurations before the space counts as exhausted
 
 
@@ -317,10 +332,11 @@ class TuningStudy:
         Raises:
             TrialFailed: the trial failed, or measured no value (after storing why).
         """
-        verdict, fractions, _ = trial_verdict(outcome)
+        verdict, fractions, summary = trial_verdict(outcome)
         cleanup_traces(outcome)
         trial.set_user_attr("verdict", verdict)
         trial.set_user_attr("fractions", fractions)
+        trial.set_user_attr("memory", memory_of(summary))
         failure = None if outcome.ok else {"kind": outcome.status, "reason": outcome.reason}
         if outcome.ok:
             # The same steps in both (trials with DataLoader workers warm up longer).

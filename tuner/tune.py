@@ -34,6 +34,7 @@ from tuner.study import (
     SPACE_ATTR,
     TuningStudy,
     pid_alive,
+    step_time_of,
     trial_verdict,
     worker_id,
 )
@@ -222,6 +223,7 @@ def _set_up(session: TuningStudy, options: TuneOptions, out: Path) -> None:
     baseline = {
         "value": outcome.value, "unit": outcome.unit, "step_values": outcome.step_values,
         "losses": outcome.losses, "verdict": verdict, "fractions": fractions, "facts": outcome.facts,
+        "step_time_us": step_time_of(summary),
         "duration_s": round(outcome.duration_s, 3), "data_wait": outcome.data_wait, "window": outcome.window,
     }
     if summary is not None:
@@ -289,8 +291,8 @@ def _profile_after(session: TuningStudy, options: TuneOptions, recommendation: d
     from perfscope.siblings import import_sibling
 
     write_outputs(summary, out / "best")
-    after = {"verdict": verdict, "fractions": fractions, "summary": "best/summary.json", "report": "best/report.html",
-             "diff": None}
+    after = {"verdict": verdict, "fractions": fractions, "step_time_us": step_time_of(summary),
+             "summary": "best/summary.json", "report": "best/report.html", "diff": None}
     baseline_summary = out / "baseline" / "summary.json"
     if baseline_summary.is_file():
         from perfscope.summary import load_summary

@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from perfscope import steptime
 from perfscope.analysis.intervals import locate, union, window_segments
+from perfscope.analysis.memory import memory_view
 from perfscope.analysis.nodes import node_of_ranks, node_view, subgroup_count
 from perfscope.analysis.ranks import collective_skew, rank_rows
 from perfscope.analysis.steps import graph_launched
@@ -31,28 +33,12 @@ _DIRECTION = {CopyKind.HTOD: "HtoD", CopyKind.DTOH: "DtoH", CopyKind.DTOD: "DtoD
 
 
 def what_if(frame: pd.DataFrame) -> list[dict]:
-    """Upper bounds of the gain from removing each removable cause entirely.
+    """Upper bounds of the gain from removing each removable cause (:func:`perfscope.steptime.what_if`).
 
     Args:
-        frame: Counted steps with ``step_time_us`` and ``<class>_cost_frac`` columns.
-
-    Returns:
-        One entry per class with a cost: the median step now and without that cost, and their
-        ratio; the largest saving first.
+        frame: Counted steps with ``rank``, ``step``, ``step_time_us`` and ``<class>_cost_frac``.
     """
-    step = frame["step_time_us"].to_numpy(dtype=float)
-    if step.size == 0:
-        return []
-    now = float(np.median(step))
-    out = []
-    for c in ("io", "comm", "launch"):
-        cost = frame[f"{c}_cost_frac"].to_numpy(dtype=float) * step
-        if cost.sum() <= 0:
-            continue
-        without = float(np.median(step - cost))
-        out.append({"class": c, "median_step_us": now, "median_step_without_us": without,
-                    "speedup": now / without if without > 0 else None})
-    return sorted(out, key=lambda e: e["median_step_without_us"])
+    return steptime.what_if(frame.to_dict(orient="records"))
 
 
 def _top(names: np.ndarray, durations_us: np.ndarray) -> list[dict]:
@@ -204,6 +190,7 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
         "ranks": rows,
         "straggler": straggler,
         "nodes": node_view(rank_traces, ranks, nodes, node_source, rows, skew),
+        "memory": memory_view(rank_traces, ranks, frame),
         "collectives_matched": skew["matched"],
         "collectives_unmatched": skew["unmatched"],
         "collectives_unmatched_reason": skew.get("why_unmatched"),

@@ -21,7 +21,7 @@ which the fused backward still runs in fewer passes. With 1, the estimate on ``e
 (1.4x–1.5x) sat at the top of the measured end-to-end gains (1.2x–1.5x); 2 (the backward's usual
 share of a step) overstated them (1.9x). Per step:
 ``removable = (1 + BACKWARD_FACTOR) * (pattern time - its matrix products' time)``, and the what-if
-is the median step with and without it, computed per step, then summarised.
+removes it from every rank's step, then takes the run's step time (:func:`perfscope.steptime.what_if`).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from perfscope import steptime
 from perfscope.trace.kinds import EventKind
 
 if TYPE_CHECKING:
@@ -119,7 +120,8 @@ def window_attention_cost(rank_traces: list[RankTrace], ranks: list[int], frame:
     Returns:
         None when no counted step holds the pattern; else ``calls_per_step`` (median),
         ``forward_us_per_step`` and ``removable_us_per_step`` (medians, µs), ``share`` (removable
-        time over step time, all counted steps), ``median_step_us``, ``median_step_without_us``,
+        time over step time, all counted steps), ``step_time_us``, ``step_time_without_us`` (the
+        run's step time now and without the removable time, :mod:`perfscope.steptime`),
         ``speedup``, and ``backward_factor``.
     """
     from perfscope.analysis.details import top_level_ops
@@ -134,7 +136,7 @@ def window_attention_cost(rank_traces: list[RankTrace], ranks: list[int], frame:
         rows = top_level_ops(rt, w.start[sel], w.end[sel])
         owner = np.searchsorted(w.start[sel], rt.table.ts_ns[rows], side="right") - 1
         costs = _step_costs(rt, rows, w.step[sel][np.clip(owner, 0, None)])
-        parts.append(mine[["step", "step_time_us"]].merge(costs, on="step", how="left").fillna(0.0))
+        parts.append(mine[["rank", "step", "step_time_us"]].merge(costs, on="step", how="left").fillna(0.0))
     if not parts:
         return None
     df = pd.concat(parts, ignore_index=True)
@@ -142,13 +144,15 @@ def window_attention_cost(rank_traces: list[RankTrace], ranks: list[int], frame:
         return None
     step = df["step_time_us"].to_numpy(dtype=float)
     removable = np.minimum(df["removable_us"].to_numpy(dtype=float), step)
-    now, without = float(np.median(step)), float(np.median(step - removable))
+    rows = df[["rank", "step", "step_time_us"]].assign(
+        fused_cost_frac=np.divide(removable, step, out=np.zeros_like(step), where=step > 0)).to_dict(orient="records")
+    now, without = steptime.step_time_us(rows), steptime.step_time_us(rows, cost="fused")
     return {"pattern": "window_attention", "calls_per_step": float(df["calls"].median()),
             "forward_us_per_step": float(df["forward_us"].median()),
             "removable_us_per_step": float(np.median(removable)),
             "share": float(removable.sum() / step.sum()) if step.sum() > 0 else 0.0,
-            "median_step_us": now, "median_step_without_us": without,
-            "speedup": now / without if without > 0 else None, "backward_factor": BACKWARD_FACTOR}
+            "step_time_us": now, "step_time_without_us": without,
+            "speedup": steptime.speedup(now, without), "backward_factor": BACKWARD_FACTOR}
 
 
 def advice_line(cost: dict | None) -> str | None:
@@ -156,9 +160,9 @@ def advice_line(cost: dict | None) -> str | None:
     is absent or takes less than :data:`MIN_SHARE` of the step."""
     if not cost or cost.get("share", 0.0) < MIN_SHARE:
         return None
-    now, without = cost["median_step_us"] / 1000.0, cost["median_step_without_us"] / 1000.0
+    now, without = cost["step_time_us"] / 1000.0, cost["step_time_without_us"] / 1000.0
     gain = f" (about {cost['speedup']:.2f}x)" if cost.get("speedup") else ""
     return (f"Fuse the window attention: the profile shows Swin-style window attention "
             f"({cost['calls_per_step']:g} calls a step; its passes besides the matrix products take about "
             f"{cost['share']:.0%} of the step, backward estimated). Set fused_ops: true in a --config file "
-            f"(or call fused_ops.swap(model)): estimated median step {now:.1f} ms -> {without:.1f} ms{gain}.")
+            f"(or call fused_ops.swap(model)): estimated step time {now:.1f} ms -> {without:.1f} ms{gain}.")

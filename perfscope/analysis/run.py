@@ -16,11 +16,13 @@ from perfscope.analysis import evidence as ev
 from perfscope.analysis import job
 from perfscope.analysis.rank import FileItem, RankTrace, analyze_as, analyze_file, analyze_table, load_table  # noqa: F401 (API)
 from perfscope.analysis.details import build_details
+from perfscope.analysis.memory import memory_warning
 from perfscope.analysis.patterns import window_attention_cost
 from perfscope.analysis.notes import status_notes, verdict_of_none
 from perfscope.analysis.verdict import RunVerdict, classify, cost_fractions, run_verdict
 from perfscope.errors import TraceFormatError
 from perfscope.fileid import fingerprint
+from perfscope.host_steps import MEMORY_FIELDS
 from perfscope.trace import TraceTable, find_trace_files
 from perfscope.trace.decode import TraceDamagedError
 from perfscope.trace.kinds import EventKind, is_graph_launch
@@ -114,20 +116,24 @@ def _trace_facts(rt: RankTrace, rank: int) -> dict:
                              if k in ("backend", "rank", "world_size", "nccl_version") and isinstance(v, (str, int, float))},
         "base_time_ns": t.base_time_ns,
         "host_steps_recorded": len(t.host_steps),
+        "memory_capacity": dict(t.memory_capacity),
         "warnings": t.warnings + rt.warnings,
         "data_quality": rt.quality.to_list(),
     }
 
 
 HOST_COLUMNS = {"wall_us": "host_wall_us", "thread_cpu_us": "host_thread_cpu_us",
-                "process_cpu_us": "host_process_cpu_us", "run_queue_us": "host_run_queue_us"}
+                "process_cpu_us": "host_process_cpu_us", "run_queue_us": "host_run_queue_us",
+                **{f: f for f in MEMORY_FIELDS}}
 
 
 def _host_columns(rt: RankTrace) -> pd.DataFrame:
     """The host record of each step (``perfscope.host_steps``), NaN where the trace has none."""
     recs = [rt.table.host_steps.get(int(s), {}) for s in rt.steps]
-    return pd.DataFrame({col: [r.get(f) if r.get(f) is not None else np.nan for r in recs]
-                         for f, col in HOST_COLUMNS.items()}, index=rt.metrics.index)
+    frame = pd.DataFrame({col: [r.get(f) if r.get(f) is not None else np.nan for r in recs]
+                          for f, col in HOST_COLUMNS.items()}, index=rt.metrics.index)
+    unmeasured = [f for f in MEMORY_FIELDS if frame[f].isna().all()]  # e.g. no CUDA: no device columns
+    return frame.drop(columns=unmeasured)
 
 
 def _rank_frame(rt: RankTrace, rank: int) -> pd.DataFrame:
@@ -208,6 +214,8 @@ def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, commo
         rv = verdict_of_none(frame, [rt.evidence.run_reason for rt in rank_traces])
     details = build_details(rank_traces, ranks, frame.loc[counted], mode, facts)
     warnings.extend((details.get("nodes") or {}).get("problems") or [])
+    if memory_warning(details.get("memory")):
+        warnings.append(memory_warning(details["memory"]))
     if details.get("collectives_unmatched_reason"):
         notes.append(f"ranks are not compared at their collectives (no lateness, no straggler from arrivals): "
                      f"{details['collectives_unmatched_reason']}")

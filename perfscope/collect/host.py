@@ -4,8 +4,9 @@ On a loaded machine the training thread is descheduled while it runs an operator
 shows long operators and the step looks compute-bound. The trace cannot tell; the operating
 system can. At every step boundary :class:`HostStepRecorder` reads the wall clock
 (``time.perf_counter_ns``), the thread's and the process's CPU clocks (``time.thread_time_ns``,
-``time.process_time_ns``) and the thread's run-queue wait (the second field, ``run_delay``, of
-Linux's ``/proc/thread-self/schedstat``), and writes the step's record (format:
+``time.process_time_ns``), the thread's run-queue wait (the second field, ``run_delay``, of
+Linux's ``/proc/thread-self/schedstat``) and the step's memory peaks (:mod:`perfscope.collect.memory`),
+and writes the step's record (format:
 :mod:`perfscope.host_steps`) into the trace header with
 ``torch.profiler.profile.add_metadata_json``.
 """
@@ -19,6 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from perfscope.collect.memory import MemoryProbe
 from perfscope.host_steps import HOST_STEPS_KEY, MAX_STEPS, VERSION
 
 _SCHEDSTAT = "/proc/thread-self/schedstat"
@@ -51,11 +53,14 @@ class HostStepRecorder:
         inner: A ``torch.profiler.profile``.
         extra: Called at each recorded step for one more header entry ``(key, JSON text)``, or
             None (e.g. :meth:`perfscope.collect.job_watch.JobWatch.header`).
+        memory: The per-step memory probe (default :class:`~perfscope.collect.memory.MemoryProbe`).
     """
 
-    def __init__(self, inner: Any, extra: Callable[[], tuple[str, str] | None] | None = None) -> None:
+    def __init__(self, inner: Any, extra: Callable[[], tuple[str, str] | None] | None = None,
+                 memory: MemoryProbe | None = None) -> None:
         self._inner = inner
         self._extra = extra
+        self._memory = memory if memory is not None else MemoryProbe()
         self._start: tuple | None = None
         self.steps: deque[dict] = deque(maxlen=MAX_STEPS)
 
@@ -65,6 +70,7 @@ class HostStepRecorder:
 
     def __enter__(self) -> HostStepRecorder:  # noqa: PYI034 - typing.Self needs Python 3.11
         self._inner.__enter__()
+        self._memory.begin()
         self._start = snapshot()
         return self
 
@@ -75,16 +81,19 @@ class HostStepRecorder:
         now = snapshot()
         # A thread's clocks compare only on that thread: a loop training in a thread of its own
         # ends its first step there, after the profiler was entered on the main thread.
+        memory = self._memory.end()
         if self._start is not None and self._start[4] == now[4]:
-            self.steps.append(_record(self._inner.step_num, self._start, now))
+            self.steps.append({**_record(self._inner.step_num, self._start, now), **memory})
             action = getattr(getattr(self._inner, "current_action", None), "name", None)
             if action in _RECORDING:
                 # Overwrites the key: the header holds every step recorded so far.
-                self._inner.add_metadata_json(HOST_STEPS_KEY, json.dumps({"version": VERSION, "steps": list(self.steps)}))
+                record = {"version": VERSION, "steps": list(self.steps), "memory": self._memory.capacity()}
+                self._inner.add_metadata_json(HOST_STEPS_KEY, json.dumps(record))
                 entry = self._extra() if self._extra is not None else None
                 if entry is not None:
                     self._inner.add_metadata_json(*entry)
         self._inner.step()
+        self._memory.begin()
         self._start = snapshot()  # after the profiler's own work at the boundary
 
 

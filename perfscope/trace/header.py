@@ -38,6 +38,8 @@ class Header:
             or None.
         host: The host name: the job record's, else the profiler's ``host_name``; None if neither.
         ddp: The rank's DDP gradient buckets and timings (:mod:`perfscope.job_facts`), or None.
+        memory_capacity: The host's and device's memory as ``perfscope profile`` recorded them
+            (:func:`perfscope.host_steps.parse_capacity`; bytes), ``{}`` when not recorded.
         warnings: What was refused, one line each (file name first).
     """
 
@@ -51,6 +53,7 @@ class Header:
     node: dict | None = None
     host: str | None = None
     ddp: dict | None = None
+    memory_capacity: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -95,6 +98,7 @@ def read_header(raw: RawTrace) -> Header:
                           "used distributedInfo")
     h.device_properties = _devices(data, name, h.warnings)
     h.host_steps = _host_steps(data.get(HOST_STEPS_KEY), name, h.warnings)
+    h.memory_capacity = host_steps.parse_capacity(data.get(HOST_STEPS_KEY))
     if data.get(JOB_KEY) is not None:
         h.node, h.ddp, problems = job_facts.parse(data.get(JOB_KEY))
         h.warnings += [f"{name}: {JOB_KEY}: {p}; ignored" for p in problems]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from reports import model
-from reports.html import esc, figure, legend, ms, num, pct, section, table
+from reports.html import esc, figure, legend, ms, pct, section, table
 from reports.palette import part_us, parts
 from reports.svg import stacked_columns
 
@@ -94,9 +94,10 @@ def render(summary: dict) -> str:
         rows.append(("cut" if cut else "", cells))
     tab = table(headers, rows, "Step time in milliseconds; the other columns are shares of each step's time "
                 "and add up to 100% (definitions in docs/metrics.md).")
-    med = model.median_step_index(all_steps)
     extra = f'<p class="muted">{esc(left_out)}</p>' if left_out else ""
-    if med is not None and num(all_steps[med].get("step_time_us")) is not None:
-        extra += (f'<p class="muted">Median step: rank {esc(all_steps[med].get("rank"))} step {esc(all_steps[med].get("step"))} '
-                  f'({ms(all_steps[med].get("step_time_us"))}).</p>')
+    rep, per_step = model.representative_step(summary), model.step_time(summary)
+    if rep is not None and per_step is not None:
+        extra += (f'<p class="muted">Step time {ms(per_step)}: the mean over the counted steps of each step\'s '
+                  f"slowest rank (the window over its steps); the representative step, nearest to it, is step "
+                  f"{esc(rep)} (docs/metrics.md, Step time).</p>")
     return section("steps", "Per-step breakdown", chart(summary, steps, mode) + extra + tab)

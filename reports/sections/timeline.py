@@ -1,7 +1,7 @@
 """Timeline of a representative step: lanes for the main thread, the DataLoader, collectives, each GPU
 stream, and how the step partition counted each moment, with idle gaps shaded and labelled.
 
-The median step is shown first; up to :data:`MAX_VIEWS` steps are pre-rendered and a row of radio
+The run's representative step (:mod:`perfscope.steptime`) is shown first; up to :data:`MAX_VIEWS` steps are pre-rendered and a row of radio
 buttons (CSS only, no script) switches between them.
 """
 
@@ -156,9 +156,9 @@ def render(summary: dict, found, step=None) -> str:
         return section("timeline", title, note(f"The traces of rank {rank} hold none of the summary's steps; "
                                                "they are not the traces this summary was made from."))
     chosen = next((k for k, (s, _, _) in enumerate(views) if step is not None and s.get("step") == step), None)
-    median = model.median_step_index([v[0] for v in views])
+    rep = model.representative_index(summary, [v[0] for v in views])
     if chosen is None:
-        chosen = median if median is not None else 0
+        chosen = rep if rep is not None else 0
     lo = max(0, min(chosen - MAX_VIEWS // 2, len(views) - MAX_VIEWS))
     shown = list(range(lo, min(len(views), lo + MAX_VIEWS)))
     picker, panes = [], []
@@ -167,7 +167,7 @@ def render(summary: dict, found, step=None) -> str:
         label = f"step {s.get('step')}"
         rid = f"tl{pos}"
         checked = " checked" if k == chosen else ""
-        tag = " (median)" if k == median else ""
+        tag = " (representative)" if k == rep else ""
         picker.append(f'<input type="radio" name="tl" id="{rid}"{checked}><label for="{rid}">{esc(label)}{esc(tag)} · '
                       f'{ms(s.get("step_time_us"))} · {esc(s.get("verdict") or s.get("status") or "-")}</label>')
         caption = (f"Rank {rank}, {label}{tag}: {ms(s.get('step_time_us'))}, {s.get('verdict') or s.get('status') or '-'}. One pixel is "
@@ -183,7 +183,8 @@ def render(summary: dict, found, step=None) -> str:
              if views[chosen][1].mode == "gpu" else
              "the main CPU thread (top-level operators), the DataLoader, collectives; the bottom lane shows what "
              "the step partition counted at each moment")
-    intro = note(f"The median step of rank {rank} is selected; pick another step below. Lanes: {lanes}.")
+    intro = note(f"Rank {rank}'s representative step (nearest to the run's step time) is selected; pick another "
+                 f"step below. Lanes: {lanes}.")
     body = (intro + '<div class="picker">' + "".join(picker)
             + f'<div class="tlv">{"".join(panes)}</div></div>' + more + _legend(views[chosen][1]))
     return section("timeline", title, body)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from perfscope.analysis.memory import NEAR_LIMIT_SHARE
 from reports.html import esc, figure, note, num, section, table, truncate
 from reports.sections import tuning_history
 from reports.sections.tuning_record import (
@@ -47,6 +48,19 @@ def _problem_cell(t: dict) -> str:
     return f'<span class="{cls}">{esc(truncate(text, 300))}</span>'
 
 
+def _memory_cell(t: dict) -> str:
+    """The trial's peak memory (GiB) and headroom; flagged near the limit."""
+    m = obj(t.get("memory"))
+    peak = num(m.get("peak_bytes"))
+    if peak is None:
+        return "-"
+    share = num(m.get("headroom_share"))
+    text = f"{peak / 2**30:.2f} GiB" + (f" ({share:.0%} free)" if share is not None else "")
+    if m.get("near_limit") is True:
+        return f'<span class="warn">{esc(text)}: near the limit</span>'
+    return esc(text)
+
+
 def trial_table(record: dict) -> str:
     recommended = _recommended(record)
     rows = []
@@ -61,14 +75,17 @@ def trial_table(record: dict) -> str:
             state += " (infeasible)"
         rows.append((rc, [
             esc(word(t.get("number"))), esc(role or "-"), esc(state), _value_cell(t), esc(truncate(config, 300)),
-            esc(word(t.get("verdict"))), _problem_cell(t), seconds(t.get("duration_s")),
+            esc(word(t.get("verdict"))), _memory_cell(t), _problem_cell(t), seconds(t.get("duration_s")),
         ]))
     return table(
         [("#", ""), ("role", "l"), ("state", "l"), (f"value ({unit(record)})", ""), ("configuration (changes)", "name"),
-         ("verdict", "l"), ("failure / numerics", "l"), ("time", "")],
+         ("verdict", "l"), ("peak memory", ""), ("failure / numerics", "l"), ("time", "")],
         rows,
         "Every trial in the study. Value: the throughput over the measured steps (all samples over the whole window); pruned trials show "
-        "the last throughput so far they reported. The highlighted row is the recommendation.",
+        "the last throughput so far they reported. Peak memory: of the profiled steps (device memory reserved on CUDA, "
+        f"the resident set on the host), flagged below {NEAR_LIMIT_SHARE:.0%} headroom; a run out of memory fails as "
+        "infeasible. The "
+        "highlighted row is the recommendation.",
     )
 
 

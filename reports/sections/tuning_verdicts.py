@@ -14,6 +14,11 @@ def _fractions(part: dict) -> dict[str, float | None]:
     return {c: num(f.get(c)) for c in CLASS_ORDER}
 
 
+def _ms_per_step(share: float | None, step_us: float | None) -> str:
+    """A class's time per step (ms): its share of the step time."""
+    return f"{share * step_us / 1000:.2f}" if share is not None and step_us is not None else "-"
+
+
 def _bars(rows: list[tuple[str, dict]]) -> str:
     """One 100%-wide stacked bar per run: each class's share of that run's step time."""
     left, width, h, gap = 110, 760, 26, 10
@@ -62,16 +67,24 @@ def render(record: dict) -> str:
     if not base and not after:
         return section("verdicts", title, note("Not available: the record holds neither profile."))
     fb, fa = _fractions(base), _fractions(after)
+    sb, sa = num(base.get("step_time_us")), num(after.get("step_time_us"))
     rows = [("baseline", fb)] + ([("recommended", fa)] if after else [])
     chart = figure(_bars(rows), "Each class's share of the counted steps' total time (all ranks), as in the "
                    "bottleneck report's evidence bar (docs/metrics.md).")
     chart += legend([(c, CLASS_COLOURS[c]) for c in CLASS_ORDER])
-    table_rows = []
+    table_rows = [("", ["step time", _ms_per_step(1.0, sb), _ms_per_step(1.0, sa) if after else "-", "-", "-",
+                        f"{(sa - sb) / 1000:+.2f} ms" if sa is not None and sb is not None else "-"])]
     for c in CLASS_ORDER:
-        d = "-"
+        d = dms = "-"
         if fb[c] is not None and fa[c] is not None:
             d = f"{100 * (fa[c] - fb[c]) + 0.0:+.1f} pt"
-        table_rows.append(("", [esc(c), pct(fb[c]), pct(fa[c]) if after else "-", d]))
-    tab = table([("class", "l"), ("baseline", ""), ("recommended", ""), ("change", "")], table_rows,
-                "Share of step time by class; the change in percentage points (pt).")
+        if fb[c] is not None and fa[c] is not None and sb is not None and sa is not None:
+            dms = f"{(fa[c] * sa - fb[c] * sb) / 1000:+.2f} ms"
+        table_rows.append(("", [esc(c), _ms_per_step(fb[c], sb), _ms_per_step(fa[c], sa) if after else "-",
+                                pct(fb[c]), pct(fa[c]) if after else "-", f"{esc(dms)} ({esc(d)})"]))
+    tab = table([("class", "l"), ("baseline ms/step", ""), ("recommended ms/step", ""), ("baseline share", ""),
+                 ("recommended share", ""), ("change", "")], table_rows,
+                "Milliseconds per step of each class (its share of the profiled steps' step time, docs/metrics.md) "
+                "beside the shares: a faster run can hold a larger share of a smaller time. Change in ms per step "
+                "and in percentage points (pt).")
     return section("verdicts", title, lead + chart + tab)

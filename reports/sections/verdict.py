@@ -38,11 +38,11 @@ def _mode(summary: dict) -> str:
 
 
 def what_if_sentence(cls: str, w: dict, mode: str) -> str:
-    now, without = num(w.get("median_step_us")), num(w.get("median_step_without_us"))
+    now, without = num(w.get("step_time_us")), num(w.get("step_time_without_us"))
     speedup = num(w.get("speedup")) or (now / without if now and without else None)
     x = f", about {speedup:.2f}x" if speedup else ""
-    return (f"{REMOVAL[(cls, mode)]} would cut the median step from {ms(now)} to {ms(without)}{x}. "
-            "This is an upper bound: it assumes nothing else takes the removed time's place.")
+    return (f"{REMOVAL[(cls, mode)]} would cut the step time from {ms(now)} to {ms(without)}{x} (removed step by "
+            "step). This is an upper bound: it assumes nothing else takes the removed time's place.")
 
 
 def _advice(summary: dict, cls: str, mode: str) -> str:
@@ -78,7 +78,7 @@ def _recommendations(summary: dict, mode: str) -> str:
     overall = summary.get("overall") or {}
     verdict = str(overall.get("verdict") or "").removesuffix("-bound")
     wif = model.what_if(summary)
-    ranked = sorted(wif, key=lambda c: num(wif[c].get("median_step_without_us")) or 0.0)
+    ranked = sorted(wif, key=lambda c: num(wif[c].get("step_time_without_us")) or 0.0)
     ranked = [c for c in ranked if (num(wif[c].get("speedup")) or 0.0) >= MIN_SPEEDUP or c == verdict]
     if verdict in ranked:
         ranked.remove(verdict)
@@ -131,7 +131,8 @@ def render(summary: dict) -> str:
         f'<p class="verdict"><strong>{esc(verdict)}</strong>{": " + esc(meaning) if meaning else ""}.'
         f"<small>{esc(cls)} costs {pct(fractions.get(cls))} of the step time (runner-up "
         f"{esc(overall.get('runner_up', '-'))}); {esc(n_steps)} counted steps are {esc(verdict)}. "
-        f"Median step {ms(overall.get('median_step_time_us'))}, mean {ms(overall.get('mean_step_time_us'))}"
+        f"Step time {ms(model.step_time(summary))} (the window over its steps; representative step "
+        f"{esc(model.representative_step(summary))})"
         f"{esc(f' over {ranks} rank' + ('s' if ranks != 1 else '')) if isinstance(ranks, int) else ''}.</small></p>"
     )
     total = sum(num(fractions.get(c)) or 0.0 for c in CLASS_ORDER)

@@ -1,0 +1,104 @@
+"""The run's memory view: peak memory per step and rank, the capacity it is measured against,
+the headroom left, and whether a run sits near the limit (``docs/metrics.md``, Memory).
+
+Inputs are the per-step columns ``perfscope profile`` records (:mod:`perfscope.collect.memory`):
+``device_peak_allocated_bytes``/``device_peak_reserved_bytes`` on CUDA, ``peak_rss_bytes`` on the
+host, and each trace's ``memory_capacity``. Traces recorded otherwise have none: no view.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+if TYPE_CHECKING:
+    from perfscope.analysis.rank import RankTrace
+
+# Headroom below this share of capacity is "near the limit": the caching allocator's blocks
+# fragment (a request can fail with free memory scattered over blocks too small for it), and
+# cuDNN/cuBLAS workspaces and a larger batch shape need room on top of the measured peak.
+NEAR_LIMIT_SHARE = 0.10
+
+
+def _peak(frame: pd.DataFrame, col: str) -> float | None:
+    if col not in frame:
+        return None
+    v = frame[col].to_numpy(dtype=float)
+    v = v[np.isfinite(v)]
+    return int(v.max()) if v.size else None
+
+
+def _device_capacity(rt: RankTrace) -> int | None:
+    cap = rt.table.memory_capacity.get("device_total_bytes")
+    if cap:
+        return int(cap)
+    for d in rt.table.device_properties:  # Kineto's deviceProperties of a GPU trace
+        total = d.get("totalGlobalMem")
+        if type(total) is int and total > 0:
+            return total
+    return None
+
+
+def memory_view(rank_traces: list[RankTrace], ranks: list[int], frame: pd.DataFrame) -> dict | None:
+    """The memory section of ``details`` over the counted steps (``frame``), or None unmeasured.
+
+    Returns:
+        ``kind`` (``"device"``: the CUDA allocator; ``"host"``: the process's resident set),
+        ``ranks[]`` (``rank``, ``host``, ``peak_allocated_bytes`` and ``peak_reserved_bytes``
+        (device) or ``peak_rss_bytes`` (host), ``capacity_bytes``, ``headroom_bytes``,
+        ``headroom_share``), run-wide ``peak_bytes`` (the largest peak: reserved on the device,
+        resident on the host), ``capacity_bytes``, ``headroom_bytes`` and ``headroom_share`` (the
+        least of any rank; on the host the ranks of one machine share it, so their peaks are
+        summed: an upper bound, as the peaks need not coincide), ``near_limit`` and
+        ``near_limit_share``.
+    """
+    device = "device_peak_reserved_bytes" in frame and frame["device_peak_reserved_bytes"].notna().any()
+    if not device and not ("peak_rss_bytes" in frame and frame["peak_rss_bytes"].notna().any()):
+        return None
+    rows = []
+    for rt, rank in zip(rank_traces, ranks):
+        mine = frame[(frame["rank"] == rank) & (frame["worker"] == rt.table.worker)]
+        if mine.empty:
+            continue
+        row = {"rank": int(rank), "host": rt.table.host}
+        if device:
+            row["peak_allocated_bytes"] = _peak(mine, "device_peak_allocated_bytes")
+            row["peak_reserved_bytes"] = peak = _peak(mine, "device_peak_reserved_bytes")
+            row["capacity_bytes"] = _device_capacity(rt)
+        else:
+            row["peak_rss_bytes"] = peak = _peak(mine, "peak_rss_bytes")
+            row["capacity_bytes"] = rt.table.memory_capacity.get("host_total_bytes")
+        row["_peak"] = peak
+        rows.append(row)
+    if not device:  # ranks of one machine share its memory
+        by_host: dict = {}
+        for r in rows:
+            by_host[r["host"]] = by_host.get(r["host"], 0) + (r["_peak"] or 0)
+        for r in rows:
+            r["_used"] = by_host[r["host"]]
+    for r in rows:
+        used, cap = r.pop("_used", r["_peak"]), r["capacity_bytes"]
+        r["headroom_bytes"] = cap - used if cap and used is not None else None
+        r["headroom_share"] = r["headroom_bytes"] / cap if r["headroom_bytes"] is not None else None
+    peaks = [r.pop("_peak") for r in rows]
+    known = [r for r in rows if r["headroom_share"] is not None]
+    tightest = min(known, key=lambda r: r["headroom_share"]) if known else None
+    share = tightest["headroom_share"] if tightest else None
+    return {"kind": "device" if device else "host", "ranks": rows,
+            "peak_bytes": max((p for p in peaks if p is not None), default=None),
+            "capacity_bytes": tightest["capacity_bytes"] if tightest else None,
+            "headroom_bytes": tightest["headroom_bytes"] if tightest else None,
+            "headroom_share": share, "near_limit": share is not None and share < NEAR_LIMIT_SHARE,
+            "near_limit_share": NEAR_LIMIT_SHARE}
+
+
+def memory_warning(view: dict | None) -> str | None:
+    """The warning for a run near its memory limit, or None."""
+    if not view or not view.get("near_limit"):
+        return None
+    what = "device memory" if view["kind"] == "device" else "host memory"
+    return (f"{what} is near its limit: {view['headroom_bytes'] / 2**30:.2f} GiB free of "
+            f"{view['capacity_bytes'] / 2**30:.1f} GiB at the peak ({view['headroom_share']:.0%} headroom, below "
+            f"{view['near_limit_share']:.0%}); a larger batch or another shape can run out of memory")

@@ -1,0 +1,164 @@
+"""The gate's decision over two sides of one or more runs each (rules: :mod:`perfscope.check`)."""
+
+from __future__ import annotations
+
+import collections
+import math
+from dataclasses import dataclass, field
+
+from perfscope import steptime
+from perfscope.check.changes import what_grew
+from perfscope.check.stats import MIN_STEPS, POWER, counted_rows, detectable_slowdown, slowdown_p, step_sample
+
+ALPHA = 0.01
+DEFAULT_MAX_REGRESSION = 0.05
+ONE_RUN_NOTE = ("one run on each side: the test sees the noise within each run, not the drift between runs "
+                "(docs/check.md); give several baseline runs to have the drift in the test")
+
+
+class CheckInputError(ValueError):
+    """The two sides cannot be compared (different modes, too few steps); the message says why."""
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """The outcome of :func:`compare`.
+
+    Attributes:
+        baseline_step_us, run_step_us: Each side's step time (µs): the mean over its runs of each
+            run's window over its steps (:mod:`perfscope.steptime`).
+        slowdown: ``run_step_us / baseline_step_us - 1`` (0.06: 6% slower; negative: faster).
+        p_value: The one-sided test's p-value; ``test`` names the test (:mod:`perfscope.check`).
+        runs: Runs on each side: (baseline, run).
+        threshold: The slowdown a regression must reach (half of ``max_regression``).
+        alpha: The significance level.
+        step_regression: Whether the step time regressed (both conditions).
+        verdicts: (baseline's, run's) verdict, the most common of each side; None without one.
+        verdict_regression: Whether the verdict moved from compute-bound to a removable class.
+        changes: Lines naming what grew (classes, kernels or operators), largest first.
+        notes: What the test could not see, or what was not compared, and why.
+        spread: The baseline runs' run-to-run coefficient of variation (None with one run).
+        detectable: The smallest slowdown the test finds with 80% power at ``alpha`` given that
+            spread (:func:`~perfscope.check.stats.detectable_slowdown`; None with one run).
+    """
+
+    baseline_step_us: float
+    run_step_us: float
+    slowdown: float
+    p_value: float
+    test: str
+    runs: tuple[int, int]
+    threshold: float
+    alpha: float
+    step_regression: bool
+    verdicts: tuple[str | None, str | None]
+    verdict_regression: bool
+    changes: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    spread: float | None = None
+    detectable: float | None = None
+
+    @property
+    def failed(self) -> bool:
+        """Whether the gate fails (exit status 1)."""
+        return self.step_regression or self.verdict_regression
+
+
+def _side(value) -> list[dict]:
+    return [value] if isinstance(value, dict) else list(value)
+
+
+def _verdict(summaries: list[dict]) -> str | None:
+    """The side's most common verdict (ties: the first run's); None when no run has one."""
+    found = [v for v in ((s.get("overall") or {}).get("verdict") for s in summaries) if isinstance(v, str) and v]
+    return collections.Counter(found).most_common(1)[0][0] if found else None
+
+
+def _check_inputs(baselines: list[dict], runs: list[dict], max_regression: float, alpha: float) -> None:
+    if not (0 < max_regression < 10) or not (0 < alpha < 1):
+        raise CheckInputError(f"max_regression {max_regression} must be in (0, 10) and alpha {alpha} in (0, 1)")
+    if not baselines or not runs:
+        raise CheckInputError("each side needs at least one run")
+    modes = {s.get("mode") for s in baselines + runs}
+    if len(modes) > 1:
+        raise CheckInputError(f"the runs are of different modes ({', '.join(sorted(map(str, modes)))}): their step "
+                              "times do not compare")
+    for name, side in (("baseline", baselines), ("run", runs)):
+        for k, s in enumerate(side):
+            n = len(step_sample(s))
+            if n < MIN_STEPS:
+                which = f"the {name}" + (f" #{k + 1}" if len(side) > 1 else "")
+                raise CheckInputError(f"{which} has {n} counted step(s){_why_left_out(s)}; the test needs at least "
+                                      f"{MIN_STEPS} in each run (profile more steps: perfscope profile --active N)")
+
+
+def _why_left_out(summary: dict) -> str:
+    """The statuses of the steps the verdict left out, e.g. ``" (18 host-contended: ...)"``."""
+    counts = (summary.get("overall") or {}).get("steps_by_status") or {}
+    out = {k: v for k, v in counts.items() if k != "ok" and isinstance(v, int) and v > 0} if isinstance(counts, dict) else {}
+    if not out:
+        return ""
+    hint = "; the machine was busy: run it again" if "host-contended" in out else ""
+    return " (" + ", ".join(f"{v} {k}" for k, v in out.items()) + f" left out{hint})"
+
+
+def compare(baseline, run, *, max_regression: float = DEFAULT_MAX_REGRESSION, alpha: float = ALPHA) -> CheckResult:
+    """Compare ``run`` against ``baseline`` (each a summary record or a list of them, one per run).
+
+    Args:
+        max_regression: The step-time regression to catch, a fraction (0.05: 5%).
+        alpha: The test's significance level, a fraction.
+
+    Raises:
+        CheckInputError: The runs are of different modes (GPU and CPU-only), a side is empty, or
+            a run has fewer than :data:`~perfscope.check.stats.MIN_STEPS` counted steps (steps on
+            a contended host are not counted: the message says so).
+    """
+    baselines, runs = _side(baseline), _side(run)
+    _check_inputs(baselines, runs, max_regression, alpha)
+    vb = [steptime.step_time_us(counted_rows(s)) for s in baselines]
+    vr = [steptime.step_time_us(counted_rows(s)) for s in runs]
+    sa, sb = sum(vb) / len(vb), sum(vr) / len(vr)
+    slowdown = sb / sa - 1 if sa > 0 else (math.inf if sb > 0 else 0.0)
+    p, test = slowdown_p(baselines, runs)
+    threshold = max_regression / 2
+    verdict_b, verdict_r = _verdict(baselines), _verdict(runs)
+    notes = [ONE_RUN_NOTE] if len(baselines) == 1 and len(runs) == 1 else []
+    if verdict_b is None or verdict_r is None:
+        which = " and ".join(n for n, v in (("the baseline", verdict_b), ("the run", verdict_r)) if v is None)
+        notes.append(f"verdict not compared: {which} has no verdict (its evidence is incomplete)")
+    worse = verdict_b == "compute-bound" and verdict_r is not None and verdict_r != "compute-bound"
+    spread, detectable = detectable_slowdown(baselines, runs, alpha) or (None, None)
+    if detectable is not None and detectable > max_regression:
+        notes.append(f"the baseline runs vary {spread:.1%} from run to run: the smallest slowdown this test finds "
+                     f"{POWER:.0%} of the time is about {detectable:.1%}, more than the {max_regression:.0%} asked "
+                     "for; give more runs on each side or measure on a quieter machine")
+    return CheckResult(baseline_step_us=sa, run_step_us=sb, slowdown=slowdown, p_value=p, test=test,
+                       runs=(len(baselines), len(runs)), threshold=threshold, alpha=alpha,
+                       step_regression=bool(p < alpha and slowdown >= threshold), verdicts=(verdict_b, verdict_r),
+                       verdict_regression=worse, changes=what_grew(baselines, runs), notes=notes, spread=spread,
+                       detectable=detectable)
+
+
+def report_lines(r: CheckResult) -> list[str]:
+    """The terminal lines of a result: step time, verdict, what grew, notes, the outcome."""
+    sign = "slower" if r.slowdown >= 0 else "faster"
+    step = (f"step time {r.baseline_step_us / 1000:.2f} ms -> {r.run_step_us / 1000:.2f} ms ({abs(r.slowdown):.1%} "
+            f"{sign}); {r.test}: one-sided p = {r.p_value:.2g}")
+    if r.step_regression:
+        step += f": REGRESSION (beyond the noise: p < {r.alpha:g} and {r.slowdown:.1%} >= {r.threshold:.1%})"
+    elif r.slowdown >= r.threshold:
+        step += f": within the noise (p >= {r.alpha:g})"
+    else:
+        step += f": ok (below the {r.threshold:.1%} threshold)"
+    vb, vr = r.verdicts
+    if vb is None or vr is None:
+        verdict = f"verdict: {vb or 'none'} -> {vr or 'none'} (not compared)"
+    elif vb == vr:
+        verdict = f"verdict: unchanged ({vb})"
+    else:
+        verdict = f"verdict: {vb} -> {vr}" + (": REGRESSION (to a removable class)" if r.verdict_regression else
+                                              " (changed, not failed: both are removable classes)")
+    lines = [step, verdict] + [f"grew: {c}" for c in r.changes] + [f"note: {n}" for n in r.notes]
+    lines.append("result: FAIL" if r.failed else "result: pass")
+    return lines

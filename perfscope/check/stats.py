@@ -1,0 +1,107 @@
+"""The one-sided tests of ``perfscope check`` (which one, and why: :mod:`perfscope.check`).
+
+Samples are step times in microseconds: a run's job step times (:func:`step_sample`) or the runs'
+step times, one value per run.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+
+from perfscope import steptime
+
+MIN_STEPS = 5  # Mann-Whitney U with 4 and 4 cannot go below p = 1/70
+
+
+def counted_rows(summary: dict) -> list[dict]:
+    """The summary's counted step rows (schema 1: complete ones)."""
+    rows = [s for s in summary.get("steps") or [] if isinstance(s, dict)]
+    return [s for s in rows if s.get("counted", s.get("complete", True))]
+
+
+def step_sample(summary: dict) -> list[float]:
+    """The job's time of each counted step (µs), in step order."""
+    return list(steptime.job_step_times(counted_rows(summary)).values())
+
+
+def p_steps(run: list[float], baseline: list[float]) -> float:
+    """One-sided Mann-Whitney U p-value of "the run's steps are longer than the baseline's"."""
+    from scipy.stats import mannwhitneyu
+
+    if len(set(run) | set(baseline)) == 1:  # every step equal: no evidence of a difference
+        return 1.0
+    return float(mannwhitneyu(run, baseline, alternative="greater").pvalue)
+
+
+def p_runs(run: list[float], baseline: list[float]) -> float:
+    """One-sided Welch t-test p-value of "the runs' step times are larger", two or more each."""
+    from scipy.stats import ttest_ind
+
+    if statistics.pvariance(run) == 0 and statistics.pvariance(baseline) == 0:
+        return 0.0 if statistics.fmean(run) > statistics.fmean(baseline) else 1.0
+    p = float(ttest_ind(run, baseline, equal_var=False, alternative="greater").pvalue)
+    return p if math.isfinite(p) else 1.0
+
+
+def p_prediction(single: float, several: list[float], single_is_run: bool) -> float:
+    """One-sided p-value of one run's step time against the mean of several runs of the other side,
+    through the prediction interval of the several: Student's t with ``len(several) - 1`` degrees
+    of freedom and scale ``sd * sqrt(1 + 1/n)`` (the single run is one draw from the same spread,
+    the mean of the several n of them).
+
+    Args:
+        single_is_run: True when the single value is the run's (tested for being larger than the
+            several baselines), False when it is the baseline's (the several runs tested for
+            being larger than it).
+    """
+    from scipy.stats import t as student_t
+
+    n = len(several)
+    mean, sd = statistics.fmean(several), statistics.stdev(several)
+    diff = single - mean if single_is_run else mean - single
+    if sd == 0:
+        return 0.0 if diff > 0 else 1.0
+    return float(student_t.sf(diff / (sd * math.sqrt(1 + 1 / n)), n - 1))
+
+
+def slowdown_p(baselines: list[dict], runs: list[dict]) -> tuple[float, str]:
+    """The p-value of "the runs are slower than the baselines" and the test's name.
+
+    Args:
+        baselines, runs: Summary records, one per run; each has at least :data:`MIN_STEPS`
+            counted steps when a side holds a single run.
+    """
+    vb = [steptime.step_time_us(counted_rows(s)) for s in baselines]
+    vr = [steptime.step_time_us(counted_rows(s)) for s in runs]
+    if len(vb) >= 2 and len(vr) >= 2:
+        return p_runs(vr, vb), f"Welch's t-test over {len(vb)} and {len(vr)} runs"
+    if len(vb) >= 2:
+        return p_prediction(vr[0], vb, True), f"prediction interval of {len(vb)} baseline runs"
+    if len(vr) >= 2:
+        return p_prediction(vb[0], vr, False), f"t-test of {len(vr)} runs against one baseline run"
+    a, b = step_sample(baselines[0]), step_sample(runs[0])
+    return p_steps(b, a), f"Mann-Whitney U over {len(a)} and {len(b)} steps"
+
+
+POWER = 0.8  # the power the smallest detectable regression is quoted at
+
+
+def detectable_slowdown(baselines: list[dict], runs: list[dict], alpha: float) -> tuple[float, float] | None:
+    """(run-to-run spread, smallest detectable slowdown) from several baseline runs, or None.
+
+    The spread is the baseline runs' coefficient of variation (sd / mean of their step times);
+    the smallest slowdown the test finds at ``alpha`` with :data:`POWER` power is
+    ``(t(1 - alpha) + t(POWER)) * cv * sqrt(1/n_baseline + 1/n_run)`` (Student's t with
+    ``n_baseline - 1`` degrees of freedom): the usual sample-size relation of a one-sided test,
+    the noise taken as the baseline runs show it.
+    """
+    from scipy.stats import t as student_t
+
+    values = [steptime.step_time_us(counted_rows(s)) for s in baselines]
+    if len(values) < 2 or not statistics.fmean(values) > 0:
+        return None
+    cv = statistics.stdev(values) / statistics.fmean(values)
+    df = len(values) - 1
+    factor = float(student_t.ppf(1 - alpha, df) + student_t.ppf(POWER, df))
+    return cv, factor * cv * math.sqrt(1 / len(values) + 1 / len(runs))

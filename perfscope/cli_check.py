@@ -1,0 +1,105 @@
+"""``perfscope check RUN --baseline BASELINE``: the CI regression gate (``docs/check.md``).
+
+Exit status: 0 when the run passes, 1 on a regression (step time beyond the noise, or the verdict
+moved to a worse class), 2 when the runs cannot be compared (bad input, too few steps).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from perfscope.cli_args import out_path
+from perfscope.errors import PerfscopeError
+from perfscope.check import ALPHA, DEFAULT_MAX_REGRESSION, CheckInputError, compare, report_lines
+from perfscope.text import safe
+
+
+def _percent(low: float, high: float):
+    """argparse type: a percentage, with or without ``%`` (``5%`` and ``5`` are both 5%); the
+    result is a fraction (0.05)."""
+
+    def parse(text: str) -> float:
+        t = text.strip().removesuffix("%").strip()
+        try:
+            value = float(t)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a percentage (e.g. 5%)") from None
+        if not (low < value < high):
+            raise argparse.ArgumentTypeError(f"{text!r}: give a percentage above {low:g}% and below {high:g}%")
+        return value / 100
+
+    return parse
+
+
+def _side(texts: list[str], load) -> list[tuple[Path, dict]]:
+    """Every run one side names: summaries, output directories, and folders of output directories."""
+    out = []
+    for text in texts:
+        path = Path(text)
+        if path.is_dir() and not (path / "summary.json").is_file():
+            inner = sorted(p for p in path.iterdir() if (p / "summary.json").is_file())
+            if not inner:
+                raise PerfscopeError(f"{text}: holds no summary.json, nor output directories holding one")
+            out += [load(str(p)) for p in inner]
+        else:
+            out.append(load(text))
+    return out
+
+
+def _one_line_error(message: str) -> None:
+    print(f"perfscope: error: {safe(message)} (see perfscope check --help)", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def add_check_parser(sub) -> None:
+    """Add ``check`` to the ``perfscope`` sub-commands."""
+    c = sub.add_parser(
+        "check",
+        help="CI gate: fail (exit 1) when a run's step time regressed beyond the noise against a baseline",
+        description="Compare RUN with BASELINE (each a summary.json or an output directory of perfscope profile or "
+        "analyze) step by step: a one-sided Mann-Whitney U test on the counted steps' times, and the slowdown "
+        "against half of --max-regression; a verdict change from compute-bound to io/comm/launch-bound also "
+        "fails. Prints what changed (class shares in ms per step, the kernels or operators that grew). Exit "
+        "status 0: pass, 1: regression, 2: the runs cannot be compared. Several runs on a side are tested run by "
+        "run (Welch's t-test, or a prediction interval against one run). Writes nothing unless --junit is given. "
+        "Method and measured false-alarm rate and power: docs/check.md.",
+    )
+    c.error = _one_line_error
+    c.add_argument("run", nargs="+", metavar="RUN",
+                   help="summary.json or output directory of the run to check; several: repeated runs of it")
+    c.add_argument("--baseline", required=True, nargs="+", metavar="BASELINE",
+                   help="summary.json or output directory of the reference run; several, or a folder of output "
+                   "directories: repeated runs, which bring the drift between runs into the test")
+    c.add_argument("--max-regression", type=_percent(0, 1000), default=DEFAULT_MAX_REGRESSION, metavar="PCT",
+                   help=f"the step-time regression to catch (default {DEFAULT_MAX_REGRESSION:.0%}); a slowdown "
+                   "counts from half of it, when the test also finds it beyond the noise")
+    c.add_argument("--alpha", type=_percent(0, 100), default=ALPHA, metavar="PCT",
+                   help=f"the test's significance level (default {ALPHA:.0%})")
+    c.add_argument("--junit", type=out_path, default=None, metavar="FILE",
+                   help="also write the result as JUnit XML (test results in CI systems)")
+
+
+def run(args, load) -> int:
+    """Compare, print, write the JUnit file if asked; the exit status.
+
+    Args:
+        load: ``text -> (path, summary)``, the CLI's summary loader (one-line errors).
+    """
+    from perfscope.check import write_junit
+
+    baselines, runs = _side(args.baseline, load), _side(args.run, load)
+    try:
+        result = compare([s for _, s in baselines], [s for _, s in runs], max_regression=args.max_regression,
+                         alpha=args.alpha)
+    except CheckInputError as e:
+        raise PerfscopeError(f"cannot compare {' '.join(args.run)} with {' '.join(args.baseline)}: {e}") from None
+    run_path = runs[0][0]
+    for line in report_lines(result):
+        print(safe(line))
+    if args.junit is not None:
+        if args.junit.is_dir():
+            raise PerfscopeError(f"--junit {args.junit}: is a directory; give the XML file to write")
+        print(f"wrote {safe(write_junit(result, args.junit, str(run_path)))}")
+    return 1 if result.failed else 0

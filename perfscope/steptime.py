@@ -1,0 +1,109 @@
+"""The run's step time, its representative step, speed-ups and what-if estimates: one definition
+that the console, the report, ``perfscope diff``, ``perfscope check`` and the tuning report derive
+from (``docs/metrics.md``, "Step time").
+
+Definitions (times in microseconds, as in the traces):
+
+- The **job's time of step s** is the slowest rank's ``step_time_us`` of s: data-parallel ranks
+  wait for each other at every gradient all-reduce, so the job moves at its slowest rank's pace.
+  One rank: its own step time.
+- The run's **step time** is the mean of the job's times over the counted steps: the measured
+  window divided by its steps, the reciprocal of throughput. The median is not used: with
+  DataLoader workers steps are bursty (a few long waits, many short steps), and the median step
+  then overstates throughput by up to the number of workers.
+- **Speed-up** of B over A is A's step time over B's: B's throughput over A's on the window.
+- The **representative step** is the counted step whose job time is nearest to the step time
+  (ties: the earlier step). Views of a single step (timeline, console) show it.
+- A **what-if** removes a cost from each rank's step, step by step, recomputes the job's time of
+  each step from the remainders, and only then takes the step time. Comparing the median steps
+  before and after instead lets another step become the median and inflates a small cause.
+
+The functions take step rows as mappings with ``rank``, ``step``, ``step_time_us`` and, for
+what-ifs, ``<class>_cost_frac`` (fraction of that row's ``step_time_us``): the rows of
+``summary.json``'s ``steps`` or ``DataFrame.to_dict("records")`` of the analysis frame. Pass the
+counted rows only; rows without a finite non-negative ``step_time_us`` are left out.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+
+REMOVABLE = ("io", "comm", "launch")
+
+
+def _finite(value) -> float | None:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) and f >= 0 else None
+
+
+def job_step_times(rows: Iterable[Mapping], cost: str | None = None) -> dict:
+    """The job's time of each step (µs): the slowest rank's step time, less ``cost`` if named.
+
+    Args:
+        rows: Counted step rows (module docstring).
+        cost: A class (``"io"``, ``"comm"``, ``"launch"``) whose ``<cost>_cost_frac`` share of
+            each row is removed before the slowest rank is taken; None keeps the step times.
+
+    Returns:
+        ``{step: µs}`` in step order.
+    """
+    out: dict = {}
+    for r in rows:
+        t = _finite(r.get("step_time_us"))
+        if t is None:
+            continue
+        if cost is not None:
+            frac = _finite(r.get(f"{cost}_cost_frac")) or 0.0
+            t = t * (1.0 - min(frac, 1.0))
+        key = r.get("step")
+        out[key] = max(out.get(key, 0.0), t)
+    return dict(sorted(out.items(), key=lambda kv: (not isinstance(kv[0], (int, float)), kv[0] if isinstance(kv[0], (int, float)) else str(kv[0]))))
+
+
+def step_time_us(rows: Iterable[Mapping], cost: str | None = None) -> float | None:
+    """The run's step time (µs): the mean of the job's step times; None without a step."""
+    times = list(job_step_times(rows, cost).values())
+    return sum(times) / len(times) if times else None
+
+
+def representative_step(rows: Iterable[Mapping]):
+    """The counted step whose job time is nearest to the run's step time (ties: the earlier step);
+    None without a step."""
+    times = job_step_times(rows)
+    if not times:
+        return None
+    mean = sum(times.values()) / len(times)
+    return min(times, key=lambda s: abs(times[s] - mean))
+
+
+def speedup(before_us: float | None, after_us: float | None) -> float | None:
+    """B's throughput over A's: A's step time over B's (above 1: B is faster); None when either is
+    unknown or B's is not positive."""
+    a, b = _finite(before_us), _finite(after_us)
+    return a / b if a is not None and b else None
+
+
+def what_if(rows: Iterable[Mapping]) -> list[dict]:
+    """Upper bounds of the gain from removing each removable cause entirely (module docstring).
+
+    Returns:
+        Per class with a cost: ``class``, ``step_time_us`` (now), ``step_time_without_us``,
+        ``saved_us_per_step`` and ``speedup`` (now over without); the largest saving first.
+        An upper bound: it assumes nothing else takes the removed time's place.
+    """
+    rows = list(rows)
+    now = step_time_us(rows)
+    if not now:
+        return []
+    out = []
+    for c in REMOVABLE:
+        without = step_time_us(rows, cost=c)
+        if without is None or without >= now:
+            continue
+        out.append({"class": c, "step_time_us": now, "step_time_without_us": without,
+                    "saved_us_per_step": now - without, "speedup": speedup(now, without)})
+    return sorted(out, key=lambda e: e["step_time_without_us"])

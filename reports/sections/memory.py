@@ -1,0 +1,73 @@
+"""Memory: the peak per step and rank against the capacity, and the headroom left
+(``details.memory``, ``docs/metrics.md`` Memory)."""
+
+from __future__ import annotations
+
+from reports import model
+from reports.html import esc, figure, note, num, pct, section, table
+from reports.palette import BLUE, SKY
+from reports.svg import columns
+
+MAX_BARS = 60  # per-step bars drawn; the table and summary.json hold the rest
+
+
+def gib(value) -> str:
+    v = num(value)
+    return "-" if v is None else f"{v / 2**30:.2f} GiB"
+
+
+def _chart(summary: dict, kind: str) -> str:
+    col = "device_peak_reserved_bytes" if kind == "device" else "peak_rss_bytes"
+    steps = [s for s in model.counted_steps(summary) if num(s.get(col)) is not None][:MAX_BARS]
+    if not steps:
+        return ""
+    multi = len({s.get("rank") for s in steps}) > 1
+    labels = [f"r{s.get('rank')} s{s.get('step')}" if multi else str(s.get("step")) for s in steps]
+    values = [num(s[col]) / 2**30 for s in steps]
+    titles = [f"rank {s.get('rank')} step {s.get('step')}: peak {gib(s[col])}"
+              + (f" reserved, {gib(s.get('device_peak_allocated_bytes'))} allocated" if kind == "device" else "")
+              for s in steps]
+    what = "reserved by the CUDA caching allocator" if kind == "device" else "resident (the process's RSS)"
+    svg = columns(values, labels, BLUE if kind == "device" else SKY, "GiB", f"peak memory per step, {what}",
+                  titles=titles, width=900)
+    return figure(svg, f"Peak memory {what} in each counted step (GiB), from the allocator's or the kernel's own "
+                  "peak counters reset at every step boundary.")
+
+
+def render(summary: dict) -> str:
+    m = model.details(summary).get("memory")
+    title = "Memory"
+    if not isinstance(m, dict):
+        return section("memory", title, note(
+            "Not measured: the traces hold no per-step memory record. perfscope profile records it (the CUDA "
+            "caching allocator's peaks on a GPU, the process's peak resident set on the host)."))
+    kind = "device" if m.get("kind") == "device" else "host"
+    near = bool(m.get("near_limit"))
+    what = "device memory (reserved by the CUDA caching allocator)" if kind == "device" else "host memory (resident)"
+    head = (f'<p class="verdict{" warn" if near else ""}"><strong>Peak {esc(gib(m.get("peak_bytes")))}</strong> of '
+            f"{esc(what)}; capacity {esc(gib(m.get('capacity_bytes')))}, headroom {esc(gib(m.get('headroom_bytes')))} "
+            f"({esc(pct(m.get('headroom_share'), 0))})."
+            f"<small>{'Near the limit: ' if near else ''}below {esc(pct(m.get('near_limit_share'), 0))} headroom a "
+            "run is flagged: the allocator's blocks fragment, and workspaces or a larger batch need room above the "
+            "measured peak." + (" On the host the ranks of one machine share it: their peaks are summed." if kind ==
+                                 "host" else "") + "</small></p>")
+    rows = []
+    for r in m.get("ranks") or []:
+        if not isinstance(r, dict):
+            continue
+        low = num(r.get("headroom_share")) is not None and num(r["headroom_share"]) < (num(m.get("near_limit_share")) or 0)
+        cells = [esc(r.get("rank")), esc(r.get("host") or "-")]
+        if kind == "device":
+            cells += [gib(r.get("peak_allocated_bytes")), gib(r.get("peak_reserved_bytes"))]
+        else:
+            cells += [gib(r.get("peak_rss_bytes"))]
+        cells += [gib(r.get("capacity_bytes")), gib(r.get("headroom_bytes")), pct(r.get("headroom_share"), 0)]
+        rows.append(("hl" if low else "", cells))
+    heads = [("rank", "l"), ("host", "l")]
+    heads += [("peak allocated", ""), ("peak reserved", "")] if kind == "device" else [("peak resident", "")]
+    heads += [("capacity", ""), ("headroom", ""), ("headroom share", "")]
+    caption = ("Allocated: memory in tensors; reserved: what the caching allocator holds from the driver (allocated "
+               "plus cached blocks). Headroom: capacity minus the peak reserved." if kind == "device" else
+               "Resident: the process's peak resident set per step. Headroom: the machine's memory minus the peaks "
+               "of the ranks on it (other processes use some too).")
+    return section("memory", title, head + _chart(summary, kind) + table(heads, rows, caption))

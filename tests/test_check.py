@@ -1,0 +1,185 @@
+"""perfscope check: the regression gate's decision, its text, exit status and JUnit XML."""
+
+from __future__ import annotations
+
+import random
+import xml.etree.ElementTree as ET
+
+import orjson
+import pytest
+
+import perfscope
+from perfscope.check import MIN_STEPS, CheckInputError, compare, report_lines
+from test_bad_input import assert_one_line_error, run_cli
+from test_report import gpu_trace
+
+
+def summary(times_ms, verdict="compute-bound", mode="cpu", fractions=None, top=None):
+    steps = [{"rank": 0, "step": i, "step_time_us": t * 1000, "counted": True} for i, t in enumerate(times_ms)]
+    mean = sum(times_ms) / len(times_ms) * 1000
+    return {"mode": mode, "steps": steps,
+            "overall": {"verdict": verdict, "mean_step_time_us": mean, "steps_counted": len(steps),
+                        "fractions": fractions or {"compute": 0.9, "io": 0.05, "launch": 0.05, "comm": 0.0}},
+            "details": {"top_operators": top or []}}
+
+
+def noisy(n, ms, seed, spread=0.02):
+    rng = random.Random(seed)
+    return [ms * (1 + rng.uniform(-spread, spread)) for _ in range(n)]
+
+
+def test_identical_distributions_pass():
+    r = compare(summary(noisy(30, 40, 1)), summary(noisy(30, 40, 2)))
+    assert not r.failed and abs(r.slowdown) < 0.02
+    assert report_lines(r)[-1] == "result: pass"
+
+
+def test_a_ten_percent_regression_fails_with_its_evidence():
+    r = compare(summary(noisy(20, 40, 1)), summary(noisy(20, 44, 2)))
+    assert r.step_regression and r.failed
+    assert r.p_value < 0.01 and 0.08 < r.slowdown < 0.12
+    lines = report_lines(r)
+    assert "REGRESSION" in lines[0] and "Mann-Whitney U" in lines[0] and lines[-1] == "result: FAIL"
+
+
+def test_a_slowdown_below_half_the_target_passes_however_significant():
+    r = compare(summary(noisy(200, 40, 1, 0.001)), summary(noisy(200, 40.8, 2, 0.001)))  # 2%, p tiny
+    assert r.p_value < 1e-6 and not r.failed
+
+
+def test_a_large_but_noisy_slowdown_is_not_called():
+    base = [10, 80, 10, 80, 10, 80]
+    r = compare(summary(base), summary([12, 82, 10, 90, 11, 81]))
+    assert r.slowdown > 0.025 and r.p_value >= 0.01 and not r.failed
+    assert "within the noise" in report_lines(r)[0]
+
+
+def test_verdict_to_a_removable_class_fails_and_between_removable_ones_does_not():
+    same = noisy(10, 40, 3)
+    assert compare(summary(same), summary(same, verdict="io-bound")).verdict_regression
+    r = compare(summary(same, verdict="io-bound"), summary(same, verdict="launch-bound"))
+    assert not r.failed and "changed, not failed" in report_lines(r)[1]
+    r = compare(summary(same), summary(same, verdict=None))
+    assert not r.failed and "not compared" in report_lines(r)[1]
+
+
+def test_what_grew_names_classes_and_operators_and_stays_quiet_on_crumbs():
+    a = summary([40] * 10, top=[{"name": "aten::mm", "total_us": 300_000}, {"name": "aten::add", "total_us": 100}])
+    b = summary([48] * 10, fractions={"compute": 0.75, "io": 0.2, "launch": 0.05, "comm": 0.0},
+                top=[{"name": "aten::mm", "total_us": 360_000}, {"name": "aten::add", "total_us": 150}])
+    grew = compare(a, b).changes
+    assert grew[0].startswith("io share 5% -> 20%: 2.00 -> 9.60 ms per step (+7.60 ms)")
+    assert any(g.startswith("operator aten::mm: 30.00 -> 36.00 ms per step") for g in grew)
+    assert not any("aten::add" in g for g in grew)
+
+
+def test_runs_that_cannot_be_compared():
+    with pytest.raises(CheckInputError, match=f"at least {MIN_STEPS}"):
+        compare(summary([40] * 10), summary([40] * (MIN_STEPS - 1)))
+    with pytest.raises(CheckInputError, match="do not compare"):
+        compare(summary([40] * 10), summary([40] * 10, mode="gpu"))
+
+
+def test_all_equal_steps_are_no_evidence():
+    assert compare(summary([40] * 10), summary([40] * 10)).p_value == 1.0
+
+
+def _write(path, s):
+    s = dict(s, schema="perfscope.summary", schema_version=2)
+    path.write_bytes(orjson.dumps(s))
+    return path
+
+
+def test_cli_exit_status_text_and_junit(tmp_path):
+    base = _write(tmp_path / "base.json", summary(noisy(20, 40, 1)))
+    same = _write(tmp_path / "same.json", summary(noisy(20, 40, 2)))
+    slow = _write(tmp_path / "slow.json", summary(noisy(20, 46, 3), verdict="io-bound"))
+    ok = run_cli(tmp_path, "check", same, "--baseline", base)
+    assert ok.returncode == 0, ok.stderr
+    assert "result: pass" in ok.stdout
+    junit = tmp_path / "ci" / "check.xml"
+    (tmp_path / "ci").mkdir()
+    bad = run_cli(tmp_path, "check", slow, "--baseline", base, "--max-regression", "5%", "--junit", junit)
+    assert bad.returncode == 1, bad.stderr
+    assert "REGRESSION" in bad.stdout and "verdict: compute-bound -> io-bound: REGRESSION" in bad.stdout
+    suite = ET.parse(junit).getroot().find("testsuite")
+    assert suite.get("tests") == "2" and suite.get("failures") == "2"
+    assert {tc.get("name") for tc in suite.iter("testcase") if tc.find("failure") is not None} == {"step time", "verdict"}
+    loose = run_cli(tmp_path, "check", slow, "--baseline", base, "--max-regression", "40")
+    assert "step time" in loose.stdout and "ok (below the 20.0% threshold)" in loose.stdout
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--max-regression", "five"], "not a percentage"),
+    (["--max-regression", "0"], "above 0%"),
+    (["--alpha", "100%"], "below 100%"),
+])
+def test_cli_bad_options_are_one_line(tmp_path, argv, words):
+    base = _write(tmp_path / "base.json", summary(noisy(20, 40, 1)))
+    r = run_cli(tmp_path, "check", base, "--baseline", base, *argv)
+    assert_one_line_error(r)
+    assert words in r.stderr
+
+
+def test_cli_cannot_compare_is_exit_2(tmp_path):
+    base = _write(tmp_path / "base.json", summary(noisy(20, 40, 1)))
+    few = _write(tmp_path / "few.json", summary([40, 41]))
+    r = run_cli(tmp_path, "check", few, "--baseline", base)
+    assert_one_line_error(r)
+    assert "needs at least 5" in r.stderr
+    r = run_cli(tmp_path, "check", tmp_path / "missing", "--baseline", base)
+    assert_one_line_error(r)
+    r = run_cli(tmp_path, "check", base, "--baseline", base, "--junit", tmp_path)
+    assert_one_line_error(r)
+    assert "is a directory" in r.stderr
+
+
+def test_check_on_analyzed_traces(tmp_path):
+    # the same 1 ms steps: first compute-bound, then waiting on the DataLoader
+    a = perfscope.analyze(gpu_trace(tmp_path / "a.json", steps=8, dl_us=5, kernel_us=900)).summary()
+    b = perfscope.analyze(gpu_trace(tmp_path / "b.json", steps=8, dl_us=600, kernel_us=300)).summary()
+    assert compare(a, a).failed is False
+    r = compare(a, b)
+    assert r.verdicts == ("compute-bound", "io-bound") and r.verdict_regression and not r.step_regression
+    assert any(line.startswith("io share") for line in r.changes)
+
+
+def drifting_runs(means_ms, seed):
+    """Runs whose steps are tight but whose levels drift from run to run (a shared machine)."""
+    return [summary(noisy(20, m, seed + k, 0.005)) for k, m in enumerate(means_ms)]
+
+
+def test_drift_between_runs_is_in_the_test_with_several_baseline_runs():
+    baselines = drifting_runs([40, 42, 39, 41.5, 40.5, 38.8], 10)
+    drifted = summary(noisy(20, 42.6, 99, 0.005))  # 5% above the mean, inside the drift
+    one = compare(baselines[0], drifted)
+    assert one.step_regression and "Mann-Whitney" in one.test  # a single pair takes drift for a regression
+    many = compare(baselines, drifted)
+    assert many.test == "prediction interval of 6 baseline runs" and not many.failed
+    far = compare(baselines, summary(noisy(20, 50, 98, 0.005)))
+    assert far.step_regression and far.p_value < 0.01
+
+
+def test_several_runs_on_both_sides_use_welch():
+    base = drifting_runs([40, 41, 39.5, 40.5], 20)
+    same = compare(base, drifting_runs([40.2, 39.8, 41, 40.1], 30))
+    assert same.test == "Welch's t-test over 4 and 4 runs" and not same.failed
+    slow = compare(base, drifting_runs([44.1, 44.5, 43.8, 44.9], 40))
+    assert slow.step_regression and slow.runs == (4, 4)
+    against_one = compare(base[0], drifting_runs([44.1, 44.5, 43.8, 44.9], 40))
+    assert against_one.test == "t-test of 4 runs against one baseline run"
+
+
+def test_cli_takes_several_runs_and_a_folder_of_outputs(tmp_path):
+    folder = tmp_path / "baselines"
+    for k, s in enumerate(drifting_runs([40, 42, 39, 41.5, 40.5, 38.8], 10)):
+        (folder / f"run{k}").mkdir(parents=True)
+        _write(folder / f"run{k}" / "summary.json", s)
+    run = _write(tmp_path / "run.json", summary(noisy(20, 42.6, 99, 0.005)))
+    r = run_cli(tmp_path, "check", run, "--baseline", folder)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "prediction interval of 6 baseline runs" in r.stdout and "note: one run" not in r.stdout
+    r = run_cli(tmp_path, "check", run, run, "--baseline", folder / "run0", folder / "run1")
+    assert "Welch's t-test over 2 and 2 runs" in r.stdout
+    (tmp_path / "empty").mkdir()
+    assert_one_line_error(run_cli(tmp_path, "check", run, "--baseline", tmp_path / "empty"))
