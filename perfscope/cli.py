@@ -290,6 +290,10 @@ def main(argv: list[str] | None = None) -> int:
             from perfscope.cli_check import run
 
             return run(args, _load)
+        if args.command == "merge":
+            from perfscope.cli_merge import run
+
+            return run(args)
         if args.command == "tune":
             from perfscope.cli_tune import cmd_tune
 

@@ -20,7 +20,8 @@ CLASSES_TEXT = (
     "takes them out. Definitions: docs/metrics.md; the summary's fields: docs/summary.md."
 )
 VIEWERS_TEXT = (
-    "The traces under traces/ open in Perfetto (ui.perfetto.dev, Open trace file) or chrome://tracing."
+    "The traces under traces/ open in Perfetto (ui.perfetto.dev, Open trace file) or chrome://tracing; "
+    "`perfscope merge OUT_DIR` puts every rank's trace in one file on one clock."
 )
 
 
@@ -115,9 +116,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     from perfscope.cli_check import add_check_parser
     from perfscope.cli_forecast import add_forecast_parser
+    from perfscope.cli_merge import add_merge_parser
     from perfscope.cli_tune import add_tune_parser
 
-    for add in (add_tune_parser, add_forecast_parser, add_check_parser):
+    for add in (add_tune_parser, add_forecast_parser, add_check_parser, add_merge_parser):
         add(sub)
     return parser
 

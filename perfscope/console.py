@@ -127,7 +127,7 @@ def format_summary(summary: dict) -> str:
         lines.append(f"verdict: {o['verdict']} (runner-up {o['runner_up']}; share of step time: {fr}; "
                      f"step time {(per_step or 0.0) / 1000:.2f} ms" + (f", representative step {rep})" if rep is not None else ")"))
         lines += [line for line in (_waits_line(summary), _straggler_line(summary), _nodes_line(summary),
-                                    memory_line(summary)) if line]
+                                    memory_line(summary), telemetry_line(summary)) if line]
     else:
         lines.append(f"verdict: none ({safe(o.get('reason') or 'no step could be classified')})")
     lines.append(f"advice: {o['advice']}")
@@ -192,6 +192,27 @@ def memory_line(summary: dict) -> str | None:
         line += f" of {m['capacity_bytes'] / 2**30:.1f} GiB ({m['headroom_share']:.0%} headroom"
         line += ", near the limit)" if m.get("near_limit") else ")"
     return line
+
+
+def telemetry_line(summary: dict) -> str | None:
+    """``gpu: utilisation ..., SM clock ..., power ...`` from ``details.telemetry``; on a GPU run
+    without samples, why; None on a CPU run."""
+    t = (summary.get("details") or {}).get("telemetry")
+    if not isinstance(t, dict) or summary.get("mode") != "gpu":
+        return None
+    if t.get("skipped"):
+        return safe(f"gpu telemetry: not sampled ({t['skipped']})")
+    if not isinstance(t.get("gpu_util_pct"), (int, float)):
+        return None
+    clocks, power = t.get("sm_clock_mhz") or {}, t.get("power_w") or {}
+    line = f"gpu: utilisation {t['gpu_util_pct']:.0f}% ({t.get('source') or 'NVML'})"
+    if isinstance(clocks.get("min"), (int, float)) and isinstance(clocks.get("max"), (int, float)):
+        line += f", SM clock {clocks['min']:.0f}-{clocks['max']:.0f} MHz"
+    if isinstance(power.get("mean"), (int, float)):
+        line += f", power {power['mean']:.0f} W mean"
+    if (t.get("throttled_share") or 0) > 0:
+        line += f", clocks throttled in {t['throttled_share']:.0%} of samples"
+    return safe(line)
 
 
 def config_lines(summary: dict) -> list[str]:

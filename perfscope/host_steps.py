@@ -13,6 +13,8 @@ with its ``ProfilerStep#`` number ``step`` and, in microseconds (trace units):
 - ``process_cpu_us``: CPU time of the whole process, every thread;
 - ``run_queue_us``: time the training thread was runnable but waited for a core (Linux
   ``schedstat`` ``run_delay``); null where the kernel does not report it;
+- ``start_unix_ns``: when the step started, ns since the epoch (``time.time_ns``): the anchor
+  that aligns the telemetry samples (:mod:`perfscope.telemetry_format`) to the trace's clock;
 
 and in bytes (:mod:`perfscope.collect.memory`; null where not measured, absent in records of
 earlier perfscope versions):
@@ -61,6 +63,7 @@ def parse(value) -> tuple[dict[int, dict], int]:
             continue
         row = {f: float(s[f]) if _number(s.get(f)) else None for f in FIELDS}
         row.update({f: int(s[f]) if _number(s.get(f)) and s[f] <= MAX_BYTES else None for f in MEMORY_FIELDS})
+        row["start_unix_ns"] = s["start_unix_ns"] if type(s.get("start_unix_ns")) is int and s["start_unix_ns"] > 0 else None
         if row["wall_us"] is not None and row["thread_cpu_us"] is not None:
             out[s["step"]] = row
     return out, len(steps) - len(out)

@@ -2,7 +2,7 @@
 
 Sections, verdict first (after the warnings, when there are any): verdict and recommendations,
 per-step breakdown, timeline of a representative step (needs the traces), idle gaps, top kernels,
-launch statistics, memory copies, memory (peak and headroom), ranks, data quality, run facts. Every section renders from the summary record alone except the timeline, which
+launch statistics, memory copies, memory (peak and headroom), GPU telemetry (GPU runs), ranks, data quality, run facts. Every section renders from the summary record alone except the timeline, which
 reads the traces of one rank when they can be found (``reports.traces``) and otherwise says so.
 """
 
@@ -14,10 +14,11 @@ from perfscope.atomic import write_text_atomic
 from reports import model
 from reports import traces as _traces
 from reports.html import esc, page
-from reports.sections import facts, gaps, kernels, memcpy, memory, nodes, quality, ranks, steps, timeline, verdict
+from reports.sections import facts, gaps, kernels, memcpy, memory, nodes, quality, ranks, steps, telemetry, timeline, verdict
 
 NAV = (("verdict", "Verdict"), ("steps", "Steps"), ("timeline", "Timeline"), ("gaps", "Idle gaps"),
-       ("kernels", "Top kernels"), ("launch", "Launches"), ("memcpy", "Copies"), ("memory", "Memory"), ("ranks", "Ranks"),
+       ("kernels", "Top kernels"), ("launch", "Launches"), ("memcpy", "Copies"), ("memory", "Memory"), ("telemetry", "GPU telemetry"),
+       ("ranks", "Ranks"),
        ("quality", "Data quality"), ("facts", "Run facts"))
 
 
@@ -58,6 +59,8 @@ def render_report(summary: dict, *, base_dir: str | Path | None = None, step=Non
     nav = list(NAV)
     if summary.get("mode") != "gpu":
         nav[4] = ("kernels", "Top operators")
+    if summary.get("mode") != "gpu":
+        nav.remove(("telemetry", "GPU telemetry"))
     if isinstance(model.details(summary).get("nodes"), dict):
         nav.insert(nav.index(("ranks", "Ranks")) + 1, ("nodes", "Nodes and links"))
     body = "".join([
@@ -70,6 +73,7 @@ def render_report(summary: dict, *, base_dir: str | Path | None = None, step=Non
         kernels.render_launch(summary),
         memcpy.render(summary),
         memory.render(summary),
+        telemetry.render(summary) if summary.get("mode") == "gpu" else "",
         ranks.render(summary),
         nodes.render(summary),
         quality.render(summary),

@@ -16,6 +16,10 @@ Checks (each prints PASS, FAIL or SKIP with a number and a reason):
 
 * ``fused_window_attention``, ``fused_optimizers``: the fused operators on CUDA, numerics against
   their references and speed (``scripts/gpu_fused_checks.py``).
+* ``memory_and_telemetry``: the prefetch loop profiled once more: the summary's memory view must be
+  the CUDA allocator's (peak reserved above allocated, both above the 32 MiB batches, under the
+  device's capacity), and NVML telemetry sampled beside the window, aligned through the step starts,
+  with utilisation per step and the sampler under 1% of a core.
 
 Without CUDA every check is SKIP and the exit status is 0; any FAIL makes it 1. Usage::
 
@@ -37,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a sourc
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 CHECKS = ("device_prefetch_overlap", "fp16_O2_scaling", "tf32", "nccl_hierarchical_hook", "fused_window_attention",
-          "fused_optimizers")
+          "fused_optimizers", "memory_and_telemetry")
 
 
 class Skip(Exception):
@@ -89,6 +93,35 @@ def check_prefetch(tmp: Path) -> tuple[str, str]:
     hidden, base = ratios["1"][0], ratios["0"][0]
     number = f"exposed/h2d {hidden:.0%} with DevicePrefetcher vs {base:.0%} blocking (h2d {ratios['1'][1]:.0f} us/step)"
     return ("PASS" if hidden <= 0.25 and hidden < base else "FAIL"), number
+
+
+def check_memory_telemetry(tmp: Path) -> tuple[str, str]:
+    import perfscope
+    from perfscope.collect import ProfileSchedule, collect
+
+    script = tmp / "prefetch_loop.py"
+    script.write_text(PREFETCH_SCRIPT)
+    result = collect(script, ["1"], out_dir=tmp / "memtel", schedule=ProfileSchedule(skip_first=4, warmup=2, active=8))
+    if result.error or not result.trace_files:
+        return "FAIL", f"profiled loop failed: {result.error or 'no trace'}"
+    d = perfscope.analyze(result.trace_files[0]).summary()["details"]
+    m, t = d.get("memory") or {}, d.get("telemetry") or {}
+    if m.get("kind") != "device":
+        return "FAIL", f"memory view is {m.get('kind')!r}, not the device's"
+    (r,) = m["ranks"]
+    mem_ok = 32 * 2**20 < r["peak_allocated_bytes"] <= r["peak_reserved_bytes"] < (m["capacity_bytes"] or 0)
+    number = (f"peak allocated {r['peak_allocated_bytes'] / 2**20:.0f} MiB, reserved {r['peak_reserved_bytes'] / 2**20:.0f} "
+              f"MiB of {m['capacity_bytes'] / 2**30:.0f} GiB")
+    if t.get("skipped"):
+        return "FAIL", number + f"; telemetry skipped: {t['skipped']}"
+    align = (t.get("alignment") or [{}])[0]
+    tel_ok = (t.get("samples", 0) > 0 and t.get("gpu_util_pct") is not None and align.get("source") == "step starts"
+              and (t.get("sampler_cpu_share") or 0) < 0.01)
+    number += (f"; {t.get('samples')} NVML samples, utilisation {t.get('gpu_util_pct') or 0:.0f}%, SM clock "
+               f"{(t.get('sm_clock_mhz') or {}).get('median')}, offset {align.get('offset_us', 0):.0f} us "
+               f"({align.get('source')}), sampler {100 * (t.get('sampler_cpu_share') or 0):.2f}% of a core, "
+               f"throttled {100 * (t.get('throttled_share') or 0):.0f}%")
+    return ("PASS" if mem_ok and tel_ok else "FAIL"), number
 
 
 def check_fp16_o2(tmp: Path) -> tuple[str, str]:
@@ -232,7 +265,7 @@ def main() -> int:
     from gpu_fused_checks import check_optimizers, check_window_attention
 
     funcs = dict(zip(CHECKS, (check_prefetch, check_fp16_o2, check_tf32, check_nccl_hierarchical,
-                              check_window_attention, check_optimizers)))
+                              check_window_attention, check_optimizers, check_memory_telemetry)))
     rows = []
     t_start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="perfscope-gpu-check-") as tmp:

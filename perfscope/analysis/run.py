@@ -17,6 +17,7 @@ from perfscope.analysis import job
 from perfscope.analysis.rank import FileItem, RankTrace, analyze_as, analyze_file, analyze_table, load_table  # noqa: F401 (API)
 from perfscope.analysis.details import build_details
 from perfscope.analysis.memory import memory_warning
+from perfscope.analysis.telemetry import step_columns, throttle_warning
 from perfscope.analysis.patterns import window_attention_cost
 from perfscope.analysis.notes import status_notes, verdict_of_none
 from perfscope.analysis.verdict import RunVerdict, classify, cost_fractions, run_verdict
@@ -140,6 +141,9 @@ def _rank_frame(rt: RankTrace, rank: int) -> pd.DataFrame:
     f = _with_fractions(rt.metrics)
     if rt.table.host_steps:
         f = pd.concat([f, _host_columns(rt)], axis=1)
+    telemetry = step_columns(rt)
+    if telemetry is not None:
+        f = pd.concat([f, telemetry], axis=1)
     status = rt.evidence.status
     front = {"rank": rank, "worker": rt.table.worker, "step": rt.steps, "status": status,
              "status_reason": pd.Series(rt.evidence.reason, dtype=object, index=f.index),
@@ -214,8 +218,9 @@ def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, commo
         rv = verdict_of_none(frame, [rt.evidence.run_reason for rt in rank_traces])
     details = build_details(rank_traces, ranks, frame.loc[counted], mode, facts)
     warnings.extend((details.get("nodes") or {}).get("problems") or [])
-    if memory_warning(details.get("memory")):
-        warnings.append(memory_warning(details["memory"]))
+    for warning in (memory_warning(details.get("memory")), throttle_warning(details.get("telemetry"))):
+        if warning:
+            warnings.append(warning)
     if details.get("collectives_unmatched_reason"):
         notes.append(f"ranks are not compared at their collectives (no lateness, no straggler from arrivals): "
                      f"{details['collectives_unmatched_reason']}")

@@ -37,11 +37,11 @@ def _run_queue_ns() -> int | None:
         return None
 
 
-def snapshot() -> tuple[int, int, int, int | None, int]:
-    """(wall, thread CPU, process CPU, run-queue wait) now, in nanoseconds of their clocks, and the
-    thread they were read on."""
+def snapshot() -> tuple[int, int, int, int | None, int, int]:
+    """(wall, thread CPU, process CPU, run-queue wait) now, in nanoseconds of their clocks, the
+    thread they were read on, and the time since the epoch (ns: what aligns telemetry samples)."""
     return (time.perf_counter_ns(), time.thread_time_ns(), time.process_time_ns(), _run_queue_ns(),
-            threading.get_ident())
+            threading.get_ident(), time.time_ns())
 
 
 class HostStepRecorder:
@@ -54,12 +54,15 @@ class HostStepRecorder:
         extra: Called at each recorded step for one more header entry ``(key, JSON text)``, or
             None (e.g. :meth:`perfscope.collect.job_watch.JobWatch.header`).
         memory: The per-step memory probe (default :class:`~perfscope.collect.memory.MemoryProbe`).
+        telemetry: A :class:`~perfscope.collect.telemetry.TelemetrySampler` bound to the training
+            thread's device at the step boundaries and written into the header, or None.
     """
 
     def __init__(self, inner: Any, extra: Callable[[], tuple[str, str] | None] | None = None,
-                 memory: MemoryProbe | None = None) -> None:
+                 memory: MemoryProbe | None = None, telemetry=None) -> None:
         self._inner = inner
         self._extra = extra
+        self._telemetry = telemetry
         self._memory = memory if memory is not None else MemoryProbe()
         self._start: tuple | None = None
         self.steps: deque[dict] = deque(maxlen=MAX_STEPS)
@@ -92,6 +95,10 @@ class HostStepRecorder:
                 entry = self._extra() if self._extra is not None else None
                 if entry is not None:
                     self._inner.add_metadata_json(*entry)
+                if self._telemetry is not None:
+                    self._inner.add_metadata_json(*self._telemetry.header())
+        if self._telemetry is not None:
+            self._telemetry.bind()  # on the training thread: its CUDA device, once initialised
         self._inner.step()
         self._memory.begin()
         self._start = snapshot()  # after the profiler's own work at the boundary
@@ -100,4 +107,4 @@ class HostStepRecorder:
 def _record(step: int, a: tuple, b: tuple) -> dict:
     run_queue = (b[3] - a[3]) / 1000.0 if a[3] is not None and b[3] is not None else None
     return {"step": int(step), "wall_us": (b[0] - a[0]) / 1000.0, "thread_cpu_us": (b[1] - a[1]) / 1000.0,
-            "process_cpu_us": (b[2] - a[2]) / 1000.0, "run_queue_us": run_queue}
+            "process_cpu_us": (b[2] - a[2]) / 1000.0, "run_queue_us": run_queue, "start_unix_ns": a[5]}

@@ -92,9 +92,13 @@ def profile_in_process(
 
     from perfscope.collect.job_watch import JobWatch
 
+    from perfscope.collect.telemetry import TelemetrySampler
+
     ours = build_profiler(torch, schedule, exporter)
     job = JobWatch()
-    prof = HostStepRecorder(ours, job.header)  # CPU time per step, the rank's node and DDP, in the trace
+    telemetry = TelemetrySampler()  # samples nothing until the script has a CUDA device
+    # CPU time and memory per step, the rank's node and DDP, GPU telemetry: in the trace header
+    prof = HostStepRecorder(ours, job.header, telemetry=telemetry)
     tracker = StepTracker(prof, schedule)
 
     started_at = utc_now_iso()
@@ -108,6 +112,7 @@ def profile_in_process(
                 guard.script_cut = outcome.stopped_early
         finally:
             tracker.close()
+            telemetry.stop()
     if outcome.stopped_early:
         _destroy_process_group(torch)
     duration_s = time.perf_counter() - t0

@@ -143,7 +143,8 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
         names=names, threads=threads, origin_us=origin, base_time_ns=header.base_time_ns, rank=header.rank,
         rank_source=header.rank_source, world_size=header.world_size, device_properties=header.device_properties,
         distributed_info=header.distributed_info, host_steps=header.host_steps,
-        node=header.node, host=header.host, ddp=header.ddp, memory_capacity=header.memory_capacity, path=raw.path, worker=raw.worker,
+        node=header.node, host=header.host, ddp=header.ddp, memory_capacity=header.memory_capacity,
+        telemetry=header.telemetry, path=raw.path, worker=raw.worker,
         truncated=raw.truncated, quality=quality, warnings=quality.warnings(raw.path.name) + header.warnings,
     )
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from perfscope import host_steps, job_facts
+from perfscope import host_steps, job_facts, telemetry_format
 from perfscope.host_steps import HOST_STEPS_KEY
+from perfscope.telemetry_format import TELEMETRY_KEY
 from perfscope.job_facts import JOB_KEY
 from perfscope.trace.columns import is_number
 from perfscope.trace.reader import RawTrace
@@ -38,6 +39,8 @@ class Header:
             or None.
         host: The host name: the job record's, else the profiler's ``host_name``; None if neither.
         ddp: The rank's DDP gradient buckets and timings (:mod:`perfscope.job_facts`), or None.
+        telemetry: The GPU telemetry record (:func:`perfscope.telemetry_format.parse`), ``{}``
+            when the trace has none.
         memory_capacity: The host's and device's memory as ``perfscope profile`` recorded them
             (:func:`perfscope.host_steps.parse_capacity`; bytes), ``{}`` when not recorded.
         warnings: What was refused, one line each (file name first).
@@ -54,6 +57,7 @@ class Header:
     host: str | None = None
     ddp: dict | None = None
     memory_capacity: dict = field(default_factory=dict)
+    telemetry: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
 
 
@@ -99,6 +103,9 @@ def read_header(raw: RawTrace) -> Header:
     h.device_properties = _devices(data, name, h.warnings)
     h.host_steps = _host_steps(data.get(HOST_STEPS_KEY), name, h.warnings)
     h.memory_capacity = host_steps.parse_capacity(data.get(HOST_STEPS_KEY))
+    if data.get(TELEMETRY_KEY) is not None:
+        h.telemetry, problems = telemetry_format.parse(data.get(TELEMETRY_KEY))
+        h.warnings += [f"{name}: {TELEMETRY_KEY}: {p}; ignored" for p in problems]
     if data.get(JOB_KEY) is not None:
         h.node, h.ddp, problems = job_facts.parse(data.get(JOB_KEY))
         h.warnings += [f"{name}: {JOB_KEY}: {p}; ignored" for p in problems]

@@ -23,7 +23,7 @@ from perfscope.trace.quality import NOT_READ, TRUNCATED, DataQuality, QualityEnt
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 # perfscope's own outputs, found when a whole output directory is analyzed again.
-NOT_TRACES = frozenset({"summary.json"})
+NOT_TRACES = frozenset({"summary.json", "merged.perfscope-view.json.gz"})  # the second: perfscope merge's view
 
 # TensorBoard's profiler plugin names files <worker>[.<span>].pt.trace.json[.gz].
 _WORKER_RE = re.compile(r"^(?P<worker>.+?)(?:\.(?P<span>\d+))?\.pt\.trace\.json(?:\.gz)?$")

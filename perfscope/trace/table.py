@@ -55,6 +55,7 @@ class TraceTable:
         node, host, ddp: The rank's node, host name and DDP buckets
             (:class:`perfscope.trace.header.Header`); None when not recorded.
         memory_capacity: Host and device memory, bytes (:class:`perfscope.trace.header.Header`).
+        telemetry: The GPU telemetry record (:class:`perfscope.trace.header.Header`).
         path, worker: Source file and worker name.
         truncated: The file ended early (its last step is incomplete).
         quality: The data-quality record: what was repaired, dropped, clipped or set aside.
@@ -84,6 +85,7 @@ class TraceTable:
     host: str | None = None
     ddp: dict | None = None
     memory_capacity: dict = field(default_factory=dict)
+    telemetry: dict = field(default_factory=dict)
     path: Path | None = None
     worker: str = ""
     truncated: bool = False

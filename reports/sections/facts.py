@@ -37,6 +37,23 @@ def _value(key: str, v) -> str:
         return ", ".join(f"{k} {'-' if v[k] is None else v[k]}" for k in v)
     if key == "duration_s" and isinstance(v, (int, float)):
         return f"{v:.1f} s"
+    return _plain(v)
+
+
+def _plain(v, depth: int = 0) -> str:
+    """A nested value in words, not Python's repr: ``a: 1; b: x, y``; empty ones as ``-``."""
+    if isinstance(v, dict):
+        if not v:
+            return "-"
+        if depth >= 2:
+            return f"{len(v)} entries"
+        return "; ".join(f"{k}: {_plain(x, depth + 1)}" for k, x in v.items())
+    if isinstance(v, (list, tuple)):
+        return ", ".join(_plain(x, depth + 1) for x in v) if v else "-"
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
     return str(v)
 
 
@@ -56,4 +73,7 @@ def render(summary: dict) -> str:
     traces = table([("file", "l"), ("rank", ""), ("mode", "l"), ("events", ""), ("devices", "l")], rows,
                    "The trace files analyzed.") if rows else ""
     notes = "".join(note(f"Note: {n}") for n in summary.get("notes") or [])
-    return section("facts", "Run facts", facts + traces + notes)
+    viewers = note("The trace files open in Perfetto (ui.perfetto.dev, Open trace file), in chrome://tracing, and in "
+                   "TensorBoard's profiler plugin (tensorboard --logdir OUT_DIR/traces); perfscope merge OUT_DIR puts "
+                   "every rank's trace in one file on one clock.") if rows else ""
+    return section("facts", "Run facts", facts + traces + viewers + notes)

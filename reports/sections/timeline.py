@@ -1,5 +1,6 @@
 """Timeline of a representative step: lanes for the main thread, the DataLoader, collectives, each GPU
-stream, and how the step partition counted each moment, with idle gaps shaded and labelled.
+stream, and how the step partition counted each moment, with idle gaps shaded and labelled; under
+them, when ``perfscope profile`` sampled the GPU, its utilisation (NVML) over the step.
 
 The run's representative step (:mod:`perfscope.steptime`) is shown first; up to :data:`MAX_VIEWS` steps are pre-rendered and a row of radio
 buttons (CSS only, no script) switches between them.
@@ -9,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from perfscope.analysis.telemetry import aligned_samples
+from perfscope.telemetry_format import THROTTLE_MASK
 from reports import model
 from reports.html import esc, legend, ms, note, section, truncate
 from reports.palette import GREY, ORANGE, SKY
@@ -17,6 +20,7 @@ from reports.timeline_data import COLUMNS, CPU_LABELLED, GPU_IDLE, STREAM_CATS, 
 
 MAX_VIEWS = 12
 LEFT, LANE_H, GAP, TOP = 150, 16, 6, 24
+TELEMETRY_H = 24
 NAME_LIMIT = 90
 LABEL_MIN_COLS = 40
 LIGHT = (ORANGE, SKY, GREY)  # fills that take dark text  # an idle stretch this wide (px) gets a text label
@@ -57,10 +61,37 @@ def _stretches(mask: np.ndarray, cov: np.ndarray, cats, col_ns: float) -> list[t
     return out
 
 
+def _telemetry_lane(prep, r, y: float) -> list[str]:
+    """GPU utilisation samples (NVML) as bars over the step, 0-100% of the lane's height."""
+    df = aligned_samples(prep.table, prep.windows)
+    if df is None:
+        return []
+    df = df.sort_values("ts_ns")
+    ts = df["ts_ns"].to_numpy()
+    interval = (prep.table.telemetry.get("interval_s") or 0.1) * 1e9
+    out = [text(LEFT - 6, y + TELEMETRY_H - 4, "GPU util (NVML)", "end"),
+           f'<line class="grid" x1="{LEFT}" x2="{LEFT + COLUMNS}" y1="{y + TELEMETRY_H + 0.5:.1f}" '
+           f'y2="{y + TELEMETRY_H + 0.5:.1f}"/>']
+    for k in np.flatnonzero((ts < r.hi) & (ts + interval > r.lo)):
+        util = df["gpu_util_pct"].iloc[k]
+        if util is None or util != util:
+            continue
+        a = max((ts[k] - r.lo) / r.col_ns, 0.0)
+        b = min((min(ts[k] + interval, ts[k + 1] if k + 1 < len(ts) else ts[k] + interval) - r.lo) / r.col_ns, COLUMNS)
+        h = TELEMETRY_H * min(max(util, 0), 100) / 100
+        power = df["power_mw"].iloc[k]
+        title = f"{util:.0f}% utilised" + (f", {power / 1000:.0f} W" if power == power and power is not None else "")
+        if df["reasons"].iloc[k] and int(df["reasons"].iloc[k]) & THROTTLE_MASK:
+            title += ", clocks throttled"
+        out.append(rect(LEFT + a, y + TELEMETRY_H - h, max(b - a, 1.0), h, SKY, title))
+    return out
+
+
 def _svg(prep, i: int, step_label: str) -> str:
     r = raster(prep, i)
     n_lanes = len(r.lanes) + 1
-    height = TOP + n_lanes * (LANE_H + GAP) + 26
+    lane_t = prep.table.telemetry.get("samples") if prep.table.telemetry else None
+    height = TOP + n_lanes * (LANE_H + GAP) + 26 + ((TELEMETRY_H + GAP) if lane_t else 0)
     width = LEFT + COLUMNS + 10
     out = [open_svg(width, height, f"timeline of {step_label}")]
     span_ms = (r.hi - r.lo) / 1e6
@@ -118,6 +149,8 @@ def _svg(prep, i: int, step_label: str) -> str:
                 continue
         out.append(rect(LEFT + (a + b) / 2 - 3.2 * len(text_), y + 2, 6.4 * len(text_), LANE_H - 4, "#ffffff", None, 0.8))
         out.append(text(LEFT + (a + b) / 2, y + LANE_H - 4, text_, "middle", "lbl"))
+    if lane_t:
+        out += _telemetry_lane(prep, r, y + LANE_H + GAP)
     out.append("</svg>")
     return "".join(out)
 

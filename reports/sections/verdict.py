@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from perfscope.analysis.verdict import ADVICE, THRESHOLDS
 from reports import model
+from reports.sections import telemetry
 from reports.html import esc, figure, legend, ms, num, pct, section
 from reports.palette import CLASS_COLOURS, CLASS_ORDER
 from reports.svg import hbar
@@ -133,6 +134,7 @@ def render(summary: dict) -> str:
         f"{esc(overall.get('runner_up', '-'))}); {esc(n_steps)} counted steps are {esc(verdict)}. "
         f"Step time {ms(model.step_time(summary))} (the window over its steps; representative step "
         f"{esc(model.representative_step(summary))})"
+        f"{esc('; ' + telemetry.headline(summary)) if telemetry.headline(summary) else ''}"
         f"{esc(f' over {ranks} rank' + ('s' if ranks != 1 else '')) if isinstance(ranks, int) else ''}.</small></p>"
     )
     total = sum(num(fractions.get(c)) or 0.0 for c in CLASS_ORDER)

@@ -1,0 +1,147 @@
+"""GPU telemetry per step: the samples ``perfscope profile`` took beside the profiled window
+(:mod:`perfscope.collect.telemetry`) aligned to the trace's clock, summarised per step and over
+the run, with clock and power throttling called out (``docs/metrics.md``, GPU telemetry).
+
+Alignment: a sample's time is ``time.time_ns()``; the trace's is ``base_time_ns + ts``. The host
+record holds each step's start on the same clock as the samples (``start_unix_ns``), so the
+offset between the two clocks is the median, over the steps both hold, of (trace step start -
+host step start): a few microseconds (the profiler's own work at the boundary). Without a host
+record the clocks are taken as they are (both count from the epoch; Kineto converts its own clock
+to it) and the view says so.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from perfscope.telemetry_format import THROTTLE_MASK, THROTTLE_REASONS
+
+if TYPE_CHECKING:
+    from perfscope.analysis.rank import RankTrace
+    from perfscope.analysis.steps import StepWindows
+    from perfscope.trace.table import TraceTable
+
+COLUMNS = ("gpu_util_pct", "power_w", "sm_clock_mhz", "throttled_share", "telemetry_samples")
+# Throttled in this share of a run's samples (counted steps): a warning names the reasons.
+THROTTLE_WARN_SHARE = 0.05
+
+
+def clock_offset_ns(t: TraceTable, w: StepWindows) -> tuple[int, str]:
+    """(trace clock - sample clock, ns) and how it was found (``"step starts"`` or ``"clocks"``)."""
+    diffs = []
+    for i, step in enumerate(w.step):
+        host = t.host_steps.get(int(step)) or {}
+        if host.get("start_unix_ns"):
+            diffs.append(int(t.absolute_ns(int(w.start[i]))) - int(host["start_unix_ns"]))
+    if diffs:
+        return int(np.median(diffs)), "step starts"
+    return 0, "clocks"
+
+
+def aligned_samples(t: TraceTable, w: StepWindows) -> pd.DataFrame | None:
+    """The trace's telemetry samples (columns of :data:`~perfscope.telemetry_format.FIELDS`) with
+    ``ts_ns``, their time on the trace's relative clock (as the step windows); None without any."""
+    rec = t.telemetry
+    if not rec or not rec.get("samples"):
+        return None
+    df = pd.DataFrame(rec["samples"])
+    offset, _ = clock_offset_ns(t, w)
+    df["ts_ns"] = df["unix_ns"].astype("int64") + offset - int(t.absolute_ns(0))
+    return df
+
+
+def _samples(rt: RankTrace) -> pd.DataFrame | None:
+    return aligned_samples(rt.table, rt.windows)
+
+
+def step_columns(rt: RankTrace) -> pd.DataFrame | None:
+    """Per step (rows of ``rt.metrics``): mean GPU utilisation (%), mean power (W), the lowest SM
+    clock (MHz), the share of samples with a throttle reason, and the samples taken; None
+    without samples."""
+    df = _samples(rt)
+    if df is None:
+        return None
+    w = rt.windows
+    out = {c: np.full(len(w.step), np.nan) for c in COLUMNS}
+    ts = df["ts_ns"].to_numpy()
+    for i in range(len(w.step)):
+        mine = df[(ts >= w.start[i]) & (ts < w.end[i])]
+        out["telemetry_samples"][i] = len(mine)
+        if mine.empty:
+            continue
+        out["gpu_util_pct"][i] = mine["gpu_util_pct"].mean()
+        out["power_w"][i] = mine["power_mw"].mean() / 1000.0
+        out["sm_clock_mhz"][i] = mine["sm_clock_mhz"].min()
+        reasons = mine["reasons"].fillna(0).astype("int64")
+        out["throttled_share"][i] = float(((reasons & THROTTLE_MASK) != 0).mean())
+    return pd.DataFrame(out, index=rt.metrics.index)
+
+
+def telemetry_view(rank_traces: list[RankTrace], ranks: list[int], frame: pd.DataFrame) -> dict:
+    """The telemetry section of ``details`` over the counted steps (``frame``).
+
+    Returns:
+        ``{"skipped": why}`` when no trace holds samples (the first reason a trace gives), else
+        ``source``, ``interval_s``, ``samples`` (in counted steps), ``gpu_util_pct`` (mean),
+        ``power_w`` (mean and max), ``sm_clock_mhz`` (min, median, max), ``throttle`` (reason ->
+        share of samples), ``throttled_share``, ``sampler_cpu_share`` (the sampler's time over the
+        profiled span: its overhead on one core), ``alignment`` (per rank: offset and source) and
+        ``devices``.
+    """
+    parts, skipped, align, devices, busy, span_s, interval = [], [], [], [], 0.0, 0.0, None
+    for rt, rank in zip(rank_traces, ranks):
+        rec = rt.table.telemetry or {}
+        if rec.get("skipped"):
+            skipped.append(rec["skipped"])
+        df = _samples(rt)
+        if df is None:
+            continue
+        steps = set(frame.loc[(frame["rank"] == rank) & (frame["worker"] == rt.table.worker), "step"].tolist())
+        w = rt.windows
+        keep = np.zeros(len(df), bool)
+        for i, step in enumerate(w.step):
+            if int(step) in steps:
+                keep |= (df["ts_ns"].to_numpy() >= w.start[i]) & (df["ts_ns"].to_numpy() < w.end[i])
+        parts.append(df[keep])
+        offset, how = clock_offset_ns(rt.table, rt.windows)
+        align.append({"rank": int(rank), "offset_us": offset / 1000.0, "source": how})
+        devices += [{**d, "rank": int(rank)} for d in rec.get("devices") or []]
+        busy += rec.get("sampler_busy_s") or 0.0
+        if len(w.step):
+            span_s += (int(w.end.max()) - int(w.start.min())) / 1e9
+        interval = rec.get("interval_s") or interval
+    if not parts:
+        return {"skipped": skipped[0] if skipped else "no telemetry record in the traces (perfscope profile records "
+                "it on a CUDA device)"}
+    df = pd.concat(parts, ignore_index=True)
+    reasons = df["reasons"].fillna(0).astype("int64").to_numpy() if len(df) else np.zeros(0, "int64")
+    throttle = {name: float(((reasons & bit) != 0).mean()) for bit, name in THROTTLE_REASONS.items()
+                if len(df) and ((reasons & bit) != 0).any()}
+
+    def stat(col, how):
+        v = df[col].dropna()
+        return float(getattr(v, how)()) if len(v) else None
+
+    return {"source": str((rank_traces[0].table.telemetry or {}).get("source") or "NVML"), "interval_s": interval,
+            "samples": int(len(df)), "gpu_util_pct": stat("gpu_util_pct", "mean"),
+            "mem_util_pct": stat("mem_util_pct", "mean"),
+            "power_w": {"mean": (stat("power_mw", "mean") or 0) / 1000 if stat("power_mw", "mean") is not None else None,
+                        "max": (stat("power_mw", "max") or 0) / 1000 if stat("power_mw", "max") is not None else None},
+            "sm_clock_mhz": {"min": stat("sm_clock_mhz", "min"), "median": stat("sm_clock_mhz", "median"),
+                             "max": stat("sm_clock_mhz", "max")},
+            "throttle": throttle, "throttled_share": float(((reasons & THROTTLE_MASK) != 0).mean()) if len(df) else 0.0,
+            "sampler_cpu_share": busy / span_s if span_s > 0 else None, "alignment": align, "devices": devices}
+
+
+def throttle_warning(view: dict | None) -> str | None:
+    """The warning for clocks held down in at least :data:`THROTTLE_WARN_SHARE` of the samples."""
+    if not view or view.get("skipped") or (view.get("throttled_share") or 0) < THROTTLE_WARN_SHARE:
+        return None
+    reasons = ", ".join(f"{k} {v:.0%}" for k, v in sorted(view["throttle"].items(), key=lambda kv: -kv[1]))
+    clocks = view.get("sm_clock_mhz") or {}
+    span = f" (SM clock {clocks['min']:.0f}-{clocks['max']:.0f} MHz)" if clocks.get("min") is not None else ""
+    return (f"the GPU's clocks were throttled in {view['throttled_share']:.0%} of the telemetry samples of the counted "
+            f"steps: {reasons}{span}; the same code runs slower until cooling or the power limit is fixed")

@@ -1,0 +1,69 @@
+"""``perfscope merge OUT_DIR_OR_TRACES``: the ranks' traces in one file for Perfetto."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from perfscope.cli_args import out_path
+from perfscope.errors import PerfscopeError
+from perfscope.text import safe
+
+
+def add_merge_parser(sub) -> None:
+    """Add ``merge`` to the ``perfscope`` sub-commands."""
+    m = sub.add_parser(
+        "merge",
+        help="put every rank's trace in one file on one clock, for Perfetto or chrome://tracing",
+        description="Merge the traces of a run (an output directory, its traces/ folder, or trace files) into one "
+        "Chrome-trace file: each rank's processes named and ordered by rank, clocks moved onto one base (and the "
+        "node clock offsets the run's summary.json proves taken out). Writes merged.perfscope-view.json.gz (in the "
+        "traces folder, or --out); open it at ui.perfetto.dev. perfscope analyze leaves that file out.",
+    )
+    m.add_argument("paths", nargs="+", metavar="PATH", help="output directory, traces folder, or trace files")
+    m.add_argument("--out", type=out_path, default=None, metavar="FILE", help="the merged file to write")
+
+
+def _node_offsets(folder: Path) -> dict[int, float]:
+    """rank -> µs to take out, from a summary.json beside the traces (``details.nodes``)."""
+    from perfscope.summary import load_summary
+
+    for candidate in (folder / "summary.json", folder.parent / "summary.json"):
+        if candidate.is_file():
+            try:
+                nodes = (load_summary(candidate).get("details") or {}).get("nodes") or {}
+            except PerfscopeError:
+                return {}
+            out = {}
+            for n in nodes.get("nodes") or []:
+                offset = n.get("clock_offset_us") if isinstance(n, dict) else None
+                if isinstance(offset, (int, float)) and offset:
+                    out.update({r: float(offset) for r in n.get("ranks") or [] if type(r) is int})
+            return out
+    return {}
+
+
+def run(args) -> int:
+    """Merge, write, say what was done; 0 on success."""
+    from perfscope.trace import find_trace_files
+    from perfscope.trace.merge import MERGED_NAME, merge_traces, write_merged
+
+    files: list[Path] = []
+    for text in args.paths:
+        path = Path(text)
+        if path.is_dir() and (path / "traces").is_dir():
+            path = path / "traces"
+        files += find_trace_files(path)
+    files = sorted(dict.fromkeys(p.resolve() for p in files if p.name != MERGED_NAME))
+    if len(files) < 1:
+        raise PerfscopeError("no trace files to merge")
+    folder = files[0].parent
+    merged, lines = merge_traces(files, _node_offsets(folder))
+    out = args.out if args.out is not None else folder / MERGED_NAME
+    if out.is_dir():
+        raise PerfscopeError(f"--out {args.out}: is a directory; give the file to write")
+    replaced = out.exists()
+    written = write_merged(merged, out)
+    for line in lines:
+        print(safe(line))
+    print(f"{'replaced' if replaced else 'wrote'} {safe(written)}: open it at ui.perfetto.dev (Open trace file)")
+    return 0

@@ -1,0 +1,76 @@
+"""The GPU telemetry record of a profiled run, kept in the trace header (``perfscope profile``
+writes it: :mod:`perfscope.collect.telemetry`; the trace reader reads it: :func:`parse`). Like
+:mod:`perfscope.host_steps` it imports nothing heavy: it is loaded into the profiled process.
+
+The header key :data:`TELEMETRY_KEY` holds::
+
+    {"version": 1, "source": "NVML", "interval_s": 0.1, "sampler_busy_s": 0.012,
+     "devices": [{"index": 0, "name": "NVIDIA H100", "uuid": "GPU-..."}],
+     "fields": [...FIELDS...], "samples": [[...], ...]}
+
+or, when nothing could be sampled, ``{"version": 1, "skipped": "why"}``. Each sample is a list in
+the order of :data:`FIELDS`: ``unix_ns`` (``time.time_ns()`` when read), ``device`` (an index into
+``devices``), ``gpu_util_pct`` and ``mem_util_pct`` (NVML's utilisation rates over its last
+sample period, percent), ``mem_used_bytes``, ``power_mw`` (milliwatts), ``sm_clock_mhz``,
+``mem_clock_mhz``, ``reasons`` (NVML's clocks-event reasons bit mask) and ``temp_c``; null where
+the device does not report it. ``sampler_busy_s`` is the time the sampler spent reading (seconds),
+the basis of its overhead.
+"""
+
+from __future__ import annotations
+
+TELEMETRY_KEY = "perfscope_telemetry"
+VERSION = 1
+FIELDS = ("unix_ns", "device", "gpu_util_pct", "mem_util_pct", "mem_used_bytes", "power_mw", "sm_clock_mhz",
+          "mem_clock_mhz", "reasons", "temp_c")
+MAX_SAMPLES = 20_000  # 10 Hz for over half an hour of profiled window: the header stays small
+# NVML's clocks-event reasons (nvml.h, nvmlClocksEventReason*): the bits that mean the clocks were
+# held down. GpuIdle, ApplicationsClocksSetting and DisplayClockSetting are not throttling.
+THROTTLE_REASONS = {
+    0x4: "power cap (software)", 0x8: "hardware slowdown", 0x10: "sync boost", 0x20: "thermal (software)",
+    0x40: "thermal (hardware)", 0x80: "power brake (hardware)", 0x200: "board limit", 0x400: "reliability",
+}
+THROTTLE_MASK = sum(THROTTLE_REASONS)
+
+
+def _number(v) -> bool:
+    return type(v) in (int, float) and v == v and abs(v) < 2**62
+
+
+def parse(value) -> tuple[dict, list[str]]:
+    """The telemetry record, checked, and what was refused.
+
+    Returns:
+        ``({"skipped": why}, problems)``, or ``({"source", "interval_s", "sampler_busy_s",
+        "devices", "samples"}, problems)`` with ``samples`` a list of dicts keyed by
+        :data:`FIELDS` (unusable samples left out and counted in ``problems``), or ``({}, [...])``
+        when ``value`` is no such record.
+    """
+    if not isinstance(value, dict) or value.get("version") != VERSION:
+        return {}, ["not perfscope's telemetry record"]
+    if isinstance(value.get("skipped"), str):
+        return {"skipped": value["skipped"][:300]}, []
+    devices = [d for d in value.get("devices") or [] if isinstance(d, dict)]
+    devices = [{"index": d.get("index") if type(d.get("index")) is int else None,
+                "name": d.get("name")[:100] if isinstance(d.get("name"), str) else None,
+                "uuid": d.get("uuid")[:100] if isinstance(d.get("uuid"), str) else None} for d in devices]
+    fields = value.get("fields")
+    raw = value.get("samples")
+    if fields != list(FIELDS) or not isinstance(raw, list):
+        return {}, ["telemetry record without its fields or samples"]
+    samples, bad = [], 0
+    for s in raw[:MAX_SAMPLES]:
+        if (not isinstance(s, list) or len(s) != len(FIELDS) or not _number(s[0]) or type(s[1]) is not int
+                or not 0 <= s[1] < len(devices) or not all(v is None or _number(v) for v in s[2:])):
+            bad += 1
+            continue
+        samples.append(dict(zip(FIELDS, s)))
+    problems = [f"{bad} telemetry samples are unusable; ignored them"] if bad else []
+    if len(raw) > MAX_SAMPLES:
+        problems.append(f"{len(raw) - MAX_SAMPLES} telemetry samples beyond the first {MAX_SAMPLES}; ignored them")
+    interval = value.get("interval_s")
+    busy = value.get("sampler_busy_s")
+    return {"source": str(value.get("source") or "NVML")[:40],
+            "interval_s": float(interval) if _number(interval) and interval > 0 else None,
+            "sampler_busy_s": float(busy) if _number(busy) and busy >= 0 else None,
+            "devices": devices, "samples": samples}, problems
