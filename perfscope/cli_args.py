@@ -15,6 +15,21 @@ MAX_NPROC_PER_NODE = 1_024
 MAX_JOBS = 1_024
 
 
+def one_line_errors(command: str):
+    """An ``ArgumentParser.error`` for ``perfscope COMMAND``: ``perfscope: error: ...`` on stderr,
+    exit status 2, no usage block (the message names the option and its range)."""
+
+    def error(message: str) -> None:
+        import sys
+
+        from perfscope.text import safe
+
+        print(f"perfscope: error: {safe(message)} (see perfscope {command} --help)", file=sys.stderr)
+        raise SystemExit(2)
+
+    return error
+
+
 def quoted(text: str, limit: int = 40) -> str:
     """``text`` quoted for a message, cut to ``limit`` characters (a pasted megabyte stays out)."""
     return repr(text if len(text) <= limit else text[:limit] + "...")

@@ -7,10 +7,9 @@ moved to a worse class), 2 when the runs cannot be compared (bad input, too few 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from perfscope.cli_args import out_path
+from perfscope.cli_args import one_line_errors, out_path
 from perfscope.errors import PerfscopeError
 from perfscope.check import ALPHA, DEFAULT_MAX_REGRESSION, CheckInputError, compare, report_lines
 from perfscope.text import safe
@@ -48,10 +47,6 @@ def _side(texts: list[str], load) -> list[tuple[Path, dict]]:
     return out
 
 
-def _one_line_error(message: str) -> None:
-    print(f"perfscope: error: {safe(message)} (see perfscope check --help)", file=sys.stderr)
-    raise SystemExit(2)
-
 
 def add_check_parser(sub) -> None:
     """Add ``check`` to the ``perfscope`` sub-commands."""
@@ -66,17 +61,17 @@ def add_check_parser(sub) -> None:
         "run (Welch's t-test, or a prediction interval against one run). Writes nothing unless --junit is given. "
         "Method and measured false-alarm rate and power: docs/check.md.",
     )
-    c.error = _one_line_error
+    c.error = one_line_errors("check")
     c.add_argument("run", nargs="+", metavar="RUN",
                    help="summary.json or output directory of the run to check; several: repeated runs of it")
     c.add_argument("--baseline", required=True, nargs="+", metavar="BASELINE",
                    help="summary.json or output directory of the reference run; several, or a folder of output "
                    "directories: repeated runs, which bring the drift between runs into the test")
     c.add_argument("--max-regression", type=_percent(0, 1000), default=DEFAULT_MAX_REGRESSION, metavar="PCT",
-                   help=f"the step-time regression to catch (default {DEFAULT_MAX_REGRESSION:.0%}); a slowdown "
+                   help=f"the step-time regression to catch (default {DEFAULT_MAX_REGRESSION * 100:.0f}%%); a slowdown "
                    "counts from half of it, when the test also finds it beyond the noise")
     c.add_argument("--alpha", type=_percent(0, 100), default=ALPHA, metavar="PCT",
-                   help=f"the test's significance level (default {ALPHA:.0%})")
+                   help=f"the test's significance level (default {ALPHA * 100:.0f}%%)")
     c.add_argument("--junit", type=out_path, default=None, metavar="FILE",
                    help="also write the result as JUnit XML (test results in CI systems)")
 

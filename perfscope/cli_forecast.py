@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import orjson
 
-from perfscope.cli_args import number, out_path, whole
+from perfscope.cli_args import one_line_errors, number, out_path, whole
 from perfscope.errors import PerfscopeError
 from perfscope.text import safe
 from perfscope.units import format_bandwidth, parse_bandwidth
@@ -29,11 +28,6 @@ def _bandwidth(text: str) -> float:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
-def _one_line_error(message: str) -> None:
-    """Bad options: ``perfscope: error: ...`` on stderr, exit status 2, no usage block."""
-    print(f"perfscope: error: {safe(message)} (see perfscope forecast --help)", file=sys.stderr)
-    raise SystemExit(2)
-
 
 def add_forecast_parser(sub) -> None:
     """Add ``forecast`` to the ``perfscope`` sub-commands."""
@@ -44,7 +38,7 @@ def add_forecast_parser(sub) -> None:
         "efficiency of the same job on NODES x RANKS_PER_NODE ranks over the given links, for a flat ring and the "
         "hierarchical all-reduce, and say which to use. Writes forecast.json. See docs/multinode.md.",
     )
-    f.error = _one_line_error
+    f.error = one_line_errors("forecast")
     f.add_argument("summary", metavar="SUMMARY_OR_OUT_DIR", help="summary.json, or the output directory holding it")
     f.add_argument("--nodes", type=whole(1, MAX_NODES), required=True, metavar="N", help="nodes of the target job")
     f.add_argument("--ranks-per-node", type=whole(1, 1024), required=True, metavar="G", help="ranks on each node")

@@ -17,7 +17,8 @@ def add_merge_parser(sub) -> None:
         description="Merge the traces of a run (an output directory, its traces/ folder, or trace files) into one "
         "Chrome-trace file: each rank's processes named and ordered by rank, clocks moved onto one base (and the "
         "node clock offsets the run's summary.json proves taken out). Writes merged.perfscope-view.json.gz (in the "
-        "traces folder, or --out); open it at ui.perfetto.dev. perfscope analyze leaves that file out.",
+        "traces folder, or --out); open it at ui.perfetto.dev. perfscope analyze leaves that file out. See "
+        "docs/report.md (Viewers).",
     )
     m.add_argument("paths", nargs="+", metavar="PATH", help="output directory, traces folder, or trace files")
     m.add_argument("--out", type=out_path, default=None, metavar="FILE", help="the merged file to write")

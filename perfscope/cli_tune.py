@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from perfscope.cli_args import add_node_options, node_launch, not_empty, number, out_path, whole
+from perfscope.cli_args import one_line_errors, add_node_options, node_launch, not_empty, number, out_path, whole
 from perfscope.errors import PerfscopeError
 from perfscope.outputs import DEFAULT_OUT_ROOT
 from perfscope.redact import redact
@@ -56,7 +56,7 @@ def add_tune_parser(sub) -> None:
         usage="perfscope tune SCRIPT [options] [-- script args]",
     )
     d = _defaults()
-    t.error = _one_line_error  # the project's form of bad input: one line, exit status 2
+    t.error = one_line_errors("tune")  # the project's form of bad input: one line, exit status 2
     t.add_argument("script", help="the training script (.py)")
     t.add_argument("--trials", type=_whole("--trials"), default=d["trials"],
                    help=f"trials in the study, the baseline included (default {d['trials']}; 2..10,000)")
@@ -114,12 +114,6 @@ def _number(option: str, what: str, *, high_open: bool = False):
     """A finite number in the option's range (:func:`_limits`), ``what`` naming it in the message."""
     return number(*_limits()[option], what, high_open=high_open)
 
-
-def _one_line_error(message: str) -> None:
-    """The ``tune`` parser's errors: ``perfscope: error: ...`` on stderr, exit status 2 (no usage
-    block: the message names the option and its range)."""
-    print(f"perfscope: error: {safe(message)} (see perfscope tune --help)", file=sys.stderr)
-    raise SystemExit(2)
 
 
 def _outputs(out: Path | None, stem: str) -> tuple[Path, Path]:

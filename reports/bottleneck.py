@@ -53,9 +53,11 @@ def render_report(summary: dict, *, base_dir: str | Path | None = None, step=Non
     Returns:
         One self-contained HTML document (str).
     """
-    found = None
+    found, others = None, []
     if find_traces:
-        found = _traces.load(_traces.locate(summary, Path(base_dir) if base_dir is not None else None), tables)
+        located = _traces.locate_ranks(summary, Path(base_dir) if base_dir is not None else None)
+        found = _traces.load(located[0], tables)
+        others = [_traces.load(f, tables) for f in located[1:1 + timeline.MAX_OTHER_RANKS]]
     nav = list(NAV)
     if summary.get("mode") != "gpu":
         nav[4] = ("kernels", "Top operators")
@@ -67,7 +69,7 @@ def render_report(summary: dict, *, base_dir: str | Path | None = None, step=Non
         quality.render_warnings(summary),
         verdict.render(summary),
         steps.render(summary),
-        timeline.render(summary, found, step),
+        timeline.render(summary, found, step, others),
         gaps.render(summary),
         kernels.render_top(summary),
         kernels.render_launch(summary),

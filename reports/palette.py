@@ -28,7 +28,9 @@ GPU_PARTS = (
     ("comm", "exposed communication", PURPLE, ("exposed_comm_us",)),
     ("h2d", "exposed H2D copy + H2D wait", VERMILLION, ("exposed_h2d_us", "h2d_wait_us")),
     ("input", "input wait", ORANGE, ("input_wait_us",)),
-    ("launch", "launch wait + kernel wait", SKY, ("launch_wait_us", "kernel_wait_us")),
+    ("launch", "launch wait", SKY, ("launch_wait_us",)),
+    # its own colour: a kernel waiting behind the one before it is not the host being slow to launch
+    ("kernel_wait", "kernel wait", YELLOW, ("kernel_wait_us",)),
     ("other_idle", "other idle", GREY, ("other_idle_us",)),
 )
 CPU_PARTS = (
@@ -39,8 +41,22 @@ CPU_PARTS = (
 )
 
 
+def _with_class(groups, mode: str):
+    """The groups with their class in the label (``DataLoader (io)``), as the verdict bar names
+    them; the class of a part is where ``perfscope.analysis.verdict.COSTS`` counts its columns."""
+    from perfscope.analysis.verdict import COSTS
+
+    costs = COSTS[mode]
+    out = []
+    for key, label, colour, cols in groups:
+        cls = next((c for c, owned in costs.items() if set(cols) <= set(owned)), None)
+        out.append((key, f"{label} ({cls})" if cls and cls != label else label, colour, cols))
+    return tuple(out)
+
+
 def parts(mode: str):
-    return GPU_PARTS if mode == "gpu" else CPU_PARTS
+    """The stacked-bar groups of a mode's step partition, each label naming its class."""
+    return _with_class(GPU_PARTS, "gpu") if mode == "gpu" else _with_class(CPU_PARTS, "cpu")
 
 
 def part_us(step: dict, columns) -> float:

@@ -128,16 +128,29 @@ def hbar(parts: list[tuple[str, float, str]], total: float, label: str, width: i
 
 
 def columns(values: list[float], labels: list[str], colour: str, unit_label: str, label: str,
-            titles: list[str] | None = None, height: int = 220, width: int = 440, colours: list[str] | None = None) -> str:
-    """Plain vertical bars with a y axis in ``unit_label``."""
+            titles: list[str] | None = None, height: int = 220, width: int = 440, colours: list[str] | None = None,
+            log: bool = False) -> str:
+    """Plain vertical bars with a y axis in ``unit_label``; ``log``: a logarithmic axis from 1 (for
+    counts spanning decades, where a linear axis flattens the small bins to nothing)."""
     left, right, top, bottom = 56, 8, 10, 52
     plot_h = height - top - bottom
-    ticks = nice_ticks(max(values, default=0.0))
-    scale = plot_h / ticks[-1] if ticks[-1] > 0 else 0.0
+    peak = max(values, default=0.0)
+    if log and peak >= 1:
+        ticks = [10.0 ** k for k in range(math.ceil(math.log10(peak)) + 1)] if peak > 1 else [1.0, 10.0]
+        span = math.log10(ticks[-1]) or 1.0
+
+        def height_of(v):
+            return plot_h * math.log10(v) / span if v >= 1 else 0.0
+    else:
+        ticks = nice_ticks(peak)
+        scale = plot_h / ticks[-1] if ticks[-1] > 0 else 0.0
+
+        def height_of(v):
+            return v * scale
     slot = (width - left - right) / max(len(values), 1)
 
     def y_of(v):
-        return top + plot_h - v * scale
+        return top + plot_h - height_of(v)
 
     out = [open_svg(width, height, label)]
     out += y_axis(left, width - right, y_of, ticks, unit_label, top, top + plot_h)
@@ -145,7 +158,7 @@ def columns(values: list[float], labels: list[str], colour: str, unit_label: str
         x = left + i * slot + slot * 0.15
         c = colours[i] if colours else colour
         if v > 0:
-            out.append(rect(x, y_of(v), slot * 0.7, v * scale, c, titles[i] if titles else f"{labels[i]}: {v:g}"))
+            out.append(rect(x, y_of(v), slot * 0.7, height_of(v), c, titles[i] if titles else f"{labels[i]}: {v:g}"))
         cx, yy = x + slot * 0.35 + 3, top + plot_h + 12
         out.append(text(cx, yy, labels[i], "end", "lbl", f' transform="rotate(-35 {cx:.1f} {yy:.1f})"'))
     out.append("</svg>")

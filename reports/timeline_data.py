@@ -28,7 +28,7 @@ from perfscope.trace.kinds import (
     profiler_step_numbers,
 )
 from perfscope.trace.table import TraceTable
-from reports.palette import BLUE, DARK, GREEN, GREY, ORANGE, PURPLE, SKY, VERMILLION
+from reports.palette import BLUE, DARK, GREEN, GREY, ORANGE, PURPLE, SKY, VERMILLION, YELLOW
 
 COLUMNS = 1000
 MAX_STREAM_LANES = 16  # GPU streams drawn as lanes of their own; the others share one lane
@@ -40,7 +40,7 @@ STREAM_CATS = (("compute kernel", GREEN), ("communication kernel", PURPLE), ("ho
 GPU_PARTITION_PARTS = (("compute", "compute", GREEN), ("exposed_other_mem", "other copies / memset", BLUE),
                        ("exposed_comm", "exposed communication", PURPLE), ("exposed_h2d", "exposed H2D copy", VERMILLION),
                        ("h2d_wait", "H2D wait", VERMILLION), ("input_wait", "input wait", ORANGE),
-                       ("launch_wait", "launch wait", SKY), ("kernel_wait", "kernel wait", SKY),
+                       ("launch_wait", "launch wait", SKY), ("kernel_wait", "kernel wait", YELLOW),
                        ("other_idle", "other idle", GREY))
 CPU_PARTITION_PARTS = (("operator", "operators", GREEN), ("exposed_comm", "exposed communication", PURPLE),
                        ("dataloader", "DataLoader", ORANGE), ("framework_overhead", "framework overhead", SKY))

@@ -4,7 +4,8 @@ A summary records each trace's path and fingerprint (:mod:`perfscope.fileid`). T
 first in the output directory's ``traces/`` folder (where ``perfscope profile`` writes them, and
 where a moved output directory still has them), then at the recorded path; a file whose
 fingerprint is not the recorded one is another run's and is not used. Only one rank is loaded:
-the lowest rank whose traces are found.
+the lowest rank whose traces are found, in full; of up to ``MAX_OTHER_RANKS`` more
+(``reports.sections.timeline``) the representative step only.
 """
 
 from __future__ import annotations
@@ -55,6 +56,12 @@ class Found:
 
 def locate(summary: dict, base_dir: Path | None) -> Found:
     """The traces of the lowest rank that are still on disk (``problem`` says why when none is)."""
+    return locate_ranks(summary, base_dir)[0]
+
+
+def locate_ranks(summary: dict, base_dir: Path | None) -> list[Found]:
+    """The traces of every rank still on disk, lowest rank first; one :class:`Found` with the
+    ``problem`` when none is."""
     by_rank: dict = {}
     missing, replaced = [], []
     for t in summary.get("traces") or []:
@@ -70,12 +77,12 @@ def locate(summary: dict, base_dir: Path | None) -> Found:
             by_rank.setdefault(t.get("rank"), []).append(hit)
     if not by_rank:
         if replaced:
-            return Found(problem=f"{replaced[0]} is no longer the trace this summary was made from (a later run "
-                         "replaced it); run `perfscope analyze` on it to see that run", replaced=replaced)
+            return [Found(problem=f"{replaced[0]} is no longer the trace this summary was made from (a later run "
+                          "replaced it); run `perfscope analyze` on it to see that run", replaced=replaced)]
         what = f"{missing[0]} is gone" if missing else "the summary records no trace paths"
-        return Found(problem=f"none of the traces were found: {what}")
-    rank = min(by_rank, key=lambda r: (not isinstance(r, int), r if isinstance(r, int) else 0))
-    return Found(rank=rank, files=by_rank[rank], replaced=replaced)
+        return [Found(problem=f"none of the traces were found: {what}")]
+    order = sorted(by_rank, key=lambda r: (not isinstance(r, int), r if isinstance(r, int) else 0))
+    return [Found(rank=r, files=by_rank[r], replaced=replaced) for r in order]
 
 
 def load(found: Found, tables: dict | None = None) -> Found:

@@ -152,6 +152,14 @@ def test_report_text_shows_the_verdict(loaded):
         assert verdict == "io-bound"
 
 
+def test_report_timeline_offers_each_rank(loaded):
+    name, summary, page, _ = loaded
+    if name != "two_ranks":
+        pytest.skip("one rank")
+    text = browser.dom_text(page.dom)
+    assert "rank 1 · step" in text, text[:2000]
+
+
 def test_report_shows_memory(loaded):
     name, summary, page, _ = loaded
     text = browser.dom_text(page.dom)
@@ -187,3 +195,18 @@ def test_report_screenshot_is_not_blank(loaded):
                 hues.add(h[x, y] // 16)
     assert coloured >= 3000, f"{name}: only ~{coloured} coloured pixels: no chart drawn?"
     assert len(hues) >= 3, f"{name}: coloured pixels in only {len(hues)} hue(s): {sorted(hues)}"
+
+
+def test_gpu_telemetry_section_and_lane_render_cleanly(chromium, tmp_path):
+    """A GPU trace with NVML samples (synthetic: no GPU here): the telemetry section, its lane under the
+    timeline and the throttling call-out render without a console message or a request."""
+    from reports import write_report
+    from test_telemetry import traced
+
+    a = traced(tmp_path, [20, 40, 60, 80], reasons={1: 0x40})
+    out = write_report(a.summary(), tmp_path / "report.html", tables=a.tables)
+    page = browser.screenshot(out, tmp_path / "telemetry.png", SIZE)
+    assert page.console == [] and page.requests == []
+    text = browser.dom_text(page.dom)
+    assert "GPU telemetry" in text and "GPU utilisation 50%" in text and "GPU util (NVML)" in text
+    assert "thermal (hardware)" in text

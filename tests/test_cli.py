@@ -106,3 +106,19 @@ def test_internal_errors_are_one_line(tmp_path):
     assert p.returncode == 1
     assert "Traceback" not in p.stderr
     assert p.stderr.startswith("perfscope: internal error: ZeroDivisionError: simulated")
+
+
+def test_every_commands_help_says_what_it_writes_and_points_to_the_docs(capsys):
+    from perfscope.cli import main
+
+    for command, writes in (("profile", "summary.json"), ("analyze", "summary.json"), ("report", "report.html"),
+                            ("diff", "Writes"), ("tune", "tune.json"), ("forecast", "forecast.json"),
+                            ("check", "--junit"), ("merge", "merged.perfscope-view")):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        out = " ".join(capsys.readouterr().out.split())
+        assert writes in out and "docs/" in out, (command, out[-400:])
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "io-bound" in out and "compute-bound" in out and "docs/metrics.md" in out

@@ -309,3 +309,15 @@ def test_control_characters_never_reach_the_page():
     from reports.html import esc
 
     assert esc("gemm\x00<k>\x1f\ttab") == "gemm\ufffd&lt;k&gt;\ufffd\ttab"
+
+
+def test_timeline_offers_every_rank_at_its_representative_step(tmp_path):
+    (tmp_path / "r").mkdir()
+    for r in range(3):
+        gpu_trace(tmp_path / "r" / f"rank{r}.json", steps=5, rank=r)
+    a = perfscope.analyze(tmp_path / "r")
+    html = render_report(a.summary(), base_dir=tmp_path, tables=a.tables)
+    labels = re.findall(r'<label for="tl\d+">([^<]*)</label>', html)
+    assert labels[0].startswith("step ") and "(representative)" in " ".join(labels[:5])
+    assert [lab.split(" · ")[0] for lab in labels[5:]] == ["rank 1", "rank 2"]
+    assert len(re.findall(r'<div class="tl\d+">', html)) == len(labels) and "show rank 1, 2 at their representative steps" in html

@@ -58,6 +58,9 @@ _CPU_COSTS = {
     "other": (),
 }
 
+# Which per-step columns each class costs, by mode: the charts name each part's class from it.
+COSTS = {"gpu": _GPU_COSTS, "cpu": _CPU_COSTS}
+
 # The launch advice for a run that already replays CUDA graphs: graphs are not a new idea to it.
 _LAUNCH_WITH_GRAPHS = ("Launch less often: a larger batch per step or gradient accumulation, capture more of the step "
                        "in the CUDA graphs it already replays, fused/foreach optimizers and fused operators to cut the "

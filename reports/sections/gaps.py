@@ -8,6 +8,9 @@ from reports.palette import GREY, SKY
 from reports.svg import columns
 
 
+LOG_SPAN = 100  # the count axis turns logarithmic when the fullest bin holds this many times the emptiest
+
+
 def _edge(us) -> str:
     v = num(us)
     if v is None:
@@ -38,12 +41,15 @@ def render(summary: dict) -> str:
     totals = [(num(t) or 0.0) / 1000.0 for t in h.get("total_us") or []][: len(labels)]
     if not counts or sum(counts) == 0:
         return section("gaps", title, note("The GPU was never idle inside the counted steps."))
-    left = columns(counts, labels, GREY, "number of gaps", "idle gaps by length: count",
-                   [f"{lab}: {int(c):,} gaps" for lab, c in zip(labels, counts)])
+    nonzero = [c for c in counts if c > 0]
+    log = max(nonzero) >= LOG_SPAN * min(nonzero)  # counts spanning decades: a linear axis hides the rare long gaps
+    left = columns(counts, labels, GREY, "number of gaps" + (" (log scale)" if log else ""), "idle gaps by length: count",
+                   [f"{lab}: {int(c):,} gaps" for lab, c in zip(labels, counts)], log=log)
     right = columns(totals, labels, SKY, "idle time (ms)", "idle gaps by length: total time",
                     [f"{lab}: {t:.3f} ms idle" for lab, t in zip(labels, totals)])
     cap = ("GPU idle gaps inside the counted step windows (all ranks), by length. Left: how many; right: the idle "
            "time they add up to (ms). Many gaps under 10 µs are launch latency between back-to-back kernels; "
            "a few long gaps are the host (input, synchronisation) holding the GPU back.")
-    body = f'<div class="cols"><div>{figure(left, "Number of gaps per length bin.")}</div><div>{figure(right, "Total idle time per length bin (ms).")}</div></div>'
+    count_caption = "Number of gaps per length bin" + (" (logarithmic axis: the counts span decades)." if log else ".")
+    body = f'<div class="cols"><div>{figure(left, count_caption)}</div><div>{figure(right, "Total idle time per length bin (ms).")}</div></div>'
     return section("gaps", title, body + f'<p class="muted">{esc(cap)}</p>')

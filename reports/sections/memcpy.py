@@ -16,6 +16,38 @@ def _bytes(b) -> str:
     return f"{int(v)} B"
 
 
+# Pageable copies that take less than this share of the counted steps' time are noted, not warned
+# about: changing the code would not make the run measurably faster.
+QUIET_SHARE = 0.01
+# What fixes a pageable copy depends on its direction: pinning the DataLoader's batches only
+# touches host-to-device copies.
+FIX = {
+    "HtoD": "Set pin_memory=True in the DataLoader and copy with non_blocking=True.",
+    "DtoH": ("These copy results to the host (.cpu(), .item(), .tolist(), printing a tensor) into pageable memory and "
+             "block the host until the GPU reaches them: read fewer values back (log every N steps), or copy into a "
+             "pinned buffer with non_blocking=True and synchronise where the value is needed."),
+}
+
+
+def _pageable_advice(summary: dict, paged: list[dict]) -> str:
+    steps_us = sum(num(s.get("step_time_us")) or 0.0 for s in model.counted_steps(summary))
+    out = []
+    for direction in sorted({str(e.get("direction")) for e in paged}):
+        mine = [e for e in paged if str(e.get("direction")) == direction]
+        n = sum(int(num(e.get("count")) or 0) for e in mine)
+        t = sum(num(e.get("total_us")) or 0.0 for e in mine)
+        share = t / steps_us if steps_us > 0 else None
+        of = f", {share:.1%} of the counted steps' time" if share is not None else ""
+        if share is not None and share < QUIET_SHARE:
+            out.append(note(f"{n:,} {direction} copies use pageable host memory ({ms(t)} in all{of}): too little to be "
+                            "worth changing."))
+            continue
+        fix = FIX.get(direction, "Allocate the host side pinned (pin_memory=True) and copy with non_blocking=True.")
+        out.append(f'<p class="warn">{n:,} {esc(direction)} copies ({ms(t)}{esc(of)}) use pageable host memory: each '
+                   f"blocks the host and runs slower than a pinned copy. {esc(fix)}</p>")
+    return "".join(out)
+
+
 def render(summary: dict) -> str:
     title = "Memory copies"
     if summary.get("mode") != "gpu":
@@ -40,11 +72,5 @@ def render(summary: dict) -> str:
     zero = sum(int(num(e.get("zero_duration")) or 0) for e in entries)
     if zero:
         tab += note(f"{zero:,} copies lasted 0 µs: counted above, but not in the bandwidth.")
-    warn = ""
     paged = [e for e in entries if e.get("pageable")]
-    if paged:
-        n = sum(int(num(e.get("count")) or 0) for e in paged)
-        t = sum(num(e.get("total_us")) or 0.0 for e in paged)
-        warn = (f'<p class="warn">{n:,} copies ({ms(t)}) use pageable host memory: each blocks the host and runs '
-                "slower than a pinned copy. Set pin_memory=True in the DataLoader and copy with non_blocking=True.</p>")
-    return section("memcpy", title, warn + tab)
+    return section("memcpy", title, _pageable_advice(summary, paged) + tab)

@@ -14,16 +14,17 @@ from perfscope.analysis.telemetry import aligned_samples
 from perfscope.telemetry_format import THROTTLE_MASK
 from reports import model
 from reports.html import esc, legend, ms, note, section, truncate
-from reports.palette import GREY, ORANGE, SKY
+from reports.palette import GREY, ORANGE, SKY, YELLOW
 from reports.svg import nice_ticks, open_svg, rect, text, tick_label
 from reports.timeline_data import COLUMNS, CPU_LABELLED, GPU_IDLE, STREAM_CATS, events_in, raster
 
 MAX_VIEWS = 12
+MAX_OTHER_RANKS = 8  # further ranks' representative steps beside the first rank's steps (templates/report.css)
 LEFT, LANE_H, GAP, TOP = 150, 16, 6, 24
 TELEMETRY_H = 24
 NAME_LIMIT = 90
 LABEL_MIN_COLS = 40
-LIGHT = (ORANGE, SKY, GREY)  # fills that take dark text  # an idle stretch this wide (px) gets a text label
+LIGHT = (ORANGE, SKY, GREY, YELLOW)  # fills that take dark text  # an idle stretch this wide (px) gets a text label
 
 
 def _t(ns: float, lo: int) -> str:
@@ -166,8 +167,24 @@ def _legend(prep) -> str:
             + legend(list(dict.fromkeys(prep.partition_cats))))
 
 
-def render(summary: dict, found, step=None) -> str:
-    """``found``: a :class:`reports.traces.Found` (traces located for one rank) or None."""
+def _rank_view(summary: dict, found):
+    """(summary row, prepared trace, window index) of another rank's representative step, or None."""
+    if found is None or found.problem:
+        return None
+    steps = [s for s in model.steps_of(summary) if s.get("rank") == found.rank]
+    k = model.representative_index(summary, steps)
+    if k is None:
+        return None
+    for prep in found.prepared():
+        i = prep.step_index(steps[k].get("step"))
+        if i is not None:
+            return steps[k], prep, i
+    return None
+
+
+def render(summary: dict, found, step=None, others=()) -> str:
+    """``found``: a :class:`reports.traces.Found` (traces located for one rank) or None;
+    ``others``: the Found of further ranks, each shown at its representative step."""
     title = "Timeline of a representative step"
     if found is None or found.problem:
         if found is not None and found.replaced:  # the problem says what to do: another run's trace
@@ -207,6 +224,14 @@ def render(summary: dict, found, step=None) -> str:
                    f"{(prep.windows.end[i] - prep.windows.start[i]) / 1e3 / COLUMNS:.1f} µs; events narrower than a "
                    "pixel are merged and a paler block is busy only part of its time. Hover for event names.")
         panes.append(f'<div class="{rid}"><figure>{_svg(prep, i, label)}<figcaption>{esc(caption)}</figcaption></figure></div>')
+    other_ranks = [v for v in (_rank_view(summary, f) for f in others) if v is not None]
+    for pos, (s, prep, i) in enumerate(other_ranks, start=len(shown)):
+        label, rid = f"rank {s.get('rank')} · step {s.get('step')}", f"tl{pos}"
+        picker.append(f'<input type="radio" name="tl" id="{rid}"><label for="{rid}">{esc(label)} · '
+                      f'{ms(s.get("step_time_us"))} · {esc(s.get("verdict") or s.get("status") or "-")}</label>')
+        caption = (f"Rank {s.get('rank')}, step {s.get('step')} (its representative step): {ms(s.get('step_time_us'))}, "
+                   f"{s.get('verdict') or s.get('status') or '-'}.")
+        panes.append(f'<div class="{rid}"><figure>{_svg(prep, i, label)}<figcaption>{esc(caption)}</figcaption></figure></div>')
     more = ""
     if len(views) > len(shown):
         more = note(f"{len(shown)} of rank {rank}'s {len(views)} steps are pre-rendered here; "
@@ -216,8 +241,10 @@ def render(summary: dict, found, step=None) -> str:
              if views[chosen][1].mode == "gpu" else
              "the main CPU thread (top-level operators), the DataLoader, collectives; the bottom lane shows what "
              "the step partition counted at each moment")
+    ranks_text = (f"; the buttons after its steps show rank {', '.join(str(v[0].get('rank')) for v in other_ranks)} at "
+                  "their representative steps" if other_ranks else "")
     intro = note(f"Rank {rank}'s representative step (nearest to the run's step time) is selected; pick another "
-                 f"step below. Lanes: {lanes}.")
+                 f"step below{ranks_text}. Lanes: {lanes}.")
     body = (intro + '<div class="picker">' + "".join(picker)
             + f'<div class="tlv">{"".join(panes)}</div></div>' + more + _legend(views[chosen][1]))
     return section("timeline", title, body)
