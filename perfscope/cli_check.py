@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+import orjson
+
 from perfscope.cli_args import one_line_errors, out_path
 from perfscope.errors import PerfscopeError
 from perfscope.check import ALPHA, DEFAULT_MAX_REGRESSION, CheckInputError, compare, report_lines
@@ -48,6 +50,17 @@ def _side(texts: list[str], load) -> list[tuple[Path, dict]]:
 
 
 
+def _refuse_duplicates(loaded: list[tuple[Path, dict]]) -> None:
+    """The same run given twice (one file, or two copies) would pass for two runs of no spread."""
+    seen: dict = {}
+    for path, summary in loaded:
+        key = (str(summary.get("generated_at")), orjson.dumps(summary.get("steps"), option=orjson.OPT_SORT_KEYS))
+        if key in seen:
+            raise PerfscopeError(f"{path} and {seen[key]} are the same run; give each run once (repeated runs "
+                                 "are separate profiles)")
+        seen[key] = path
+
+
 def add_check_parser(sub) -> None:
     """Add ``check`` to the ``perfscope`` sub-commands."""
     c = sub.add_parser(
@@ -83,8 +96,12 @@ def run(args, load) -> int:
         load: ``text -> (path, summary)``, the CLI's summary loader (one-line errors).
     """
     from perfscope.check import write_junit
+    from perfscope.outputs import checked_output_file
 
     baselines, runs = _side(args.baseline, load), _side(args.run, load)
+    _refuse_duplicates(baselines + runs)
+    if args.junit is not None:  # before anything is printed: a bad path is bad input
+        checked_output_file(args.junit, "--junit", [p for p, _ in baselines + runs])
     try:
         result = compare([s for _, s in baselines], [s for _, s in runs], max_regression=args.max_regression,
                          alpha=args.alpha)
@@ -94,7 +111,9 @@ def run(args, load) -> int:
     for line in report_lines(result):
         print(safe(line))
     if args.junit is not None:
-        if args.junit.is_dir():
-            raise PerfscopeError(f"--junit {args.junit}: is a directory; give the XML file to write")
-        print(f"wrote {safe(write_junit(result, args.junit, str(run_path)))}")
+        try:
+            written = write_junit(result, args.junit, str(run_path))
+        except OSError as e:
+            raise PerfscopeError(f"--junit {args.junit}: cannot write it ({e.strerror or e})") from None
+        print(f"wrote {safe(written)}")
     return 1 if result.failed else 0

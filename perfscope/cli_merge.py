@@ -45,6 +45,7 @@ def _node_offsets(folder: Path) -> dict[int, float]:
 
 def run(args) -> int:
     """Merge, write, say what was done; 0 on success."""
+    from perfscope.outputs import checked_output_file
     from perfscope.trace import find_trace_files
     from perfscope.trace.merge import MERGED_NAME, merge_traces, write_merged
 
@@ -55,13 +56,13 @@ def run(args) -> int:
             path = path / "traces"
         files += find_trace_files(path)
     files = sorted(dict.fromkeys(p.resolve() for p in files if p.name != MERGED_NAME))
+    if args.out is not None:  # refused before anything is read: a bad path is bad input
+        checked_output_file(args.out, "--out", files)
     if len(files) < 1:
         raise PerfscopeError("no trace files to merge")
     folder = files[0].parent
+    out = checked_output_file(args.out if args.out is not None else folder / MERGED_NAME, "--out", files)
     merged, lines = merge_traces(files, _node_offsets(folder))
-    out = args.out if args.out is not None else folder / MERGED_NAME
-    if out.is_dir():
-        raise PerfscopeError(f"--out {args.out}: is a directory; give the file to write")
     replaced = out.exists()
     written = write_merged(merged, out)
     for line in lines:

@@ -120,10 +120,9 @@ def format_summary(summary: dict) -> str:
     lines.append("")
     if o.get("verdict"):
         fr = ", ".join(f"{c} {100 * o['fractions'][c]:.0f}%" for c in costs)
-        per_step = o.get("step_time_us")
-        if per_step is None:  # a summary from before the field: the same definition, from its steps
-            per_step = steptime.step_time_us(r for r in summary["steps"] if r.get("counted", r.get("complete", True)))
-        rep = o.get("representative_step")
+        # from the steps themselves, as every view: they agree even with a hand-edited ``overall``
+        counted = [r for r in summary["steps"] if isinstance(r, dict) and r.get("counted", r.get("complete", True))]
+        per_step, rep = steptime.step_time_us(counted), steptime.representative_step(counted)
         lines.append(f"verdict: {o['verdict']} (runner-up {o['runner_up']}; share of step time: {fr}; "
                      f"step time {(per_step or 0.0) / 1000:.2f} ms" + (f", representative step {rep})" if rep is not None else ")"))
         lines += [line for line in (_waits_line(summary), _straggler_line(summary), _nodes_line(summary),
@@ -189,8 +188,11 @@ def memory_line(summary: dict) -> str | None:
     what = "reserved on the device" if m.get("kind") == "device" else "resident on the host"
     line = f"memory: peak {m['peak_bytes'] / 2**30:.2f} GiB {what}"
     if isinstance(m.get("capacity_bytes"), (int, float)) and isinstance(m.get("headroom_share"), (int, float)):
-        line += f" of {m['capacity_bytes'] / 2**30:.1f} GiB ({m['headroom_share']:.0%} headroom"
-        line += ", near the limit)" if m.get("near_limit") else ")"
+        if m["headroom_share"] < 0:
+            line += f" of {m['capacity_bytes'] / 2**30:.1f} GiB (the ranks' peaks add up to more than the machine has)"
+        else:
+            line += f" of {m['capacity_bytes'] / 2**30:.1f} GiB ({m['headroom_share']:.0%} headroom"
+            line += ", near the limit)" if m.get("near_limit") else ")"
     return line
 
 

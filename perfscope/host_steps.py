@@ -40,8 +40,12 @@ MAX_BYTES = 2**60
 MAX_STEPS = 256
 
 
-def _number(v) -> bool:
-    return type(v) in (int, float) and v == v and v >= 0
+# A step of more than this many microseconds (115 days) is not a measurement: the entry is refused.
+MAX_US = 1e13
+
+
+def _number(v, high: float = MAX_US) -> bool:
+    return type(v) in (int, float) and v == v and 0 <= v <= high
 
 
 def parse(value) -> tuple[dict[int, dict], int]:
@@ -62,7 +66,7 @@ def parse(value) -> tuple[dict[int, dict], int]:
         if not isinstance(s, dict) or type(s.get("step")) is not int:
             continue
         row = {f: float(s[f]) if _number(s.get(f)) else None for f in FIELDS}
-        row.update({f: int(s[f]) if _number(s.get(f)) and s[f] <= MAX_BYTES else None for f in MEMORY_FIELDS})
+        row.update({f: int(s[f]) if _number(s.get(f), MAX_BYTES) else None for f in MEMORY_FIELDS})
         row["start_unix_ns"] = s["start_unix_ns"] if type(s.get("start_unix_ns")) is int and s["start_unix_ns"] > 0 else None
         if row["wall_us"] is not None and row["thread_cpu_us"] is not None:
             out[s["step"]] = row
@@ -76,7 +80,7 @@ def parse_capacity(value) -> dict:
     if not isinstance(memory, dict):
         return {}
     out: dict = {k: int(memory[k]) for k in ("host_total_bytes", "device_total_bytes")
-                 if _number(memory.get(k)) and 0 < memory[k] <= MAX_BYTES}
+                 if _number(memory.get(k), MAX_BYTES) and memory[k] > 0}
     if isinstance(memory.get("device"), str) and len(memory["device"]) <= 32:
         out["device"] = memory["device"]
     return out

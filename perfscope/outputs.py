@@ -89,3 +89,28 @@ def write_outputs(summary: dict, out_dir: str | os.PathLike, tables: dict | None
         raise PerfscopeError(f"cannot write summary.json and report.html to {out}: {e.strerror or e}; "
                              "any earlier ones there are unchanged") from None
     return paths
+
+
+def checked_output_file(path: Path, option: str, inputs: list[Path] = ()) -> Path:
+    """``path`` as a file a command may write (atomically, by renaming a new file over it).
+
+    Raises:
+        PerfscopeError: it is a directory, or exists as anything but a regular file (a device, a
+            FIFO, a symbolic link: renaming over it would replace the node, not write into it),
+            or it is one of the command's ``inputs`` (writing would destroy what was read).
+    """
+    path = Path(path)
+    if path.is_symlink():
+        raise PerfscopeError(f"{option} {path}: is a symbolic link; give the file itself")
+    if path.exists():
+        if path.is_dir():
+            raise PerfscopeError(f"{option} {path}: is a directory; give the file to write")
+        if not path.is_file():
+            raise PerfscopeError(f"{option} {path}: is not a regular file (a device or a pipe); give a file to write")
+        for p in inputs:
+            try:
+                if path.samefile(p):
+                    raise PerfscopeError(f"{option} {path}: is one of the inputs; give another file to write")
+            except OSError:
+                continue
+    return path

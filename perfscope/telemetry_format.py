@@ -33,21 +33,36 @@ THROTTLE_REASONS = {
 THROTTLE_MASK = sum(THROTTLE_REASONS)
 
 
+# The range a reading can take; outside it the sample is unusable (a damaged or hand-edited record).
+RANGES = {"gpu_util_pct": (0, 100), "mem_util_pct": (0, 100), "mem_used_bytes": (0, 2**50), "power_mw": (0, 10**7),
+          "sm_clock_mhz": (0, 10**5), "mem_clock_mhz": (0, 10**5), "reasons": (0, 2**32 - 1), "temp_c": (-50, 200)}
+MAX_BUSY_S = 10**6
+
+
 def _number(v) -> bool:
     return type(v) in (int, float) and v == v and abs(v) < 2**62
+
+
+def _in_range(field: str, v) -> bool:
+    if v is None:
+        return True
+    low, high = RANGES[field]
+    return _number(v) and low <= v <= high
 
 
 def parse(value) -> tuple[dict, list[str]]:
     """The telemetry record, checked, and what was refused.
 
     Returns:
-        ``({"skipped": why}, problems)``, or ``({"source", "interval_s", "sampler_busy_s",
-        "devices", "samples"}, problems)`` with ``samples`` a list of dicts keyed by
-        :data:`FIELDS` (unusable samples left out and counted in ``problems``), or ``({}, [...])``
-        when ``value`` is no such record.
+        ``({"skipped": why}, problems)`` (the record says why, or is no record this version reads),
+        or ``({"source", "interval_s", "sampler_busy_s", "devices", "samples"}, problems)`` with
+        ``samples`` a list of dicts keyed by :data:`FIELDS`: samples of the wrong type or with a
+        value outside :data:`RANGES` are left out and counted in ``problems`` (each problem a
+        phrase; the caller says they were ignored).
     """
     if not isinstance(value, dict) or value.get("version") != VERSION:
-        return {}, ["not perfscope's telemetry record"]
+        return {"skipped": "the trace's telemetry record is not one this perfscope reads"}, [
+            "not perfscope's telemetry record"]
     if isinstance(value.get("skipped"), str):
         return {"skipped": value["skipped"][:300]}, []
     devices = [d for d in value.get("devices") or [] if isinstance(d, dict)]
@@ -57,20 +72,21 @@ def parse(value) -> tuple[dict, list[str]]:
     fields = value.get("fields")
     raw = value.get("samples")
     if fields != list(FIELDS) or not isinstance(raw, list):
-        return {}, ["telemetry record without its fields or samples"]
+        return {"skipped": "the trace's telemetry record has no usable fields or samples"}, [
+            "telemetry record without its fields or samples"]
     samples, bad = [], 0
     for s in raw[:MAX_SAMPLES]:
-        if (not isinstance(s, list) or len(s) != len(FIELDS) or not _number(s[0]) or type(s[1]) is not int
-                or not 0 <= s[1] < len(devices) or not all(v is None or _number(v) for v in s[2:])):
+        if (not isinstance(s, list) or len(s) != len(FIELDS) or not _number(s[0]) or s[0] < 0 or type(s[1]) is not int
+                or not 0 <= s[1] < len(devices) or not all(_in_range(f, v) for f, v in zip(FIELDS[2:], s[2:]))):
             bad += 1
             continue
         samples.append(dict(zip(FIELDS, s)))
-    problems = [f"{bad} telemetry samples are unusable; ignored them"] if bad else []
+    problems = [f"{bad} telemetry samples are unusable (a value out of its range, or of the wrong type)"] if bad else []
     if len(raw) > MAX_SAMPLES:
-        problems.append(f"{len(raw) - MAX_SAMPLES} telemetry samples beyond the first {MAX_SAMPLES}; ignored them")
+        problems.append(f"{len(raw) - MAX_SAMPLES} telemetry samples beyond the first {MAX_SAMPLES}")
     interval = value.get("interval_s")
     busy = value.get("sampler_busy_s")
     return {"source": str(value.get("source") or "NVML")[:40],
             "interval_s": float(interval) if _number(interval) and interval > 0 else None,
-            "sampler_busy_s": float(busy) if _number(busy) and busy >= 0 else None,
+            "sampler_busy_s": float(busy) if _number(busy) and 0 <= busy <= MAX_BUSY_S else None,
             "devices": devices, "samples": samples}, problems

@@ -45,17 +45,16 @@ def _median(values) -> float | None:
 
 
 def step_time(summary: dict) -> float | None:
-    """The run's step time (µs; :func:`perfscope.steptime.step_time_us`): the summary's own
-    ``overall.step_time_us``, else computed from its counted steps (summaries before it existed)."""
-    given = num((summary.get("overall") or {}).get("step_time_us"))
-    return given if given is not None else steptime.step_time_us(counted_steps(summary))
+    """The run's step time (µs; :func:`perfscope.steptime.step_time_us`), from the counted steps
+    themselves, so that every view of one summary agrees even where a hand-edited ``overall``
+    says otherwise; ``overall.step_time_us`` only for a summary without step rows."""
+    computed = steptime.step_time_us(counted_steps(summary))
+    return computed if computed is not None else num((summary.get("overall") or {}).get("step_time_us"))
 
 
 def representative_step(summary: dict):
-    """The run's representative step number (:func:`perfscope.steptime.representative_step`)."""
-    given = (summary.get("overall") or {}).get("representative_step")
-    if isinstance(given, int) and not isinstance(given, bool):
-        return given
+    """The run's representative step number (:func:`perfscope.steptime.representative_step`),
+    from the counted steps; None without one."""
     return steptime.representative_step(counted_steps(summary))
 
 

@@ -109,6 +109,53 @@ def test_cli_exit_status_text_and_junit(tmp_path):
     assert "step time" in loose.stdout and "ok (below the 20.0% threshold)" in loose.stdout
 
 
+def test_cli_never_writes_over_a_device_a_link_or_an_input(tmp_path):
+    import os
+
+    base = _write(tmp_path / "base.json", summary(noisy(20, 40, 1)))
+    run = _write(tmp_path / "run.json", summary(noisy(20, 40, 2)))
+    (tmp_path / "target.xml").write_text("keep")
+    os.symlink(tmp_path / "target.xml", tmp_path / "link.xml")
+    os.mkfifo(tmp_path / "fifo")
+    for junit, words in ((tmp_path / "link.xml", "symbolic link"), (tmp_path / "fifo", "not a regular file"),
+                         (run, "one of the inputs"), (base, "one of the inputs")):
+        r = run_cli(tmp_path, "check", run, "--baseline", base, "--junit", junit)
+        assert_one_line_error(r)
+        assert words in r.stderr
+    assert (tmp_path / "target.xml").read_text() == "keep" and (tmp_path / "link.xml").is_symlink()
+    assert orjson.loads(run.read_bytes())["steps"]
+
+
+def test_cli_refuses_the_same_run_twice(tmp_path):
+    base = _write(tmp_path / "base.json", summary(noisy(20, 40, 1)))
+    slow = _write(tmp_path / "slow.json", summary(noisy(20, 46, 3)))
+    copy = tmp_path / "copy.json"
+    copy.write_bytes(slow.read_bytes())
+    for argv in ([slow, slow, "--baseline", base], [slow, copy, "--baseline", base], [slow, "--baseline", base, base]):
+        r = run_cli(tmp_path, "check", *argv)
+        assert_one_line_error(r)
+        assert "are the same run" in r.stderr
+
+
+def test_a_baseline_of_zero_step_time_cannot_be_compared():
+    with pytest.raises(CheckInputError, match="step time is 0"):
+        compare(summary([0.0] * 10), summary([40] * 10))
+
+
+def test_junit_holds_any_name_as_well_formed_xml(tmp_path):
+    from perfscope.check import write_junit
+
+    weird = "aten::\ufffe\uffff\x01\u001b[31mred" + "x" * 5000
+    a = summary([40] * 10, top=[{"name": weird, "total_us": 1000}])
+    b = summary([48] * 10, top=[{"name": weird, "total_us": 200_000}])
+    path = write_junit(compare(a, b), tmp_path / "j.xml", name="run\udcff\u001b]0;x")
+    root = ET.parse(path).getroot()  # well formed
+    assert root.find("testsuite").get("failures") == "1"
+    text = path.read_text()
+    assert "\x1b" not in text and "\ufffe" not in text
+    assert max(len(line) for line in compare(a, b).changes) < 300  # a long name is cut
+
+
 @pytest.mark.parametrize("argv, words", [
     (["--max-regression", "five"], "not a percentage"),
     (["--max-regression", "0"], "above 0%"),
@@ -129,9 +176,10 @@ def test_cli_cannot_compare_is_exit_2(tmp_path):
     assert "needs at least 5" in r.stderr
     r = run_cli(tmp_path, "check", tmp_path / "missing", "--baseline", base)
     assert_one_line_error(r)
-    r = run_cli(tmp_path, "check", base, "--baseline", base, "--junit", tmp_path)
+    other = _write(tmp_path / "other.json", summary(noisy(20, 40, 2)))
+    r = run_cli(tmp_path, "check", other, "--baseline", base, "--junit", tmp_path)
     assert_one_line_error(r)
-    assert "is a directory" in r.stderr
+    assert "is a directory" in r.stderr and "result:" not in r.stdout  # refused before comparing
 
 
 def test_check_on_analyzed_traces(tmp_path):
@@ -179,7 +227,8 @@ def test_cli_takes_several_runs_and_a_folder_of_outputs(tmp_path):
     r = run_cli(tmp_path, "check", run, "--baseline", folder)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "prediction interval of 6 baseline runs" in r.stdout and "note: one run" not in r.stdout
-    r = run_cli(tmp_path, "check", run, run, "--baseline", folder / "run0", folder / "run1")
+    run2 = _write(tmp_path / "run2.json", summary(noisy(20, 42.0, 98, 0.005)))
+    r = run_cli(tmp_path, "check", run, run2, "--baseline", folder / "run0", folder / "run1")
     assert "Welch's t-test over 2 and 2 runs" in r.stdout
     (tmp_path / "empty").mkdir()
     assert_one_line_error(run_cli(tmp_path, "check", run, "--baseline", tmp_path / "empty"))

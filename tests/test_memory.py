@@ -158,3 +158,37 @@ def test_host_memory_of_ranks_on_one_machine_is_summed(tmp_path):
     assert m["kind"] == "host" and m["peak_bytes"] == 4 * GIB
     assert [r["headroom_bytes"] for r in m["ranks"]] == [1 * GIB, 1 * GIB]  # 8 - (3 + 4)
     assert m["near_limit"] is False and m["headroom_share"] == pytest.approx(0.125)
+
+
+def test_peaks_above_the_capacity_are_said_and_the_summary_stays_readable(tmp_path):
+    import perfscope
+    from perfscope.summary import load_summary, write_summary
+
+    a = analyze(tmp_path, gpu_steps(), **record(90, allocated_gib=85, capacity_gib=80))
+    m = a.details["memory"]
+    assert m["ranks"][0]["capacity_bytes"] is None and m["headroom_share"] is None
+    assert any("above the device's capacity" in w for w in a.warnings)
+    write_summary(a.summary(), tmp_path / "s.json")
+    load_summary(tmp_path / "s.json")  # accepted by report, diff and check
+    (tmp_path / "d").mkdir()
+    from tracegen import write_trace
+
+    for rank in (0, 1):
+        steps = [{"step": i + 1, "wall_us": 1000, "thread_cpu_us": 990, "process_cpu_us": 995, "run_queue_us": 0,
+                  "peak_rss_bytes": 6 * GIB} for i in range(3)]
+        events = []
+        for i in range(3):
+            events += [step(i + 1, 1000 * i, 1000), cpu_op("aten::addmm", 1000 * i + 10, 900)]
+        write_trace(tmp_path / "d" / f"rank{rank}.json", events, host_name="node-a",
+                    distributedInfo={"backend": "gloo", "rank": rank, "world_size": 2},
+                    **{HOST_STEPS_KEY: {"version": 1, "steps": steps, "memory": {"host_total_bytes": 8 * GIB}}})
+    b = perfscope.analyze(tmp_path / "d")
+    assert b.details["memory"]["headroom_bytes"] == -4 * GIB
+    assert any("add up to 4.00 GiB more than its 8.0 GiB" in w for w in b.warnings)
+    write_summary(b.summary(), tmp_path / "b.json")
+    load_summary(tmp_path / "b.json")
+
+
+def test_host_figures_beyond_any_measurement_are_refused():
+    steps, unusable = parse({"steps": [{"step": 1, "wall_us": 10, "thread_cpu_us": 1e300}]})
+    assert steps == {} and unusable == 1

@@ -15,6 +15,7 @@ from perfscope.collect.telemetry import (
     TelemetrySampler,
     TelemetryUnavailable,
 )
+from perfscope.console import format_summary
 from perfscope.host_steps import HOST_STEPS_KEY
 from perfscope.telemetry_format import FIELDS, TELEMETRY_KEY, parse
 
@@ -120,16 +121,20 @@ def test_unusable_samples_are_counted():
     r = rec.record()
     r["samples"] += [["x"] * len(FIELDS), [1, 5] + [0] * (len(FIELDS) - 2)]  # bad time; no device 5
     parsed, problems = parse(r)
-    assert len(parsed["samples"]) == 1 and problems == ["2 telemetry samples are unusable; ignored them"]
+    assert len(parsed["samples"]) == 1 and problems == [
+        "2 telemetry samples are unusable (a value out of its range, or of the wrong type)"]
     assert parse({"version": 1, "skipped": "no GPU"})[0] == {"skipped": "no GPU"}
-    assert parse([1, 2])[0] == {}
+    assert "not one this perfscope reads" in parse([1, 2])[0]["skipped"]
+    r["samples"] = [r["samples"][0][:2] + [1_000_000] + r["samples"][0][3:],  # utilisation beyond 100%
+                    r["samples"][0][:8] + [-1, 60]]  # a negative reasons mask
+    assert parse(r)[0]["samples"] == []
 
 
 BASE_NS = 1_790_000_000_000_000_000  # the trace's baseTimeNanoseconds
 SKEW_NS = 3_000_000  # the samples' clock runs 3 ms behind the trace's
 
 
-def traced(tmp_path, utils, reasons=None, host=True):
+def traced(tmp_path, utils, reasons=None, host=True, shift_ns=0):
     """Four 1 ms GPU steps; telemetry samples every 250 µs with the given utilisation per step."""
     events = []
     for i in range(4):
@@ -141,7 +146,7 @@ def traced(tmp_path, utils, reasons=None, host=True):
     for i, u in enumerate(utils):
         for k in range(4):
             t_trace = origin_ns + (1000 * i + 250 * k + 100) * 1000
-            samples.append([t_trace - SKEW_NS, 0, u, 10, 2**30, 300_000, 1400 if (reasons or {}).get(i) else 1980,
+            samples.append([t_trace - SKEW_NS + shift_ns, 0, u, 10, 2**30, 300_000, 1400 if (reasons or {}).get(i) else 1980,
                             2619, (reasons or {}).get(i, 0), 70])
     meta = {"baseTimeNanoseconds": BASE_NS,
             TELEMETRY_KEY: {"version": 1, "source": "NVML", "interval_s": 0.00025, "sampler_busy_s": 0.00001,
@@ -190,3 +195,10 @@ def test_a_run_without_a_gpu_says_why(tmp_path):
                                                                                "not use one"}})
     assert a.details["telemetry"] == {"skipped": "no CUDA device: the script did not use one"}
     assert "gpu_util_pct" not in a.steps
+
+
+def test_samples_outside_every_counted_step_say_so(tmp_path):
+    a = traced(tmp_path, [20, 40, 60, 80], shift_ns=10**12)  # a quarter of an hour after the trace
+    t = a.details["telemetry"]
+    assert t["skipped"].startswith("16 telemetry samples, none inside the counted steps")
+    assert "gpu telemetry: not sampled (16 telemetry samples, none inside" in format_summary(a.summary())

@@ -90,3 +90,30 @@ def test_merge_refuses_two_files_of_one_rank_and_non_traces(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     assert_one_line_error(run_cli(tmp_path, "merge", bad))
+
+
+def test_a_merged_view_under_any_name_is_left_out_and_inputs_are_never_overwritten(tmp_path):
+    files = two_ranks(tmp_path)
+    before = files[0].read_bytes()
+    r = run_cli(tmp_path, "merge", tmp_path, "--out", files[0])
+    assert_one_line_error(r)
+    assert "one of the inputs" in r.stderr and files[0].read_bytes() == before
+    assert run_cli(tmp_path, "merge", tmp_path, "--out", tmp_path / "all.json.gz").returncode == 0
+    a = perfscope.analyze(tmp_path)
+    assert a.ranks_analyzed == 2 and any("merged by perfscope merge" in s["reason"] for s in a.skipped)
+    again = run_cli(tmp_path, "merge", tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert "left out all.json.gz: a view merged earlier" in again.stdout
+    alone = run_cli(tmp_path, "analyze", tmp_path / "all.json.gz")
+    assert_one_line_error(alone)
+
+
+def test_a_trace_without_a_base_time_keeps_its_times(tmp_path):
+    files = two_ranks(tmp_path)
+    data = orjson.loads(files[1].read_bytes())
+    del data["baseTimeNanoseconds"]
+    files[1].write_bytes(orjson.dumps(data))
+    merged, lines = merge_traces(files)
+    assert "no baseTimeNanoseconds: times kept as written" in lines[1]
+    assert {e["pid"] // PID_STRIDE - 1: e["ts"] for e in merged["traceEvents"]
+            if e.get("name") == "ProfilerStep#1"} == {0: 0, 1: 0}

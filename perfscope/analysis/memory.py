@@ -51,13 +51,14 @@ def memory_view(rank_traces: list[RankTrace], ranks: list[int], frame: pd.DataFr
         ``headroom_share``), run-wide ``peak_bytes`` (the largest peak: reserved on the device,
         resident on the host), ``capacity_bytes``, ``headroom_bytes`` and ``headroom_share`` (the
         least of any rank; on the host the ranks of one machine share it, so their peaks are
-        summed: an upper bound, as the peaks need not coincide), ``near_limit`` and
-        ``near_limit_share``.
+        summed: an upper bound, as the peaks need not coincide, which can exceed the capacity: the
+        headroom is then negative), ``near_limit``, ``near_limit_share`` and ``problems``
+        (records that contradict themselves, e.g. a device peak above its capacity).
     """
     device = "device_peak_reserved_bytes" in frame and frame["device_peak_reserved_bytes"].notna().any()
     if not device and not ("peak_rss_bytes" in frame and frame["peak_rss_bytes"].notna().any()):
         return None
-    rows = []
+    rows, problems = [], []
     for rt, rank in zip(rank_traces, ranks):
         mine = frame[(frame["rank"] == rank) & (frame["worker"] == rt.table.worker)]
         if mine.empty:
@@ -66,7 +67,11 @@ def memory_view(rank_traces: list[RankTrace], ranks: list[int], frame: pd.DataFr
         if device:
             row["peak_allocated_bytes"] = _peak(mine, "device_peak_allocated_bytes")
             row["peak_reserved_bytes"] = peak = _peak(mine, "device_peak_reserved_bytes")
-            row["capacity_bytes"] = _device_capacity(rt)
+            row["capacity_bytes"] = cap = _device_capacity(rt)
+            if cap is not None and peak is not None and peak > cap:  # a device cannot reserve more than it has
+                row["capacity_bytes"] = None
+                problems.append(f"rank {rank}: the recorded device peak ({peak / 2**30:.2f} GiB) is above the "
+                                f"device's capacity ({cap / 2**30:.2f} GiB); no headroom is given for it")
         else:
             row["peak_rss_bytes"] = peak = _peak(mine, "peak_rss_bytes")
             row["capacity_bytes"] = rt.table.memory_capacity.get("host_total_bytes")
@@ -91,14 +96,23 @@ def memory_view(rank_traces: list[RankTrace], ranks: list[int], frame: pd.DataFr
             "capacity_bytes": tightest["capacity_bytes"] if tightest else None,
             "headroom_bytes": tightest["headroom_bytes"] if tightest else None,
             "headroom_share": share, "near_limit": share is not None and share < NEAR_LIMIT_SHARE,
-            "near_limit_share": NEAR_LIMIT_SHARE}
+            "near_limit_share": NEAR_LIMIT_SHARE, "problems": problems}
 
 
-def memory_warning(view: dict | None) -> str | None:
-    """The warning for a run near its memory limit, or None."""
-    if not view or not view.get("near_limit"):
-        return None
-    what = "device memory" if view["kind"] == "device" else "host memory"
-    return (f"{what} is near its limit: {view['headroom_bytes'] / 2**30:.2f} GiB free of "
-            f"{view['capacity_bytes'] / 2**30:.1f} GiB at the peak ({view['headroom_share']:.0%} headroom, below "
-            f"{view['near_limit_share']:.0%}); a larger batch or another shape can run out of memory")
+def memory_warnings(view: dict | None) -> list[str]:
+    """The warnings of a memory view: near the limit (or the ranks' peaks above it), and records
+    that contradict themselves."""
+    if not view:
+        return []
+    out = list(view.get("problems") or [])
+    if view.get("near_limit"):
+        what = "device memory" if view["kind"] == "device" else "host memory"
+        if view["headroom_bytes"] < 0:
+            out.append(f"{what}: the peaks of the ranks on one machine add up to "
+                       f"{-view['headroom_bytes'] / 2**30:.2f} GiB more than its {view['capacity_bytes'] / 2**30:.1f} GiB "
+                       "(they need not coincide, but the machine may be swapping)")
+        else:
+            out.append(f"{what} is near its limit: {view['headroom_bytes'] / 2**30:.2f} GiB free of "
+                       f"{view['capacity_bytes'] / 2**30:.1f} GiB at the peak ({view['headroom_share']:.0%} headroom, "
+                       f"below {view['near_limit_share']:.0%}); a larger batch or another shape can run out of memory")
+    return out

@@ -16,7 +16,7 @@ from perfscope.analysis import evidence as ev
 from perfscope.analysis import job
 from perfscope.analysis.rank import FileItem, RankTrace, analyze_as, analyze_file, analyze_table, load_table  # noqa: F401 (API)
 from perfscope.analysis.details import build_details
-from perfscope.analysis.memory import memory_warning
+from perfscope.analysis.memory import memory_warnings
 from perfscope.analysis.telemetry import step_columns, throttle_warning
 from perfscope.analysis.patterns import window_attention_cost
 from perfscope.analysis.notes import status_notes, verdict_of_none
@@ -218,9 +218,9 @@ def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, commo
         rv = verdict_of_none(frame, [rt.evidence.run_reason for rt in rank_traces])
     details = build_details(rank_traces, ranks, frame.loc[counted], mode, facts)
     warnings.extend((details.get("nodes") or {}).get("problems") or [])
-    for warning in (memory_warning(details.get("memory")), throttle_warning(details.get("telemetry"))):
-        if warning:
-            warnings.append(warning)
+    warnings.extend(memory_warnings(details.get("memory")))
+    if throttle_warning(details.get("telemetry")):
+        warnings.append(throttle_warning(details["telemetry"]))
     if details.get("collectives_unmatched_reason"):
         notes.append(f"ranks are not compared at their collectives (no lateness, no straggler from arrivals): "
                      f"{details['collectives_unmatched_reason']}")

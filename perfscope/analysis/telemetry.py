@@ -117,6 +117,10 @@ def telemetry_view(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Dat
         return {"skipped": skipped[0] if skipped else "no telemetry record in the traces (perfscope profile records "
                 "it on a CUDA device)"}
     df = pd.concat(parts, ignore_index=True)
+    if df.empty:
+        taken = sum(len((rt.table.telemetry or {}).get("samples") or []) for rt in rank_traces)
+        return {"skipped": f"{taken} telemetry samples, none inside the counted steps (their clock does not meet the "
+                "trace's, or they were taken outside the profiled window)"}
     reasons = df["reasons"].fillna(0).astype("int64").to_numpy() if len(df) else np.zeros(0, "int64")
     throttle = {name: float(((reasons & bit) != 0).mean()) for bit, name in THROTTLE_REASONS.items()
                 if len(df) and ((reasons & bit) != 0).any()}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import statistics
 
 TOP_GROWN = 3
+MAX_NAME = 120  # a kernel's or operator's name as printed: templated C++ names run to thousands
 # A class or kernel whose time per step grew by less than this share of the baseline's step time
 # is not named: it does not explain a regression the gate can see.
 QUIET_SHARE = 0.01
@@ -65,5 +66,6 @@ def what_grew(baselines: list[dict], runs: list[dict]) -> list[str]:
     for delta, name in sorted(((tb[n] - ta.get(n, 0.0), n) for n in tb), reverse=True)[:TOP_GROWN]:
         if delta > quiet:
             was = f"{ta[name] / 1000:.2f}" if name in ta else "absent (0)"
-            grown.append((delta, f"{what} {name}: {was} -> {tb[name] / 1000:.2f} ms per step (+{delta / 1000:.2f} ms)"))
+            shown = name if len(name) <= MAX_NAME else name[:MAX_NAME] + "..."
+            grown.append((delta, f"{what} {shown}: {was} -> {tb[name] / 1000:.2f} ms per step (+{delta / 1000:.2f} ms)"))
     return [line for _, line in sorted(grown, key=lambda g: -g[0])]

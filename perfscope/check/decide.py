@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import math
 from dataclasses import dataclass, field
 
 from perfscope import steptime
@@ -110,7 +109,8 @@ def compare(baseline, run, *, max_regression: float = DEFAULT_MAX_REGRESSION, al
         alpha: The test's significance level, a fraction.
 
     Raises:
-        CheckInputError: The runs are of different modes (GPU and CPU-only), a side is empty, or
+        CheckInputError: The runs are of different modes (GPU and CPU-only), a side is empty, the
+            baseline's step time is 0, or
             a run has fewer than :data:`~perfscope.check.stats.MIN_STEPS` counted steps (steps on
             a contended host are not counted: the message says so).
     """
@@ -119,7 +119,9 @@ def compare(baseline, run, *, max_regression: float = DEFAULT_MAX_REGRESSION, al
     vb = [steptime.step_time_us(counted_rows(s)) for s in baselines]
     vr = [steptime.step_time_us(counted_rows(s)) for s in runs]
     sa, sb = sum(vb) / len(vb), sum(vr) / len(vr)
-    slowdown = sb / sa - 1 if sa > 0 else (math.inf if sb > 0 else 0.0)
+    if not sa > 0:
+        raise CheckInputError("the baseline's step time is 0: there is nothing to compare a slowdown with")
+    slowdown = sb / sa - 1
     p, test = slowdown_p(baselines, runs)
     threshold = max_regression / 2
     verdict_b, verdict_r = _verdict(baselines), _verdict(runs)

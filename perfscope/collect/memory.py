@@ -11,7 +11,7 @@ boundary: :meth:`~MemoryProbe.begin` resets the peaks, :meth:`~MemoryProbe.end` 
   ``torch.cuda.reset_peak_memory_stats`` then ``max_memory_allocated``/``max_memory_reserved`` of
   the current device; its capacity from ``torch.cuda.mem_get_info`` (total bytes).
 
-Side effect, documented in docs/collection.md: during the profiled steps the peaks a script
+Side effect, documented in docs/collection.md: from the first step until the profiled window ends the peaks a script
 reads itself (``torch.cuda.max_memory_allocated()``, ``VmHWM``, ``getrusage`` ``ru_maxrss``)
 restart at every step boundary.
 """

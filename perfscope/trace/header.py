@@ -12,7 +12,10 @@ from dataclasses import dataclass, field
 
 from perfscope import host_steps, job_facts, telemetry_format
 from perfscope.host_steps import HOST_STEPS_KEY
+from perfscope.errors import TraceFormatError
 from perfscope.telemetry_format import TELEMETRY_KEY
+
+MERGED_KEY = "perfscope_merged"  # perfscope merge's header key (perfscope/trace/merge.py)
 from perfscope.job_facts import JOB_KEY
 from perfscope.trace.columns import is_number
 from perfscope.trace.reader import RawTrace
@@ -66,8 +69,15 @@ def _whole(v) -> bool:
 
 
 def read_header(raw: RawTrace) -> Header:
-    """Read and check the header of ``raw`` (warnings name the file)."""
+    """Read and check the header of ``raw`` (warnings name the file).
+
+    Raises:
+        TraceFormatError: the file is ``perfscope merge``'s view of several ranks, not a rank's trace.
+    """
     data, name = raw.data, raw.path.name
+    if data.get(MERGED_KEY) is not None:
+        raise TraceFormatError(f"{raw.path}: a view merged by perfscope merge (several ranks in one file), not one "
+                               "rank's trace; analyze the rank traces it was made from")
     h = Header()
     base = data.get("baseTimeNanoseconds")
     if base is not None:
@@ -105,7 +115,7 @@ def read_header(raw: RawTrace) -> Header:
     h.memory_capacity = host_steps.parse_capacity(data.get(HOST_STEPS_KEY))
     if data.get(TELEMETRY_KEY) is not None:
         h.telemetry, problems = telemetry_format.parse(data.get(TELEMETRY_KEY))
-        h.warnings += [f"{name}: {TELEMETRY_KEY}: {p}; ignored" for p in problems]
+        h.warnings += [f"{name}: {TELEMETRY_KEY}: {p}; ignored" for p in problems]  # each p a phrase
     if data.get(JOB_KEY) is not None:
         h.node, h.ddp, problems = job_facts.parse(data.get(JOB_KEY))
         h.warnings += [f"{name}: {JOB_KEY}: {p}; ignored" for p in problems]

@@ -11,8 +11,9 @@ Perfetto or chrome://tracing (which open one file at a time).
 - **Flows** (``ph`` ``s``/``t``/``f``: launch -> kernel arrows) keep their ``id`` per rank as
   ``"R:id"``, so arrows never join events of two ranks.
 
-The merged file is named :data:`MERGED_NAME`, which ``perfscope analyze`` of a folder leaves out
-(:data:`perfscope.trace.reader.NOT_TRACES`): it is a view, not another rank.
+The merged file is named :data:`MERGED_NAME` and carries the header key ``perfscope_merged``:
+``perfscope analyze`` of a folder leaves it out (by name, :data:`perfscope.trace.reader.NOT_TRACES`,
+and under any name by that key), and a later merge leaves it out too: it is a view, not a rank.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import orjson
 
 from perfscope.atomic import write_bytes_atomic
 from perfscope.errors import TraceFormatError
+from perfscope.trace.header import MERGED_KEY
 
 MERGED_NAME = "merged.perfscope-view.json.gz"
 PID_STRIDE = 1_000_000
@@ -59,22 +61,34 @@ def merge_traces(files: list[Path], node_offsets_us: dict[int, float] | None = N
     Raises:
         TraceFormatError: a file is no trace, or two files claim one rank.
     """
-    loaded = [(f, _load(f)) for f in files]
+    loaded, lines = [], []
+    for f in files:
+        data = _load(f)
+        if data.get(MERGED_KEY) is not None:  # an earlier merge's view, whatever its name
+            lines.append(f"left out {f.name}: a view merged earlier, not a rank's trace")
+            continue
+        loaded.append((f, data))
+    if not loaded:
+        raise TraceFormatError("no rank trace to merge (only merged views)")
     ranks = [_rank(d, i) for i, (_, d) in enumerate(loaded)]
     if len(set(ranks)) != len(ranks):
         dup = sorted({r for r in ranks if ranks.count(r) > 1})
         raise TraceFormatError(f"several traces claim rank {dup[0]}: merge the traces of one run")
-    bases = [d.get("baseTimeNanoseconds") if type(d.get("baseTimeNanoseconds")) is int else 0 for _, d in loaded]
-    first = bases[0]
+    bases = [d.get("baseTimeNanoseconds") if type(d.get("baseTimeNanoseconds")) is int and
+             d["baseTimeNanoseconds"] > 0 else None for _, d in loaded]
+    first = next((b for b in bases if b is not None), None)
     events: list = []
-    lines = []
     for (path, data), rank, base in sorted(zip(loaded, ranks, bases), key=lambda x: x[1]):
-        shift = (base - first) / 1000.0 - (node_offsets_us or {}).get(rank, 0.0)
+        # a file without a base time keeps its times as written: there is nothing to move them by
+        shift = ((base - first) / 1000.0 if base is not None and first is not None else 0.0)
+        shift -= (node_offsets_us or {}).get(rank, 0.0)
+        kept = 0
         pids: dict = {}
         named = set()
         for e in data["traceEvents"]:
             if not isinstance(e, dict):
                 continue
+            kept += 1
             e = dict(e)
             if "pid" in e:
                 key = str(e["pid"])
@@ -93,9 +107,12 @@ def merge_traces(files: list[Path], node_offsets_us: dict[int, float] | None = N
             if pid not in named:
                 events.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"rank {rank}: {key}"}})
             events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}})
-        lines.append(f"rank {rank}: {path.name}, {len(data['traceEvents']):,} events, clock moved {shift:+.1f} µs")
-    merged = {"traceEvents": events, "baseTimeNanoseconds": first, "displayTimeUnit": "ms",
-              "perfscope_merged": {"ranks": sorted(ranks), "files": [str(f) for f in files]}}
+        dropped = len(data["traceEvents"]) - kept
+        moved = f"clock moved {shift:+.1f} µs" if base is not None else "no baseTimeNanoseconds: times kept as written"
+        lines.append(f"rank {rank}: {path.name}, {kept:,} events" + (f" ({dropped:,} not events, left out)" if dropped
+                                                                       else "") + f", {moved}")
+    merged = {"traceEvents": events, "baseTimeNanoseconds": first or 0, "displayTimeUnit": "ms",
+              MERGED_KEY: {"ranks": sorted(ranks), "files": [str(f) for f, _ in loaded]}}
     return merged, lines
 
 
