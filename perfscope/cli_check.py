@@ -19,7 +19,8 @@ from perfscope.text import safe
 
 def _percent(low: float, high: float):
     """argparse type: a percentage, with or without ``%`` (``5%`` and ``5`` are both 5%); the
-    result is a fraction (0.05)."""
+    result is a fraction (0.05). A bare number up to 1 (``0.05``) is refused: it reads as a
+    fraction to some and as a percentage to others."""
 
     def parse(text: str) -> float:
         t = text.strip().removesuffix("%").strip()
@@ -27,6 +28,9 @@ def _percent(low: float, high: float):
             value = float(t)
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not a percentage (e.g. 5%)") from None
+        if not text.strip().endswith("%") and 0 < value <= 1:
+            raise argparse.ArgumentTypeError(f"{text!r} is ambiguous: write {value * 100:g}% for a fraction of "
+                                             f"{value:g}, or {value:g}% for {value:g} percent")
         if not (low < value < high):
             raise argparse.ArgumentTypeError(f"{text!r}: give a percentage above {low:g}% and below {high:g}%")
         return value / 100
@@ -51,10 +55,11 @@ def _side(texts: list[str], load) -> list[tuple[Path, dict]]:
 
 
 def _refuse_duplicates(loaded: list[tuple[Path, dict]]) -> None:
-    """The same run given twice (one file, or two copies) would pass for two runs of no spread."""
+    """The same run given twice (one file, a copy, or two analyses of its traces) would pass for
+    two runs of no spread: separate runs never hold the same step rows to the last digit."""
     seen: dict = {}
     for path, summary in loaded:
-        key = (str(summary.get("generated_at")), orjson.dumps(summary.get("steps"), option=orjson.OPT_SORT_KEYS))
+        key = orjson.dumps(summary.get("steps"), option=orjson.OPT_SORT_KEYS)
         if key in seen:
             raise PerfscopeError(f"{path} and {seen[key]} are the same run; give each run once (repeated runs "
                                  "are separate profiles)")
@@ -71,7 +76,8 @@ def add_check_parser(sub) -> None:
         "against half of --max-regression; a verdict change from compute-bound to io/comm/launch-bound also "
         "fails. Prints what changed (class shares in ms per step, the kernels or operators that grew). Exit "
         "status 0: pass, 1: regression, 2: the runs cannot be compared. Several runs on a side are tested run by "
-        "run (Welch's t-test, or a prediction interval against one run). Writes nothing unless --junit is given. "
+        "run (Welch's t-test; one run against several baselines: their prediction interval). Writes nothing unless "
+        "--junit is given. "
         "Method and measured false-alarm rate and power: docs/check.md.",
     )
     c.error = one_line_errors("check")

@@ -43,6 +43,23 @@ def _node_offsets(folder: Path) -> dict[int, float]:
     return {}
 
 
+def _recorded_traces(out_dir: Path) -> list[Path]:
+    """The trace files an output directory's summary.json was made from, where they still are."""
+    from perfscope.summary import load_summary
+
+    found = []
+    for t in load_summary(out_dir / "summary.json").get("traces") or []:
+        recorded = Path(t["path"]) if isinstance(t, dict) and isinstance(t.get("path"), str) else None
+        if recorded is None:
+            continue
+        hit = next((p for p in (recorded, out_dir / recorded, out_dir / "traces" / recorded.name) if p.is_file()), None)
+        if hit is not None:
+            found.append(hit)
+    if not found:
+        raise PerfscopeError(f"{out_dir}: none of the traces its summary.json was made from are there any more")
+    return found
+
+
 def run(args) -> int:
     """Merge, write, say what was done; 0 on success."""
     from perfscope.outputs import checked_output_file
@@ -54,6 +71,9 @@ def run(args) -> int:
         path = Path(text)
         if path.is_dir() and (path / "traces").is_dir():
             path = path / "traces"
+        elif path.is_dir() and (path / "summary.json").is_file():  # perfscope analyze's output: its traces
+            files += _recorded_traces(path)
+            continue
         files += find_trace_files(path)
     files = sorted(dict.fromkeys(p.resolve() for p in files if p.name != MERGED_NAME))
     if args.out is not None:  # refused before anything is read: a bad path is bad input

@@ -109,7 +109,8 @@ def text_diff(a: dict, b: dict, label_a: str = "A", label_b: str = "B") -> str:
         f"verdict: {va} -> {vb}" if va != vb else f"verdict: unchanged ({va})",
         f"step time (window / steps): {ms(_step(a))} -> {ms(_step(b))} ({ratio_words(ratio(a, b))})",
         f"share of step time: {shares}",
-    ])
+    ] + ([f"note: A is a {a.get('mode')} run and B a {b.get('mode')} run: their step times do not compare, only "
+          "the shares"] if a.get("mode") != b.get("mode") else []))
 
 
 def _composition(a: dict, b: dict) -> str:

@@ -59,6 +59,8 @@ def test_verdict_to_a_removable_class_fails_and_between_removable_ones_does_not(
     assert compare(summary(same), summary(same, verdict="io-bound")).verdict_regression
     r = compare(summary(same, verdict="io-bound"), summary(same, verdict="launch-bound"))
     assert not r.failed and "changed, not failed" in report_lines(r)[1]
+    r = compare(summary(same, verdict="io-bound"), summary(same))
+    assert not r.failed and "the removable cause is gone" in report_lines(r)[1]
     r = compare(summary(same), summary(same, verdict=None))
     assert not r.failed and "not compared" in report_lines(r)[1]
 
@@ -129,8 +131,8 @@ def test_cli_never_writes_over_a_device_a_link_or_an_input(tmp_path):
 def test_cli_refuses_the_same_run_twice(tmp_path):
     base = _write(tmp_path / "base.json", summary(noisy(20, 40, 1)))
     slow = _write(tmp_path / "slow.json", summary(noisy(20, 46, 3)))
-    copy = tmp_path / "copy.json"
-    copy.write_bytes(slow.read_bytes())
+    copy = tmp_path / "copy.json"  # the same steps analyzed again later: another generated_at, one run
+    copy.write_bytes(orjson.dumps({**orjson.loads(slow.read_bytes()), "generated_at": "2026-01-01T00:00:00+00:00"}))
     for argv in ([slow, slow, "--baseline", base], [slow, copy, "--baseline", base], [slow, "--baseline", base, base]):
         r = run_cli(tmp_path, "check", *argv)
         assert_one_line_error(r)
@@ -160,6 +162,7 @@ def test_junit_holds_any_name_as_well_formed_xml(tmp_path):
     (["--max-regression", "five"], "not a percentage"),
     (["--max-regression", "0"], "above 0%"),
     (["--alpha", "100%"], "below 100%"),
+    (["--max-regression", "0.05"], "ambiguous: write 5% for a fraction of 0.05"),
 ])
 def test_cli_bad_options_are_one_line(tmp_path, argv, words):
     base = _write(tmp_path / "base.json", summary(noisy(20, 40, 1)))

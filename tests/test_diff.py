@@ -53,6 +53,7 @@ def test_diff_of_runs_of_different_modes(tmp_path):
     b = perfscope.analyze(cpu_trace(tmp_path / "c.json")).summary()
     html = render_diff(a, b)
     assert "different modes" in html
+    assert "their step times do not compare" in text_diff(a, b)
     assert_self_contained(html)
 
 

@@ -117,3 +117,11 @@ def test_a_trace_without_a_base_time_keeps_its_times(tmp_path):
     assert "no baseTimeNanoseconds: times kept as written" in lines[1]
     assert {e["pid"] // PID_STRIDE - 1: e["ts"] for e in merged["traceEvents"]
             if e.get("name") == "ProfilerStep#1"} == {0: 0, 1: 0}
+
+
+def test_merge_takes_an_analyze_output_directory(tmp_path):
+    two_ranks(tmp_path)
+    assert run_cli(tmp_path, "analyze", tmp_path, "--out", tmp_path / "out").returncode == 0
+    r = run_cli(tmp_path, "merge", tmp_path / "out", "--out", tmp_path / "m.json.gz")
+    assert r.returncode == 0, r.stderr
+    assert orjson.loads(gzip.decompress((tmp_path / "m.json.gz").read_bytes()))["perfscope_merged"]["ranks"] == [0, 1]

@@ -159,8 +159,13 @@ def report_lines(r: CheckResult) -> list[str]:
     elif vb == vr:
         verdict = f"verdict: unchanged ({vb})"
     else:
-        verdict = f"verdict: {vb} -> {vr}" + (": REGRESSION (to a removable class)" if r.verdict_regression else
-                                              " (changed, not failed: both are removable classes)")
+        if r.verdict_regression:
+            why = ": REGRESSION (to a removable class)"
+        elif vr == "compute-bound":
+            why = " (changed, not failed: the removable cause is gone)"
+        else:
+            why = " (changed, not failed: both are removable classes)"
+        verdict = f"verdict: {vb} -> {vr}{why}"
     lines = [step, verdict] + [f"grew: {c}" for c in r.changes] + [f"note: {n}" for n in r.notes]
     lines.append("result: FAIL" if r.failed else "result: pass")
     return lines
