@@ -321,3 +321,14 @@ def test_timeline_offers_every_rank_at_its_representative_step(tmp_path):
     assert labels[0].startswith("step ") and "(representative)" in " ".join(labels[:5])
     assert [lab.split(" · ")[0] for lab in labels[5:]] == ["rank 1", "rank 2"]
     assert len(re.findall(r'<div class="tl\d+">', html)) == len(labels) and "show rank 1, 2 at their representative steps" in html
+
+
+def test_a_report_rendered_from_another_directory_finds_traces_given_by_a_relative_path(tmp_path):
+    (tmp_path / "work").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    gpu_trace(tmp_path / "work" / "t.json", steps=3)
+    assert run_cli(tmp_path / "work", "analyze", "t.json", "--out", tmp_path / "out").returncode == 0
+    r = run_cli(tmp_path / "elsewhere", "report", tmp_path / "out", "--out", tmp_path / "again.html")
+    assert r.returncode == 0, r.stderr
+    html = (tmp_path / "again.html").read_text()
+    assert 'name="tl"' in html and "needs the trace files" not in html

@@ -102,7 +102,8 @@ def _with_fractions(metrics: pd.DataFrame) -> pd.DataFrame:
 def _trace_facts(rt: RankTrace, rank: int) -> dict:
     t = rt.table
     return {
-        "path": str(t.path) if t.path else None,
+        # absolute: a report rendered later from another directory still finds the file
+        "path": str(Path(t.path).absolute()) if t.path else None,
         "fingerprint": fingerprint(t.path) if t.path else None,
         "worker": t.worker,
         "rank": rank,
