@@ -26,7 +26,7 @@ def _pct(v) -> str:
 
 
 def _step_verdict(s: dict) -> str:
-    if s.get("counted", s.get("complete", True)) and s.get("verdict"):
+    if steptime.is_counted(s) and s.get("verdict"):
         return str(s["verdict"])
     return f"({s.get('status') or 'incomplete'})"
 
@@ -100,7 +100,7 @@ def format_summary(summary: dict) -> str:
     head = ["rank", "step", "step ms"] + [f"{c} %" for c in costs] + ["verdict"]
     rows = []
     for s in summary["steps"]:
-        counted = s.get("counted", s.get("complete", True))
+        counted = steptime.is_counted(s)
         rows.append(
             [str(s["rank"]), f"{s['step']}" + ("" if counted else "*"), f"{s['step_time_us'] / 1000:.2f}"]
             + [_pct(s.get(f"{c}_cost_frac")) for c in costs]
@@ -112,7 +112,7 @@ def format_summary(summary: dict) -> str:
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
     lines = [_row(head, widths)] + [_row(r, widths) for r in rows]
     o = summary["overall"]
-    if any(not s.get("counted", s.get("complete", True)) for s in summary["steps"]):
+    if any(not steptime.is_counted(s) for s in summary["steps"]):
         lines.append("(* not counted in the verdict: the step's evidence is incomplete, or it is initialisation or "
                      "host-contended; the notes say why)")
     lines.append("(% of each step: io, comm and launch are the removable causes"
@@ -121,7 +121,7 @@ def format_summary(summary: dict) -> str:
     if o.get("verdict"):
         fr = ", ".join(f"{c} {100 * o['fractions'][c]:.0f}%" for c in costs)
         # from the steps themselves, as every view: they agree even with a hand-edited ``overall``
-        counted = [r for r in summary["steps"] if isinstance(r, dict) and r.get("counted", r.get("complete", True))]
+        counted = steptime.counted_rows(summary["steps"])
         per_step, rep = steptime.step_time_us(counted), steptime.representative_step(counted)
         lines.append(f"verdict: {o['verdict']} (runner-up {o['runner_up']}; share of step time: {fr}; "
                      f"step time {(per_step or 0.0) / 1000:.2f} ms" + (f", representative step {rep})" if rep is not None else ")"))

@@ -32,6 +32,17 @@ from collections.abc import Iterable, Mapping
 REMOVABLE = ("io", "comm", "launch")
 
 
+def is_counted(row: Mapping) -> bool:
+    """Whether a step row enters the run's verdict and step time: ``counted`` (schema 2), else
+    ``complete`` (schema 1 summaries), else yes."""
+    return bool(row.get("counted", row.get("complete", True)))
+
+
+def counted_rows(rows: Iterable) -> list[dict]:
+    """The step rows (mappings) that :func:`is_counted`; anything else in ``rows`` is left out."""
+    return [r for r in rows if isinstance(r, Mapping) and is_counted(r)]
+
+
 def _finite(value) -> float | None:
     try:
         f = float(value)

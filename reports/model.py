@@ -20,9 +20,7 @@ def steps_of(summary: dict) -> list[dict]:
     return [s for s in summary.get("steps") or [] if isinstance(s, dict)]
 
 
-def is_counted(step: dict) -> bool:
-    """Whether a step enters the run's verdict: ``counted`` (schema 2), else ``complete`` (schema 1)."""
-    return bool(step.get("counted", step.get("complete", True)))
+is_counted = steptime.is_counted  # the rule's one definition
 
 
 def counted_steps(summary: dict) -> list[dict]:

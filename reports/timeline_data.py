@@ -82,6 +82,18 @@ class Prepared:
     partition_cats: tuple
 
     _index: dict | None = field(default=None, init=False, repr=False)
+    _telemetry: object = field(default=False, init=False, repr=False)  # False: not aligned yet
+
+    def telemetry_samples(self):
+        """The trace's telemetry samples aligned to its clock, sorted by time
+        (:func:`perfscope.analysis.telemetry.aligned_samples`), once for every step drawn; None
+        without samples."""
+        if self._telemetry is False:
+            from perfscope.analysis.telemetry import aligned_samples
+
+            df = aligned_samples(self.table, self.windows)
+            self._telemetry = None if df is None else df.sort_values("ts_ns", kind="stable")
+        return self._telemetry
 
     def step_index(self, step) -> int | None:
         if self._index is None:  # built once: a summary may hold 10^5 steps

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from perfscope.analysis.intervals import locate
 from perfscope.telemetry_format import THROTTLE_MASK, THROTTLE_REASONS
 
 if TYPE_CHECKING:
@@ -43,32 +44,32 @@ def clock_offset_ns(t: TraceTable, w: StepWindows) -> tuple[int, str]:
 
 def aligned_samples(t: TraceTable, w: StepWindows) -> pd.DataFrame | None:
     """The trace's telemetry samples (columns of :data:`~perfscope.telemetry_format.FIELDS`) with
-    ``ts_ns``, their time on the trace's relative clock (as the step windows); None without any."""
+    ``ts_ns``, their time on the trace's relative clock (as the step windows), and ``window``, the
+    index of the step window holding each (-1: none); None without samples."""
     rec = t.telemetry
     if not rec or not rec.get("samples"):
         return None
     df = pd.DataFrame(rec["samples"])
     offset, _ = clock_offset_ns(t, w)
     df["ts_ns"] = df["unix_ns"].astype("int64") + offset - int(t.absolute_ns(0))
+    order = np.argsort(w.start, kind="stable")  # windows tile the run: disjoint once sorted
+    held = locate(df["ts_ns"].to_numpy(), w.start[order], w.end[order])
+    df["window"] = np.where(held >= 0, order[np.clip(held, 0, None)], -1)
     return df
-
-
-def _samples(rt: RankTrace) -> pd.DataFrame | None:
-    return aligned_samples(rt.table, rt.windows)
 
 
 def step_columns(rt: RankTrace) -> pd.DataFrame | None:
     """Per step (rows of ``rt.metrics``): mean GPU utilisation (%), mean power (W), the lowest SM
     clock (MHz), the share of samples with a throttle reason, and the samples taken; None
     without samples."""
-    df = _samples(rt)
+    df = aligned_samples(rt.table, rt.windows)
     if df is None:
         return None
     w = rt.windows
     out = {c: np.full(len(w.step), np.nan) for c in COLUMNS}
-    ts = df["ts_ns"].to_numpy()
+    by_window = dict(tuple(df[df["window"] >= 0].groupby("window")))
     for i in range(len(w.step)):
-        mine = df[(ts >= w.start[i]) & (ts < w.end[i])]
+        mine = by_window.get(i, df.iloc[:0])
         out["telemetry_samples"][i] = len(mine)
         if mine.empty:
             continue
@@ -96,16 +97,13 @@ def telemetry_view(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Dat
         rec = rt.table.telemetry or {}
         if rec.get("skipped"):
             skipped.append(rec["skipped"])
-        df = _samples(rt)
+        df = aligned_samples(rt.table, rt.windows)
         if df is None:
             continue
-        steps = set(frame.loc[(frame["rank"] == rank) & (frame["worker"] == rt.table.worker), "step"].tolist())
+        steps = frame.loc[(frame["rank"] == rank) & (frame["worker"] == rt.table.worker), "step"].to_numpy()
         w = rt.windows
-        keep = np.zeros(len(df), bool)
-        for i, step in enumerate(w.step):
-            if int(step) in steps:
-                keep |= (df["ts_ns"].to_numpy() >= w.start[i]) & (df["ts_ns"].to_numpy() < w.end[i])
-        parts.append(df[keep])
+        counted = np.flatnonzero(np.isin(w.step, steps))
+        parts.append(df[np.isin(df["window"].to_numpy(), counted)])
         offset, how = clock_offset_ns(rt.table, rt.windows)
         align.append({"rank": int(rank), "offset_us": offset / 1000.0, "source": how})
         devices += [{**d, "rank": int(rank)} for d in rec.get("devices") or []]
@@ -121,22 +119,21 @@ def telemetry_view(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Dat
         taken = sum(len((rt.table.telemetry or {}).get("samples") or []) for rt in rank_traces)
         return {"skipped": f"{taken} telemetry samples, none inside the counted steps (their clock does not meet the "
                 "trace's, or they were taken outside the profiled window)"}
-    reasons = df["reasons"].fillna(0).astype("int64").to_numpy() if len(df) else np.zeros(0, "int64")
+    reasons = df["reasons"].fillna(0).astype("int64").to_numpy()
     throttle = {name: float(((reasons & bit) != 0).mean()) for bit, name in THROTTLE_REASONS.items()
-                if len(df) and ((reasons & bit) != 0).any()}
+                if ((reasons & bit) != 0).any()}
 
-    def stat(col, how):
+    def stat(col, how, scale=1.0):
         v = df[col].dropna()
-        return float(getattr(v, how)()) if len(v) else None
+        return float(getattr(v, how)()) / scale if len(v) else None
 
     return {"source": str((rank_traces[0].table.telemetry or {}).get("source") or "NVML"), "interval_s": interval,
             "samples": int(len(df)), "gpu_util_pct": stat("gpu_util_pct", "mean"),
             "mem_util_pct": stat("mem_util_pct", "mean"),
-            "power_w": {"mean": (stat("power_mw", "mean") or 0) / 1000 if stat("power_mw", "mean") is not None else None,
-                        "max": (stat("power_mw", "max") or 0) / 1000 if stat("power_mw", "max") is not None else None},
+            "power_w": {"mean": stat("power_mw", "mean", 1000.0), "max": stat("power_mw", "max", 1000.0)},
             "sm_clock_mhz": {"min": stat("sm_clock_mhz", "min"), "median": stat("sm_clock_mhz", "median"),
                              "max": stat("sm_clock_mhz", "max")},
-            "throttle": throttle, "throttled_share": float(((reasons & THROTTLE_MASK) != 0).mean()) if len(df) else 0.0,
+            "throttle": throttle, "throttled_share": float(((reasons & THROTTLE_MASK) != 0).mean()),
             "sampler_cpu_share": busy / span_s if span_s > 0 else None, "alignment": align, "devices": devices}
 
 

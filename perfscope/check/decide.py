@@ -5,9 +5,8 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
-from perfscope import steptime
 from perfscope.check.changes import what_grew
-from perfscope.check.stats import MIN_STEPS, POWER, counted_rows, detectable_slowdown, slowdown_p, step_sample
+from perfscope.check.stats import MIN_STEPS, POWER, detectable_slowdown, run_step_times, slowdown_p, step_sample
 
 ALPHA = 0.01
 DEFAULT_MAX_REGRESSION = 0.05
@@ -116,13 +115,12 @@ def compare(baseline, run, *, max_regression: float = DEFAULT_MAX_REGRESSION, al
     """
     baselines, runs = _side(baseline), _side(run)
     _check_inputs(baselines, runs, max_regression, alpha)
-    vb = [steptime.step_time_us(counted_rows(s)) for s in baselines]
-    vr = [steptime.step_time_us(counted_rows(s)) for s in runs]
+    vb, vr = run_step_times(baselines), run_step_times(runs)
     sa, sb = sum(vb) / len(vb), sum(vr) / len(vr)
     if not sa > 0:
         raise CheckInputError("the baseline's step time is 0: there is nothing to compare a slowdown with")
     slowdown = sb / sa - 1
-    p, test = slowdown_p(baselines, runs)
+    p, test = slowdown_p(vb, vr, baselines, runs)
     threshold = max_regression / 2
     verdict_b, verdict_r = _verdict(baselines), _verdict(runs)
     notes = [ONE_RUN_NOTE] if len(baselines) == 1 and len(runs) == 1 else []
@@ -130,7 +128,7 @@ def compare(baseline, run, *, max_regression: float = DEFAULT_MAX_REGRESSION, al
         which = " and ".join(n for n, v in (("the baseline", verdict_b), ("the run", verdict_r)) if v is None)
         notes.append(f"verdict not compared: {which} has no verdict (its evidence is incomplete)")
     worse = verdict_b == "compute-bound" and verdict_r is not None and verdict_r != "compute-bound"
-    spread, detectable = detectable_slowdown(baselines, runs, alpha) or (None, None)
+    spread, detectable = detectable_slowdown(vb, len(vr), alpha) or (None, None)
     if detectable is not None and detectable > max_regression:
         notes.append(f"the baseline runs vary {spread:.1%} from run to run: the smallest slowdown this test finds "
                      f"{POWER:.0%} of the time is about {detectable:.1%}, more than the {max_regression:.0%} asked "

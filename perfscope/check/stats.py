@@ -15,9 +15,8 @@ MIN_STEPS = 5  # Mann-Whitney U with 4 and 4 cannot go below p = 1/70
 
 
 def counted_rows(summary: dict) -> list[dict]:
-    """The summary's counted step rows (schema 1: complete ones)."""
-    rows = [s for s in summary.get("steps") or [] if isinstance(s, dict)]
-    return [s for s in rows if s.get("counted", s.get("complete", True))]
+    """The summary's counted step rows (:func:`perfscope.steptime.counted_rows`)."""
+    return steptime.counted_rows(summary.get("steps") or [])
 
 
 def step_sample(summary: dict) -> list[float]:
@@ -65,15 +64,19 @@ def p_prediction(single: float, several: list[float], single_is_run: bool) -> fl
     return float(student_t.sf(diff / (sd * math.sqrt(1 + 1 / n)), n - 1))
 
 
-def slowdown_p(baselines: list[dict], runs: list[dict]) -> tuple[float, str]:
+def run_step_times(summaries: list[dict]) -> list[float | None]:
+    """Each run's step time (µs, :func:`perfscope.steptime.step_time_us`), one value per summary."""
+    return [steptime.step_time_us(counted_rows(s)) for s in summaries]
+
+
+def slowdown_p(vb: list[float], vr: list[float], baselines: list[dict], runs: list[dict]) -> tuple[float, str]:
     """The p-value of "the runs are slower than the baselines" and the test's name.
 
     Args:
-        baselines, runs: Summary records, one per run; each has at least :data:`MIN_STEPS`
-            counted steps when a side holds a single run.
+        vb, vr: Each side's run step times (:func:`run_step_times`).
+        baselines, runs: The summary records behind them; each has at least :data:`MIN_STEPS`
+            counted steps (a single run on each side is tested step by step).
     """
-    vb = [steptime.step_time_us(counted_rows(s)) for s in baselines]
-    vr = [steptime.step_time_us(counted_rows(s)) for s in runs]
     if len(vb) >= 2 and len(vr) >= 2:
         return p_runs(vr, vb), f"Welch's t-test over {len(vb)} and {len(vr)} runs"
     if len(vb) >= 2:
@@ -87,8 +90,9 @@ def slowdown_p(baselines: list[dict], runs: list[dict]) -> tuple[float, str]:
 POWER = 0.8  # the power the smallest detectable regression is quoted at
 
 
-def detectable_slowdown(baselines: list[dict], runs: list[dict], alpha: float) -> tuple[float, float] | None:
-    """(run-to-run spread, smallest detectable slowdown) from several baseline runs, or None.
+def detectable_slowdown(values: list[float], n_run: int, alpha: float) -> tuple[float, float] | None:
+    """(run-to-run spread, smallest detectable slowdown) from several baseline runs' step times
+    (``values``) against ``n_run`` runs, or None with fewer than two baseline runs.
 
     The spread is the baseline runs' coefficient of variation (sd / mean of their step times);
     the smallest slowdown the test finds at ``alpha`` with :data:`POWER` power is
@@ -98,10 +102,9 @@ def detectable_slowdown(baselines: list[dict], runs: list[dict], alpha: float) -
     """
     from scipy.stats import t as student_t
 
-    values = [steptime.step_time_us(counted_rows(s)) for s in baselines]
     if len(values) < 2 or not statistics.fmean(values) > 0:
         return None
     cv = statistics.stdev(values) / statistics.fmean(values)
     df = len(values) - 1
     factor = float(student_t.ppf(1 - alpha, df) + student_t.ppf(POWER, df))
-    return cv, factor * cv * math.sqrt(1 / len(values) + 1 / len(runs))
+    return cv, factor * cv * math.sqrt(1 / len(values) + 1 / n_run)

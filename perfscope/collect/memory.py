@@ -57,6 +57,7 @@ class MemoryProbe:
 
     def __init__(self) -> None:
         self._host_reset = False
+        self._capacity: dict | None = None  # kept once the device's is known: capacities do not change
 
     def begin(self) -> None:
         """Reset the peaks at the start of a step."""
@@ -89,8 +90,11 @@ class MemoryProbe:
         return out
 
     def capacity(self) -> dict:
-        """``host_total_bytes`` and, on CUDA, ``device_total_bytes`` and ``device`` (``cuda:N``)."""
-        out = {"host_total_bytes": host_total_bytes()}
+        """``host_total_bytes`` and, on CUDA, ``device_total_bytes`` and ``device`` (``cuda:N``);
+        read until the device's is found, then kept (it is asked at every recorded step)."""
+        if self._capacity is not None and "device_total_bytes" in self._capacity:
+            return self._capacity
+        out = {"host_total_bytes": (self._capacity or {}).get("host_total_bytes") or host_total_bytes()}
         cuda = _cuda()
         if cuda is not None:
             try:
@@ -99,4 +103,5 @@ class MemoryProbe:
                 out["device"] = f"cuda:{index}"
             except Exception:  # noqa: BLE001
                 pass
+        self._capacity = out
         return out

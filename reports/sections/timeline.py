@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfscope.analysis.telemetry import aligned_samples
 from perfscope.telemetry_format import THROTTLE_MASK
 from reports import model
 from reports.html import esc, legend, ms, note, section, truncate
@@ -64,10 +63,9 @@ def _stretches(mask: np.ndarray, cov: np.ndarray, cats, col_ns: float) -> list[t
 
 def _telemetry_lane(prep, r, y: float) -> list[str]:
     """GPU utilisation samples (NVML) as bars over the step, 0-100% of the lane's height."""
-    df = aligned_samples(prep.table, prep.windows)
+    df = prep.telemetry_samples()
     if df is None:
         return []
-    df = df.sort_values("ts_ns")
     ts = df["ts_ns"].to_numpy()
     interval = (prep.table.telemetry.get("interval_s") or 0.1) * 1e9
     out = [text(LEFT - 6, y + TELEMETRY_H - 4, "GPU util (NVML)", "end"),
@@ -91,7 +89,7 @@ def _telemetry_lane(prep, r, y: float) -> list[str]:
 def _svg(prep, i: int, step_label: str) -> str:
     r = raster(prep, i)
     n_lanes = len(r.lanes) + 1
-    lane_t = prep.table.telemetry.get("samples") if prep.table.telemetry else None
+    lane_t = prep.telemetry_samples() is not None
     height = TOP + n_lanes * (LANE_H + GAP) + 26 + ((TELEMETRY_H + GAP) if lane_t else 0)
     width = LEFT + COLUMNS + 10
     out = [open_svg(width, height, f"timeline of {step_label}")]
