@@ -74,6 +74,7 @@ _FONT_FAMILY = re.compile(r"font-family: [^;\"]*;? ?")
 _NO_ROTATION = re.compile(r' transform="rotate\(-0 [^)]*\)"')
 _GEOMETRY = re.compile(r'\b(d|x|y|width|height|transform|x1|x2|y1|y2)="([^"]*)"')
 _LONG_NUMBER = re.compile(r"(-?\d+\.\d)\d+")
+_TAG = re.compile(r"<[^>]*>")
 _MARK = re.compile(r"<(path|use)\b[^>]*?/>")
 _BETWEEN_TAGS = re.compile(r">\s+<")
 _EMPTY_GROUP = re.compile(r"<g/>")
@@ -94,6 +95,13 @@ def _figure_class():
 def _geometry(m: re.Match) -> str:
     value = _LONG_NUMBER.sub(r"\1", " ".join(m.group(2).split()))
     return f'{m.group(1)}="{value}"'
+
+
+def _tag(m: re.Match) -> str:
+    """One tag with the font list and no-op rotations dropped and its geometry cut to 0.1 units.
+    Only tags are rewritten, never text: a label reading ``x="1.234"`` stays as it is (matplotlib
+    escapes ``<``, ``>`` and quotes inside attributes, so a tag ends at the first ``>``)."""
+    return _GEOMETRY.sub(_geometry, _NO_ROTATION.sub("", _FONT_FAMILY.sub("", m.group(0))))
 
 
 class Chart:
@@ -179,8 +187,7 @@ def inline(raw: str, label: str, width: float, height: float, tips: dict[str, tu
                     f'viewBox="0 0 {width:.0f} {height:.0f}" width="{width:.0f}" role="img" '
                     f'aria-label="{esc(label)}">', out, count=1)
     out = _EMPTY_DEFS.sub("", _STYLE.sub("", _METADATA.sub("", out)))
-    out = _NO_ROTATION.sub("", _FONT_FAMILY.sub("", out))
-    out = _GEOMETRY.sub(_geometry, out)
+    out = _TAG.sub(_tag, out)
     pieces, pos = [], 0
     for m in _GROUP_ID.finditer(out):
         if m.start() < pos:

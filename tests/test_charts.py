@@ -156,3 +156,11 @@ def test_values_no_axis_can_show_give_a_visible_note_not_a_failed_report():
         out = plots.stacked_columns("huge", bars, PARTS[:2], "ms", "huge")
     assert out.startswith('<p class="warn">Chart not drawn') and "<svg" not in out
     assert not [w for w in seen if issubclass(w.category, RuntimeWarning)]
+
+
+def test_a_label_that_looks_like_markup_matplotlib_writes_is_left_as_it_is():
+    label = 'x="1.23456" font-family: serif; transform="rotate(-0 1 2)" <g id="axes_1"> d="M 1.23456 2"'
+    svg = plots.columns("lookalike", [2.0], [label], "#999999", "n", "lookalike", titles=[label])
+    texts = [t.text for t in _parse(svg).iter("{http://www.w3.org/2000/svg}text")]
+    titles = [t.text for t in _parse(svg).iter("{http://www.w3.org/2000/svg}title")]
+    assert label in texts and titles == [label]
