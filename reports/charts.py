@@ -61,6 +61,9 @@ RC = {
     "grid.color": "#e4e4e4",
     "grid.linewidth": 1.0,
     "lines.solid_capstyle": "butt",
+    # tick labels in plain numbers: no "1e6" offset or multiplier that a reader can miss
+    "axes.formatter.useoffset": False,
+    "axes.formatter.limits": (-6, 15),
 }
 
 # Why each rewrite of matplotlib's file is safe: they touch only what matplotlib itself writes.
@@ -134,9 +137,13 @@ class Chart:
 
         with ExitStack() as stack:  # released again if anything below fails
             stack.enter_context(_DRAWING)
-            stack.enter_context(matplotlib.rc_context({**RC, "svg.hashsalt": self.key}))
-            stack.enter_context(warnings.catch_warnings())  # overflow in the tick arithmetic of absurd
-            warnings.simplefilter("ignore", RuntimeWarning)  # values: :func:`or_note` says what happened
+            stack.enter_context(matplotlib.rc_context())
+            matplotlib.rcdefaults()  # the user's matplotlibrc (usetex, tight bbox, grids) is not the report's
+            matplotlib.rcParams.update({**RC, "svg.hashsalt": self.key})
+            # Off the user's terminal: missing glyphs (the browser draws the text, in its own fonts) and
+            # the tick arithmetic of absurd values (or_note says when a chart could not be drawn).
+            stack.enter_context(warnings.catch_warnings())
+            warnings.simplefilter("ignore")
             self.fig = _figure_class()(figsize=(self.width / UNITS_PER_INCH, self.height / UNITS_PER_INCH))
             left, right, top, bottom = self.margins
             self.ax = self.fig.add_axes((left / self.width, bottom / self.height,
@@ -172,7 +179,7 @@ class Chart:
         """The chart as an inline ``<svg>`` element (str) with ``role="img"`` and ``label`` as its
         accessible name."""
         buf = io.StringIO()
-        self.fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
+        self.fig.savefig(buf, format="svg", bbox_inches=None, metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
         return inline(buf.getvalue(), label, self.width, self.height, self._tips)
 
 
@@ -182,12 +189,11 @@ def inline(raw: str, label: str, width: float, height: float, tips: dict[str, tu
     ``tips`` maps a group id to (class, texts, each): with ``each`` false the group gets the one
     text as its title; with ``each`` true every path or marker in the group gets its own, in order.
     """
-    out = _PROLOGUE.sub("", raw, count=1)
-    out = _ROOT.sub(f'<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" '
-                    f'viewBox="0 0 {width:.0f} {height:.0f}" width="{width:.0f}" role="img" '
-                    f'aria-label="{esc(label)}">', out, count=1)
-    out = _EMPTY_DEFS.sub("", _STYLE.sub("", _METADATA.sub("", out)))
+    out = _EMPTY_DEFS.sub("", _STYLE.sub("", _METADATA.sub("", _PROLOGUE.sub("", raw, count=1))))
     out = _TAG.sub(_tag, out)
+    root = (f'<svg xmlns="http://www.w3.org/2000/svg" xmlns:xlink="http://www.w3.org/1999/xlink" '
+            f'viewBox="0 0 {width:.0f} {height:.0f}" width="{width:.0f}" role="img" aria-label="{esc(label)}">')
+    out = _ROOT.sub(lambda _m: root, out, count=1)  # a function: a backslash in the label is not an escape
     pieces, pos = [], 0
     for m in _GROUP_ID.finditer(out):
         if m.start() < pos:
@@ -202,6 +208,11 @@ def inline(raw: str, label: str, width: float, height: float, tips: dict[str, tu
         else:
             end = _group_end(out, m.start())
             marks = iter(texts)
+            found = [mk for mk in _MARK.finditer(out[pos:end]) if ' id="' not in mk.group(0)]
+            if len(found) != len(texts):
+                # matplotlib split or dropped a mark (a marker far outside the plot is clipped into
+                # two): titles by position would name the wrong marks, so none is given
+                marks = iter(())
 
             def titled(mark: re.Match) -> str:
                 if ' id="' in mark.group(0):
@@ -236,7 +247,7 @@ def or_note(draw):
         try:
             return draw(*args, **kwargs)
         except (ValueError, OverflowError, FloatingPointError) as e:
-            return f'<p class="warn">Chart not drawn: its values are out of the range an axis can show ({esc(e)}).</p>'
+            return f'<p class="warn">Chart not drawn: matplotlib could not draw these values ({esc(e)}).</p>'
 
     return drawn
 

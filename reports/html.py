@@ -19,7 +19,8 @@ CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'n
 
 # C0 control characters other than tab, newline and carriage return are not allowed in HTML text.
 # Controls, and the bidi embeddings, overrides and isolates that can make a name read otherwise.
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u202a-\u202e\u2066-\u2069]")
+# Lone surrogates (from a JSON "\ud800") and the noncharacters U+FFFE/U+FFFF cannot be encoded or are not XML.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]")
 
 
 def clean(value) -> str:

@@ -67,6 +67,7 @@ def stacked_columns(key: str, bars: list[dict], parts: list[tuple[str, str]], un
         ax.set_xlim(-0.5, n - 0.5)
         ax.yaxis.set_major_locator(MaxNLocator(6, steps=NICE_STEPS))
         ax.set_ylim(0, _round_top(max(base + [y_max or 0.0]), ax.yaxis))
+        ax.yaxis.set_major_formatter(integer_label)
         ax.yaxis.grid(True)
         ax.set_ylabel(clean(unit_label))
         if labelled:
@@ -106,12 +107,14 @@ def columns(key: str, values: list[float], labels: list[str], colour: str, unit_
     """
     from matplotlib.ticker import LogLocator, MaxNLocator, NullLocator
 
+    labels = [*labels, *[""] * len(values)][: len(values)]  # a summary's lists may disagree in length
+    titles = [*(titles or []), *[None] * len(values)][: len(values)]
     with Chart(key, width, height, (56, 8, 10, 52)) as c:
         ax = c.ax
         shown = [i for i, v in enumerate(values) if v > 0]
         bars = ax.bar(shown, [values[i] for i in shown], width=0.7,
                       color=[(colours[i] if colours else colour) for i in shown])
-        c.tips(bars, [titles[i] if titles else f"{labels[i]}: {values[i]:g}" for i in shown])
+        c.tips(bars, [titles[i] or f"{labels[i]}: {values[i]:g}" for i in shown])
         ax.set_xlim(-0.5, max(len(values), 1) - 0.5)
         peak = max(values, default=0.0)
         if log and peak >= 1:
@@ -123,6 +126,7 @@ def columns(key: str, values: list[float], labels: list[str], colour: str, unit_
         else:
             ax.yaxis.set_major_locator(MaxNLocator(5, steps=NICE_STEPS))
             ax.set_ylim(0, _round_top(peak, ax.yaxis))
+            ax.yaxis.set_major_formatter(integer_label)
         ax.yaxis.grid(True)
         ax.set_ylabel(clean(unit_label))
         ax.set_xticks(range(len(values)), [clean(s) for s in labels], rotation=35, ha="right",
@@ -181,8 +185,7 @@ def hbars(key: str, rows: list[dict], label: str, x_label: str | None, width: in
         if x_label:
             ax.xaxis.set_major_locator(MaxNLocator(8, steps=NICE_STEPS))
             ax.set_xlim(0, _round_top(peak, ax.xaxis))
-            if percent:
-                ax.xaxis.set_major_formatter(PercentFormatter(1.0, decimals=0))
+            ax.xaxis.set_major_formatter(PercentFormatter(1.0, decimals=0) if percent else integer_label)
             ax.xaxis.grid(True)
             ax.set_xlabel(clean(x_label))
         else:

@@ -164,3 +164,59 @@ def test_a_label_that_looks_like_markup_matplotlib_writes_is_left_as_it_is():
     texts = [t.text for t in _parse(svg).iter("{http://www.w3.org/2000/svg}text")]
     titles = [t.text for t in _parse(svg).iter("{http://www.w3.org/2000/svg}title")]
     assert label in texts and titles == [label]
+
+
+def test_large_values_read_in_plain_numbers_without_an_offset():
+    svg = plots.columns("big", [2.5e6, 1e6], ["a", "b"], "#999999", "tokens/s", "big")
+    labels = [t.text for t in _parse(svg).iter("{http://www.w3.org/2000/svg}text")]
+    assert "2,500,000" in labels and "1e6" not in " ".join(labels)
+
+
+def test_labels_and_values_of_different_lengths_still_draw():
+    svg = plots.columns("short", [1.0, 2.0], ["a", "b", "c"], "#999999", "n", "short", titles=["a: 1"])
+    assert svg.startswith("<svg") and svg.count('<g class="tip">') == 2
+
+
+def test_a_backslash_in_a_label_is_text_not_a_pattern_escape():
+    svg = plots.columns("slash", [1.0], [r"tok\s \1"], "#999999", r"tok\s", r"value (tok\s \1)")
+    assert _parse(svg).get("aria-label") == r"value (tok\s \1)"
+
+
+def test_markers_split_by_clipping_get_no_tooltip_rather_than_a_wrong_one():
+    def titled(ys):
+        with Chart("clip", 300, 200, (30, 10, 10, 30)) as c:
+            c.ax.set_ylim(0, 10)
+            c.tips(c.ax.plot([0, 1, 2], ys, ls="none", marker="o")[0], ["A", "B", "C"])
+            return re.findall(r'<g class="tip"><title>([^<]*)</title><use ', c.svg("clip"))
+
+    assert titled([5, 2, 8]) == ["A", "B", "C"]
+    assert titled([5, -1e5, 8]) == []  # matplotlib drew B as two clipped marks: no title beats a wrong one
+
+
+def test_the_users_matplotlibrc_does_not_change_a_chart(tmp_path):
+    (tmp_path / "matplotlibrc").write_text("text.usetex: True\naxes.formatter.use_mathtext: True\n"
+                                           "savefig.bbox: tight\naxes.grid: True\nfont.size: 30\n")
+    code = ("import sys; sys.path.insert(0, 'tests'); from test_charts import _stacked, _columns, _hbars; "
+            "sys.stdout.write(_stacked() + _columns(log=True) + _hbars())")
+    runs = [subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**__import__("os").environ, **env}).stdout
+            for env in ({}, {"MATPLOTLIBRC": str(tmp_path)})]
+    assert runs[0] == runs[1] and "mathdefault" not in runs[1]
+
+
+def test_a_negative_trial_value_sits_on_the_axis_and_every_marker_keeps_its_own_tooltip():
+    from tunereportkit import realistic
+
+    from reports import render_tuning
+
+    record = realistic()
+    record["trials"][2]["value"] = -1e6
+    html = render_tuning(record)
+    tips = re.findall(r'<g class="mk mk-complete"><title>(trial \d+)[^<]*</title><use [^>]*\bx="([^"]*)"', html)
+    numbers = [int(t.split()[1]) for t, _ in tips]
+    xs = [float(x) for _, x in tips]
+    assert len(numbers) == 4
+    # each tooltip sits on its own trial's marker: x is linear in the trial number
+    per_trial = (xs[1] - xs[0]) / (numbers[1] - numbers[0])
+    for n, x in zip(numbers, xs):
+        assert abs(xs[0] + (n - numbers[0]) * per_trial - x) < 1.0, (n, x)

@@ -26,7 +26,7 @@ from reports.sections.tuning_record import (
     unit,
     word,
 )
-from reports.charts import NICE_STEPS, Chart, or_note
+from reports.charts import NICE_STEPS, Chart, integer_label, or_note
 
 LEFT, RIGHT, TOP, BOTTOM = 64, 96, 12, 44
 WIDTH, HEIGHT = 900, 320
@@ -136,6 +136,7 @@ def _draw(drawn: list[Point], steps: list[tuple[float, float]], base_value: floa
         ax.set_ylim(0, next((t for t in ax.yaxis.get_major_locator().tick_values(0, top or 1.0) if t >= top and t > 0),
                             top or 1.0))
         ax.yaxis.grid(True)
+        ax.yaxis.set_major_formatter(integer_label)
         ax.set_xlabel("trial number")
         ax.set_ylabel(clean(f"trial value ({u})"))
         right = ("axes fraction", "data")
@@ -160,12 +161,12 @@ def _draw(drawn: list[Point], steps: list[tuple[float, float]], base_value: floa
                             textcoords="offset points", va="center", fontsize=10, annotation_clip=False)
         for p in drawn:
             if recommended is not None and same_trial(p.number, recommended):
-                c.tip(ax.plot([p.number], [p.value], "o", ms=18, mfc="none", mec=DARK, mew=1.5, clip_on=False)[0],
+                c.tip(ax.plot([p.number], [max(p.value, 0.0)], "o", ms=18, mfc="none", mec=DARK, mew=1.5, clip_on=False)[0],
                       f"trial {tick(p.number)}: recommended")
         for kind, (mk, size, face, edge, ew) in MARKERS.items():
             mine = [p for p in drawn if p.outcome == kind]
             if mine:
-                line = ax.plot([p.number for p in mine], [p.value for p in mine], ls="none", marker=mk, ms=size,
+                line = ax.plot([p.number for p in mine], [max(p.value, 0.0) for p in mine], ls="none", marker=mk, ms=size,
                                mfc=face, mec=edge, mew=ew, clip_on=False)[0]
                 c.tips(line, [p.tip for p in mine], cls=f"mk mk-{kind}")
         return c.svg(f"trial value ({u}) by trial number")
