@@ -18,7 +18,7 @@ from reports.html import esc, figure, legend, ms, num, page, pct, section, table
 from reports.palette import CLASS_ORDER, part_us, parts
 from reports.sections import steps as steps_section
 from reports.sections import verdict as verdict_section
-from reports.svg import open_svg, rect, text
+from reports.plots import hbars
 
 
 def _median(summary: dict) -> float | None:
@@ -120,21 +120,12 @@ def _composition(a: dict, b: dict) -> str:
     if not groups:
         return ""
     vals = {k: [(_mean_part(s, cols) or 0.0) / 1000 for _, _, _, cols in groups] for k, s in (("A", a), ("B", b))}
-    peak = max(sum(v) for v in vals.values()) or 1.0
-    left, width, h = 30, 860, 22
-    out = [open_svg(left + width + 80, 2 * (h + 8) + 26, "mean step time of A and B by part")]
-    for k, key in enumerate(("A", "B")):
-        y, x = 6 + k * (h + 8), float(left)
-        out.append(text(left - 8, y + h - 6, key, "end"))
-        for v, (_, label, colour, _) in zip(vals[key], groups):
-            w = v / peak * width
-            if w > 0:
-                out.append(rect(x, y, w, h, colour, f"{key}: {label} {v:.2f} ms"))
-            x += w
-        out.append(text(x + 4, y + h - 6, f"{sum(vals[key]):.2f} ms", "start", "lbl"))
-    out.append(text(left + width / 2, 2 * (h + 8) + 20, "mean time per step (ms), same scale for both runs", "middle"))
-    out.append("</svg>")
-    return figure("".join(out), "Mean step time of each run (counted steps, all ranks) split into the step "
+    rows = [{"label": key, "segments": [(v, colour, f"{key}: {label} {v:.2f} ms", "")
+                                        for v, (_, label, colour, _) in zip(vals[key], groups)],
+             "end": f"{sum(vals[key]):.2f} ms"} for key in ("A", "B")]
+    svg = hbars("composition", rows, "mean step time of A and B by part",
+                "mean time per step (ms), same scale for both runs", left=30, bar_h=22, gap=8)
+    return figure(svg, "Mean step time of each run (counted steps, all ranks) split into the step "
                   "partition (ms).") + legend([(label, colour) for _, label, colour, _ in groups])
 
 
@@ -145,7 +136,8 @@ def _side(summary: dict, key: str, label: str, y_max: float) -> str:
             f"<small>step time {ms(_step(summary))}; "
             + ", ".join(f"{esc(c)} {pct(f.get(c), 0)}" for c in CLASS_ORDER) + "</small></p>")
     steps, _ = steps_section.shown_steps(model.steps_of(summary))
-    chart = steps_section.chart(summary, steps, "gpu" if summary.get("mode") == "gpu" else "cpu", y_max) if steps else ""
+    chart = steps_section.chart(summary, steps, "gpu" if summary.get("mode") == "gpu" else "cpu", y_max,
+                                key=f"steps-{key}") if steps else ""
     wif = model.what_if(summary)
     mode = "gpu" if summary.get("mode") == "gpu" else "cpu"
     lis = "".join(f"<li>{esc(verdict_section.what_if_sentence(c, wif[c], mode))}</li>" for c in wif)

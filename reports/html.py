@@ -19,14 +19,20 @@ CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'n
 
 # C0 control characters other than tab, newline and carriage return are not allowed in HTML text.
 # Controls, and the bidi embeddings, overrides and isolates that can make a name read otherwise.
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u202a-\u202e\u2066-\u2069]")
+# Lone surrogates (from a JSON "\ud800") and the noncharacters U+FFFE/U+FFFF cannot be encoded or are not XML.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\u202a-\u202e\u2066-\u2069\ud800-\udfff\ufffe\uffff]")
+
+
+def clean(value) -> str:
+    """``value`` as text with control characters (a NUL in a kernel name) and bidi controls
+    replaced by U+FFFD, not escaped: for text handed to a library that escapes it (matplotlib)."""
+    return _CONTROL.sub("\ufffd", "" if value is None else str(value))
 
 
 def esc(value) -> str:
     """``value`` as HTML text, safe in element content and in quoted attribute values; control
-    characters (a NUL in a kernel name) become U+FFFD."""
-    text = "" if value is None else str(value)
-    return html.escape(_CONTROL.sub("\ufffd", text), quote=True)
+    characters become U+FFFD (:func:`clean`)."""
+    return html.escape(clean(value), quote=True)
 
 
 def num(value) -> float | None:

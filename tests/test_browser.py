@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -168,6 +169,23 @@ def test_report_shows_memory(loaded):
         assert "resident" in text and "headroom" in text and "GiB" in text
     else:  # traces recorded without perfscope: the section says what would measure it
         assert "Not measured" in text
+
+
+def test_report_charts_reach_the_browser_with_their_tooltips(loaded):
+    """matplotlib's charts, as the browser parsed them: every per-step bar segment keeps its
+    tooltip, and on GPU runs both idle-gap histograms do too."""
+    name, summary, page, _ = loaded
+
+    def part(anchor: str) -> str:
+        return page.dom.split(f'<section id="{anchor}">')[1].split("</section>")[0]
+
+    steps = part("steps")
+    assert steps.count("<svg") == 1 and "</svg>" in steps
+    tips = re.findall(r'<g class="tip"><title>(rank [^<]* step [^<]*)</title><path ', steps)
+    assert len(tips) >= min(len(summary["steps"]), 300), f"{name}: {len(tips)} bar tooltips"
+    if summary["mode"] == "gpu" and "No idle-gap" not in part("gaps"):
+        gaps = part("gaps")
+        assert gaps.count("<svg") == 2 and len(re.findall(r'<g class="tip"><title>', gaps)) >= 2, name
 
 
 def test_report_screenshot_is_not_blank(loaded):

@@ -63,7 +63,15 @@ def assert_self_contained(html: str):
     # no reference to anything outside the page (the SVG namespace is a name, not a request)
     for ref in re.findall(r'(?:src|href)="([^"]*)"', html):
         assert ref.startswith(("#", "data:")), ref
-    assert "url(http" not in html and "@import" not in html
+    # ids are unique in the page (several charts, each with its clip paths and markers), and the only
+    # url() is a reference to one of them
+    ids = re.findall(r'\bid="([^"]+)"', html)
+    assert len(ids) == len(set(ids)), sorted(i for i in set(ids) if ids.count(i) > 1)
+    for ref in re.findall(r"url\(([^)]*)\)", html):
+        assert ref.startswith("#") and ref[1:] in ids, ref
+    for ref in re.findall(r'href="#([^"]*)"', html):
+        assert ref in ids, ref
+    assert "@import" not in html
 
 
 # ---------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from tunereportkit import (
 )
 
 from reports import render_tuning
+from reports.sections import tuning_history
 
 # ---------------------------------------------------------------------------------------------
 # The realistic record
@@ -92,9 +93,12 @@ def test_every_trial_in_table_and_drawn_markers():
     tips = re.findall(r'<g class="mk mk-infeasible"><title>([^<]*)</title>', sec)
     assert [t.split(":")[0] for t in tips] == [f"trial {n} (search)" for n in (5, 6, 7, 10)]
     assert "oom: CUDA out of memory" in tips[0] and "timeout: no step boundary" in tips[1]
-    # infeasible markers sit on the x axis (y = 0), all at the same height
-    ys = re.findall(r'<g class="mk mk-infeasible"><title>[^<]*</title><rect x="[^"]*" y="([^"]*)"', sec)
-    assert len(set(ys)) == 1
+    # infeasible markers sit on the x axis (y = 0: the plot's bottom edge), the others above it
+    axis_y = tuning_history.HEIGHT - tuning_history.BOTTOM
+    at = {kind: [float(y) for y in re.findall(rf'<g class="mk mk-{kind}"><title>[^<]*</title><use [^>]*\by="([^"]*)"', sec)]
+          for kind in ("infeasible", "complete", "pruned")}
+    assert at["infeasible"] == [axis_y] * 4
+    assert at["complete"] and all(y < axis_y for y in at["complete"] + at["pruned"])
     assert "pruned at 870 samples/s" in sec  # the pruned trial sits at its last running median
     assert 'class="ref"' in sec and 'class="bestline"' in sec  # baseline line, best so far
     assert '<tr class="hl"><td class="">8</td>' in sec  # the recommended trial is highlighted

@@ -164,7 +164,13 @@ def assert_self_contained(html: str):
         if not ref.startswith(("#", "data:")):
             assert not re.match(r"^(?:[a-z][a-z0-9+.\-]*:|/|\\)", ref, re.IGNORECASE), ref
         assert "http:" not in ref.lower() and "https:" not in ref.lower() and "//" not in ref, ref
-    assert "url(" not in html and "@import" not in html
+    # the only url() allowed is a reference to an element of the page itself (a chart's clip path)
+    all_ids = re.findall(r'\bid="([^"]+)"', html)
+    assert len(all_ids) == len(set(all_ids)), sorted(i for i in set(all_ids) if all_ids.count(i) > 1)
+    ids = set(all_ids)
+    for ref in re.findall(r"url\(([^)]*)\)", html):
+        assert ref.startswith("#") and ref[1:] in ids, ref
+    assert "@import" not in html
 
 
 def check(html: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from reports import model
 from reports.html import esc, figure, note, num, section
 from reports.palette import GREY, SKY
-from reports.svg import columns
+from reports.plots import columns
 
 
 LOG_SPAN = 100  # the count axis turns logarithmic when the fullest bin holds this many times the emptiest
@@ -43,9 +43,9 @@ def render(summary: dict) -> str:
         return section("gaps", title, note("The GPU was never idle inside the counted steps."))
     nonzero = [c for c in counts if c > 0]
     log = max(nonzero) >= LOG_SPAN * min(nonzero)  # counts spanning decades: a linear axis hides the rare long gaps
-    left = columns(counts, labels, GREY, "number of gaps" + (" (log scale)" if log else ""), "idle gaps by length: count",
-                   [f"{lab}: {int(c):,} gaps" for lab, c in zip(labels, counts)], log=log)
-    right = columns(totals, labels, SKY, "idle time (ms)", "idle gaps by length: total time",
+    left = columns("gaps-count", counts, labels, GREY, "number of gaps" + (" (log scale)" if log else ""), "idle gaps by length: count",
+                   [f"{lab}: {int(c):,} gap" + ("" if c == 1 else "s") for lab, c in zip(labels, counts)], log=log)
+    right = columns("gaps-time", totals, labels, SKY, "idle time (ms)", "idle gaps by length: total time",
                     [f"{lab}: {t:.3f} ms idle" for lab, t in zip(labels, totals)])
     cap = ("GPU idle gaps inside the counted step windows (all ranks), by length. Left: how many; right: the idle "
            "time they add up to (ms). Many gaps under 10 µs are launch latency between back-to-back kernels; "

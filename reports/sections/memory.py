@@ -6,7 +6,7 @@ from __future__ import annotations
 from reports import model
 from reports.html import esc, figure, note, num, pct, section, table
 from reports.palette import BLUE, SKY
-from reports.svg import columns
+from reports.plots import columns
 
 MAX_BARS = 60  # per-step bars drawn; the table and summary.json hold the rest
 
@@ -28,7 +28,7 @@ def _chart(summary: dict, kind: str) -> str:
               + (f" reserved, {gib(s.get('device_peak_allocated_bytes'))} allocated" if kind == "device" else "")
               for s in steps]
     what = "reserved by the CUDA caching allocator" if kind == "device" else "resident (the process's RSS)"
-    svg = columns(values, labels, BLUE if kind == "device" else SKY, "GiB", f"peak memory per step, {what}",
+    svg = columns("memory", values, labels, BLUE if kind == "device" else SKY, "GiB", f"peak memory per step, {what}",
                   titles=titles, width=900)
     return figure(svg, f"Peak memory {what} in each counted step (GiB), from the allocator's or the kernel's own "
                   "peak counters reset at every step boundary.")

@@ -5,25 +5,19 @@ from __future__ import annotations
 from reports import model
 from reports.html import esc, figure, legend, ms, note, num, section, table
 from reports.palette import GREEN, GREY, VERMILLION
-from reports.svg import open_svg, rect, text
+from reports.plots import hbars
 
 
 def _chart(rows: list[dict], slowest) -> str:
-    peak = max((num(r.get("median_step_time_us")) or 0.0 for r in rows), default=0.0) or 1.0
-    left, width, bar_h, gap = 70, 760, 14, 6
-    height = 10 + len(rows) * (bar_h + gap) + 24
-    out = [open_svg(left + width + 90, height, "median step and compute time per rank")]
-    for k, r in enumerate(rows):
-        y = 10 + k * (bar_h + gap)
+    drawn = []
+    for r in rows:
         step, comp = num(r.get("median_step_time_us")) or 0.0, num(r.get("median_compute_us")) or 0.0
-        slow = r.get("rank") == slowest
-        out.append(text(left - 6, y + bar_h - 3, f"rank {r.get('rank')}", "end"))
-        out.append(rect(left, y, step / peak * width, bar_h, VERMILLION if slow else GREY, f"rank {r.get('rank')}: median step {ms(step)}"))
-        out.append(rect(left, y + 3, comp / peak * width, bar_h - 6, GREEN, f"rank {r.get('rank')}: median compute {ms(comp)}"))
-        out.append(text(left + step / peak * width + 4, y + bar_h - 3, ms(step), "start", "lbl"))
-    out.append(text(left + width / 2, height - 6, f"median time per step (ms; full bar = {ms(peak)})", "middle"))
-    out.append("</svg>")
-    return "".join(out)
+        colour = VERMILLION if r.get("rank") == slowest else GREY
+        drawn.append({"label": f"rank {r.get('rank')}", "end": ms(step),
+                      "segments": [(step / 1000, colour, f"rank {r.get('rank')}: median step {ms(step)}", "")],
+                      "inner": [(comp / 1000, GREEN, f"rank {r.get('rank')}: median compute {ms(comp)}")]})
+    return hbars("ranks", drawn, "median step and compute time per rank", "median time per step (ms)",
+                 left=70, right=90, bar_h=14, gap=6)
 
 
 def _straggler_lead(st: dict) -> str:

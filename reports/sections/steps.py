@@ -5,7 +5,7 @@ from __future__ import annotations
 from reports import model
 from reports.html import esc, figure, legend, ms, pct, section, table
 from reports.palette import part_us, parts
-from reports.svg import stacked_columns
+from reports.plots import stacked_columns
 
 SHORT = {"io-bound": "io", "comm-bound": "comm", "launch-bound": "launch", "compute-bound": "compute"}
 # Under the bar of a step the verdict leaves out: why, in a word.
@@ -36,7 +36,9 @@ CPU_COLUMNS = (
 )
 
 
-def chart(summary: dict, steps: list[dict], mode: str, y_max: float | None = None) -> str:
+def chart(summary: dict, steps: list[dict], mode: str, y_max: float | None = None, key: str = "steps") -> str:
+    """The stacked columns of ``steps`` with their caption and legend; ``key``: the chart's id prefix
+    (unique in the page: the diff draws two)."""
     groups_def = parts(mode)
     bars, groups = [], []
     multi_rank = len({s.get("rank") for s in steps}) > 1
@@ -52,7 +54,7 @@ def chart(summary: dict, steps: list[dict], mode: str, y_max: float | None = Non
                 groups[-1] = (groups[-1][0], i, groups[-1][2])
             else:
                 groups.append((i, i, f"rank {s.get('rank')}"))
-    svg = stacked_columns(bars, [(label, colour) for _, label, colour, _ in groups_def], "step time (ms)",
+    svg = stacked_columns(key, bars, [(label, colour) for _, label, colour, _ in groups_def], "step time (ms)",
                           "per-step breakdown of step time", groups=groups if multi_rank else None, y_max=y_max)
     caption = (
         "Step time (ms) of each step" + (" and rank" if multi_rank else "") + ", split into the parts of the "

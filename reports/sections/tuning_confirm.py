@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from itertools import zip_longest
 
-from reports.html import esc, figure, note, num, section, table
+from reports.html import clean, esc, figure, note, num, section, table
 from reports.palette import DARK, GREEN, GREY, VERMILLION
 from reports.sections.tuning_record import (
     amount,
@@ -21,7 +21,7 @@ from reports.sections.tuning_record import (
     unit,
     word,
 )
-from reports.svg import open_svg, text
+from reports.charts import Chart, cached, or_note
 
 NICE_RATIOS = (0.1, 0.2, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.2, 1.3, 1.5, 2.0, 3.0, 4.0, 5.0, 7.0,
                10.0, 20.0, 50.0, 100.0)
@@ -42,55 +42,59 @@ def _ticks(lo: float, hi: float, x_of) -> list[float]:
     return sorted(kept)
 
 
-def chart(record: dict, cands: list[dict]) -> str:
-    threshold = 1 + min_gain(record)
+@cached
+@or_note
+def chart(threshold: float, cands: list[dict]) -> str:
+    """Each candidate's speed-up with its interval and rounds, against 1.0x and ``threshold`` (the
+    bar to clear, 1 + min_gain); from these two only, so that the drawing is cached across
+    checkpoints of the record (:func:`reports.charts.cached`)."""
+    from matplotlib.collections import LineCollection
+    from matplotlib.ticker import FixedLocator, NullLocator
+
     values = [1.0, threshold]
     for c in cands:
         values += [v for v in (num(c.get(k)) for k in ("speedup", "ci_low", "ci_high")) if v is not None and v > 0]
         values += round_ratios(c)
     lo, hi = min(values) / 1.08, max(values) * 1.08
     left, width, row_h = 150, 700, 36
-    height = 14 + len(cands) * row_h + 40
 
     def x_of(r: float) -> float:
-        return left + (math.log(r) - math.log(lo)) / (math.log(hi) - math.log(lo)) * width
+        return (math.log(r) - math.log(lo)) / (math.log(hi) - math.log(lo)) * width
 
-    bottom = 14 + len(cands) * row_h
-    out = [open_svg(left + width + 30, height, "speed-up of each candidate with its interval")]
-    for t in _ticks(lo, hi, x_of):
-        x = x_of(t)
-        out.append(f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="8" y2="{bottom:.1f}"/>')
-        out.append(text(x, bottom + 14, f"{t:g}x", "middle"))
-    out.append(f'<line class="axis" x1="{left}" x2="{left + width}" y1="{bottom:.1f}" y2="{bottom:.1f}"/>')
-    x1 = x_of(1.0)
-    out.append(f'<line class="axis" x1="{x1:.1f}" x2="{x1:.1f}" y1="4" y2="{bottom:.1f}"><title>1.0x: no change</title></line>')
-    if threshold > 1.0:
-        xt = x_of(threshold)
-        out.append(f'<line class="ref" stroke="{VERMILLION}" x1="{xt:.1f}" x2="{xt:.1f}" y1="4" y2="{bottom:.1f}">'
-                   f"<title>{esc(f'{threshold:.3g}x: 1 + min_gain, the bar to clear')}</title></line>")
-    for k, c in enumerate(cands):
-        y = 14 + k * row_h + row_h / 2
-        out.append(text(left - 8, y + 4, f"trial {word(c.get('trial'))}", "end"))
-        colour = GREEN if c.get("faster") is True else GREY
-        for r in round_ratios(c):
-            out.append(f'<circle cx="{x_of(r):.1f}" cy="{y - 11:.1f}" r="2.5" fill="{DARK}" fill-opacity="0.55">'
-                       f"<title>{esc(f'one round: {r:.3f}x')}</title></circle>")
-        a, b, s = (num(c.get(key)) for key in ("ci_low", "ci_high", "speedup"))
-        interval = f", interval {a:.2f}x–{b:.2f}x" if a and b and a > 0 and b > 0 else ""
-        tip = f"trial {word(c.get('trial'))}: {ratio(s)}{interval}"
-        if interval:
-            xa, xb = x_of(a), x_of(b)
-            out.append(f'<g class="ci"><title>{esc(tip)}</title>'
-                       f'<line x1="{xa:.1f}" x2="{xb:.1f}" y1="{y:.1f}" y2="{y:.1f}" stroke="{colour}" stroke-width="4"/>'
-                       f'<line x1="{xa:.1f}" x2="{xa:.1f}" y1="{y - 6:.1f}" y2="{y + 6:.1f}" stroke="{colour}" stroke-width="2"/>'
-                       f'<line x1="{xb:.1f}" x2="{xb:.1f}" y1="{y - 6:.1f}" y2="{y + 6:.1f}" stroke="{colour}" stroke-width="2"/></g>')
-        if s is not None and s > 0:
-            xs = x_of(s)
-            out.append(f'<path d="M{xs:.1f},{y - 6:.1f} L{xs + 6:.1f},{y:.1f} L{xs:.1f},{y + 6:.1f} L{xs - 6:.1f},{y:.1f} Z" '
-                       f'fill="{colour}" stroke="#fff"><title>{esc(tip)}</title></path>')
-    out.append(text(left + width / 2, height - 6, "speed-up (candidate / baseline; logarithmic axis)", "middle"))
-    out.append("</svg>")
-    return "".join(out)
+    with Chart("confirmation", left + width + 30, len(cands) * row_h + 50, (left, 30, 8, 42)) as ch:
+        ax = ch.ax
+        ax.set_xscale("log")
+        ax.set_xlim(lo, hi)
+        ax.set_ylim(len(cands) - 0.5, -0.5)
+        ticks = _ticks(lo, hi, x_of)
+        ax.xaxis.set_major_locator(FixedLocator(ticks))
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_major_formatter(lambda t, _pos: f"{t:g}x")
+        ax.xaxis.grid(True)
+        ax.set_xlabel("speed-up (candidate / baseline; logarithmic axis)")
+        ax.set_yticks(range(len(cands)), [clean(f"trial {word(c.get('trial'))}") for c in cands])
+        ax.tick_params(axis="y", length=0)
+        ax.spines["left"].set_visible(False)
+        ch.tip(ax.axvline(1.0, color="#444444", lw=1), "1.0x: no change")
+        if threshold > 1.0:
+            ch.tip(ax.axvline(threshold, color=VERMILLION, lw=1.5, ls=(0, (6, 4))),
+                   f"{threshold:.3g}x: 1 + min_gain, the bar to clear")
+        for k, c in enumerate(cands):
+            colour = GREEN if c.get("faster") is True else GREY
+            rr = round_ratios(c)
+            if rr:
+                dots = ax.plot(rr, [k - 0.3] * len(rr), ls="none", marker="o", ms=5, color=DARK, alpha=0.55, mew=0)[0]
+                ch.tips(dots, [f"one round: {r:.3f}x" for r in rr])
+            a, b, s = (num(c.get(key)) for key in ("ci_low", "ci_high", "speedup"))
+            interval = f", interval {a:.2f}x–{b:.2f}x" if a and b and a > 0 and b > 0 else ""
+            tip = f"trial {word(c.get('trial'))}: {ratio(s)}{interval}"
+            if interval:
+                bar = LineCollection([[(a, k), (b, k)], [(a, k - 0.17), (a, k + 0.17)], [(b, k - 0.17), (b, k + 0.17)]],
+                                     colors=colour, linewidths=[4, 2, 2])
+                ch.tip(ax.add_collection(bar), tip, cls="ci")
+            if s is not None and s > 0:
+                ch.tip(ax.plot([s], [k], ls="none", marker="D", ms=9, mfc=colour, mec="#ffffff")[0], tip)
+        return ch.svg("speed-up of each candidate with its interval")
 
 
 def _summary_table(record: dict, cands: list[dict]) -> str:
@@ -139,7 +143,7 @@ def render(record: dict) -> str:
             + "interleaved with the baseline (B C1 C2 B C1 C2 ...), the speed-up with a "
             + f"{confidence(record):.0%} interval (Student's t on the paired log ratios). A candidate is faster only "
             + f"when the whole interval lies above {threshold:.2f}x (1 + min_gain).</p>")
-    fig = figure(chart(record, cands), (
+    fig = figure(chart(threshold, cands), (
         "Per candidate: the speed-up (diamond), its interval (bar; green when it clears the bar) and each "
         "round's ratio (dots). Black line: 1.0x, no change; red dashed line: 1 + min_gain."))
     per_round = "<h3>Rounds</h3>" + "".join(_rounds_table(record, c) for c in cands)

@@ -9,10 +9,9 @@ at 0, whatever value the study stored for them.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
-from reports.html import esc, num, truncate
+from reports.html import clean, esc, num, truncate
 from reports.palette import BLUE, DARK, GREEN, ORANGE, VERMILLION
 from reports.sections.tuning_record import (
     INFEASIBLE,
@@ -27,7 +26,7 @@ from reports.sections.tuning_record import (
     unit,
     word,
 )
-from reports.svg import nice_ticks, open_svg, text, y_axis
+from reports.charts import NICE_STEPS, Chart, cached, integer_label, or_note
 
 LEFT, RIGHT, TOP, BOTTOM = 64, 96, 12, 44
 WIDTH, HEIGHT = 900, 320
@@ -89,7 +88,7 @@ def best_so_far(drawn: list[Point]) -> list[tuple[float, float]]:
 
 
 def shape(kind: str, x: float, y: float) -> str:
-    """A marker's shape centred at ``x``, ``y``."""
+    """A legend key's shape centred at ``x``, ``y`` (the chart's markers are matplotlib's, MARKERS)."""
     if kind == "complete":
         out = f'<circle cx="{x:.1f}" cy="{y:.1f}" r="4.5" fill="{BLUE}" stroke="#fff" stroke-width="1"/>'
     elif kind == "pruned":
@@ -103,11 +102,6 @@ def shape(kind: str, x: float, y: float) -> str:
     return out
 
 
-def marker(kind: str, x: float, y: float, tip: str) -> str:
-    """One marker: its shape inside a group titled ``tip`` (the tooltip)."""
-    return f'<g class="mk mk-{kind}"><title>{esc(tip)}</title>{shape(kind, x, y)}</g>'
-
-
 def key(kind: str) -> str:
     """A legend entry with the marker's own shape."""
     return (f'<span><svg class="key" viewBox="0 0 14 14" width="14" height="14" aria-hidden="true">'
@@ -119,13 +113,64 @@ def line_key(cls: str, colour: str, label: str) -> str:
             f'<line class="{cls}" x1="1" x2="21" y1="7" y2="7" stroke="{colour}"/></svg>{esc(label)}</span>')
 
 
-def _x_ticks(lo: float, hi: float) -> list[int]:
-    lo_i, hi_i = math.floor(lo), math.ceil(hi)
-    span = hi_i - lo_i
-    if span <= MAX_X_LABELS:
-        return list(range(lo_i, hi_i + 1))
-    step = max(1, int(nice_ticks(span, 10)[1]))
-    return [v for v in range(lo_i - lo_i % step, hi_i + 1, step) if v >= lo_i]
+# outcome -> matplotlib marker: (marker, size in units, face, edge, edge width); key() draws the same shapes
+MARKERS = {
+    "complete": ("o", 9.0, BLUE, "#ffffff", 1.0),
+    "pruned": ("^", 10.0, "#ffffff", ORANGE, 2.0),
+    INFEASIBLE: ("x", 8.0, VERMILLION, VERMILLION, 2.5),
+}
+
+
+@cached
+@or_note
+def _draw(drawn: list[Point], steps: list[tuple[float, float]], base_value: float | None, u: str, x_lo: float,
+          x_hi: float, recommended) -> str:
+    """The chart's SVG: markers per outcome, the baseline and the best-so-far line."""
+    from matplotlib.ticker import MaxNLocator
+
+    with Chart("history", WIDTH, HEIGHT, (LEFT, RIGHT, TOP, BOTTOM)) as c:
+        ax = c.ax
+        ax.set_xlim(x_lo - 0.5, x_hi + 0.5)
+        ax.xaxis.set_major_locator(MaxNLocator(MAX_X_LABELS, integer=True, steps=NICE_STEPS))
+        ax.yaxis.set_major_locator(MaxNLocator(6, steps=NICE_STEPS))
+        top = 1.05 * max([p.value for p in drawn] + [base_value or 0.0])  # headroom for the markers
+        ax.set_ylim(0, next((t for t in ax.yaxis.get_major_locator().tick_values(0, top or 1.0) if t >= top and t > 0),
+                            top or 1.0))
+        ax.yaxis.grid(True)
+        ax.yaxis.set_major_formatter(integer_label)
+        ax.set_xlabel("trial number")
+        ax.set_ylabel(clean(f"trial value ({u})"))
+        right = ("axes fraction", "data")
+        if base_value is not None:
+            c.tip(ax.axhline(base_value, color=DARK, lw=1.5, ls=(0, (6, 4))), f"baseline: {amount(base_value)} {u}")
+            ax.annotate(clean(f"baseline {amount(base_value)}"), (1, base_value), xycoords=right, xytext=(4, 0),
+                        textcoords="offset points", va="center", fontsize=10, annotation_clip=False)
+        if steps:
+            xs = [n for n, _ in steps] + [x_hi + 0.5]
+            ys = [v for _, v in steps] + [steps[-1][1]]
+            ax.step(xs, ys, where="post", color=GREEN, lw=2)
+            best = steps[-1][1]
+            span = ax.get_ylim()[1] or 1.0
+            if base_value is None or abs(best - base_value) / span * (HEIGHT - TOP - BOTTOM) > 12:
+                nudge = 0
+            elif best != base_value:  # close to the baseline's label: put it below or above that one
+                nudge = -12 if best < base_value else 12
+            else:
+                nudge = None
+            if nudge is not None:
+                ax.annotate(clean(f"best {amount(best)}"), (1, best), xycoords=right, xytext=(4, nudge),
+                            textcoords="offset points", va="center", fontsize=10, annotation_clip=False)
+        for p in drawn:
+            if recommended is not None and same_trial(p.number, recommended):
+                c.tip(ax.plot([p.number], [max(p.value, 0.0)], "o", ms=18, mfc="none", mec=DARK, mew=1.5, clip_on=False)[0],
+                      f"trial {tick(p.number)}: recommended")
+        for kind, (mk, size, face, edge, ew) in MARKERS.items():
+            mine = [p for p in drawn if p.outcome == kind]
+            if mine:
+                line = ax.plot([p.number for p in mine], [max(p.value, 0.0) for p in mine], ls="none", marker=mk, ms=size,
+                               mfc=face, mec=edge, mew=ew, clip_on=False)[0]
+                c.tips(line, [p.tip for p in mine], cls=f"mk mk-{kind}")
+        return c.svg(f"trial value ({u}) by trial number")
 
 
 def chart(record: dict, recommended=None) -> tuple[str, str]:
@@ -135,53 +180,10 @@ def chart(record: dict, recommended=None) -> tuple[str, str]:
         return "", ""
     u = unit(record)
     base_value = num(obj(record.get("baseline")).get("value"))
-    x_lo, x_hi = min(p.number for p in drawn), max(p.number for p in drawn)
-    x_lo, x_hi = min(x_lo, 0.0), max(x_hi, x_lo + 1)
-    plot_w, plot_h = WIDTH - LEFT - RIGHT, HEIGHT - TOP - BOTTOM
-    ticks = nice_ticks(1.05 * max([p.value for p in drawn] + [base_value or 0.0]))  # headroom for the markers
-    scale = plot_h / ticks[-1] if ticks[-1] > 0 else 0.0
-
-    def x_of(n: float) -> float:
-        return LEFT + (n - x_lo + 0.5) / (x_hi - x_lo + 1) * plot_w
-
-    def y_of(v: float) -> float:
-        return TOP + plot_h - max(v, 0.0) * scale
-
-    out = [open_svg(WIDTH, HEIGHT, f"trial value ({u}) by trial number")]
-    out += y_axis(LEFT, WIDTH - RIGHT, y_of, ticks, f"trial value ({u})", TOP, TOP + plot_h)
-    for n in _x_ticks(x_lo, x_hi):
-        x = x_of(n)
-        out.append(f'<line class="axis" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP + plot_h:.1f}" y2="{TOP + plot_h + 4:.1f}"/>')
-        out.append(text(x, TOP + plot_h + 15, str(n), "middle"))
-    out.append(text(LEFT + plot_w / 2, HEIGHT - 8, "trial number", "middle"))
-    if base_value is not None:
-        y = y_of(base_value)
-        out.append(f'<line class="ref" x1="{LEFT:.1f}" x2="{WIDTH - RIGHT:.1f}" y1="{y:.1f}" y2="{y:.1f}" stroke="{DARK}">'
-                   f"<title>{esc(f'baseline: {amount(base_value)} {u}')}</title></line>")
-        out.append(text(WIDTH - RIGHT + 4, y + 4, f"baseline {amount(base_value)}", "start", "lbl"))
+    x_lo, x_hi = min(min(p.number for p in drawn), 0.0), max(p.number for p in drawn)
+    x_hi = max(x_hi, x_lo + 1)
     steps = best_so_far(drawn)
-    if steps:
-        pts, prev = [], None
-        for n, v in steps:
-            if prev is not None:
-                pts.append((x_of(n), y_of(prev)))
-            pts.append((x_of(n), y_of(v)))
-            prev = v
-        pts.append((x_of(x_hi) + plot_w / (x_hi - x_lo + 1) / 2, y_of(prev)))
-        out.append(f'<polyline class="bestline" stroke="{GREEN}" points="'
-                   + " ".join(f"{x:.1f},{y:.1f}" for x, y in pts) + '"/>')
-        yb = y_of(prev)
-        if base_value is None or abs(yb - y_of(base_value)) > 12:
-            out.append(text(WIDTH - RIGHT + 4, yb + 4, f"best {amount(prev)}", "start", "lbl"))
-        elif prev != base_value:  # close to the baseline's label: put it below or above that one
-            out.append(text(WIDTH - RIGHT + 4, yb + (16 if prev < base_value else -8), f"best {amount(prev)}", "start", "lbl"))
-    for p in drawn:
-        x, y = x_of(p.number), y_of(p.value)
-        if recommended is not None and same_trial(p.number, recommended):
-            out.append(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="9" fill="none" stroke="{DARK}" stroke-width="1.5">'
-                       f"<title>{esc(f'trial {tick(p.number)}: recommended')}</title></circle>")
-        out.append(marker(p.outcome, x, y, p.tip))
-    out.append("</svg>")
+    svg = _draw(drawn, steps, base_value, u, x_lo, x_hi, recommended)
     kinds = [k for k in ("complete", "pruned", INFEASIBLE) if any(p.outcome == k for p in drawn)]
     keys = [key(k) for k in kinds]
     if base_value is not None:
@@ -191,7 +193,7 @@ def chart(record: dict, recommended=None) -> tuple[str, str]:
     if recommended is not None and any(same_trial(p.number, recommended) for p in drawn):
         keys.append('<span><svg class="key" viewBox="0 0 22 22" width="14" height="14" aria-hidden="true">'
                     f'<circle cx="11" cy="11" r="9" fill="none" stroke="{DARK}" stroke-width="2"/></svg>recommended</span>')
-    return "".join(out), '<div class="legend">' + "".join(keys) + "</div>"
+    return svg, '<div class="legend">' + "".join(keys) + "</div>"
 
 
 def tick(n: float) -> str:

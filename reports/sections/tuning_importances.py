@@ -5,7 +5,7 @@ from __future__ import annotations
 from reports.html import figure, note, num, section, truncate
 from reports.palette import BLUE
 from reports.sections.tuning_record import obj
-from reports.svg import open_svg, rect, text
+from reports.plots import hbars
 
 
 def entries(record: dict) -> list[tuple[str, float]]:
@@ -15,20 +15,10 @@ def entries(record: dict) -> list[tuple[str, float]]:
 
 
 def chart(items: list[tuple[str, float]]) -> str:
-    left, width, bar_h, gap = 190, 620, 16, 6
-    height = 8 + len(items) * (bar_h + gap) + 22
-    peak = max((v for _, v in items), default=0.0) or 1.0
-    out = [open_svg(left + width + 70, height, "parameter importance per knob")]
-    for k, (name, v) in enumerate(items):
-        y = 8 + k * (bar_h + gap)
-        out.append(text(left - 8, y + bar_h - 4, truncate(name, 28), "end"))
-        w = v / peak * width
-        out.append(rect(left, y, w, bar_h, BLUE, f"{name}: {100 * v:.1f}% of the explained variance"))
-        out.append(text(left + w + 4, y + bar_h - 4, f"{100 * v:.1f}%", "start", "lbl"))
-    out.append(f'<line class="axis" x1="{left}" x2="{left}" y1="4" y2="{height - 20}"/>')
-    out.append(text(left + width / 2, height - 5, "share of the trial value's variance (fANOVA)", "middle"))
-    out.append("</svg>")
-    return "".join(out)
+    rows = [{"label": truncate(name, 28), "end": f"{100 * v:.1f}%",
+             "segments": [(v, BLUE, f"{name}: {100 * v:.1f}% of the explained variance", "")]} for name, v in items]
+    return hbars("importances", rows, "parameter importance per knob",
+                 "share of the trial value's variance (fANOVA)", left=190, right=70, bar_h=16, gap=6, percent=True)
 
 
 def render(record: dict) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from reports.html import esc, figure, legend, note, num, pct, section, table
 from reports.palette import CLASS_COLOURS, CLASS_ORDER
 from reports.sections.tuning_record import obj, word
-from reports.svg import open_svg, rect, text
+from reports.plots import hbars
 
 
 def _fractions(part: dict) -> dict[str, float | None]:
@@ -21,30 +21,15 @@ def _ms_per_step(share: float | None, step_us: float | None) -> str:
 
 def _bars(rows: list[tuple[str, dict]]) -> str:
     """One 100%-wide stacked bar per run: each class's share of that run's step time."""
-    left, width, h, gap = 110, 760, 26, 10
-    height = 8 + len(rows) * (h + gap) + 18
-    out = [open_svg(left + width + 20, height, "share of step time by class, before and after")]
-    for k, (label, fr) in enumerate(rows):
-        y, x = 8 + k * (h + gap), float(left)
-        out.append(text(left - 8, y + h / 2 + 4, label, "end"))
+    drawn = []
+    for label, fr in rows:
         total = sum(max(v or 0.0, 0.0) for v in fr.values())
-        if total <= 0:
-            out.append(text(left + 4, y + h / 2 + 4, "no shares recorded", "start", "lbl"))
-            continue
-        for c in CLASS_ORDER:
-            v = max(fr[c] or 0.0, 0.0)
-            if v <= 0:
-                continue
-            w = v / total * width
-            out.append(rect(x, y, w, h, CLASS_COLOURS[c], f"{label}: {c} {100 * v / total:.1f}%"))
-            caption = f"{c} {100 * v / total:.0f}%"
-            if w > 7 * len(caption):
-                out.append(text(x + w / 2, y + h / 2 + 4, caption, "middle", "lbl"))
-            x += w
-    out.append(text(left + width / 2, height - 4, "share of step time (each bar is 100% of its run's counted steps)",
-                    "middle"))
-    out.append("</svg>")
-    return "".join(out)
+        segments = [(max(fr[c] or 0.0, 0.0) / total, CLASS_COLOURS[c], f"{label}: {c} {100 * (fr[c] or 0.0) / total:.1f}%",
+                     f"{c} {100 * (fr[c] or 0.0) / total:.0f}%") for c in CLASS_ORDER] if total > 0 else []
+        drawn.append({"label": label, "segments": segments, "end": "" if total > 0 else "no shares recorded"})
+    return hbars("verdicts", drawn, "share of step time by class, before and after",
+                 "share of step time (each bar is 100% of its run's counted steps)", bar_h=26, gap=10, right=30,
+                 x_max=1.0, percent=True)
 
 
 def _link(path) -> str:

@@ -1,0 +1,198 @@
+"""The report's common chart kinds, drawn through :class:`reports.charts.Chart`: stacked columns (the
+per-step breakdown), plain columns (histograms, per-step peaks) and horizontal bars (shares, ranks,
+importances).
+
+Both take values already in the unit of their axis (ms, GiB, counts), one tooltip per column or
+segment, and return the inline SVG (str).
+"""
+
+from __future__ import annotations
+
+import math
+
+from reports.charts import NICE_STEPS, Chart, cached, integer_label, or_note
+from reports.html import clean
+
+# Beyond this many columns the labels under them are thinned to round positions and a column's
+# second line (a step's verdict) is left to its tooltip and the table: they would overlap.
+MAX_LABELLED = 40
+
+
+def _bar_corners(x: float, half: float, y0: float, y1: float) -> list[tuple[float, float]]:
+    return [(x - half, y0), (x - half, y1), (x + half, y1), (x + half, y0)]
+
+
+@cached
+@or_note
+def stacked_columns(key: str, bars: list[dict], parts: list[tuple[str, str]], unit_label: str, label: str,
+                    height: int = 260, groups: list[tuple[int, int, str]] | None = None,
+                    y_max: float | None = None) -> str:
+    """Vertical stacked columns, one per entry of ``bars``.
+
+    Args:
+        key: the chart's id prefix, unique in the page (see :class:`reports.charts.Chart`).
+        bars: ``{"values": [v per part], "label": str, "sub": str, "title": str, "faded": bool}``;
+            values in the unit of ``unit_label``, negative ones drawn as nothing.
+        parts: (name, colour) per stacked segment, bottom first.
+        unit_label: the y axis title, with its unit.
+        label: the chart's accessible name.
+        groups: (first bar, last bar, text) spans labelled under the columns (the ranks).
+        y_max: the y axis reaches at least this high (to share one scale between two charts).
+    """
+    from matplotlib.collections import PolyCollection
+    from matplotlib.colors import to_rgba
+    from matplotlib.ticker import FixedLocator, MaxNLocator
+    from matplotlib.transforms import blended_transform_factory
+
+    n = max(len(bars), 1)
+    slot = max(14.0, min(80.0, 900.0 / n))
+    labelled = len(bars) <= MAX_LABELLED
+    width = max(66 + slot * n, 600.0)
+    bottom = (36 if labelled else 26) + (22 if groups else 0)
+    plot_h = height - 10 - bottom
+    with Chart(key, width, height, (56, 10, 10, bottom)) as c:
+        ax = c.ax
+        base = [0.0] * len(bars)
+        verts, colours, texts = [], [], []  # one collection for every segment: matplotlib's cost is per artist
+        for k, (name, colour) in enumerate(parts):
+            for i, b in enumerate(bars):
+                v = b["values"][k]
+                if v > 0:
+                    verts.append(_bar_corners(i, 0.36, base[i], base[i] + v))
+                    colours.append(to_rgba(colour, 0.45 if b.get("faded") else 1.0))
+                    texts.append(f'{b["title"]} · {name}: {v:.2f}')
+                    base[i] += v
+        if verts:
+            c.tips(ax.add_collection(PolyCollection(verts, facecolors=colours, edgecolors="none")), texts)
+        ax.update_datalim([(-0.5, 0.0), (len(bars) - 0.5, max(base + [y_max or 0.0]) or 1.0)])
+        ax.set_xlim(-0.5, n - 0.5)
+        ax.yaxis.set_major_locator(MaxNLocator(6, steps=NICE_STEPS))
+        ax.set_ylim(0, _round_top(max(base + [y_max or 0.0]), ax.yaxis))
+        ax.yaxis.set_major_formatter(integer_label)
+        ax.yaxis.grid(True)
+        ax.set_ylabel(clean(unit_label))
+        if labelled:
+            ax.set_xticks(range(len(bars)), [clean(b["label"] + ("\n" + b["sub"] if b.get("sub") else "")) for b in bars])
+        else:
+            at = [int(t) for t in MaxNLocator(20, integer=True, steps=NICE_STEPS).tick_values(0, len(bars) - 1) if 0 <= t < len(bars)]
+            ax.xaxis.set_major_locator(FixedLocator(at))
+            ax.set_xticklabels([clean(bars[i]["label"]) for i in at])
+        ax.tick_params(axis="x", length=0)
+        below = blended_transform_factory(ax.transData, ax.transAxes)
+        for first, last, text in groups or []:
+            y = -(bottom - 14) / plot_h
+            ax.plot([first - 0.45, last + 0.45], [y, y], transform=below, clip_on=False, color="#444444", lw=1)
+            ax.text((first + last) / 2, y - 4 / plot_h, clean(text), transform=below, ha="center", va="top", fontsize=11)
+        return c.svg(label)
+
+
+def _round_top(peak: float, axis) -> float:
+    """The value axis' end: its locator's first tick at or above ``peak`` (1 when everything is 0)."""
+    ticks = axis.get_major_locator().tick_values(0, peak if peak > 0 else 1.0)
+    return next((t for t in ticks if t >= peak * (1 - 1e-9) and t > 0), peak or 1.0)
+
+
+@cached
+@or_note
+def columns(key: str, values: list[float], labels: list[str], colour: str, unit_label: str, label: str,
+            titles: list[str] | None = None, height: int = 220, width: int = 440,
+            colours: list[str] | None = None, log: bool = False) -> str:
+    """Plain vertical columns with a y axis in ``unit_label``.
+
+    Args:
+        key: the chart's id prefix, unique in the page.
+        values: one per column, in the axis unit; columns of 0 or less are not drawn.
+        labels: under each column (rotated).
+        titles: each column's tooltip (default ``"label: value"``).
+        log: a logarithmic axis (for counts spanning decades, where a linear one flattens the
+            small bins to nothing); a count of 1 still shows as a short column.
+    """
+    from matplotlib.ticker import LogLocator, MaxNLocator, NullLocator
+
+    labels = [*labels, *[""] * len(values)][: len(values)]  # a summary's lists may disagree in length
+    titles = [*(titles or []), *[None] * len(values)][: len(values)]
+    with Chart(key, width, height, (56, 8, 10, 52)) as c:
+        ax = c.ax
+        shown = [i for i, v in enumerate(values) if v > 0]
+        bars = ax.bar(shown, [values[i] for i in shown], width=0.7,
+                      color=[(colours[i] if colours else colour) for i in shown])
+        c.tips(bars, [titles[i] or f"{labels[i]}: {values[i]:g}" for i in shown])
+        ax.set_xlim(-0.5, max(len(values), 1) - 0.5)
+        peak = max(values, default=0.0)
+        if log and peak >= 1:
+            ax.set_yscale("log")
+            ax.set_ylim(0.7, 10.0 ** max(1, math.ceil(math.log10(peak) - 1e-9)))
+            ax.yaxis.set_major_locator(LogLocator(base=10))
+            ax.yaxis.set_minor_locator(NullLocator())
+            ax.yaxis.set_major_formatter(integer_label)
+        else:
+            ax.yaxis.set_major_locator(MaxNLocator(5, steps=NICE_STEPS))
+            ax.set_ylim(0, _round_top(peak, ax.yaxis))
+            ax.yaxis.set_major_formatter(integer_label)
+        ax.yaxis.grid(True)
+        ax.set_ylabel(clean(unit_label))
+        ax.set_xticks(range(len(values)), [clean(s) for s in labels], rotation=35, ha="right",
+                      rotation_mode="anchor", fontsize=9)
+        ax.tick_params(axis="x", length=0)
+        return c.svg(label)
+
+
+@cached
+@or_note
+def hbars(key: str, rows: list[dict], label: str, x_label: str | None, width: int = 900, bar_h: float = 18,
+          gap: float = 8, left: float = 110, right: float = 80, x_max: float | None = None,
+          percent: bool = False) -> str:
+    """Horizontal bars, one row each, their segments stacked from the left.
+
+    Args:
+        key: the chart's id prefix, unique in the page.
+        rows: ``{"label": str, "segments": [(value, colour, tooltip, caption or "")], "end": str,
+            "inner": [(value, colour, tooltip)]}``; values in the axis unit; a segment's caption is
+            written inside it where it fits; ``end`` is written after the bar; ``inner`` segments
+            are drawn as a thinner bar on top (a part measured inside the whole).
+        x_label: the x axis title with its unit; None draws no x axis (a bar of shares).
+        x_max: the axis ends at least this high (default: the longest row).
+        percent: tick labels as percentages of values given as fractions.
+    """
+    from matplotlib.ticker import MaxNLocator, PercentFormatter
+
+    bottom = 34 if x_label else 4
+    height = 6 + len(rows) * (bar_h + gap) + bottom
+    plot_w = width - left - right
+    with Chart(key, width, height, (left, right, 6, bottom)) as c:
+        ax = c.ax
+        peak = max([sum(max(v, 0.0) for v, *_ in r["segments"]) for r in rows] + [x_max or 0.0]) or 1.0
+        frac_h = bar_h / (bar_h + gap)
+        outer, inner = [], []  # (row, left, value, colour, tooltip): one bar() call each, not one per segment
+        for k, r in enumerate(rows):
+            x = 0.0
+            for v, colour, tip, caption in r["segments"]:
+                if v <= 0:
+                    continue
+                outer.append((k, x, v, colour, tip))
+                if caption and v / peak * plot_w > 6.5 * len(caption):
+                    ax.text(x + v / 2, k, clean(caption), ha="center", va="center", fontsize=10, color="#111111")
+                x += v
+            inner += [(k, 0.0, v, colour, tip) for v, colour, tip in r.get("inner") or [] if v > 0]
+            if r.get("end"):
+                ax.annotate(clean(r["end"]), (x, k), xytext=(4, 0), textcoords="offset points", va="center",
+                            fontsize=10, annotation_clip=False)
+        for bars, h in ((outer, frac_h), (inner, frac_h * 0.55)):
+            if bars:
+                ys, xs, vs, colours, tips = zip(*bars)
+                c.tips(ax.barh(ys, vs, left=xs, height=h, color=colours), list(tips))
+        ax.set_ylim(len(rows) - 0.5, -0.5)
+        ax.set_yticks(range(len(rows)), [clean(r["label"]) for r in rows])
+        ax.tick_params(axis="y", length=0)
+        ax.spines["left"].set_visible(bool(x_label))
+        if x_label:
+            ax.xaxis.set_major_locator(MaxNLocator(8, steps=NICE_STEPS))
+            ax.set_xlim(0, _round_top(peak, ax.xaxis))
+            ax.xaxis.set_major_formatter(PercentFormatter(1.0, decimals=0) if percent else integer_label)
+            ax.xaxis.grid(True)
+            ax.set_xlabel(clean(x_label))
+        else:
+            ax.set_xlim(0, peak)
+            ax.xaxis.set_visible(False)
+            ax.spines["bottom"].set_visible(False)
+        return c.svg(label)
