@@ -20,6 +20,7 @@ from perfscope.analysis.gpu_metrics import gpu_step_metrics
 from perfscope.analysis.partition import gpu_sets
 from perfscope.analysis.steps import Launches, StepWindows, find_steps, launch_times
 from perfscope.errors import TraceFormatError
+from perfscope.heap import release_free_memory
 from perfscope.trace import TraceTable
 from perfscope.trace.kinds import GPU_KINDS
 from perfscope.trace.load import read_table
@@ -123,7 +124,9 @@ def analyze_file(path: Path, pool=None, progress=None) -> tuple[str, object]:
         return "unreadable", TraceFormatError(f"{path}: cannot be read ({e.strerror or type(e).__name__})")
     except _INTERNAL as e:
         return "unreadable", e
-    return "ok", analyze_table(table)
+    rank = analyze_table(table)
+    release_free_memory()  # the decoded events are garbage now: their pages go back to the system
+    return "ok", rank
 
 
 
