@@ -22,8 +22,8 @@ def _bar_corners(x: float, half: float, y0: float, y1: float) -> list[tuple[floa
     return [(x - half, y0), (x - half, y1), (x + half, y1), (x + half, y0)]
 
 
-@cached
 @or_note
+@cached
 def stacked_columns(key: str, bars: list[dict], parts: list[tuple[str, str]], unit_label: str, label: str,
                     height: int = 260, groups: list[tuple[int, int, str]] | None = None,
                     y_max: float | None = None) -> str:
@@ -92,8 +92,8 @@ def _round_top(peak: float, axis) -> float:
     return next((t for t in ticks if t >= peak * (1 - 1e-9) and t > 0), peak or 1.0)
 
 
-@cached
 @or_note
+@cached
 def columns(key: str, values: list[float], labels: list[str], colour: str, unit_label: str, label: str,
             titles: list[str] | None = None, height: int = 220, width: int = 440,
             colours: list[str] | None = None, log: bool = False) -> str:
@@ -137,8 +137,8 @@ def columns(key: str, values: list[float], labels: list[str], colour: str, unit_
         return c.svg(label)
 
 
-@cached
 @or_note
+@cached
 def hbars(key: str, rows: list[dict], label: str, x_label: str | None, width: int = 900, bar_h: float = 18,
           gap: float = 8, left: float = 110, right: float = 80, x_max: float | None = None,
           percent: bool = False) -> str:

@@ -49,6 +49,14 @@ KINDS = {"stacked": _stacked, "columns": _columns, "log columns": lambda key="t"
          "hbars": _hbars, "hbars without axis": lambda key="t": _hbars(key, None)}
 
 
+@pytest.fixture(autouse=True)
+def _drawn_afresh():
+    """Each test draws its charts itself, not from an earlier test's cache."""
+    charts.clear_cache()
+    yield
+    charts.clear_cache()
+
+
 def _parse(svg: str) -> ET.Element:
     return ET.fromstring(svg)
 
@@ -109,6 +117,39 @@ def test_the_cache_is_bounded_and_unpicklable_arguments_are_drawn_every_time():
     draw(1, extra=lambda: None)
     draw(1, extra=lambda: None)
     assert calls[-2:] == [1, 1]
+
+    class Unpicklable:
+        def __reduce__(self):
+            raise ValueError("not this one")  # as a ctypes pointer does
+
+    draw(2, extra=Unpicklable())
+    draw(2, extra=Unpicklable())
+    assert calls[-2:] == [2, 2]
+
+
+def test_the_cache_keeps_a_byte_budget_and_never_a_failed_drawing(monkeypatch):
+    monkeypatch.setattr(charts, "CACHED_BYTES", 3000)
+    calls = []
+
+    @charts.cached
+    def draw(x):
+        calls.append(x)
+        if x < 0:
+            raise ValueError("cannot draw")
+        return "x" * 1000
+
+    for i in range(4):
+        draw(i)
+    draw(3)
+    draw(2)
+    assert calls == [0, 1, 2, 3]  # the last three fit in 3000 bytes
+    draw(0)
+    assert calls[-1] == 0  # the oldest went over the budget
+    for _ in range(2):
+        with pytest.raises(ValueError):
+            draw(-1)
+    assert calls[-2:] == [-1, -1]
+    assert "Chart not drawn" in charts.or_note(draw)(-1)
 
 
 def test_nothing_leaks_into_the_page(kind):

@@ -42,8 +42,8 @@ def _ticks(lo: float, hi: float, x_of) -> list[float]:
     return sorted(kept)
 
 
-@cached
 @or_note
+@cached
 def chart(threshold: float, cands: list[dict]) -> str:
     """Each candidate's speed-up with its interval and rounds, against 1.0x and ``threshold`` (the
     bar to clear, 1 + min_gain); from these two only, so that the drawing is cached across

@@ -121,8 +121,8 @@ MARKERS = {
 }
 
 
-@cached
 @or_note
+@cached
 def _draw(drawn: list[Point], steps: list[tuple[float, float]], base_value: float | None, u: str, x_lo: float,
           x_hi: float, recommended) -> str:
     """The chart's SVG: markers per outcome, the baseline and the best-so-far line."""
