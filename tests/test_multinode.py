@@ -83,14 +83,16 @@ def test_tuning_on_two_nodes_runs_every_trial_on_both_and_picks_the_hierarchical
         endpoint = f"{cluster.addresses[0]}:29531"
         done = cluster.run([_perfscope(cluster, i, "tune", str(EXAMPLE), "--nnodes", "2", "--node-rank", "{node}",
                                        "--rdzv-endpoint", endpoint, "--nproc-per-node", "2", "--trials", "3",
-                                       "--steps-per-trial", "3", "--warmup-steps", "1", "--confirm-rounds", "2",
+                                       "--steps-per-trial", "3", "--warmup-steps", "1", "--confirm-rounds", "3",
                                        "--confirm-top", "1", "--no-progress", "--out", str(tmp_path / "node{node}"),
                                        "--", *MODEL, "--steps", "1000") for i in range(2)], timeout_s=600)
     assert [d.returncode for d in done] == [0, 0], _lines(done)
     record = json.loads((tmp_path / "node0" / "tune.json").read_text())
     assert not (tmp_path / "node1" / "tune.json").exists()  # one result, written by node 0
     runs = re.search(r"node 1: (\d+) run\(s\) of node 0's done", done[1].stdout)
-    assert runs and int(runs.group(1)) >= 6, done[1].stdout  # baseline, 2 trials, 2 rounds of 2, the after-profile
+    # baseline, 2 trials, 2 or 3 rounds of 2, the after-profile. Up to three rounds, not two: with two,
+    # the 95% interval's t factor is 12.7, and rounds of 1.38x and 1.29x gave 0.88x-2.04x, "keep current"
+    assert runs and int(runs.group(1)) >= 6, done[1].stdout
     assert "hierarchical_allreduce" in [k["name"] for k in record["space"]["searched"]], record["space"]
     # 1/2 of the bytes across the 200 Mbit/s link: clearly faster, confirmed against the baseline
     assert record["recommendation"]["status"] == "faster", record["recommendation"]
