@@ -104,7 +104,7 @@ class Prepared:
 
 
 def _lane(table, label, categories, noun, rows, cats) -> Lane:
-    return Lane(label, categories, noun, table.ts_ns[rows], table.end_ns[rows], np.asarray(cats, np.int64), table.name_id[rows],
+    return Lane(label, categories, noun, table.ts_ns[rows], table.end_of(rows), np.asarray(cats, np.int64), table.name_id[rows],
                 table.names)
 
 
@@ -113,7 +113,7 @@ def _top_level(table: TraceTable, rows: np.ndarray) -> np.ndarray:
     rows = rows[np.lexsort((-table.dur_ns[rows], table.ts_ns[rows]))]
     if rows.size == 0:
         return rows
-    reach = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(table.end_ns[rows])[:-1]])
+    reach = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(table.end_of(rows))[:-1]])
     return rows[table.ts_ns[rows] >= reach]
 
 

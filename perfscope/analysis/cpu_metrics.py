@@ -32,7 +32,7 @@ def cpu_step_metrics(table: TraceTable, steps: StepWindows) -> pd.DataFrame:
     """
     rows = cpu_rows(table, steps.main_thread)
     op_rows = rows[1]
-    sets = [union(table.ts_ns[r], table.end_ns[r]) for r in rows]
+    sets = [union(table.ts_ns[r], table.end_of(r)) for r in rows]
     seg = window_segments(sets, steps.start, steps.end)
     parts = cpu_parts(seg.member)
 

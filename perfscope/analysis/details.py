@@ -66,7 +66,7 @@ def top_level_ops(rt: RankTrace, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     t = rt.table
     rows = np.flatnonzero((t.kind == EventKind.CPU_OP) & (t.thread_id == rt.windows.main_thread))
     rows = rows[np.argsort(t.ts_ns[rows], kind="stable")]
-    ends = t.end_ns[rows]
+    ends = t.end_of(rows)
     reach = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(ends)[:-1]])
     rows = rows[t.ts_ns[rows] >= reach]
     order = np.argsort(lo, kind="stable")
@@ -80,7 +80,7 @@ def _launch_delay_us(rt: RankTrace, kernel_rows: np.ndarray, graph: np.ndarray) 
     from a CUDA graph (``graph``: one ``cudaGraphLaunch`` runs many kernels, which wait in the
     graph, not in the launch queue)."""
     t = rt.table
-    end = rt.launches.end_ns[kernel_rows]
+    end = rt.launches.end_of(kernel_rows)
     delay = np.where(end >= 0, np.maximum(t.ts_ns[kernel_rows] - end, 0) / 1000.0, -1.0)
     return np.where(graph, -1.0, delay)
 
@@ -166,8 +166,8 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
         copies.append(pd.DataFrame({
             "direction": [_DIRECTION[CopyKind(d)] for d in direction],
             "pageable": is_pageable_copy(t.names)[t.name_id[m]],
-            "dur_us": t.dur_ns[m] / 1000.0, "bytes": t.copy_bytes[m]}))
-        busy = union(t.ts_ns[t.mask(*GPU_KINDS)], t.end_ns[t.mask(*GPU_KINDS)])
+            "dur_us": t.dur_ns[m] / 1000.0, "bytes": t.copy_bytes[m].astype(np.int64)}))
+        busy = union(t.ts_ns[t.mask(*GPU_KINDS)], t.end_of(t.mask(*GPU_KINDS)))
         order = np.argsort(lo, kind="stable")
         seg = window_segments([busy], lo[order], hi[order])  # idle segments are the gaps, per window
         idle.append(seg.lengths[~seg.member[0]] / 1000.0)

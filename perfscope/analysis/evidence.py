@@ -127,7 +127,7 @@ def judge(table: TraceTable, steps: StepWindows, launches: Launches, metrics: pd
     inside = _events_inside(table, active, steps)
     _set(ev, inside == 0, INCOMPLETE, "no event recorded inside the step (only its marker)")
     if active.any():
-        last_end = int(table.end_ns[active].max())
+        last_end = int(table.end_of(active).max())
         tail = steps.end - np.maximum(steps.start, last_end)
         _set(ev, (tail > UNOBSERVED_SHARE * length) & (length > 0), INCOMPLETE,
              lambda i: f"its range runs {_ms(tail[i])} past the last event the trace recorded")
@@ -144,17 +144,32 @@ def judge(table: TraceTable, steps: StepWindows, launches: Launches, metrics: pd
     return ev
 
 
+_CHUNK_ROWS = 1 << 20  # rows per pass of _events_inside
+
+
 def _events_inside(table: TraceTable, active: np.ndarray, steps: StepWindows) -> np.ndarray:
     """Per step, how many active events overlap its window (sorted starts and ends, no loop).
 
     An event overlaps ``[s, e)`` when it starts before ``e`` and ends after ``s``; a zero-length
     event counts as lasting 1 ns, so one at ``s`` is inside.
     """
-    rows = np.flatnonzero(active)
-    starts = np.sort(table.ts_ns[rows])
-    ends = np.sort(np.maximum(table.end_ns[rows], table.ts_ns[rows] + 1))
-    began = np.searchsorted(starts, steps.end, side="left")
-    before = np.searchsorted(ends, steps.start, side="right")
+    # Counted a chunk of rows at a time against the few sorted window bounds, not by sorting
+    # every event's start and end: the same counts in memory that does not grow with the trace.
+    n = len(steps)
+    end_order, start_order = np.argsort(steps.end, kind="stable"), np.argsort(steps.start, kind="stable")
+    ends_sorted, starts_sorted = steps.end[end_order], steps.start[start_order]
+    began_sorted, before_sorted = np.zeros(n + 1, np.int64), np.zeros(n + 1, np.int64)
+    for i in range(0, active.size, _CHUNK_ROWS):
+        part = i + np.flatnonzero(active[i : i + _CHUNK_ROWS])
+        ts = table.ts_ns[part]
+        # an event starting at x began before the windows whose end is past x
+        began_sorted += np.bincount(np.searchsorted(ends_sorted, ts, side="right"), minlength=n + 1)
+        ended = np.maximum(table.end_of(part), ts + 1)
+        # one ending at y ended before the windows starting at or after y
+        before_sorted += np.bincount(np.searchsorted(starts_sorted, ended, side="left"), minlength=n + 1)
+    began, before = np.empty(n, np.int64), np.empty(n, np.int64)
+    began[end_order] = np.cumsum(began_sorted)[:n]
+    before[start_order] = np.cumsum(before_sorted)[:n]
     return began - before
 
 
@@ -214,7 +229,7 @@ def _initialisation(table: TraceTable, steps: StepWindows, ev: Evidence) -> None
     if rows.size == 0:
         return
     length = (steps.end - steps.start).astype(float)
-    init = union(table.ts_ns[rows], table.end_ns[rows])
+    init = union(table.ts_ns[rows], table.end_of(rows))
     seg = window_segments([init], steps.start, steps.end)
     covered = seg.per_window(seg.member[0])
     share = np.divide(covered, length, out=np.zeros(len(steps)), where=length > 0)
@@ -265,7 +280,7 @@ def _sync_us(table: TraceTable, steps: StepWindows) -> np.ndarray:
     """Per step, time the main thread spent in calls that wait for the GPU (us)."""
     rows = np.flatnonzero(table.mask(EventKind.RUNTIME, EventKind.CPU_OP) & (table.thread_id == steps.main_thread)
                           & table.name_flag(is_sync_call))
-    seg = window_segments([union(table.ts_ns[rows], table.end_ns[rows])], steps.start, steps.end)
+    seg = window_segments([union(table.ts_ns[rows], table.end_of(rows))], steps.start, steps.end)
     return seg.per_window(seg.member[0]) / _NS_PER_US
 
 
@@ -281,17 +296,17 @@ def _count_quality(table: TraceTable, steps: StepWindows, launches: Launches, ma
         main = np.flatnonzero(table.mask(EventKind.CPU_OP, EventKind.ANNOTATION) & (table.thread_id == steps.main_thread) & ~marker)
         where = locate(table.ts_ns[main], steps.cpu_start, steps.cpu_end)
         ok = where >= 0
-        crosses = main[ok][table.end_ns[main[ok]] > steps.cpu_end[where[ok]]]
+        crosses = main[ok][table.end_of(main[ok]) > steps.cpu_end[where[ok]]]
         q.add(NOTED, "start in one step and end after it, on the training thread", int(crosses.size),
               table.name_of(crosses))
     shared = shared_correlation_calls(table)
     q.add(NOTED, "runtime calls sharing their correlation id with another call: none of them is taken as "
           "the launch of its GPU events", int(shared.size), table.name_of(shared))
     gpu_rows = np.flatnonzero(table.mask(*GPU_KINDS))
-    unlinked = gpu_rows[launches.start_ns[gpu_rows] < 0]
+    unlinked = gpu_rows[launches.start_of(gpu_rows) < 0]
     q.add(NOTED, "GPU events without a launch record (no runtime call with their correlation id)",
           int(unlinked.size), table.name_of(unlinked))
-    linked = gpu_rows[(launches.start_ns[gpu_rows] >= 0)]
+    linked = gpu_rows[launches.start_of(gpu_rows) >= 0]
     linked = linked[~graph_launched(table, linked)]
     ids, counts = np.unique(table.correlation[linked], return_counts=True)
     many = linked[np.isin(table.correlation[linked], ids[counts > 1])]

@@ -113,9 +113,14 @@ def locate(points: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarr
     """
     if starts.size == 0:
         return np.full(np.shape(points), -1, dtype=np.int64)
-    idx = np.searchsorted(starts, points, side="right") - 1
-    ok = (idx >= 0) & (points < ends[np.clip(idx, 0, None)])
-    return np.where(ok, idx, -1).astype(np.int64)
+    # in place: one int64 array per point, the large allocation of a large trace's analysis
+    idx = np.searchsorted(starts, points, side="right").astype(np.int64, copy=False)
+    idx -= 1
+    outside = idx < 0
+    idx[outside] = 0
+    outside |= points >= ends[idx]
+    idx[outside] = -1
+    return idx
 
 
 class WindowSegments(NamedTuple):

@@ -61,7 +61,7 @@ CPU_SETS = ("dataloader", "ops", "comm", "comm_wait")
 
 
 def _union_of(table: TraceTable, rows: np.ndarray) -> Intervals:
-    return union(table.ts_ns[rows], table.end_ns[rows])
+    return union(table.ts_ns[rows], table.end_of(rows))
 
 
 # A queued gap up to this long is the GPU's own latency between back-to-back kernels (what Holistic
@@ -110,7 +110,7 @@ def idle_cause_intervals(
     ts_sorted = table.ts_ns[gpu_rows][order]
     h2d_sorted = is_h2d[gpu_rows][order]
     # Copies wait on the host from their call's start, kernels until their launch call returned.
-    host_done = np.where(is_h2d[gpu_rows], launches.start_ns[gpu_rows], launches.end_ns[gpu_rows])[order]
+    host_done = np.where(is_h2d[gpu_rows], launches.start_of(gpu_rows), launches.end_of(gpu_rows))[order]
     # The GPU event that ends each gap: the first one starting at each busy interval's start.
     first = np.searchsorted(ts_sorted, busy.starts, side="left")
     next_launch = host_done[first]

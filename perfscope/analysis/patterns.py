@@ -81,14 +81,15 @@ def _step_costs(rt: RankTrace, rows: np.ndarray, step_of_row: np.ndarray) -> pd.
     t = rt.table
     spans = match_spans(t.name_of(rows))
     if rt.mode != "cpu" and spans:  # kernels by launch time, once: each span is then a slice
-        kernels = np.flatnonzero((t.kind == EventKind.KERNEL) & (rt.launches.start_ns >= 0))
-        kernels = kernels[np.argsort(rt.launches.start_ns[kernels], kind="stable")]
-        launched = rt.launches.start_ns[kernels]
+        linked = rt.launches.linked()
+        kernels = linked[t.kind[linked] == EventKind.KERNEL]
+        kernels = kernels[np.argsort(rt.launches.start_of(kernels), kind="stable")]
+        launched = rt.launches.start_of(kernels)
         names = pd.Series(t.name_of(kernels), dtype=object).str.lower()
         is_gemm = names.str.contains("|".join(GEMM_KERNEL_WORDS), regex=True).to_numpy(dtype=bool)
     records = []
     for first, last, products in spans:
-        start, end = t.ts_ns[rows[first]], t.end_ns[rows[last]]
+        start, end = t.ts_ns[rows[first]], t.end_of(rows[last])
         if rt.mode == "cpu":
             # Both products have N * N * d multiply-adds per window and head; the fused operator
             # runs both at the faster one's speed (the slower one is held back by what the fused

@@ -47,7 +47,7 @@ class StepWindows:
         start, end: Step window (see module docstring).
         complete: False for a last step cut off by the end of profiling.
         main_thread: ``thread_id`` of the training loop's thread (-1 if the trace has no CPU events).
-        gpu_step: For every event row, index of the step that launched it (GPU rows) or -1.
+        gpu_step: For every event row, index of the step that launched it (GPU rows) or -1 (int32).
         has_markers: False when the trace had no ``ProfilerStep#`` markers.
         warnings: Problems with the markers: repeated step numbers, overlapping steps, markers
             whose number does not parse, markers on another thread.
@@ -88,11 +88,42 @@ def main_thread_of(table: TraceTable, step_rows: np.ndarray) -> int:
 
 
 class Launches(NamedTuple):
-    """Per event row: start and end (ns) of the runtime call that launched it (matched by
-    correlation id); -1 for rows that are not GPU events or whose launch was not recorded."""
+    """The runtime call that launched each GPU event, matched by correlation id.
 
-    start_ns: np.ndarray
-    end_ns: np.ndarray
+    Kept over the GPU event rows only (a GPU trace's rows are mostly host events: a column per
+    row would cost 16 bytes each for nothing).
+
+    Attributes:
+        rows: Every GPU event row of the table (int64, ascending), shape ``(n_gpu,)``.
+        call_start_ns, call_end_ns: Per one of ``rows``, start and end (ns) of its launch call; -1
+            where the launch was not recorded. Shape ``(n_gpu,)``.
+    """
+
+    rows: np.ndarray
+    call_start_ns: np.ndarray
+    call_end_ns: np.ndarray
+
+    def start_of(self, rows: np.ndarray) -> np.ndarray:
+        """Launch-call start (ns) of each of ``rows`` (event rows); -1 for a row that is no GPU
+        event or whose launch was not recorded."""
+        return self._of(self.call_start_ns, rows)
+
+    def end_of(self, rows: np.ndarray) -> np.ndarray:
+        """Launch-call end (ns) of each of ``rows``; -1 as :meth:`start_of`."""
+        return self._of(self.call_end_ns, rows)
+
+    def linked(self) -> np.ndarray:
+        """The GPU event rows whose launch call is recorded (ascending)."""
+        return self.rows[self.call_start_ns >= 0]
+
+    def _of(self, values: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        rows = np.asarray(rows, dtype=np.int64)
+        if rows is self.rows or (rows.shape == self.rows.shape and np.array_equal(rows, self.rows)):
+            return values
+        if self.rows.size == 0:
+            return np.full(rows.shape, -1, np.int64)
+        at = np.minimum(np.searchsorted(self.rows, rows), self.rows.size - 1)
+        return np.where(self.rows[at] == rows, values[at], -1)
 
 
 def shared_correlation_calls(table: TraceTable) -> np.ndarray:
@@ -116,22 +147,22 @@ def launch_times(table: TraceTable) -> Launches:
     A correlation id that several runtime calls share links none of them: their GPU events count
     as having no launch record (:func:`shared_correlation_calls`).
     """
-    start = np.full(table.n_events, -1, dtype=np.int64)
-    end = np.full(table.n_events, -1, dtype=np.int64)
     gpu_rows = np.flatnonzero(table.mask(*GPU_KINDS))
+    start = np.full(gpu_rows.size, -1, dtype=np.int64)
+    end = np.full(gpu_rows.size, -1, dtype=np.int64)
     rt = np.flatnonzero((table.kind == EventKind.RUNTIME) & (table.correlation >= 0))
     rt = rt[~np.isin(rt, shared_correlation_calls(table))]
     if rt.size == 0 or gpu_rows.size == 0:
-        return Launches(start, end)
+        return Launches(gpu_rows, start, end)
     order = np.argsort(table.correlation[rt], kind="stable")
     corr_sorted, rt_sorted = table.correlation[rt][order], rt[order]
     want = table.correlation[gpu_rows]
     pos = np.clip(np.searchsorted(corr_sorted, want), 0, corr_sorted.size - 1)
     found = (corr_sorted[pos] == want) & (want >= 0)
     call = rt_sorted[pos[found]]
-    start[gpu_rows[found]] = table.ts_ns[call]
-    end[gpu_rows[found]] = table.end_ns[call]
-    return Launches(start, end)
+    start[found] = table.ts_ns[call]
+    end[found] = table.end_of(call)
+    return Launches(gpu_rows, start, end)
 
 
 def find_steps(table: TraceTable, launches: Launches) -> StepWindows:
@@ -181,20 +212,20 @@ def find_steps(table: TraceTable, launches: Launches) -> StepWindows:
                                np.full(table.n_events, -1, np.int64), False)
         step = np.array([0], np.int64)
         cpu_start = np.array([table.ts_ns[meaningful].min()], np.int64)
-        cpu_end = np.array([table.end_ns[meaningful].max()], np.int64)
+        cpu_end = np.array([table.end_of(meaningful).max()], np.int64)
         has_markers = False
 
     n = step.size
     gpu_rows = np.flatnonzero(table.mask(*GPU_KINDS))
     # Attribute GPU work to the step whose CPU span holds its launch (or, unlinked, its start).
-    launched_at = launches.start_ns[gpu_rows]
+    launched_at = launches.start_of(gpu_rows)
     anchor = np.where(launched_at >= 0, launched_at, table.ts_ns[gpu_rows])
     owner = locate(anchor, cpu_start, cpu_end) if has_markers else np.zeros(gpu_rows.size, np.int64)
-    gpu_step = np.full(table.n_events, -1, dtype=np.int64)
+    gpu_step = np.full(table.n_events, -1, dtype=np.int32)  # 4 bytes a row: steps are few
     gpu_step[gpu_rows] = owner
     gpu_end = np.full(n, -1, dtype=np.int64)
     linked = owner >= 0
-    np.maximum.at(gpu_end, owner[linked], table.end_ns[gpu_rows[linked]])
+    np.maximum.at(gpu_end, owner[linked], table.end_of(gpu_rows[linked]))
 
     next_start = np.append(cpu_start[1:], np.iinfo(np.int64).max)
     overlap = cpu_end[:-1] - next_start[:-1]

@@ -75,11 +75,11 @@ def other_waits(rt: RankTrace, lo: np.ndarray, hi: np.ndarray) -> dict | None:
     gpu_sync = t.kind == EventKind.SYNC
     waits_on_gpu = np.array(["wait" in n.lower() for n in t.names], bool)[t.name_id]
     sync_rows = np.concatenate([sync_rows, np.flatnonzero(gpu_sync & ~waits_on_gpu)])
-    sync = union(t.ts_ns[sync_rows], t.end_ns[sync_rows])
+    sync = union(t.ts_ns[sync_rows], t.end_of(sync_rows))
     by_name = {}
     for nid in np.unique(t.name_id[sync_rows]):
         mine = sync_rows[t.name_id[sync_rows] == nid]
-        by_name[str(t.names[nid])] = _overlap_us(union(t.ts_ns[mine], t.end_ns[mine]), pieces)
+        by_name[str(t.names[nid])] = _overlap_us(union(t.ts_ns[mine], t.end_of(mine)), pieces)
     out["causes"][SYNC] = {"us": _overlap_us(sync, pieces), "calls": _top(by_name)}
     rest = _minus(pieces, sync)
     # 2. cross-stream waits: the gap's next GPU event was launched right after a stream wait
@@ -89,7 +89,7 @@ def other_waits(rt: RankTrace, lo: np.ndarray, hi: np.ndarray) -> dict | None:
     waited = _waited_launches(t)
     crossed = np.isin(t.correlation[nxt], t.correlation[waited]) & (t.correlation[nxt] >= 0)
     wait_events = np.flatnonzero(gpu_sync & waits_on_gpu)
-    by_wait = union(t.ts_ns[wait_events], t.end_ns[wait_events])
+    by_wait = union(t.ts_ns[wait_events], t.end_of(wait_events))
     crossed_iv = union(rest.starts[crossed], rest.ends[crossed])
     crossed_all = union(np.concatenate([crossed_iv.starts, by_wait.starts]), np.concatenate([crossed_iv.ends, by_wait.ends]))
     cross_us = _overlap_us(crossed_all, rest)

@@ -33,8 +33,28 @@ def _refactorize(codes: np.ndarray, texts: np.ndarray) -> tuple[np.ndarray, np.n
     the rows' texts gives)."""
     if not len(codes):
         return np.zeros(0, np.int32), np.zeros(0, dtype=object)
-    local, uniq = pd.factorize(codes)
-    return local.astype(np.int32), texts[uniq]
+    # the few distinct codes by hashing, then one int32 lookup per row (factorizing the rows
+    # themselves makes an int64 per row)
+    uniq = pd.unique(codes)
+    lookup = np.full(len(texts), -1, np.int32)
+    lookup[uniq] = np.arange(len(uniq), dtype=np.int32)
+    return lookup[codes], texts[uniq]
+
+
+_NS_CHUNK = 1 << 20  # rows converted at a time by _ns_in_place
+
+
+def _ns_in_place(us: np.ndarray, origin: float) -> np.ndarray:
+    """``rint((us - origin) * 1000)`` as int64 nanoseconds, written over the float64 microseconds'
+    own memory a chunk at a time: a large trace's two time columns are its largest, and a second
+    copy of them would set its peak. ``us`` is consumed (its memory is the result's)."""
+    if not (us.flags.c_contiguous and us.flags.writeable and us.flags.owndata):
+        us = us.copy()
+    out = us.view(np.int64)
+    for i in range(0, us.size, _NS_CHUNK):
+        # the chunk is read whole into a temporary before it is written over
+        out[i : i + _NS_CHUNK] = np.rint((us[i : i + _NS_CHUNK] - origin) * 1000.0)
+    return out
 
 
 def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], list]):
@@ -51,7 +71,7 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
     Returns:
         The :class:`~perfscope.trace.table.TraceTable`.
     """
-    from perfscope.trace.table import TraceTable
+    from perfscope.trace.table import TraceTable, compact
 
     c, texts = rows.columns, rows.texts
     quality = DataQuality(list(raw.quality.entries))
@@ -62,19 +82,29 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
                 rows.unknown_phases)
     all_names = texts["name"]
     ts, dur = c["ts"], c["dur"]
-    usable = ~np.isnan(ts) & (np.abs(np.nan_to_num(ts)) <= MAX_ABS_TS_US) & ~np.isnan(dur)
+    # comparisons with NaN are false: NaN and infinite ts fail the range test
+    usable = (ts >= -MAX_ABS_TS_US) & (ts <= MAX_ABS_TS_US) & ~np.isnan(dur)
     if not usable.all():
         quality.add(DROPPED, "missing, non-numeric or out-of-range ts or dur", int((~usable).sum()),
                     all_names[c["name"][~usable]])
-    kept = np.flatnonzero(usable)
-    ts, dur = ts[kept], dur[kept]
+    # row positions as int32 (a 2**31-row trace is 60 GB of text); no copy of the times when all are usable
+    index = np.int32 if rows.n < 2**31 else np.int64
+    if usable.all():
+        kept = np.arange(rows.n, dtype=index)
+    else:
+        kept = np.flatnonzero(usable).astype(index)
+        ts, dur = ts[kept], dur[kept]
+    del usable
     zeroed = (ts == 0) & (dur == 0)
     negative = dur < 0
     absurd = dur > ABSURD_DUR_US
     # An event a day away from the bulk of the trace is a corrupt timestamp, not work (and would
     # move the origin so far that float rounding blurs every other time).
-    bulk = np.median(ts[~zeroed]) if (~zeroed).any() else 0.0
-    astray = ~zeroed & (np.abs(ts - bulk) > ABSURD_DUR_US)
+    bulk = np.median(ts[~zeroed], overwrite_input=True) if (~zeroed).any() else 0.0  # of a copy: in place
+    away = ts - bulk
+    np.abs(away, out=away)
+    astray = ~zeroed & (away > ABSURD_DUR_US)
+    del away
     names_of = lambda mask: all_names[c["name"][kept[mask]]]  # noqa: E731
     quality.add(SET_ASIDE, "ts and dur both 0, which Kineto writes for an event it lost", int(zeroed.sum()), names_of(zeroed))
     quality.add(DROPPED, "negative duration", int(negative.sum()), names_of(negative))
@@ -83,6 +113,7 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
     keep = ~(zeroed | negative | absurd | astray)
     if not keep.all():
         kept, ts, dur = kept[keep], ts[keep], dur[keep]
+    del keep, zeroed, negative, absurd, astray
     # the columns of the kept rows; in place (a column at a time), so no second copy of them all
     k = c
     if len(kept) < rows.n:
@@ -91,8 +122,7 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
     del c["ts"], c["dur"]
 
     origin = float(ts.min()) if len(ts) else 0.0
-    ts_ns = np.rint((ts - origin) * 1000.0).astype(np.int64)
-    dur_ns = np.rint(dur * 1000.0).astype(np.int64)
+    ts_ns, dur_ns = _ns_in_place(ts, origin), _ns_in_place(dur, 0.0)
     del ts, dur
     odd_n, odd_c = _kept_rows(rows.sparse["odd_names"], kept), _kept_rows(rows.sparse["odd_cats"], kept)
     odd_examples = [t[:60] for t in all_names[k["name"][odd_n]]] + [t[:60] for t in texts["cat"][k["cat"][odd_c]]]
@@ -137,9 +167,9 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
 
     header = read_header(raw)
     return TraceTable(
-        kind=kind, name_id=name_id.astype(np.int32), ts_ns=ts_ns, dur_ns=dur_ns, thread_id=thread_id.astype(np.int32),
-        device=device.astype(np.int32), stream=stream.astype(np.int64), correlation=correlation.astype(np.int64),
-        copy_bytes=copy_bytes.astype(np.int64),
+        kind=kind, name_id=name_id.astype(np.int32, copy=False), ts_ns=ts_ns, dur_ns=dur_ns,
+        thread_id=thread_id.astype(np.int32, copy=False), device=device.astype(np.int32, copy=False),
+        stream=compact(stream), correlation=compact(correlation), copy_bytes=compact(copy_bytes),
         names=names, threads=threads, origin_us=origin, base_time_ns=header.base_time_ns, rank=header.rank,
         rank_source=header.rank_source, world_size=header.world_size, device_properties=header.device_properties,
         distributed_info=header.distributed_info, host_steps=header.host_steps,
@@ -174,8 +204,14 @@ def _threads(k: dict, texts: dict, thread_names: dict) -> tuple[np.ndarray, pd.D
     pid_codes, pid_uniques = _refactorize(k["pid"], texts["pid"])
     tid_codes, tid_uniques = _refactorize(k["tid"], texts["tid"])
     n_tid = max(len(tid_uniques), 1)
-    pairs, thread_id = np.unique(pid_codes.astype(np.int64) * n_tid + tid_codes, return_inverse=True)
-    thread_id = thread_id.astype(np.int32)
+    wide = np.int32 if max(len(pid_uniques), 1) * n_tid < 2**31 else np.int64
+    pair = pid_codes.astype(wide) * wide(n_tid) + tid_codes
+    del pid_codes, tid_codes
+    # the few distinct pairs by hashing, sorted, then one int32 lookup per row: np.unique would
+    # sort every row (several 8-byte copies of each, the largest allocation of a large read)
+    pairs = np.sort(pd.unique(pair))
+    thread_id = np.searchsorted(pairs, pair).astype(np.int32)
+    del pair
     pid_of = [str(pid_uniques[j // n_tid]) for j in pairs]
     tid_of = [str(tid_uniques[j % n_tid]) for j in pairs]
     threads = pd.DataFrame({"pid": pid_of, "tid": tid_of,
@@ -220,7 +256,7 @@ def _gpu_columns(k: dict, kind: np.ndarray, kept: np.ndarray, rows: Rows, qualit
     unusable = {f: v for f, v in unusable.items() if v}
     quality.add(DROPPED, "values of args that are not integers in range (treated as unknown)",
                 sum(unusable.values()), unusable, unit="value")
-    # int64 columns of the table are widened once the rows are final (TraceTable)
+    # the table keeps them int32 where every value fits (perfscope.trace.table.compact)
     return k.pop("device"), k.pop("stream"), correlation, k.pop("bytes")
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from perfscope.heap import release_free_memory
 from perfscope.trace.events import Batch, Interner, from_structs
 
 TEXT_COLUMNS = ("name", "cat", "pid", "tid")
@@ -71,6 +72,8 @@ class Rows:
             pieces = self._pieces.pop(k)
             self.columns[k] = np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
             del pieces
+            # the pieces' pages go back to the system now, or every column would be held twice
+            release_free_memory()
         self.sparse = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in self._sparse.items()}
         self.texts = {k: i.array() for k, i in self.interners.items()}
         return self

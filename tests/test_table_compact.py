@@ -1,0 +1,175 @@
+"""The compact table and the analysis's low-memory paths give the results of the plain ones.
+
+A large trace's peak memory is set by its per-row columns and the analysis's per-row temporaries
+(docs/analysis-scale.md); each lean path here is checked against the straightforward formulation
+it replaced, on random data and on real traces.
+"""
+
+from __future__ import annotations
+
+import gzip
+import types
+
+import numpy as np
+import pandas as pd
+import pytest
+from tracegen import launch, memcpy, runtime, step, write_trace
+
+import perfscope
+
+from perfscope.analysis import evidence
+from perfscope.analysis.intervals import locate
+from perfscope.analysis.rank import analyze_file
+from perfscope.analysis.steps import Launches
+from perfscope.trace import assemble
+from perfscope.trace.load import read_table
+from perfscope.trace.table import compact
+
+
+def test_compact_keeps_int32_when_every_value_fits_and_int64_otherwise():
+    small = np.array([-1, 5, 2**31 - 1], np.int64)
+    assert compact(small).dtype == np.int32 and compact(small).tolist() == small.tolist()
+    big = np.array([-1, 2**31], np.int64)
+    assert compact(big).dtype == np.int64 and compact(big) is big
+    already = np.array([1, 2], np.int32)
+    assert compact(already) is already
+    assert compact(np.zeros(0, np.int64)).dtype == np.int32
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 1 << 20])
+def test_times_converted_in_place_equal_the_formula(monkeypatch, chunk):
+    monkeypatch.setattr(assemble, "_NS_CHUNK", chunk)
+    rng = np.random.default_rng(1)
+    us = np.concatenate([rng.uniform(1.7e15, 1.7e15 + 1e6, 50), [1.7e15, 0.0, -0.0, 12.3456789]])
+    origin = float(us.min())
+    want = np.rint((us - origin) * 1000.0).astype(np.int64)
+    got = assemble._ns_in_place(us.copy(), origin)
+    assert got.dtype == np.int64 and got.tolist() == want.tolist()
+    view = us[::2]  # not contiguous: converted from a copy, the input left as it was
+    before = view.copy()
+    assert assemble._ns_in_place(view, origin).tolist() == np.rint((before - origin) * 1000.0).astype(np.int64).tolist()
+    assert view.tolist() == before.tolist()
+
+
+def test_refactorize_and_threads_match_factorizing_every_row():
+    rng = np.random.default_rng(2)
+    texts = np.array([f"t{i}" for i in range(40)], dtype=object)
+    codes = rng.integers(0, 40, 5000).astype(np.int32)
+    local, uniq = assemble._refactorize(codes, texts)
+    ref_local, ref_uniq = pd.factorize(codes)
+    assert local.dtype == np.int32 and local.tolist() == ref_local.tolist()
+    assert uniq.tolist() == texts[ref_uniq].tolist()
+    k = {"pid": rng.integers(0, 5, 5000).astype(np.int32), "tid": rng.integers(0, 7, 5000).astype(np.int32)}
+    tx = {"pid": np.array([f"p{i}" for i in range(5)], object), "tid": np.array([f"{i}" for i in range(7)], object)}
+    thread_id, threads = assemble._threads(k, tx, {})
+    pid_c, pid_u = pd.factorize(k["pid"])
+    tid_c, tid_u = pd.factorize(k["tid"])
+    pairs, ref = np.unique(pid_c.astype(np.int64) * len(tid_u) + tid_c, return_inverse=True)
+    assert thread_id.dtype == np.int32 and thread_id.tolist() == ref.reshape(-1).tolist()
+    assert threads["pid"].tolist() == [str(tx["pid"][pid_u[j // len(tid_u)]]) for j in pairs]
+
+
+def _sorted_events_inside(table, active, steps):
+    rows = np.flatnonzero(active)
+    starts = np.sort(table.ts_ns[rows])
+    ends = np.sort(np.maximum(table.end_of(rows), table.ts_ns[rows] + 1))
+    return np.searchsorted(starts, steps.end, side="left") - np.searchsorted(ends, steps.start, side="right")
+
+
+class _Windows:
+    def __init__(self, start, end):
+        self.start, self.end = start, end
+
+    def __len__(self):
+        return len(self.start)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_events_inside_counted_in_chunks_equals_sorting_every_event(monkeypatch, seed):
+    rng = np.random.default_rng(seed)
+    monkeypatch.setattr(evidence, "_CHUNK_ROWS", int(rng.integers(1, 9)))
+    n = int(rng.integers(0, 60))
+    ts, dur = rng.integers(0, 100, n), rng.integers(0, 20, n)
+    table = types.SimpleNamespace(ts_ns=ts, dur_ns=dur, end_of=lambda r: ts[r] + dur[r])
+    k = int(rng.integers(0, 6))
+    start = np.sort(rng.integers(0, 100, k))
+    windows = _Windows(start, start + rng.integers(0, 40, k))  # may overlap: ends not sorted
+    active = rng.random(n) < 0.7
+    got = evidence._events_inside(table, active, windows)
+    assert got.tolist() == _sorted_events_inside(table, active, windows).tolist()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_locate_in_place_equals_its_definition(seed):
+    rng = np.random.default_rng(seed)
+    starts = np.sort(rng.choice(200, size=int(rng.integers(0, 8)), replace=False)).astype(np.int64)
+    ends = np.minimum(starts + rng.integers(0, 30, starts.size), np.append(starts[1:], 10**9))
+    points = rng.integers(-10, 250, 100)
+    want = [next((i for i in range(starts.size) if starts[i] <= p < ends[i]), -1) for p in points]
+    got = locate(points, starts, ends)
+    assert got.dtype == np.int64 and got.tolist() == want
+
+
+def test_launches_are_looked_up_for_any_rows():
+    launches = Launches(np.array([2, 5, 9]), np.array([10, -1, 30]), np.array([11, -1, 31]))
+    assert launches.start_of(np.array([9, 0, 2, 5, 100])).tolist() == [30, -1, 10, -1, -1]
+    assert launches.end_of(np.array([2, 9])).tolist() == [11, 31]
+    assert launches.start_of(launches.rows) is launches.call_start_ns
+    assert launches.linked().tolist() == [2, 9]
+    empty = Launches(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64))
+    assert empty.start_of(np.array([1, 2])).tolist() == [-1, -1]
+
+
+def _gpu_trace(offset: int) -> list[dict]:
+    events = []
+    for s in range(4):
+        t0 = 1000 * s
+        events.append(step(s + 1, t0, 900))
+        for j in range(3):
+            corr = offset + 10 * s + j
+            events += launch(f"gemm_{j}", t0 + 10 + 50 * j, t0 + 100 + 200 * j, 150, corr)
+    return events
+
+
+def test_identifiers_past_int32_widen_the_column_and_change_no_number(tmp_path):
+    small = write_trace(tmp_path / "small.json", _gpu_trace(1))
+    large = write_trace(tmp_path / "large.json", _gpu_trace(2**40))
+    t_small, t_large = read_table(small), read_table(large)
+    assert t_small.correlation.dtype == np.int32 and t_large.correlation.dtype == np.int64
+    a, b = analyze_file(small)[1], analyze_file(large)[1]
+    pd.testing.assert_frame_equal(a.metrics, b.metrics)
+    assert a.evidence.status.tolist() == b.evidence.status.tolist()
+
+
+def test_a_real_trace_keeps_its_identifier_columns_compact(shared_traces):
+    table = read_table(shared_traces / "hta" / "a100_rank3_of8_train.json.gz")
+    assert {table.stream.dtype, table.correlation.dtype, table.copy_bytes.dtype} == {np.dtype(np.int32)}
+    assert table.copy_bytes.max() == 290422784  # the largest copy, as written
+
+
+def test_copy_bytes_summed_past_int32_are_not_wrapped(tmp_path):
+    # each copy's size fits int32, so the column is int32; their sum does not
+    events = []
+    for s in range(2):
+        t0 = 1000 * s
+        events.append(step(s + 1, t0, 900))
+        for j in range(3):
+            corr = 10 * s + j
+            events.append(runtime("cudaMemcpyAsync", t0 + 10 + 100 * j, 2, corr))
+            copy = memcpy("Memcpy HtoD (Pinned -> Device)", t0 + 20 + 100 * j, 50, correlation=corr)
+            copy["args"]["bytes"] = 2**30
+            events.append(copy)
+    path = write_trace(tmp_path / "copies.json", events)
+    assert read_table(path).copy_bytes.dtype == np.int32
+    (h2d,) = perfscope.analyze(path).details["memcpy"]
+    assert h2d["count"] == 6 and h2d["bytes"] == 6 * 2**30
+
+
+def test_gzip_trace_gives_the_same_compact_table(tmp_path):
+    plain = write_trace(tmp_path / "t.json", _gpu_trace(7))
+    packed = tmp_path / "t.json.gz"
+    packed.write_bytes(gzip.compress(plain.read_bytes()))
+    a, b = read_table(plain), read_table(packed)
+    for name in ("kind", "name_id", "ts_ns", "dur_ns", "thread_id", "device", "stream", "correlation", "copy_bytes"):
+        assert getattr(a, name).dtype == getattr(b, name).dtype
+        assert getattr(a, name).tolist() == getattr(b, name).tolist()
