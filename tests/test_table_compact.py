@@ -23,17 +23,17 @@ from perfscope.analysis.rank import analyze_file
 from perfscope.analysis.steps import Launches
 from perfscope.trace import assemble
 from perfscope.trace.load import read_table
-from perfscope.trace.table import compact
+from perfscope.trace.values import narrow
 
 
-def test_compact_keeps_int32_when_every_value_fits_and_int64_otherwise():
+def test_narrow_keeps_int32_when_every_value_fits_and_int64_otherwise():
     small = np.array([-1, 5, 2**31 - 1], np.int64)
-    assert compact(small).dtype == np.int32 and compact(small).tolist() == small.tolist()
+    assert narrow(small).dtype == np.int32 and narrow(small).tolist() == small.tolist()
     big = np.array([-1, 2**31], np.int64)
-    assert compact(big).dtype == np.int64 and compact(big) is big
+    assert narrow(big).dtype == np.int64 and narrow(big) is big
     already = np.array([1, 2], np.int32)
-    assert compact(already) is already
-    assert compact(np.zeros(0, np.int64)).dtype == np.int32
+    assert narrow(already) is already
+    assert narrow(np.zeros(0, np.int64)).dtype == np.int32
 
 
 @pytest.mark.parametrize("chunk", [1, 3, 1 << 20])
@@ -141,7 +141,7 @@ def test_identifiers_past_int32_widen_the_column_and_change_no_number(tmp_path):
     assert a.evidence.status.tolist() == b.evidence.status.tolist()
 
 
-def test_a_real_trace_keeps_its_identifier_columns_compact(shared_traces):
+def test_a_real_trace_keeps_its_identifier_columns_narrow(shared_traces):
     table = read_table(shared_traces / "hta" / "a100_rank3_of8_train.json.gz")
     assert {table.stream.dtype, table.correlation.dtype, table.copy_bytes.dtype} == {np.dtype(np.int32)}
     assert table.copy_bytes.max() == 290422784  # the largest copy, as written

@@ -22,6 +22,7 @@ from perfscope.trace.quality import (
 )
 from perfscope.trace.reader import RawTrace
 from perfscope.trace.rows import Rows
+from perfscope.trace.values import narrow
 
 # Plausible magnitudes (microseconds): epoch timestamps are ~1.7e15 today; beyond this bound the
 # nanosecond columns could overflow int64, and no real trace comes near it.
@@ -71,7 +72,7 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
     Returns:
         The :class:`~perfscope.trace.table.TraceTable`.
     """
-    from perfscope.trace.table import TraceTable, compact
+    from perfscope.trace.table import TraceTable
 
     c, texts = rows.columns, rows.texts
     quality = DataQuality(list(raw.quality.entries))
@@ -169,7 +170,7 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
     return TraceTable(
         kind=kind, name_id=name_id.astype(np.int32, copy=False), ts_ns=ts_ns, dur_ns=dur_ns,
         thread_id=thread_id.astype(np.int32, copy=False), device=device.astype(np.int32, copy=False),
-        stream=compact(stream), correlation=compact(correlation), copy_bytes=compact(copy_bytes),
+        stream=narrow(stream), correlation=narrow(correlation), copy_bytes=narrow(copy_bytes),
         names=names, threads=threads, origin_us=origin, base_time_ns=header.base_time_ns, rank=header.rank,
         rank_source=header.rank_source, world_size=header.world_size, device_properties=header.device_properties,
         distributed_info=header.distributed_info, host_steps=header.host_steps,
@@ -256,7 +257,7 @@ def _gpu_columns(k: dict, kind: np.ndarray, kept: np.ndarray, rows: Rows, qualit
     unusable = {f: v for f, v in unusable.items() if v}
     quality.add(DROPPED, "values of args that are not integers in range (treated as unknown)",
                 sum(unusable.values()), unusable, unit="value")
-    # the table keeps them int32 where every value fits (perfscope.trace.table.compact)
+    # the table keeps them int32 where every value fits (perfscope.trace.values.narrow)
     return k.pop("device"), k.pop("stream"), correlation, k.pop("bytes")
 
 

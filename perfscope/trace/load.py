@@ -18,7 +18,6 @@ from pathlib import Path
 import numpy as np
 import orjson
 
-from perfscope.heap import release_free_memory
 from perfscope.trace import columns as col
 from perfscope.trace.events import LIST_PREFIX, LIST_SUFFIX, ROOT_PREFIX, ROOT_SUFFIX, Incomplete, Undecodable, decode_batch, unwrap
 from perfscope.trace.reader import RawTrace, gc_paused, read_trace, worker_name
@@ -72,11 +71,7 @@ def _streamed(path: Path, pool: Executor | None, batch_bytes: int, progress: Pro
     root_is_list = cutter.root_is_list
     from perfscope.trace.assemble import assemble
 
-    rows.finish()
-    # The batches' pieces and decoded events are freed but their pages stay with the C heap;
-    # handed back, the table's columns are built in them and not on top of them.
-    release_free_memory()
-    return assemble(rows, raw, lambda entries: _fingerprints(path, spans, rows.batch_starts, entries, root_is_list))
+    return assemble(rows.finish(), raw, lambda entries: _fingerprints(path, spans, rows.batch_starts, entries, root_is_list))
 
 
 def _joined(cutter: Cutter, text: bytes, sep: bytes, may_end: bool, offset: int, decoder) -> tuple:

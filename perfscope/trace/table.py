@@ -42,8 +42,8 @@ class TraceTable:
       unknown.
 
     ``stream``, ``correlation`` and ``copy_bytes`` are int32 when every value of the file fits,
-    int64 otherwise (:func:`compact`): 12 bytes less per row of a large trace. Arithmetic that
-    could leave int32 (sums of bytes) widens first.
+    int64 otherwise (:func:`perfscope.trace.values.narrow`): 12 bytes less per row of a large
+    trace. Arithmetic that could leave int32 (sums of bytes) widens first.
 
     Attributes:
         names: Unique event names (object array of str).
@@ -132,16 +132,6 @@ class TraceTable:
         """Absolute time (ns since the epoch where the trace records one) of relative times."""
         return self.base_time_ns + int(round(self.origin_us * 1000)) + ts_ns
 
-
-
-def compact(ids: np.ndarray) -> np.ndarray:
-    """An integer column as int32 when every value fits, else as int64; never copied when it
-    already has that type."""
-    if ids.dtype == np.int32:
-        return ids
-    if ids.size and (ids.min() < -(2**31) or ids.max() > 2**31 - 1):
-        return ids.astype(np.int64, copy=False)
-    return ids.astype(np.int32)
 
 
 def build_table(raw: RawTrace) -> TraceTable:

@@ -208,7 +208,11 @@ def text_codes(values: list, missing_is_odd: bool, typed: bool) -> tuple[np.ndar
 
 
 def narrow(a: np.ndarray) -> np.ndarray:
-    """int64 values as int32 when they fit (joined batches widen again where one needs it)."""
+    """Integer values as int32 when they all fit, else as they are (int64): a batch's columns,
+    and the trace table's identifier columns (joined batches widen again where one needs it).
+    An int32 array is returned itself, not copied."""
+    if a.dtype == np.int32:
+        return a
     if a.size and (a.min() < -(2**31) or a.max() > 2**31 - 1):
         return a
     return a.astype(np.int32)
