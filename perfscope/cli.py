@@ -45,7 +45,7 @@ def _finish(analysis, out_dir: Path, open_report: bool = False) -> int:
     from perfscope.outputs import write_outputs
 
     summary = analysis.summary()
-    paths = write_outputs(summary, out_dir, analysis.tables)  # the report reuses the parsed traces
+    paths = write_outputs(summary, out_dir, analysis.tables, analysis.timelines)  # the report reuses the parsed traces
     print(format_summary(summary))
     applied = config_lines(summary)
     if applied:
@@ -148,7 +148,10 @@ def cmd_diff(args) -> int:
 
 def cmd_analyze(args) -> int:
     from perfscope.analysis.run import analyze_files
+    from perfscope.heap import map_large_blocks
     from perfscope.trace import find_trace_files
+
+    map_large_blocks()  # freed per-row arrays leave the resident size (perfscope.heap)
 
     if not args.path:
         raise PerfscopeError("no trace path given")
@@ -248,6 +251,9 @@ def cmd_profile(args, script_args: list[str]) -> int:
             print(f"perfscope: the script failed ({safe(result.error)}); analyzing the steps captured before it did", file=sys.stderr)
         # Only this run's traces: the directory may hold older ones from a run with more ranks. When
         # the script failed, ranks may have stopped at different steps: keep the ones all ranks hold.
+        from perfscope.heap import map_large_blocks
+
+        map_large_blocks()  # freed per-row arrays leave the resident size (perfscope.heap)
         analysis = analyze_files(trace_files, run_info=run_info, common_steps_only=result.error is not None)
         status = _finish(analysis, out, args.open)
         if nodes is not None:

@@ -66,11 +66,13 @@ def remove_if_empty(out: Path) -> None:
             return
 
 
-def write_outputs(summary: dict, out_dir: str | os.PathLike, tables: dict | None = None) -> dict[str, Path]:
+def write_outputs(summary: dict, out_dir: str | os.PathLike, tables: dict | None = None,
+                  timelines: dict | None = None) -> dict[str, Path]:
     """Write ``summary.json`` and ``report.html`` of a summary record into ``out_dir``, as one
     unit (:func:`perfscope.atomic.write_files_atomic`: both are complete before either replaces
     an earlier file). The report's timeline uses ``tables`` -- the analysis's trace tables by
-    path -- and reads any other trace it needs from disk.
+    path -- and their ``timelines`` (``Analysis.timelines``), and reads any other trace it needs
+    from disk.
 
     Returns:
         The written paths by name (``"summary"``, ``"report"``).
@@ -82,7 +84,7 @@ def write_outputs(summary: dict, out_dir: str | os.PathLike, tables: dict | None
     render_report = import_sibling("reports").render_report
     out = ensure_writable_dir(out_dir)
     paths = {"summary": out / "summary.json", "report": out / "report.html"}
-    html = render_report(summary, base_dir=out, tables=tables)
+    html = render_report(summary, base_dir=out, tables=tables, timelines=timelines)
     try:
         write_files_atomic({paths["summary"]: dump_summary(summary), paths["report"]: html.encode("utf-8")})
     except OSError as e:

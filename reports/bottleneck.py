@@ -38,7 +38,7 @@ def header(summary: dict, heading: str = "perfscope bottleneck report") -> str:
 
 
 def render_report(summary: dict, *, base_dir: str | Path | None = None, step=None, find_traces: bool = True,
-                  tables: dict | None = None) -> str:
+                  tables: dict | None = None, timelines: dict | None = None) -> str:
     """The report page for a summary record (as from :func:`perfscope.summary.build_summary`).
 
     Args:
@@ -49,6 +49,8 @@ def render_report(summary: dict, *, base_dir: str | Path | None = None, step=Non
         find_traces: False renders from the summary alone (the timeline then says it needs traces).
         tables: Trace tables already built, by resolved file path (``Analysis.tables``): used
             instead of parsing those files again.
+        timelines: Their step windows and partition sets by the same paths
+            (``Analysis.timelines``): used instead of finding them again.
 
     Returns:
         One self-contained HTML document (str).
@@ -56,8 +58,8 @@ def render_report(summary: dict, *, base_dir: str | Path | None = None, step=Non
     found, others = None, []
     if find_traces:
         located = _traces.locate_ranks(summary, Path(base_dir) if base_dir is not None else None)
-        found = _traces.load(located[0], tables)
-        others = [_traces.load(f, tables) for f in located[1:1 + timeline.MAX_OTHER_RANKS]]
+        found = _traces.load(located[0], tables, timelines)
+        others = [_traces.load(f, tables, timelines) for f in located[1:1 + timeline.MAX_OTHER_RANKS]]
     nav = list(NAV)
     if summary.get("mode") != "gpu":
         nav[4] = ("kernels", "Top operators")
@@ -86,13 +88,13 @@ def render_report(summary: dict, *, base_dir: str | Path | None = None, step=Non
 
 
 def write_report(summary: dict, path: str | Path, *, base_dir: str | Path | None = None, step=None,
-                 find_traces: bool = True, tables: dict | None = None) -> Path:
+                 find_traces: bool = True, tables: dict | None = None, timelines: dict | None = None) -> Path:
     """Render the report and write it to ``path`` atomically.
 
-    ``base_dir`` defaults to the directory of ``path`` (the output directory); ``tables`` as in
+    ``base_dir`` defaults to the directory of ``path`` (the output directory); ``tables`` and ``timelines`` as in
     :func:`render_report`.
     """
     path = Path(path)
     html = render_report(summary, base_dir=path.parent if base_dir is None else base_dir, step=step,
-                         find_traces=find_traces, tables=tables)
+                         find_traces=find_traces, tables=tables, timelines=timelines)
     return write_text_atomic(path, html)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from perfscope.analysis.chunked import row_chunks, select_rows
 from perfscope.analysis.intervals import Intervals, clip, segments, union
 from perfscope.analysis.partition import cpu_parts, cpu_sets, gpu_parts, gpu_sets
 from perfscope.analysis.steps import StepWindows, find_steps, launch_times
@@ -72,17 +73,30 @@ class Lane:
 
 @dataclass
 class Prepared:
-    """One trace, ready to draw any of its steps."""
+    """One trace, ready to draw any of its steps.
+
+    The lanes of a step are built when it is drawn (:meth:`lanes_at`), from the rows inside its
+    window only: a report draws a dozen steps, and lanes of every event of a large trace would
+    hold some 40 bytes per event of memory.
+    """
 
     table: TraceTable
     windows: StepWindows
     mode: str
-    lanes: list
     partition: list  # interval sets, one per partition category
     partition_cats: tuple
+    lane_kinds: tuple  # the category tables of the lanes every step shows, in lane order (the legend's)
+    streams: np.ndarray  # (device, stream) of the GPU streams that get a lane of their own, shape (k, 2)
+    other_streams: int  # GPU streams that share the last lane
 
     _index: dict | None = field(default=None, init=False, repr=False)
     _telemetry: object = field(default=False, init=False, repr=False)  # False: not aligned yet
+
+    def lanes_at(self, i: int) -> list[Lane]:
+        """The lanes of window ``i``: every event that overlaps it, the same lanes for every step."""
+        lo, hi = int(self.windows.start[i]), int(self.windows.end[i])
+        rows = select_rows(np.ones(self.table.n_events, bool), lambda r: _overlaps(self.table, r, lo, hi))
+        return _lanes(self, rows)
 
     def telemetry_samples(self):
         """The trace's telemetry samples aligned to its clock, sorted by time
@@ -103,13 +117,19 @@ class Prepared:
         return self._index.get(step) if isinstance(step, int) else None
 
 
+def _overlaps(table: TraceTable, rows: np.ndarray, lo: int, hi: int) -> np.ndarray:
+    ts = table.ts_ns[rows]
+    return (ts < hi) & (ts + table.dur_ns[rows] > lo)
+
+
 def _lane(table, label, categories, noun, rows, cats) -> Lane:
     return Lane(label, categories, noun, table.ts_ns[rows], table.end_of(rows), np.asarray(cats, np.int64), table.name_id[rows],
                 table.names)
 
 
 def _top_level(table: TraceTable, rows: np.ndarray) -> np.ndarray:
-    """Rows not nested in another of ``rows`` (outermost first when two start together)."""
+    """Rows not nested in another of ``rows`` (outermost first when two start together). Exact on
+    the rows overlapping a window too: an event's enclosing event overlaps every window it does."""
     rows = rows[np.lexsort((-table.dur_ns[rows], table.ts_ns[rows]))]
     if rows.size == 0:
         return rows
@@ -117,61 +137,110 @@ def _top_level(table: TraceTable, rows: np.ndarray) -> np.ndarray:
     return rows[table.ts_ns[rows] >= reach]
 
 
-def _stream_lanes(table: TraceTable, gpu_rows: np.ndarray, cat: np.ndarray) -> list[Lane]:
-    """One lane per GPU stream, the :data:`MAX_STREAM_LANES` busiest of them; any others share
-    one last lane (a trace with thousands of streams must not draw thousands of lanes)."""
-    pairs = np.stack([table.device[gpu_rows].astype(np.int64), table.stream[gpu_rows]], axis=1)
-    keys, which = np.unique(pairs, axis=0, return_inverse=True) if gpu_rows.size else (np.zeros((0, 2), np.int64), None)
-    if not len(keys):
-        return []
-    which = which.reshape(-1)
-    busy = np.bincount(which, weights=table.dur_ns[gpu_rows], minlength=len(keys))
-    top = set(np.argsort(-busy, kind="stable")[:MAX_STREAM_LANES].tolist())
+class _Flags:
+    """Per distinct name, what the lanes sort rows by (each predicate runs once per name)."""
+
+    def __init__(self, names: np.ndarray):
+        self.dataloader = np.asarray(is_dataloader_range(names), bool)
+        self.collective = np.asarray(is_collective_range(names), bool)
+        self.step = profiler_step_numbers(names) != -1
+        self.comm = np.asarray(is_comm_kernel(names), bool)
+        self.h2d = copy_kind_of_names(names) == CopyKind.HTOD
+
+
+def _ranges(table: TraceTable, rows: np.ndarray, flags: _Flags, main: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Of ``rows``: the main thread's operators, its DataLoader fetches, the collectives (rows)."""
+    kind, name = table.kind[rows], table.name_id[rows]
+    ranges = (kind == EventKind.CPU_OP) | (kind == EventKind.ANNOTATION)
+    on_main = table.thread_id[rows] == main
+    dl = flags.dataloader[name]
+    return (rows[ranges & on_main & ~flags.step[name] & ~dl], rows[ranges & on_main & dl],
+            rows[ranges & flags.collective[name]])
+
+
+def _stream_keys(table: TraceTable, rows: np.ndarray) -> np.ndarray:
+    """(device, stream) of each of ``rows``, shape (n, 2), int64."""
+    return np.stack([table.device[rows].astype(np.int64), table.stream[rows].astype(np.int64)], axis=1)
+
+
+def _busiest_streams(table: TraceTable) -> tuple[np.ndarray, int]:
+    """The :data:`MAX_STREAM_LANES` GPU streams busiest over the whole trace, in (device, stream)
+    order, and how many others there are (a trace with thousands of streams must not draw
+    thousands of lanes). Counted a chunk of rows at a time."""
+    busy: dict[tuple[int, int], float] = {}
+    for rows in row_chunks(table.mask(*GPU_KINDS)):
+        keys, which = np.unique(_stream_keys(table, rows), axis=0, return_inverse=True)
+        sums = np.bincount(which.reshape(-1), weights=table.dur_ns[rows], minlength=len(keys))
+        for k, v in zip(map(tuple, keys.tolist()), sums.tolist()):
+            busy[k] = busy.get(k, 0.0) + v
+    keys = sorted(busy)  # (device, stream) order, as the lanes are drawn
+    top = sorted(sorted(range(len(keys)), key=lambda k: -busy[keys[k]])[:MAX_STREAM_LANES])
+    return np.array([keys[k] for k in top], np.int64).reshape(-1, 2), len(keys) - len(top)
+
+
+def _gpu_lanes(prep: Prepared, rows: np.ndarray, flags: _Flags) -> list[Lane]:
+    """Of ``rows``: one lane per busiest stream, then one for all other streams."""
+    table = prep.table
+    kind = table.kind[rows]
+    rows = rows[np.isin(kind, np.array(GPU_KINDS, np.int8))]
+    kind, name = table.kind[rows], table.name_id[rows]
+    kernel = kind == EventKind.KERNEL
+    h2d = (kind == EventKind.MEMCPY) & flags.h2d[name]
+    cat = np.where(kernel & flags.comm[name], 1, np.where(kernel, 0, np.where(h2d, 2, 3)))
+    keys = _stream_keys(table, rows)
+    own = np.zeros(rows.size, bool)
     lanes = []
-    for k, (dev, stream) in enumerate(keys.tolist()):
-        if k in top:
-            rows = gpu_rows[which == k]
-            lanes.append(_lane(table, f"GPU {dev} · stream {stream}", STREAM_CATS, "GPU events", rows, cat[rows]))
-    rest = np.flatnonzero(~np.isin(which, list(top)))
-    if rest.size:
-        rows = gpu_rows[rest]
-        n = len(keys) - len(top)
-        lanes.append(_lane(table, f"{n} other streams", STREAM_CATS, "GPU events", rows, cat[rows]))
+    for dev, stream in prep.streams.tolist():
+        here = (keys[:, 0] == dev) & (keys[:, 1] == stream)
+        own |= here
+        lanes.append(_lane(table, f"GPU {dev} · stream {stream}", STREAM_CATS, "GPU events", rows[here], cat[here]))
+    if prep.other_streams:
+        lanes.append(_lane(table, f"{prep.other_streams} other streams", STREAM_CATS, "GPU events", rows[~own], cat[~own]))
     return lanes
 
 
-def prepare(table: TraceTable) -> Prepared:
-    launches = launch_times(table)
-    windows = find_steps(table, launches)
-    main = windows.main_thread
-    ranges = table.mask(EventKind.CPU_OP, EventKind.ANNOTATION)
-    on_main = table.thread_id == main
-    dl_flag = table.name_flag(is_dataloader_range)
-    coll_flag = table.name_flag(is_collective_range)
-    step_flag = (profiler_step_numbers(table.names) != -1)[table.name_id]
+_MAIN = ("main thread", (("operator", DARK),), "operators")
+_DATALOADER = ("DataLoader", (("DataLoader fetch", ORANGE),), "fetches")
+_COLLECTIVES = ("collectives (CPU)", (("collective", PURPLE),), "collectives")
+
+
+def _lanes(prep: Prepared, rows: np.ndarray) -> list[Lane]:
+    table, flags = prep.table, _Flags(prep.table.names)
+    main, dl, coll = _ranges(table, rows, flags, prep.windows.main_thread)
     lanes = []
-    main_rows = _top_level(table, np.flatnonzero(ranges & on_main & ~step_flag & ~dl_flag))
-    lanes.append(_lane(table, "main thread", (("operator", DARK),), "operators", main_rows, np.zeros(main_rows.size)))
-    dl_rows = np.flatnonzero(ranges & on_main & dl_flag)
-    if dl_rows.size:
-        lanes.append(_lane(table, "DataLoader", (("DataLoader fetch", ORANGE),), "fetches", dl_rows, np.zeros(dl_rows.size)))
-    coll_rows = _top_level(table, np.flatnonzero(ranges & coll_flag))
-    if coll_rows.size:
-        lanes.append(_lane(table, "collectives (CPU)", (("collective", PURPLE),), "collectives", coll_rows, np.zeros(coll_rows.size)))
+    for (label, cats, noun), picked, nested in ((_MAIN, main, True), (_DATALOADER, dl, False), (_COLLECTIVES, coll, True)):
+        if cats in prep.lane_kinds:
+            picked = _top_level(table, picked) if nested else picked
+            lanes.append(_lane(table, label, cats, noun, picked, np.zeros(picked.size)))
+    return lanes + _gpu_lanes(prep, rows, flags)
 
-    gpu = table.mask(*GPU_KINDS)
-    mode = "gpu" if gpu.any() else "cpu"
-    kernel = table.kind == EventKind.KERNEL
-    comm = kernel & table.name_flag(is_comm_kernel)
-    memcpy = table.kind == EventKind.MEMCPY
-    h2d = memcpy & (copy_kind_of_names(table.names)[table.name_id] == CopyKind.HTOD)
-    cat = np.where(comm, 1, np.where(kernel, 0, np.where(h2d, 2, 3)))
-    gpu_rows = np.flatnonzero(gpu)
-    lanes += _stream_lanes(table, gpu_rows, cat)
 
+def prepare(table: TraceTable, windows: StepWindows | None = None, partition_sets: list | None = None) -> Prepared:
+    """The trace ready to draw: its steps, the partition's interval sets and which lanes it has.
+
+    ``windows`` and ``partition_sets`` (a GPU trace's :func:`~perfscope.analysis.partition.gpu_sets`)
+    are the analysis's when given (``Analysis.timelines``), else computed here.
+    """
+    launches = None
+    if windows is None:
+        launches = launch_times(table)
+        windows = find_steps(table, launches)
+    main = windows.main_thread
+    mode = "gpu" if table.mask(*GPU_KINDS).any() else "cpu"
+    flags = _Flags(table.names)
+    has_dl = has_coll = False
+    for rows in row_chunks(np.ones(table.n_events, bool)):
+        _, dl, coll = _ranges(table, rows, flags, main)
+        has_dl, has_coll = has_dl or dl.size > 0, has_coll or coll.size > 0
+    kinds = [_MAIN[1]] + ([_DATALOADER[1]] if has_dl else []) + ([_COLLECTIVES[1]] if has_coll else [])
+    streams, others = _busiest_streams(table)
+    if len(streams) or others:
+        kinds.append(STREAM_CATS)
     if mode == "gpu":
-        return Prepared(table, windows, mode, lanes, gpu_sets(table, launches, main), GPU_PARTITION)
-    return Prepared(table, windows, mode, lanes, cpu_sets(table, main), CPU_PARTITION)
+        if partition_sets is None:
+            partition_sets = gpu_sets(table, launches if launches is not None else launch_times(table), main)
+        return Prepared(table, windows, mode, partition_sets, GPU_PARTITION, tuple(kinds), streams, others)
+    return Prepared(table, windows, mode, cpu_sets(table, main), CPU_PARTITION, tuple(kinds), streams, others)
 
 
 def _partition(prep: Prepared, lo: int, hi: int) -> list[Intervals]:
@@ -243,7 +312,7 @@ def raster(prep: Prepared, i: int, n: int = COLUMNS) -> StepRaster:
     lo, hi = int(prep.windows.start[i]), int(prep.windows.end[i])
     col_ns = max(hi - lo, 1) / n
     out = []
-    for lane in prep.lanes:
+    for lane in prep.lanes_at(i):
         j1 = np.searchsorted(lane.starts, hi, side="left")
         j0 = np.searchsorted(lane.reach, lo, side="right")
         sl = slice(j0, j1)

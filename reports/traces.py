@@ -37,6 +37,7 @@ class Found:
     problem: str | None = None
     replaced: list = field(default_factory=list)  # recorded paths whose file is now another one
     tables: dict = field(default_factory=dict)  # already-built tables by resolved path
+    timelines: dict = field(default_factory=dict)  # their (StepWindows, partition sets), same keys
     _prepared: list | None = None
 
     def prepared(self) -> list:
@@ -46,10 +47,12 @@ class Found:
 
             loaded = []
             for f in self.files:
-                table = self.tables.get(str(Path(f).resolve()))
+                key = str(Path(f).resolve())
+                table = self.tables.get(key)
                 if table is None:
-                    table = read_table(f)
-                loaded.append(prepare(table))
+                    loaded.append(prepare(read_table(f)))
+                else:
+                    loaded.append(prepare(table, *self.timelines.get(key, (None, None))))
             self._prepared = loaded
         return self._prepared
 
@@ -85,14 +88,16 @@ def locate_ranks(summary: dict, base_dir: Path | None) -> list[Found]:
     return [Found(rank=r, files=by_rank[r], replaced=replaced) for r in order]
 
 
-def load(found: Found, tables: dict | None = None) -> Found:
+def load(found: Found, tables: dict | None = None, timelines: dict | None = None) -> Found:
     """Read the traces now, turning a read failure into ``found.problem``.
 
-    ``tables`` (resolved path -> ``TraceTable``) are used instead of reading those files again.
+    ``tables`` (resolved path -> ``TraceTable``) are used instead of reading those files again,
+    with their ``timelines`` (resolved path -> ``(StepWindows, partition sets)``) where given.
     """
     if found.problem:
         return found
     found.tables = dict(tables or {})
+    found.timelines = dict(timelines or {})
     try:
         found.prepared()
     except (PerfscopeError, OSError, ValueError) as e:

@@ -11,6 +11,7 @@ from tracegen import cpu_op, kernel, launch, memcpy, runtime, step, write_trace
 from tracekit import analyze, check_partition, only_row
 
 import perfscope
+from perfscope.analysis import chunked
 from reports import render_report
 
 
@@ -81,7 +82,10 @@ def test_two_ops_that_differ_only_in_args_are_both_kept(tmp_path):
     assert row["operator_count"] == 2
 
 
-def test_the_record_counts_what_the_analysis_could_not_place(tmp_path):
+@pytest.mark.parametrize("chunk_rows", [None, 1, 3])
+def test_the_record_counts_what_the_analysis_could_not_place(tmp_path, monkeypatch, chunk_rows):
+    if chunk_rows:  # rows are counted a chunk at a time (perfscope.analysis.chunked): any cut gives the same
+        monkeypatch.setattr(chunked, "CHUNK_ROWS", chunk_rows)
     events = [
         cpu_op("aten::before", 0, 5),  # before the first step
         step(1, 10, 100), cpu_op("aten::mm", 20, 30),

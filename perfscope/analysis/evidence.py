@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from perfscope.analysis.chunked import max_of, row_chunks, select_rows
 from perfscope.analysis.intervals import locate, union, window_segments
 from perfscope.analysis.steps import Launches, StepWindows, graph_launched, shared_correlation_calls
 from perfscope.analysis.verdict import classify, cost_fractions
@@ -127,7 +128,7 @@ def judge(table: TraceTable, steps: StepWindows, launches: Launches, metrics: pd
     inside = _events_inside(table, active, steps)
     _set(ev, inside == 0, INCOMPLETE, "no event recorded inside the step (only its marker)")
     if active.any():
-        last_end = int(table.end_of(active).max())
+        last_end = int(max_of(active, table.end_of))
         tail = steps.end - np.maximum(steps.start, last_end)
         _set(ev, (tail > UNOBSERVED_SHARE * length) & (length > 0), INCOMPLETE,
              lambda i: f"its range runs {_ms(tail[i])} past the last event the trace recorded")
@@ -144,9 +145,6 @@ def judge(table: TraceTable, steps: StepWindows, launches: Launches, metrics: pd
     return ev
 
 
-_CHUNK_ROWS = 1 << 20  # rows per pass of _events_inside
-
-
 def _events_inside(table: TraceTable, active: np.ndarray, steps: StepWindows) -> np.ndarray:
     """Per step, how many active events overlap its window (sorted starts and ends, no loop).
 
@@ -159,8 +157,7 @@ def _events_inside(table: TraceTable, active: np.ndarray, steps: StepWindows) ->
     end_order, start_order = np.argsort(steps.end, kind="stable"), np.argsort(steps.start, kind="stable")
     ends_sorted, starts_sorted = steps.end[end_order], steps.start[start_order]
     began_sorted, before_sorted = np.zeros(n + 1, np.int64), np.zeros(n + 1, np.int64)
-    for i in range(0, active.size, _CHUNK_ROWS):
-        part = i + np.flatnonzero(active[i : i + _CHUNK_ROWS])
+    for part in row_chunks(active):
         ts = table.ts_ns[part]
         # an event starting at x began before the windows whose end is past x
         began_sorted += np.bincount(np.searchsorted(ends_sorted, ts, side="right"), minlength=n + 1)
@@ -284,19 +281,26 @@ def _sync_us(table: TraceTable, steps: StepWindows) -> np.ndarray:
     return seg.per_window(seg.member[0]) / _NS_PER_US
 
 
+def _crosses_step_end(table: TraceTable, steps: StepWindows, rows: np.ndarray) -> np.ndarray:
+    """Per row: it starts inside a step's CPU span and ends after that span."""
+    where = locate(table.ts_ns[rows], steps.cpu_start, steps.cpu_end)
+    ok = where >= 0
+    out = np.zeros(rows.size, bool)
+    out[ok] = table.end_of(rows[ok]) > steps.cpu_end[where[ok]]
+    return out
+
+
 def _count_quality(table: TraceTable, steps: StepWindows, launches: Launches, marker: np.ndarray,
                    active: np.ndarray, q: DataQuality) -> None:
     """Analysis-level counts: events outside every step, GPU events without a launch record,
     operators cut by a step boundary."""
     if steps.has_markers:
-        rows = np.flatnonzero(active)
-        outside = rows[locate(table.ts_ns[rows], steps.start, steps.end) < 0]
+        # a chunk of rows at a time (perfscope.analysis.chunked): active is most of the trace
+        outside = select_rows(active, lambda r: locate(table.ts_ns[r], steps.start, steps.end) < 0)
         q.add(NOTED, "outside every step (before the first, after the last or between steps)", int(outside.size),
               table.name_of(outside))
-        main = np.flatnonzero(table.mask(EventKind.CPU_OP, EventKind.ANNOTATION) & (table.thread_id == steps.main_thread) & ~marker)
-        where = locate(table.ts_ns[main], steps.cpu_start, steps.cpu_end)
-        ok = where >= 0
-        crosses = main[ok][table.end_of(main[ok]) > steps.cpu_end[where[ok]]]
+        main = table.mask(EventKind.CPU_OP, EventKind.ANNOTATION) & (table.thread_id == steps.main_thread) & ~marker
+        crosses = select_rows(main, lambda r: _crosses_step_end(table, steps, r))
         q.add(NOTED, "start in one step and end after it, on the training thread", int(crosses.size),
               table.name_of(crosses))
     shared = shared_correlation_calls(table)

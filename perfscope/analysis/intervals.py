@@ -155,10 +155,22 @@ def window_segments(sets: list[Intervals], starts: np.ndarray, ends: np.ndarray)
     """
     starts = np.asarray(starts, dtype=np.int64)
     ends = np.asarray(ends, dtype=np.int64)
-    edges = np.unique(np.concatenate([starts, ends] + [s.starts for s in sets] + [s.ends for s in sets]))
-    left, lengths = edges[:-1], np.diff(edges)
-    window = locate(left, starts, ends)
+    # Every boundary once, sorted. A large trace has tens of millions of boundaries, so each step
+    # below makes one array of them and frees the last (np.unique would sort a copy of its input).
+    edges = np.concatenate([starts, ends] + [s.starts for s in sets] + [s.ends for s in sets])
+    edges.sort()
+    distinct = np.ones(edges.size, bool)
+    np.not_equal(edges[1:], edges[:-1], out=distinct[1:])
+    edges = edges[distinct]
+    del distinct
+    window = locate(edges[:-1], starts, ends)
     keep = window >= 0
-    left, lengths, window = left[keep], lengths[keep], window[keep]
+    left = edges[:-1][keep]
+    lengths = edges[1:][keep]
+    del edges
+    lengths -= left
+    # window indices fit int32 (a trace has far fewer than 2**31 steps): 4 bytes a segment less
+    window = window[keep].astype(np.int32) if starts.size < 2**31 else window[keep]
+    del keep
     member = np.stack([covers(s, left) for s in sets]) if sets else np.zeros((0, left.size), bool)
     return WindowSegments(lengths, member, window, int(starts.size), left)

@@ -95,7 +95,7 @@ def _step_costs(rt: RankTrace, rows: np.ndarray, step_of_row: np.ndarray) -> pd.
             # runs both at the faster one's speed (the slower one is held back by what the fused
             # operator removes: subnormal probabilities after a shift mask, a strided operand).
             total = (end - start) / 1000.0
-            kept = 2 * min(t.dur_ns[rows[p]] for p in products) / 1000.0
+            kept = 2 * min(int(t.dur_ns[rows[p]]) for p in products) / 1000.0  # int: no int32 overflow
         else:  # the kernels launched from inside the span
             lo, hi = np.searchsorted(launched, start, "left"), np.searchsorted(launched, end, "right")
             dur = t.dur_ns[kernels[lo:hi]]

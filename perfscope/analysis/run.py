@@ -53,6 +53,8 @@ class Analysis:
             (a trace that holds damage, as opposed to a file that is no trace).
         tables: The trace tables analyzed, by resolved file path, so the report's timeline
             need not parse the traces a second time.
+        timelines: By the same paths, each trace's step windows and (GPU traces) partition
+            interval sets, ``(StepWindows, list | None)``, so the report need not find them again.
     """
 
     steps: pd.DataFrame
@@ -65,6 +67,7 @@ class Analysis:
     details: dict = field(default_factory=dict)
     skipped: list[dict] = field(default_factory=list)
     tables: dict = field(default_factory=dict, repr=False)
+    timelines: dict = field(default_factory=dict, repr=False)
 
     @property
     def ranks_analyzed(self) -> int:
@@ -230,8 +233,11 @@ def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, commo
                         "finished: a trace without its base time, or node clocks apart): arrivals are not compared, the "
                         "straggler is the rank that waits least in collectives")
     tables_by_path = {str(Path(t.path).resolve()): t for t in tables if t.path is not None}
+    timelines = {str(Path(rt.table.path).resolve()): (rt.windows, rt.partition_sets) for rt in rank_traces
+                 if rt.table.path is not None}
     traces = [_trace_facts(rt, r) for rt, r in zip(rank_traces, ranks)]
-    return Analysis(frame, rv, mode, traces, notes, warnings, dict(run_info or {}), details, [], tables_by_path)
+    return Analysis(frame, rv, mode, traces, notes, warnings, dict(run_info or {}), details, [], tables_by_path,
+                    timelines)
 
 
 def analyze(path: str | Path, run_info: dict | None = None) -> Analysis:

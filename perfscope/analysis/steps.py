@@ -21,6 +21,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from perfscope.analysis.intervals import locate
+from perfscope.text import named, plural
 from perfscope.trace.kinds import (
     GPU_KINDS,
     EventKind,
@@ -28,9 +30,8 @@ from perfscope.trace.kinds import (
     is_optimizer_step_range,
     profiler_step_numbers,
 )
-from perfscope.analysis.intervals import locate
-from perfscope.text import named, plural
 from perfscope.trace.table import TraceTable
+from perfscope.trace.values import smallest_int
 
 # A last step without its optimizer update and shorter than this fraction of the shortest other
 # step was cut off by the end of profiling (the TensorBoard plugin likewise drops such a step).
@@ -47,7 +48,8 @@ class StepWindows:
         start, end: Step window (see module docstring).
         complete: False for a last step cut off by the end of profiling.
         main_thread: ``thread_id`` of the training loop's thread (-1 if the trace has no CPU events).
-        gpu_step: For every event row, index of the step that launched it (GPU rows) or -1 (int32).
+        gpu_step: For every event row, index of the step that launched it (GPU rows) or -1, in
+            the narrowest signed integer type that holds every step index (int16 up to 32767 steps).
         has_markers: False when the trace had no ``ProfilerStep#`` markers.
         warnings: Problems with the markers: repeated step numbers, overlapping steps, markers
             whose number does not parse, markers on another thread.
@@ -221,7 +223,8 @@ def find_steps(table: TraceTable, launches: Launches) -> StepWindows:
     launched_at = launches.start_of(gpu_rows)
     anchor = np.where(launched_at >= 0, launched_at, table.ts_ns[gpu_rows])
     owner = locate(anchor, cpu_start, cpu_end) if has_markers else np.zeros(gpu_rows.size, np.int64)
-    gpu_step = np.full(table.n_events, -1, dtype=np.int32)  # 4 bytes a row: steps are few
+    # a step index per row, in the narrowest type that holds them: 2 bytes a row below 32767 steps
+    gpu_step = np.full(table.n_events, -1, dtype=smallest_int(np.array([-1, n])).dtype)
     gpu_step[gpu_rows] = owner
     gpu_end = np.full(n, -1, dtype=np.int64)
     linked = owner >= 0

@@ -22,7 +22,7 @@ from perfscope.trace.quality import (
 )
 from perfscope.trace.reader import RawTrace
 from perfscope.trace.rows import Rows
-from perfscope.trace.values import narrow
+from perfscope.trace.values import narrow, smallest_int
 
 # Plausible magnitudes (microseconds): epoch timestamps are ~1.7e15 today; beyond this bound the
 # nanosecond columns could overflow int64, and no real trace comes near it.
@@ -42,7 +42,7 @@ def _refactorize(codes: np.ndarray, texts: np.ndarray) -> tuple[np.ndarray, np.n
     return lookup[codes], texts[uniq]
 
 
-_NS_CHUNK = 1 << 20  # rows converted at a time by _ns_in_place
+_NS_CHUNK = 1 << 20  # rows at a time of the per-row float arithmetic (_ns_in_place, the astray test)
 
 
 def _ns_in_place(us: np.ndarray, origin: float) -> np.ndarray:
@@ -102,10 +102,10 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
     # An event a day away from the bulk of the trace is a corrupt timestamp, not work (and would
     # move the origin so far that float rounding blurs every other time).
     bulk = np.median(ts[~zeroed], overwrite_input=True) if (~zeroed).any() else 0.0  # of a copy: in place
-    away = ts - bulk
-    np.abs(away, out=away)
-    astray = ~zeroed & (away > ABSURD_DUR_US)
-    del away
+    astray = np.empty(len(ts), dtype=bool)
+    for i in range(0, len(ts), _NS_CHUNK):  # a chunk at a time: no float copy of every ts
+        astray[i : i + _NS_CHUNK] = np.abs(ts[i : i + _NS_CHUNK] - bulk) > ABSURD_DUR_US
+    astray &= ~zeroed
     names_of = lambda mask: all_names[c["name"][kept[mask]]]  # noqa: E731
     quality.add(SET_ASIDE, "ts and dur both 0, which Kineto writes for an event it lost", int(zeroed.sum()), names_of(zeroed))
     quality.add(DROPPED, "negative duration", int(negative.sum()), names_of(negative))
@@ -160,7 +160,7 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
 
     # 6. a GPU event cannot outlast the start of the next one on its stream
     gpu_rows = np.flatnonzero(np.isin(kind, np.array(GPU_KINDS, dtype=np.int8)))
-    over, clip_to = stream_overruns(ts_ns, ts_ns + dur_ns, device, stream, gpu_rows)
+    over, clip_to = stream_overruns(ts_ns, dur_ns, device, stream, gpu_rows)
     if over.size:
         quality.add(CLIPPED, "runs past the start of the next event on its stream; clipped there",
                     int(over.size), names[name_id[over]])
@@ -168,9 +168,9 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
 
     header = read_header(raw)
     return TraceTable(
-        kind=kind, name_id=name_id.astype(np.int32, copy=False), ts_ns=ts_ns, dur_ns=dur_ns,
-        thread_id=thread_id.astype(np.int32, copy=False), device=device.astype(np.int32, copy=False),
-        stream=narrow(stream), correlation=narrow(correlation), copy_bytes=narrow(copy_bytes),
+        kind=kind, name_id=smallest_int(name_id), ts_ns=ts_ns, dur_ns=narrow(dur_ns), thread_id=smallest_int(thread_id),
+        device=smallest_int(device), stream=smallest_int(stream), correlation=narrow(correlation),
+        copy_bytes=narrow(copy_bytes),
         names=names, threads=threads, origin_us=origin, base_time_ns=header.base_time_ns, rank=header.rank,
         rank_source=header.rank_source, world_size=header.world_size, device_properties=header.device_properties,
         distributed_info=header.distributed_info, host_steps=header.host_steps,

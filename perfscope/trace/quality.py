@@ -103,6 +103,19 @@ class DataQuality:
         return [e.to_dict() for e in self.entries]
 
 
+_MIX_CHUNK = 1 << 20  # rows mixed at a time (each key's int64 form is a temporary of this size)
+
+
+def _mix(keys: list[np.ndarray], lo: int, hi: int) -> np.ndarray:
+    """FNV-1a-style 64-bit mix of rows ``lo:hi`` of ``keys`` (uint64, shape ``(hi - lo,)``)."""
+    mix = np.zeros(hi - lo, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for k in keys:
+            mix *= np.uint64(0x100000001B3)  # FNV-1a's 64-bit prime
+            mix ^= k[lo:hi].astype(np.int64, copy=False).view(np.uint64)
+    return mix
+
+
 def duplicate_rows(keys: list[np.ndarray], fingerprints) -> np.ndarray:
     """Rows that repeat an earlier row exactly.
 
@@ -115,29 +128,27 @@ def duplicate_rows(keys: list[np.ndarray], fingerprints) -> np.ndarray:
             reads those events again).
 
     Returns:
-        Indices of the later copies (int64, sorted). Linear after one sort of one mixed key:
-        candidates are grouped by fingerprint, never compared pairwise.
+        Indices of the later copies (int64, sorted). One in-place sort of one mixed key finds the
+        candidates, which are grouped by fingerprint, never compared pairwise.
     """
     n = keys[0].shape[0] if keys else 0
     if n < 2:
         return np.zeros(0, np.int64)
-    # One 64-bit mix of the keys (8 bytes a row, not a sort over every key): copies mix equal, and
-    # the rare other rows that collide are told apart by their fingerprints.
-    mix = np.zeros(n, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        for k in keys:
-            mix *= np.uint64(0x100000001B3)  # FNV-1a's 64-bit prime
-            mix ^= k.astype(np.int64, copy=False).view(np.uint64)
-    order = np.argsort(mix, kind="stable")
-    sorted_mix = mix[order]
+    # One 64-bit mix of the keys, 8 bytes a row: copies mix equal, and the rare other rows that
+    # collide are told apart by their fingerprints. The mix is sorted in place to find the values
+    # that repeat (few), then computed again a chunk at a time to mark their rows, so the peak is
+    # that one array: no sort order, no sorted copy (a large trace's read peaked here).
+    mix = np.empty(n, dtype=np.uint64)
+    for i in range(0, n, _MIX_CHUNK):
+        mix[i : i + _MIX_CHUNK] = _mix(keys, i, min(n, i + _MIX_CHUNK))
+    mix.sort()
+    repeated = np.unique(mix[1:][mix[1:] == mix[:-1]])
     del mix
-    eq = sorted_mix[1:] == sorted_mix[:-1]
-    del sorted_mix
-    if not eq.any():
+    if not repeated.size:
         return np.zeros(0, np.int64)
     candidate = np.zeros(n, dtype=bool)
-    candidate[order[1:][eq]] = True
-    candidate[order[:-1][eq]] = True
+    for i in range(0, n, _MIX_CHUNK):
+        candidate[i : i + _MIX_CHUNK] = np.isin(_mix(keys, i, min(n, i + _MIX_CHUNK)), repeated)
     rows = np.flatnonzero(candidate)  # file order: the first copy is kept
     seen: set = set()
     dup = []
@@ -149,12 +160,12 @@ def duplicate_rows(keys: list[np.ndarray], fingerprints) -> np.ndarray:
     return np.array(dup, dtype=np.int64)
 
 
-def stream_overruns(ts: np.ndarray, end: np.ndarray, device: np.ndarray, stream: np.ndarray,
+def stream_overruns(ts: np.ndarray, dur: np.ndarray, device: np.ndarray, stream: np.ndarray,
                     rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """GPU events that run past the start of the next event on their own stream.
 
     Args:
-        ts, end: Start and end of every row (ns).
+        ts, dur: Start and duration of every row (ns); ends are computed for ``rows`` only.
         device, stream: The stream of every row is the pair; rows where either is negative (not
             known) are left alone.
         rows: The GPU event rows to look at.
@@ -169,5 +180,5 @@ def stream_overruns(ts: np.ndarray, end: np.ndarray, device: np.ndarray, stream:
     order = rows[np.lexsort((ts[rows], stream[rows], device[rows]))]
     same_stream = (stream[order][1:] == stream[order][:-1]) & (device[order][1:] == device[order][:-1])
     next_start = ts[order][1:]
-    over = same_stream & (end[order][:-1] > next_start)
+    over = same_stream & (ts[order[:-1]] + dur[order[:-1]] > next_start)
     return order[:-1][over], next_start[over]

@@ -1,8 +1,13 @@
 """Batches of one trace file -> one set of row columns, in file order.
 
-:class:`Rows` is where a read's state lives: the column pieces of every batch, the text
-interners that give each name one code across batches, and the counts of entries that are no
-duration events. It holds numbers only (tens of bytes per duration event), never event objects.
+:class:`Rows` is where a read's state lives: a growing buffer per column, the text interners
+that give each name one code across batches, and the counts of entries that are no duration
+events. It holds numbers only (tens of bytes per duration event), never event objects.
+
+Each column is kept in the narrowest signed integer type its values so far need (codes of a few
+hundred names take two bytes, a device index one), widened when a batch needs more, and grown
+by doubling its capacity: the capacity past the rows written is never touched, so it costs no
+memory, and no column is ever held twice (pieces joined at the end would be).
 """
 
 from __future__ import annotations
@@ -11,8 +16,48 @@ import numpy as np
 
 from perfscope.heap import release_free_memory
 from perfscope.trace.events import Batch, Interner, from_structs
+from perfscope.trace.values import smallest_int
 
 TEXT_COLUMNS = ("name", "cat", "pid", "tid")
+
+
+class Column:
+    """One column's values, appended a batch at a time (see the module docstring).
+
+    Attributes:
+        n: Values appended so far.
+    """
+
+    _FIRST = 1 << 14  # first capacity (values)
+
+    def __init__(self) -> None:
+        self._data: np.ndarray | None = None
+        self.n = 0
+
+    def append(self, values: np.ndarray) -> None:
+        """Append ``values`` (1-d; integers are stored in the narrowest type that holds every
+        value appended so far)."""
+        values = smallest_int(values)
+        end = self.n + len(values)
+        if self._data is None:
+            self._data = np.empty(max(self._FIRST, end), dtype=values.dtype)
+        wide = np.promote_types(self._data.dtype, values.dtype)
+        if end > self._data.size or wide != self._data.dtype:
+            # a new buffer of which only the rows written are ever touched; the old one is freed
+            grown = np.empty(max(end, 2 * self._data.size if end > self._data.size else self._data.size), dtype=wide)
+            grown[: self.n] = self._data[: self.n]
+            self._data = grown
+        self._data[self.n : end] = values
+        self.n = end
+
+    def array(self) -> np.ndarray:
+        """The values, as an array of their own (the buffer, cut to length: called once)."""
+        if self._data is None:
+            return np.zeros(0, np.float64)
+        data, self._data = self._data, None
+        # shrinking gives the untouched tail back without a copy (glibc's realloc, mremap)
+        data.resize(self.n, refcheck=False)
+        return data
 
 
 class Rows:
@@ -25,7 +70,7 @@ class Rows:
 
     def __init__(self) -> None:
         self.interners = {k: Interner() for k in TEXT_COLUMNS}
-        self._pieces: dict[str, list[np.ndarray]] = {}
+        self._columns: dict[str, Column] = {}
         self.entries = 0  # traceEvents entries seen
         self.batch_starts: list[int] = []  # entry index of each batch's first entry
         self.not_objects = 0
@@ -49,7 +94,7 @@ class Rows:
                 v = v + self.entries
                 if self.entries + b.entries < 2**31:
                     v = v.astype(np.int32)
-            self._pieces.setdefault(k, []).append(v)
+            self._columns.setdefault(k, Column()).append(v)
         for (f, i), v in b.bad_values.items():
             self.bad_values[(f, self.n + i)] = v
         for k in self._sparse:
@@ -64,16 +109,12 @@ class Rows:
         self.thread_names.update(b.thread_names)  # a later name of a thread wins, as in one dict
 
     def finish(self) -> Rows:
-        """Join the pieces (call once, after the last batch)."""
-        if not self._pieces:  # no events: empty columns of the right types
+        """The columns as arrays (call once, after the last batch)."""
+        if not self._columns:  # no events: empty columns of the right types
             self.add(from_structs([]))
-        self.columns = {}
-        for k in list(self._pieces):  # one column at a time: its pieces are freed before the next is joined
-            pieces = self._pieces.pop(k)
-            self.columns[k] = np.concatenate(pieces) if len(pieces) > 1 else pieces[0]
-            del pieces
-            # the pieces' pages go back to the system now, or every column would be held twice
-            release_free_memory()
+        self.columns = {k: c.array() for k, c in self._columns.items()}
+        self._columns = {}
+        release_free_memory()  # the batches' small arrays were freed on the way
         self.sparse = {k: np.concatenate(v) if v else np.zeros(0, np.int64) for k, v in self._sparse.items()}
         self.texts = {k: i.array() for k, i in self.interners.items()}
         return self

@@ -29,21 +29,25 @@ class TraceTable:
     Row ``i`` is one duration event. Columns (all 1-D, length ``n_events``):
 
     - ``kind`` (int8): :class:`~perfscope.trace.kinds.EventKind`.
-    - ``name_id`` (int32): index into ``names``.
-    - ``ts_ns``, ``dur_ns`` (int64): start and duration in nanoseconds; start is relative to
-      ``origin_us``; durations are never negative (negative ones are dropped).
-    - ``thread_id`` (int32): index into ``threads`` (a ``pid``/``tid`` pair).
-    - ``device`` (int32): GPU index for GPU events, -1 elsewhere.
-    - ``stream`` (int32 or int64): GPU stream id, -1 elsewhere. Streams are unique only with
+    - ``name_id`` (identifier): index into ``names``.
+    - ``ts_ns`` (int64), ``dur_ns`` (int32 or int64): start and duration in nanoseconds; start
+      is relative to ``origin_us``; durations are never negative (negative ones are dropped).
+    - ``thread_id`` (identifier): index into ``threads`` (a ``pid``/``tid`` pair).
+    - ``device`` (identifier): GPU index for GPU events, -1 elsewhere.
+    - ``stream`` (identifier): GPU stream id, -1 elsewhere. Streams are unique only with
       ``device``.
     - ``correlation`` (int32 or int64): links a runtime call to the GPU event it launched; -1 if
       absent (and for rows that are neither).
     - ``copy_bytes`` (int32 or int64): bytes moved by a memcpy (``args.bytes``); -1 elsewhere or
       unknown.
 
-    ``stream``, ``correlation`` and ``copy_bytes`` are int32 when every value of the file fits,
-    int64 otherwise (:func:`perfscope.trace.values.narrow`): 12 bytes less per row of a large
-    trace. Arithmetic that could leave int32 (sums of bytes) widens first.
+    Identifier columns are compared, counted and used as indices, never computed with, so each is
+    kept in the narrowest signed integer type that holds every value of the file
+    (:func:`perfscope.trace.values.smallest_int`: a device index takes one byte, the codes of a
+    few thousand names two). ``dur_ns``, ``correlation`` and ``copy_bytes`` are int32 when every
+    value fits (every event shorter than 2.1 s), int64 otherwise (:func:`perfscope.trace.values.narrow`). The real A100 rank the tests read takes
+    26 bytes a row, where int64 columns would take 65. Arithmetic that could leave a
+    column's type (sums of bytes or durations, keys built from two identifiers) widens first.
 
     Attributes:
         names: Unique event names (object array of str).

@@ -216,3 +216,22 @@ def narrow(a: np.ndarray) -> np.ndarray:
     if a.size and (a.min() < -(2**31) or a.max() > 2**31 - 1):
         return a
     return a.astype(np.int32)
+
+
+_SIGNED = (np.int8, np.int16, np.int32, np.int64)
+
+
+def smallest_int(a: np.ndarray) -> np.ndarray:
+    """Signed integer values in the smallest of int8, int16, int32 and int64 that holds them all
+    (``a`` itself when that is its own type); other arrays are returned as they are. A batch's
+    codes and identifiers mostly fit one or two bytes (a few hundred names, eight streams), and a
+    large trace keeps tens of millions of rows of them. An empty integer array is int8, whatever
+    its type: the same for every path that builds it."""
+    if a.dtype.kind != "i":
+        return a
+    lo, hi = (int(a.min()), int(a.max())) if a.size else (0, 0)
+    for t in _SIGNED:
+        info = np.iinfo(t)
+        if info.min <= lo and hi <= info.max:
+            return a if a.dtype == t else a.astype(t)
+    return a

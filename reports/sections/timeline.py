@@ -156,8 +156,8 @@ def _svg(prep, i: int, step_label: str) -> str:
 
 def _legend(prep) -> str:
     items = []
-    for lane in prep.lanes:
-        for name, colour in lane.categories:
+    for categories in prep.lane_kinds:
+        for name, colour in categories:
             if (name, colour) not in items:
                 items.append((name, colour))
     where = "; shaded behind the GPU streams where the GPU is idle" if prep.mode == "gpu" else ""
