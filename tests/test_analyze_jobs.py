@@ -30,6 +30,29 @@ def test_one_file_decoded_by_two_workers_gives_the_serial_analysis():
     assert pooled.steps.equals(serial.steps)
 
 
+@pytest.mark.skipif(not A100.is_file(), reason="needs ../shared/traces")
+def test_the_pool_of_one_file_is_shut_down_before_its_rows_are_assembled(monkeypatch):
+    import multiprocessing
+
+    from perfscope.analysis.executors import ProcessExecutor
+    from perfscope.trace import assemble
+
+    seen = []
+    real = assemble.assemble
+
+    def watched(*args, **kwargs):
+        seen.append(len(multiprocessing.active_children()))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(assemble, "assemble", watched)
+    analyze_files([A100], jobs=2)
+    assert seen == [0]  # the analysis's own pool: its workers were gone before the assembly
+    with ProcessExecutor(2) as given:
+        analyze_files([A100], executor=given)
+        assert given.pool is not None  # a caller's executor stays the caller's to close
+        assert seen[1] > 0
+
+
 @pytest.mark.skipif(not TWO.is_dir(), reason="needs ../shared/traces")
 def test_ranks_on_two_workers_give_the_serial_analysis_and_the_progress_counts_every_byte():
     files = sorted(TWO.glob("*.json.gz"))

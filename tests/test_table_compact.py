@@ -16,12 +16,13 @@ import pytest
 from tracegen import launch, memcpy, runtime, step, write_trace
 
 import perfscope
-
-from perfscope.analysis import chunked, evidence
+import perfscope.analysis.run
+from perfscope.analysis import chunked, evidence, waits
 from perfscope.analysis.intervals import locate
 from perfscope.analysis.rank import analyze_file
 from perfscope.analysis.steps import Launches
 from perfscope.trace import assemble, quality
+from perfscope.trace.kinds import GPU_KINDS, EventKind, is_gpu_work_call, is_stream_wait
 from perfscope.trace.load import read_table
 from perfscope.trace.rows import Column
 from perfscope.trace.values import narrow, smallest_int
@@ -97,8 +98,15 @@ def test_refactorize_and_threads_match_factorizing_every_row():
     codes = rng.integers(0, 40, 5000).astype(np.int32)
     local, uniq = assemble._refactorize(codes, texts)
     ref_local, ref_uniq = pd.factorize(codes)
-    assert local.dtype == np.int32 and local.tolist() == ref_local.tolist()
+    # codes in the narrowest type that holds the distinct count: 40 texts fit a byte, 300 do not
+    assert local.dtype == np.int8 and local.tolist() == ref_local.tolist()
     assert uniq.tolist() == texts[ref_uniq].tolist()
+    many = np.array([f"t{i}" for i in range(300)], dtype=object)
+    wide_codes = rng.integers(0, 300, 5000).astype(np.int32)
+    local, uniq = assemble._refactorize(wide_codes, many)
+    ref_local, ref_uniq = pd.factorize(wide_codes)
+    assert local.dtype == np.int16 and local.tolist() == ref_local.tolist()
+    assert uniq.tolist() == many[ref_uniq].tolist()
     k = {"pid": rng.integers(0, 5, 5000).astype(np.int32), "tid": rng.integers(0, 7, 5000).astype(np.int32)}
     tx = {"pid": np.array([f"p{i}" for i in range(5)], object), "tid": np.array([f"{i}" for i in range(7)], object)}
     thread_id, threads = assemble._threads(k, tx, {})
@@ -307,3 +315,44 @@ def test_stream_overruns_compute_the_ends_of_the_gpu_rows_only():
     over, clip_to = quality.stream_overruns(ts, dur, device, stream, np.arange(5))
     # stream 7: [0, 15) runs past 10; stream 8: [5, 25) runs past 12; the last row has no device
     assert over.tolist() == [0, 2] and clip_to.tolist() == [10, 12]
+
+
+def _next_gpu_rows_sorting_every_row(t, times):
+    gpu_rows = np.flatnonzero(t.mask(*GPU_KINDS))
+    order = gpu_rows[np.argsort(t.ts_ns[gpu_rows], kind="stable")]
+    return order[np.clip(np.searchsorted(t.ts_ns[order], times, side="left"), 0, max(order.size - 1, 0))]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_next_gpu_event_found_in_chunks_equals_sorting_every_gpu_row(monkeypatch, seed):
+    rng = np.random.default_rng(seed)
+    monkeypatch.setattr(chunked, "CHUNK_ROWS", int(rng.integers(1, 9)))
+    n = int(rng.integers(1, 60))
+    kinds = np.array([EventKind.KERNEL, EventKind.MEMCPY, EventKind.RUNTIME, EventKind.CPU_OP], np.int8)
+    kind = rng.choice(kinds, n)
+    kind[rng.integers(0, n)] = EventKind.KERNEL  # the function requires GPU events
+    ts = rng.integers(0, 30, n)  # few distinct starts: ties across and inside chunks
+    table = types.SimpleNamespace(kind=kind, ts_ns=ts, mask=lambda *k: np.isin(kind, np.array(k, np.int8)))
+    times = np.sort(rng.integers(-5, 40, int(rng.integers(0, 20))))
+    got = waits._next_gpu_rows(table, times)
+    assert got.tolist() == _next_gpu_rows_sorting_every_row(table, times).tolist()
+
+
+def test_what_the_gpu_waited_on_does_not_depend_on_the_chunk(monkeypatch, shared_traces):
+    """The causes of other idle time on a real rank are those found with chunks holding the whole
+    trace, and the launches that follow a stream wait are those of the formulation over every
+    runtime row (the real traces show no cross-stream wait: test_trace_cases_waits has one)."""
+    path = shared_traces / "hta" / "a100_rank3_of8_train.json.gz"
+    whole = perfscope.analysis.run.analyze(path).details["other_waits"]
+    monkeypatch.setattr(chunked, "CHUNK_ROWS", 4093)
+    assert perfscope.analysis.run.analyze(path).details["other_waits"] == whole
+    assert whole["other_idle_us"] > 0
+    t = read_table(path)
+    rt_rows = np.flatnonzero(t.kind == EventKind.RUNTIME)
+    wait, work = t.name_flag(is_stream_wait)[rt_rows], t.name_flag(is_gpu_work_call)[rt_rows]
+    rows, wait, work = rt_rows[wait | work], wait[wait | work], work[wait | work]
+    order = np.lexsort((t.ts_ns[rows], t.thread_id[rows]))
+    rows, wait, work = rows[order], wait[order], work[order]
+    same_thread = np.concatenate([[False], t.thread_id[rows][1:] == t.thread_id[rows][:-1]])
+    want = rows[work & np.concatenate([[False], wait[:-1]]) & same_thread]
+    assert want.size and waits._waited_launches(t).tolist() == want.tolist()

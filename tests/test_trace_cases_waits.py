@@ -12,6 +12,7 @@ from test_bad_input import run_cli
 from tracegen import cpu_op, launch, runtime, step, write_trace
 from tracekit import NCCL_NEW, analyze, check_partition, only_row
 
+from perfscope.analysis import chunked
 from perfscope.console import format_summary
 from reports import render_report
 
@@ -31,7 +32,10 @@ def _other_dominated():
     ]
 
 
-def test_other_as_the_largest_share_is_said_with_what_the_gpu_waited_on(tmp_path):
+@pytest.mark.parametrize("chunk_rows", [None, 1, 3])
+def test_other_as_the_largest_share_is_said_with_what_the_gpu_waited_on(tmp_path, monkeypatch, chunk_rows):
+    if chunk_rows:  # the next GPU event of each gap is found a chunk of rows at a time
+        monkeypatch.setattr(chunked, "CHUNK_ROWS", chunk_rows)
     a = analyze(tmp_path, _other_dominated())
     row = only_row(a)
     assert row["other_idle_us"] == pytest.approx(660)

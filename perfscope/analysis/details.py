@@ -132,6 +132,13 @@ def _idle_histogram(gap_lengths_us: np.ndarray) -> dict:
             "count": count.astype(int).tolist(), "total_us": total.astype(float).tolist()}
 
 
+def _idle_gaps_us(t, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Lengths (µs) of the gaps between GPU events inside the windows ``[lo, hi)`` (sorted, ns)."""
+    gpu = t.mask(*GPU_KINDS)
+    seg = window_segments([union(t.ts_ns[gpu], t.end_of(gpu))], lo, hi)  # idle segments are the gaps
+    return seg.lengths[~seg.member[0]] / 1000.0
+
+
 def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.DataFrame, mode: str,
                   facts: dict | None = None) -> dict:
     """The ``details`` section of the summary.
@@ -167,10 +174,9 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
             "direction": [_DIRECTION[CopyKind(d)] for d in direction],
             "pageable": is_pageable_copy(t.names)[t.name_id[m]],
             "dur_us": t.dur_ns[m] / 1000.0, "bytes": t.copy_bytes[m].astype(np.int64)}))
-        busy = union(t.ts_ns[t.mask(*GPU_KINDS)], t.end_of(t.mask(*GPU_KINDS)))
+        del mine, k, m  # per-row temporaries of a large trace: freed before the next ones
         order = np.argsort(lo, kind="stable")
-        seg = window_segments([busy], lo[order], hi[order])  # idle segments are the gaps, per window
-        idle.append(seg.lengths[~seg.member[0]] / 1000.0)
+        idle.append(_idle_gaps_us(t, lo[order], hi[order]))
         waits.append(other_waits(rt, lo[order], hi[order]))
 
     def joined(parts):

@@ -91,14 +91,15 @@ def analyze_table(table: TraceTable) -> RankTrace:
                      sets)
 
 
-def load_table(path: Path, *, pool=None, progress=None) -> TraceTable:
+def load_table(path: Path, *, pool=None, progress=None, decoded=None) -> TraceTable:
     """Read one trace file into its table (:func:`perfscope.trace.load.read_table`: streamed in
-    bounded memory, its batches decoded by ``pool`` when one is given).
+    bounded memory, its batches decoded by ``pool`` when one is given, ``decoded()`` called
+    after the last of them).
 
     Raises:
         TraceFormatError: unreadable, or no events.
     """
-    table = read_table(path, pool=pool, progress=progress)
+    table = read_table(path, pool=pool, progress=progress, decoded=decoded)
     if table.n_events == 0:
         raise TraceFormatError(f"{path}: trace holds no events to analyze (empty or metadata only)")
     return table
@@ -107,15 +108,16 @@ def load_table(path: Path, *, pool=None, progress=None) -> TraceTable:
 _INTERNAL = (ValueError, TypeError, KeyError, IndexError, AttributeError, OverflowError, RecursionError)
 
 
-def analyze_file(path: Path, pool=None, progress=None) -> tuple[str, object]:
+def analyze_file(path: Path, pool=None, progress=None, decoded=None) -> tuple[str, object]:
     """The per-file work of an analysis (what an executor runs): ``("ok", RankTrace)``, or
     ``("unreadable", error)`` for a file that cannot be read (the caller skips or raises it).
+    ``pool`` and ``decoded`` as :func:`load_table`.
 
     Raises:
         TraceFormatError, AnalysisError: a readable trace that cannot be analyzed.
     """
     try:
-        table = load_table(path, pool=pool, progress=progress)
+        table = load_table(path, pool=pool, progress=progress, decoded=decoded)
     except TraceFormatError as e:
         return "unreadable", e
     except FileNotFoundError as e:  # gone since the files were listed

@@ -327,7 +327,7 @@ def analyze_files(
     if own:
         executor = choose_executor(files, jobs)
     try:
-        rank_traces, skipped = _run_files(files, executor, skip_unreadable, progress)
+        rank_traces, skipped = _run_files(files, executor, skip_unreadable, progress, own)
     finally:
         if own:
             executor.close()
@@ -340,14 +340,15 @@ def analyze_files(
     return analysis
 
 
-def _run_files(files, executor, skip_unreadable: bool, progress) -> tuple[list[RankTrace], list[dict]]:
+def _run_files(files, executor, skip_unreadable: bool, progress, own: bool = False) -> tuple[list[RankTrace], list[dict]]:
     from perfscope.analysis.executors import SerialExecutor
 
     here = progress.bytes_in_file if progress else None
     if len(files) == 1 and executor.pool is not None:
-        # one large file: its batches on every worker
+        # one large file: its batches on every worker; a pool of our own is shut down once they
+        # are decoded, so that its workers' memory is gone before the table is assembled
         with executor.running(files[0]):
-            results = [analyze_file(files[0], executor.pool, here)]
+            results = [analyze_file(files[0], executor.pool, here, executor.close if own else None)]
     elif isinstance(executor, SerialExecutor):
         results = (analyze_file(f, None, here) for f in files)
     else:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from perfscope.analysis.chunked import row_chunks
 from perfscope.analysis.intervals import Intervals, union, window_segments
 from perfscope.analysis.partition import gpu_parts, gpu_sets
 from perfscope.trace.kinds import GPU_KINDS, EventKind, is_gpu_work_call, is_stream_wait, is_sync_call
@@ -42,16 +43,48 @@ def _overlap_us(iv: Intervals, pieces: Intervals) -> float:
 
 def _waited_launches(t) -> np.ndarray:
     """Runtime rows that launch GPU work right after a ``cudaStreamWaitEvent`` on their thread."""
-    rt_rows = np.flatnonzero(t.kind == EventKind.RUNTIME)
-    wait = t.name_flag(is_stream_wait)[rt_rows]
-    work = t.name_flag(is_gpu_work_call)[rt_rows]
-    keep = wait | work
-    rows, wait, work = rt_rows[keep], wait[keep], work[keep]
-    order = np.lexsort((t.ts_ns[rows], t.thread_id[rows]))
-    rows, wait, work = rows[order], wait[order], work[order]
-    same_thread = np.concatenate([[False], t.thread_id[rows][1:] == t.thread_id[rows][:-1]])
-    prev_is_wait = np.concatenate([[False], wait[:-1]]) & same_thread
+    # the few wait and launch calls are picked first: every runtime row's index, flags and sort
+    # keys at once were the largest allocation of a large trace's analysis
+    wait_name = np.asarray(is_stream_wait(t.names), dtype=bool)
+    work_name = np.asarray(is_gpu_work_call(t.names), dtype=bool)
+    rows = np.flatnonzero((t.kind == EventKind.RUNTIME) & (wait_name | work_name)[t.name_id])
+    rows = rows[np.lexsort((t.ts_ns[rows], t.thread_id[rows]))]
+    wait, work = wait_name[t.name_id[rows]], work_name[t.name_id[rows]]
+    thread = t.thread_id[rows]
+    prev_is_wait = np.concatenate([[False], wait[:-1] & (thread[1:] == thread[:-1])])
     return rows[work & prev_is_wait]
+
+
+def _next_gpu_rows(t, times: np.ndarray) -> np.ndarray:
+    """For each time (ns), the row of the GPU event that starts first at or after it (the lowest
+    row among equal starts), or of the one that starts last where none does (ties: the highest
+    row). Requires GPU events.
+
+    Found a chunk of rows at a time: sorting every GPU row's start with its row index took four
+    8-byte arrays of them at once.
+    """
+    best_ts = np.full(times.size, np.iinfo(np.int64).max, np.int64)
+    best = np.full(times.size, -1, np.int64)
+    last_ts, last = None, -1
+    for rows in row_chunks(t.mask(*GPU_KINDS)):
+        ts = t.ts_ns[rows]
+        order = np.argsort(ts, kind="stable")
+        ts, rows = ts[order], rows[order]
+        at = np.minimum(np.searchsorted(ts, times, side="left"), ts.size - 1)
+        better = (ts[at] >= times) & (ts[at] < best_ts)  # earlier chunks hold the lower rows: strict
+        best_ts[better], best[better] = ts[at[better]], rows[at[better]]
+        if last_ts is None or ts[-1] >= last_ts:
+            last_ts, last = ts[-1], rows[-1]
+    best[best < 0] = last
+    return best
+
+
+def _other_idle(rt: RankTrace, lo: np.ndarray, hi: np.ndarray) -> Intervals:
+    """The ``other_idle`` pieces of the windows, as one interval set (ns)."""
+    # its own function so that the segments of every partition set are freed before the causes
+    sets = rt.partition_sets if rt.partition_sets is not None else gpu_sets(rt.table, rt.launches, rt.windows.main_thread)
+    seg = window_segments(sets, lo, hi)
+    return seg.pieces(gpu_parts(seg.member)["other_idle"])
 
 
 def other_waits(rt: RankTrace, lo: np.ndarray, hi: np.ndarray) -> dict | None:
@@ -64,17 +97,15 @@ def other_waits(rt: RankTrace, lo: np.ndarray, hi: np.ndarray) -> dict | None:
     if rt.mode != "gpu":
         return None
     t = rt.table
-    sets = rt.partition_sets if rt.partition_sets is not None else gpu_sets(t, rt.launches, rt.windows.main_thread)
-    seg = window_segments(sets, lo, hi)
-    pieces = seg.pieces(gpu_parts(seg.member)["other_idle"])
+    pieces = _other_idle(rt, lo, hi)
     out = {"other_idle_us": pieces.total / 1000.0, "causes": {c: {"us": 0.0, "calls": {}} for c in CAUSES}}
     if len(pieces) == 0:
         return out
     # 1. host synchronisation, named by call
     sync_rows = np.flatnonzero(t.mask(EventKind.RUNTIME, EventKind.CPU_OP) & t.name_flag(is_sync_call))
     gpu_sync = t.kind == EventKind.SYNC
-    waits_on_gpu = np.array(["wait" in n.lower() for n in t.names], bool)[t.name_id]
-    sync_rows = np.concatenate([sync_rows, np.flatnonzero(gpu_sync & ~waits_on_gpu)])
+    waits_on_gpu = np.array(["wait" in n.lower() for n in t.names], bool)  # per name
+    sync_rows = np.concatenate([sync_rows, np.flatnonzero(gpu_sync & ~waits_on_gpu[t.name_id])])
     sync = union(t.ts_ns[sync_rows], t.end_of(sync_rows))
     by_name = {}
     for nid in np.unique(t.name_id[sync_rows]):
@@ -83,12 +114,10 @@ def other_waits(rt: RankTrace, lo: np.ndarray, hi: np.ndarray) -> dict | None:
     out["causes"][SYNC] = {"us": _overlap_us(sync, pieces), "calls": _top(by_name)}
     rest = _minus(pieces, sync)
     # 2. cross-stream waits: the gap's next GPU event was launched right after a stream wait
-    gpu_rows = np.flatnonzero(t.mask(*GPU_KINDS))
-    order = gpu_rows[np.argsort(t.ts_ns[gpu_rows], kind="stable")]
-    nxt = order[np.clip(np.searchsorted(t.ts_ns[order], rest.ends, side="left"), 0, max(order.size - 1, 0))]
+    nxt = _next_gpu_rows(t, rest.ends)
     waited = _waited_launches(t)
     crossed = np.isin(t.correlation[nxt], t.correlation[waited]) & (t.correlation[nxt] >= 0)
-    wait_events = np.flatnonzero(gpu_sync & waits_on_gpu)
+    wait_events = np.flatnonzero(gpu_sync & waits_on_gpu[t.name_id])
     by_wait = union(t.ts_ns[wait_events], t.end_of(wait_events))
     crossed_iv = union(rest.starts[crossed], rest.ends[crossed])
     crossed_all = union(np.concatenate([crossed_iv.starts, by_wait.starts]), np.concatenate([crossed_iv.ends, by_wait.ends]))

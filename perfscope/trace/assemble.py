@@ -33,16 +33,17 @@ def _refactorize(codes: np.ndarray, texts: np.ndarray) -> tuple[np.ndarray, np.n
     """Codes and uniques in order of first appearance among the rows given (what factorizing
     the rows' texts gives)."""
     if not len(codes):
-        return np.zeros(0, np.int32), np.zeros(0, dtype=object)
-    # the few distinct codes by hashing, then one int32 lookup per row (factorizing the rows
-    # themselves makes an int64 per row)
+        return np.zeros(0, np.int8), np.zeros(0, dtype=object)
+    # the few distinct codes by hashing, then one lookup per row into the narrowest type that
+    # holds them (factorizing the rows themselves makes an int64 per row; a few hundred names
+    # take two bytes)
     uniq = pd.unique(codes)
-    lookup = np.full(len(texts), -1, np.int32)
-    lookup[uniq] = np.arange(len(uniq), dtype=np.int32)
+    lookup = np.full(len(texts), -1, smallest_int(np.array([-1, len(uniq)])).dtype)
+    lookup[uniq] = np.arange(len(uniq))
     return lookup[codes], texts[uniq]
 
 
-_NS_CHUNK = 1 << 20  # rows at a time of the per-row float arithmetic (_ns_in_place, the astray test)
+_NS_CHUNK = 1 << 20  # rows at a time of the per-row temporaries (_ns_in_place, the astray test, _threads)
 
 
 def _ns_in_place(us: np.ndarray, origin: float) -> np.ndarray:
@@ -125,6 +126,7 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
     origin = float(ts.min()) if len(ts) else 0.0
     ts_ns, dur_ns = _ns_in_place(ts, origin), _ns_in_place(dur, 0.0)
     del ts, dur
+    dur_ns = narrow(dur_ns)  # int32 when every event is under 2.1 s: before the steps below peak
     odd_n, odd_c = _kept_rows(rows.sparse["odd_names"], kept), _kept_rows(rows.sparse["odd_cats"], kept)
     odd_examples = [t[:60] for t in all_names[k["name"][odd_n]]] + [t[:60] for t in texts["cat"][k["cat"][odd_c]]]
     quality.add(REPAIRED, "name or category that is not text (a list, an object), read as its text form",
@@ -136,6 +138,7 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
     # MTIA's device events: a dma* transfer is a copy, the rest are kernels.
     dma = is_dma_category(cat_uniques)[cat_codes] & is_dma_name(names)[name_id] if len(kept) else np.zeros(0, bool)
     kind[dma & (kind == EventKind.KERNEL)] = EventKind.MEMCPY
+    del dma
     unknown = ~is_known_category(cat_uniques)
     if unknown.any():
         per_cat = np.bincount(cat_codes, minlength=cat_uniques.size)
@@ -168,7 +171,7 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
 
     header = read_header(raw)
     return TraceTable(
-        kind=kind, name_id=smallest_int(name_id), ts_ns=ts_ns, dur_ns=narrow(dur_ns), thread_id=smallest_int(thread_id),
+        kind=kind, name_id=smallest_int(name_id), ts_ns=ts_ns, dur_ns=dur_ns, thread_id=smallest_int(thread_id),
         device=smallest_int(device), stream=smallest_int(stream), correlation=narrow(correlation),
         copy_bytes=narrow(copy_bytes),
         names=names, threads=threads, origin_us=origin, base_time_ns=header.base_time_ns, rank=header.rank,
@@ -206,12 +209,17 @@ def _threads(k: dict, texts: dict, thread_names: dict) -> tuple[np.ndarray, pd.D
     tid_codes, tid_uniques = _refactorize(k["tid"], texts["tid"])
     n_tid = max(len(tid_uniques), 1)
     wide = np.int32 if max(len(pid_uniques), 1) * n_tid < 2**31 else np.int64
-    pair = pid_codes.astype(wide) * wide(n_tid) + tid_codes
+    pair = pid_codes.astype(wide, copy=False)  # in the codes' own memory where they are wide enough
+    pair *= wide(n_tid)
+    pair += tid_codes
     del pid_codes, tid_codes
-    # the few distinct pairs by hashing, sorted, then one int32 lookup per row: np.unique would
-    # sort every row (several 8-byte copies of each, the largest allocation of a large read)
+    # the few distinct pairs by hashing, sorted, then each row's place among them written into
+    # int32 a chunk at a time: np.unique, or one searchsorted of every row, would make int64
+    # copies of them (the largest allocations of a large read)
     pairs = np.sort(pd.unique(pair))
-    thread_id = np.searchsorted(pairs, pair).astype(np.int32)
+    thread_id = np.empty(pair.size, np.int32)
+    for i in range(0, pair.size, _NS_CHUNK):
+        thread_id[i : i + _NS_CHUNK] = np.searchsorted(pairs, pair[i : i + _NS_CHUNK])
     del pair
     pid_of = [str(pid_uniques[j // n_tid]) for j in pairs]
     tid_of = [str(tid_uniques[j % n_tid]) for j in pairs]

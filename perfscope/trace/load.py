@@ -29,7 +29,7 @@ Progress = Callable[[int], None]  # called with the file's bytes read so far
 
 
 def read_table(path: Path, *, pool: Executor | None = None, batch_bytes: int = BATCH_BYTES,
-               progress: Progress | None = None) -> TraceTable:
+               progress: Progress | None = None, decoded: Callable[[], None] | None = None) -> TraceTable:
     """Read one Kineto trace file into its table.
 
     Args:
@@ -38,6 +38,10 @@ def read_table(path: Path, *, pool: Executor | None = None, batch_bytes: int = B
             None decodes them here. Both give the same table.
         batch_bytes: Text bytes per batch (tests use small ones to cut often).
         progress: Called now and then with the number of the file's bytes (on disk) read.
+        decoded: Called once the pool has decoded its last batch, before the rows are assembled
+            (the caller may shut the pool down then: the workers' memory would otherwise add to
+            the assembly's and the analysis's, the peak of a large file). Not called where the
+            file is not streamed.
 
     Returns:
         The table, which may hold no events (the caller decides whether that is an error).
@@ -51,7 +55,7 @@ def read_table(path: Path, *, pool: Executor | None = None, batch_bytes: int = B
         raise FileNotFoundError(f"{path}: no such file")
     try:
         with gc_paused():
-            return _streamed(path, pool, batch_bytes, progress)
+            return _streamed(path, pool, batch_bytes, progress, decoded)
     except NotStreamable:
         pass
     raw = read_trace(path)
@@ -59,7 +63,8 @@ def read_table(path: Path, *, pool: Executor | None = None, batch_bytes: int = B
         return build_table(raw)
 
 
-def _streamed(path: Path, pool: Executor | None, batch_bytes: int, progress: Progress | None) -> TraceTable:
+def _streamed(path: Path, pool: Executor | None, batch_bytes: int, progress: Progress | None,
+              decoded: Callable[[], None] | None = None) -> TraceTable:
     cutter = Cutter(chunks(path, progress=progress), batch_bytes)
     cutter.start()
     rows, spans = Rows(), []
@@ -67,6 +72,8 @@ def _streamed(path: Path, pool: Executor | None, batch_bytes: int, progress: Pro
     for text, start, batch in decode(cutter, pool):
         rows.add(batch)
         spans.append((start, start + len(text)))
+    if decoded is not None:
+        decoded()
     raw = RawTrace(path=path, data=cutter.header, worker=worker_name(path))
     root_is_list = cutter.root_is_list
     from perfscope.trace.assemble import assemble
