@@ -16,7 +16,9 @@ a trace, an array that never closes, a header that is not strict JSON -- raises
 
 from __future__ import annotations
 
+import queue
 import re
+import threading
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,41 +45,103 @@ class NotStreamable(Exception):
 
 
 def chunks(path: Path, size: int = CHUNK_BYTES, progress=None) -> Iterator[bytes]:
-    """The file's text a piece at a time, gunzipped when it is gzip (several members allowed,
-    zero bytes after the last one ignored, as the whole-file read does).
+    """The file's text a piece at a time (at most ``PIECE_BYTES`` each), gunzipped when it is
+    gzip (several members allowed, zero bytes after the last one ignored, as the whole-file read
+    does).
 
-    ``progress``, when given, is called with the bytes of the file read so far.
+    The file is read and gunzipped ahead, a few pieces at most, in a thread of its own: zlib
+    works without the interpreter lock, so on a second core it overlaps the decoding of the
+    pieces before. ``progress``, when given, is called (in the caller's thread) with the bytes of
+    the file read so far.
 
     Raises:
         NotStreamable: a cut or corrupt gzip stream, or other bytes after it.
     """
-    with open(path, "rb") as f:
-        if progress is not None:
-            raw_read = f.read
+    ahead = _Ahead(_pieces(path, size))
+    try:
+        for piece, at in ahead:
+            if progress is not None:
+                progress(at)
+            yield piece
+    finally:
+        ahead.stop()
 
-            def read(n: int) -> bytes:
-                data = raw_read(n)
-                progress(f.tell())
-                return data
-        else:
-            read = f.read
-        data = read(size)
+
+PIECE_BYTES = 4 << 20  # gunzipped text at most per piece: a highly compressed input never balloons
+_AHEAD = 2  # pieces read ahead of the caller
+
+
+class _Ahead:
+    """Items of an iterator produced by a thread, at most :data:`_AHEAD` ahead of the consumer;
+    the producer's exception is raised in the consumer where its item would have come."""
+
+    _END = object()
+
+    def __init__(self, items: Iterator) -> None:
+        self._items = items
+        self._queue: queue.Queue = queue.Queue(_AHEAD)
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._produce, name="perfscope-read-ahead", daemon=True)
+        self._thread.start()
+
+    def _put(self, item) -> bool:
+        while not self._stopped.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def _produce(self) -> None:
+        try:
+            for item in self._items:
+                if not self._put((item, None)):
+                    return
+        except BaseException as e:  # raised again in the consumer
+            self._put((self._END, e))
+            return
+        finally:
+            self._items.close()
+        self._put((self._END, None))
+
+    def __iter__(self) -> Iterator:
+        while True:
+            item, error = self._queue.get()
+            if item is self._END:
+                if error is not None:
+                    raise error
+                return
+            yield item
+
+    def stop(self) -> None:
+        """Stop the producer (the consumer is done, or gave up part way) and wait for it."""
+        self._stopped.set()
+        self._thread.join()
+
+
+def _pieces(path: Path, size: int) -> Iterator[tuple[bytes, int]]:
+    """``(text, file bytes read so far)`` pieces of :func:`chunks`, in the calling thread."""
+    with open(path, "rb") as f:
+        data = f.read(size)
         if not data.startswith(_GZIP_MAGIC):
             while data:
-                yield data
-                data = read(size)
+                yield data, f.tell()
+                data = f.read(size)
             return
         d = zlib.decompressobj(zlib.MAX_WBITS | 16)
         while True:
-            try:
-                out = d.decompress(data)
-            except zlib.error:
-                raise NotStreamable("corrupt gzip data") from None
-            if out:
-                yield out
+            while data:
+                try:
+                    out = d.decompress(data, PIECE_BYTES)
+                except zlib.error:
+                    raise NotStreamable("corrupt gzip data") from None
+                if out:
+                    yield out, f.tell()
+                data = d.unconsumed_tail
             if d.eof:
                 rest = d.unused_data
-                while len(rest) < 2 and (more := read(size)):
+                while len(rest) < 2 and (more := f.read(size)):
                     rest += more
                 if rest.startswith(_GZIP_MAGIC):  # the next member
                     d, data = zlib.decompressobj(zlib.MAX_WBITS | 16), rest
@@ -85,10 +149,10 @@ def chunks(path: Path, size: int = CHUNK_BYTES, progress=None) -> Iterator[bytes
                 while True:
                     if rest.strip(b"\x00"):
                         raise NotStreamable("bytes after the gzip stream")
-                    rest = read(size)
+                    rest = f.read(size)
                     if not rest:
                         return
-            data = read(size)
+            data = f.read(size)
             if not data:
                 raise NotStreamable("gzip stream cut short")
 
