@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["window_attention", "window_attention_reference", "window_attention_sdpa"]
+__all__ = ["window_attention", "window_attention_op", "window_attention_reference", "window_attention_sdpa"]
 
 
 def _check(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, mask: Tensor | None) -> None:
@@ -165,10 +165,19 @@ def window_attention(q: Tensor, k: Tensor, v: Tensor, rel_pos_bias: Tensor, mask
     Raises:
         ValueError: shapes that do not fit together (named).
     """
-    _check(q, k, v, rel_pos_bias, mask)
-    scale = float(q.shape[-1] ** -0.5 if scale is None else scale)
     if q.device.type == "cuda":
         return window_attention_sdpa(q, k, v, rel_pos_bias, mask, scale)
+    return window_attention_op(q, k, v, rel_pos_bias, mask, scale)
+
+
+def window_attention_op(q: Tensor, k: Tensor, v: Tensor, rel_pos_bias: Tensor, mask: Tensor | None = None,
+                        scale: float | None = None) -> Tensor:
+    """The custom operator (``fused_ops::window_attention_fwd`` and its backward) on any device:
+    the CPU path of :func:`window_attention`, callable on CUDA too so that the two CUDA
+    formulations can be timed side by side (``scripts/gpu_fused_checks.py``). Same arguments.
+    """
+    _check(q, k, v, rel_pos_bias, mask)
+    scale = float(q.shape[-1] ** -0.5 if scale is None else scale)
     out, _ = _forward(q.contiguous(), k.contiguous(), v.contiguous(), rel_pos_bias.contiguous(),
                       None if mask is None else mask.contiguous(), scale)
     return out
@@ -214,4 +223,6 @@ def window_attention_sdpa(q: Tensor, k: Tensor, v: Tensor, rel_pos_bias: Tensor,
     view = (images, windows * heads, n, d)
     out = torch.nn.functional.scaled_dot_product_attention(q.reshape(view), k.reshape(view), v.reshape(view),
                                                            attn_mask=attn_bias, scale=scale)
-    return out.view(bw, heads, n, d)
+    # CUDA's fused kernels return (B, N, H, D) memory seen as (B, H, N, D): a copy back into the
+    # stacked windows' layout there, none on CPU, where the result is contiguous
+    return out.reshape(bw, heads, n, d)

@@ -123,9 +123,12 @@ class Lamb(_TrustRatioOptimizer):
         for p in params:
             state = self.state[p]
             if not state:
-                state["step"] = torch.zeros((), dtype=torch.float32)
+                # on the parameter's device: the CUDA fused Adam kernel takes no CPU step counts
+                state["step"] = torch.zeros((), dtype=torch.float32, device=p.device)
                 state["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
                 state["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            elif state["step"].device != p.device:  # a CPU state_dict loaded for GPU parameters
+                state["step"] = state["step"].to(p.device)
             state["step"] += 1
 
     def _step_tensors(self, group: dict, params: list[torch.Tensor]) -> None:

@@ -204,10 +204,13 @@ def telemetry_line(summary: dict) -> str | None:
         return None
     if t.get("skipped"):
         return safe(f"gpu telemetry: not sampled ({t['skipped']})")
-    if not isinstance(t.get("gpu_util_pct"), (int, float)):
+    if isinstance(t.get("gpu_util_pct"), (int, float)):
+        line = f"gpu: utilisation {t['gpu_util_pct']:.0f}% ({t.get('source') or 'NVML'})"
+    elif isinstance(t.get("unsettled"), str):
+        line = f"gpu: utilisation not measured ({t['unsettled']})"
+    else:
         return None
     clocks, power = t.get("sm_clock_mhz") or {}, t.get("power_w") or {}
-    line = f"gpu: utilisation {t['gpu_util_pct']:.0f}% ({t.get('source') or 'NVML'})"
     if isinstance(clocks.get("min"), (int, float)) and isinstance(clocks.get("max"), (int, float)):
         line += f", SM clock {clocks['min']:.0f}-{clocks['max']:.0f} MHz"
     if isinstance(power.get("mean"), (int, float)):

@@ -4,7 +4,7 @@ writes it: :mod:`perfscope.collect.telemetry`; the trace reader reads it: :func:
 
 The header key :data:`TELEMETRY_KEY` holds::
 
-    {"version": 1, "source": "NVML", "interval_s": 0.1, "sampler_busy_s": 0.012,
+    {"version": 1, "source": "NVML", "interval_s": 0.1, "averaging_s": 1.0, "sampler_busy_s": 0.012,
      "devices": [{"index": 0, "name": "NVIDIA H100", "uuid": "GPU-..."}],
      "fields": [...FIELDS...], "samples": [[...], ...]}
 
@@ -14,7 +14,9 @@ the order of :data:`FIELDS`: ``unix_ns`` (``time.time_ns()`` when read), ``devic
 sample period, percent), ``mem_used_bytes``, ``power_mw`` (milliwatts), ``sm_clock_mhz``,
 ``mem_clock_mhz``, ``reasons`` (NVML's clocks-event reasons bit mask) and ``temp_c``; null where
 the device does not report it. ``sampler_busy_s`` is the time the sampler spent reading (seconds),
-the basis of its overhead.
+the basis of its overhead. ``averaging_s`` is how far back a sample's utilisation and power reach
+(seconds): NVML averages both over up to a second (:data:`NVML_AVERAGING_S`); a record without it
+is read as its source's.
 """
 
 from __future__ import annotations
@@ -23,6 +25,11 @@ TELEMETRY_KEY = "perfscope_telemetry"
 VERSION = 1
 FIELDS = ("unix_ns", "device", "gpu_util_pct", "mem_util_pct", "mem_used_bytes", "power_mw", "sm_clock_mhz",
           "mem_clock_mhz", "reasons", "temp_c")
+# NVML's utilisation rates cover its last sample period, "between 1 second and 1/6 second depending
+# on the product", and its power reading is "averaged over 1 sec interval" on Ampere (but GA100) and
+# newer GPUs (NVML API reference: nvmlDeviceGetUtilizationRates, nvmlDeviceGetPowerUsage): a
+# reading can hold up to the second before it.
+NVML_AVERAGING_S = 1.0
 MAX_SAMPLES = 20_000  # 10 Hz for over half an hour of profiled window: the header stays small
 # NVML's clocks-event reasons (nvml.h, nvmlClocksEventReason*): the bits that mean the clocks were
 # held down. GpuIdle, ApplicationsClocksSetting and DisplayClockSetting are not throttling.
@@ -37,6 +44,7 @@ THROTTLE_MASK = sum(THROTTLE_REASONS)
 RANGES = {"gpu_util_pct": (0, 100), "mem_util_pct": (0, 100), "mem_used_bytes": (0, 2**50), "power_mw": (0, 10**7),
           "sm_clock_mhz": (0, 10**5), "mem_clock_mhz": (0, 10**5), "reasons": (0, 2**32 - 1), "temp_c": (-50, 200)}
 MAX_BUSY_S = 10**6
+MAX_AVERAGING_S = 60.0
 
 
 def _number(v) -> bool:
@@ -55,7 +63,7 @@ def parse(value) -> tuple[dict, list[str]]:
 
     Returns:
         ``({"skipped": why}, problems)`` (the record says why, or is no record this version reads),
-        or ``({"source", "interval_s", "sampler_busy_s", "devices", "samples"}, problems)`` with
+        or ``({"source", "interval_s", "averaging_s", "sampler_busy_s", "devices", "samples"}, problems)`` with
         ``samples`` a list of dicts keyed by :data:`FIELDS`: samples of the wrong type or with a
         value outside :data:`RANGES` are left out and counted in ``problems`` (each problem a
         phrase; the caller says they were ignored).
@@ -86,7 +94,12 @@ def parse(value) -> tuple[dict, list[str]]:
         problems.append(f"{len(raw) - MAX_SAMPLES} telemetry samples beyond the first {MAX_SAMPLES}")
     interval = value.get("interval_s")
     busy = value.get("sampler_busy_s")
-    return {"source": str(value.get("source") or "NVML")[:40],
+    source = str(value.get("source") or "NVML")[:40]
+    averaging = value.get("averaging_s")
+    if not (_number(averaging) and 0 <= averaging <= MAX_AVERAGING_S):
+        averaging = NVML_AVERAGING_S if source == "NVML" else 0.0
+    return {"source": source,
             "interval_s": float(interval) if _number(interval) and interval > 0 else None,
+            "averaging_s": float(averaging),
             "sampler_busy_s": float(busy) if _number(busy) and 0 <= busy <= MAX_BUSY_S else None,
             "devices": devices, "samples": samples}, problems

@@ -39,13 +39,16 @@ def _timed(fn, dev, reps: int) -> float:
     return (time.perf_counter() - t0) / reps
 
 
-def check_window_attention(tmp: Path, device: str = "cuda", reps: int = 20, images: int = 8) -> tuple[str, str]:
-    """The check (module docstring): ``images`` of Swin-T stage 1's 64 windows are timed.
+def check_window_attention(tmp: Path, device: str = "cuda", reps: int = 20, images: int = 8,
+                           more_images: tuple[int, ...] = (64,)) -> tuple[str, str]:
+    """The check (module docstring): ``images`` of Swin-T stage 1's 64 windows are timed (on CUDA
+    also ``more_images``, where the GPU has more to do than launching kernels).
     ``device="cpu"`` runs the same code on the CPU (the tests do, with fewer images, so that the
     script is known to run before a GPU is lent)."""
     import torch
 
     from fused_ops import window_attention, window_attention_reference
+    from fused_ops.attention import window_attention_op
     from fused_ops.swin import shift_mask
 
     dev = torch.device(device)
@@ -69,23 +72,38 @@ def check_window_attention(tmp: Path, device: str = "cuda", reps: int = 20, imag
             worst[(str(dtype).removeprefix("torch."), shifted)] = err
     bad = {key: e for key, e in worst.items() if e > TOLERANCE[key[0]]}
 
-    q, k, v = (torch.randn(64 * images, 3, 49, 32, device=dev).requires_grad_() for _ in range(3))
-    bias = torch.randn(3, 49, 49, device=dev).requires_grad_()
-    mask, grad = shift_mask(56, 56, 7, 3).to(dev), torch.randn(64 * images, 3, 49, 32, device=dev)
+    formulations = {"eager": window_attention_reference, "fused": window_attention, "custom op": window_attention_op}
 
-    def step(fn, m):
-        return lambda: fn(q, k, v, bias, m).backward(grad)
+    def steps(count, dtype=torch.float32):  # forward+backward of each formulation, ``count`` images of 64 windows
+        q, k, v = (torch.randn(64 * count, 3, 49, 32, device=dev).to(dtype).requires_grad_() for _ in range(3))
+        bias = torch.randn(3, 49, 49, device=dev).to(dtype).requires_grad_()
+        mask = shift_mask(56, 56, 7, 3).to(dev, dtype)
+        grad = torch.randn(64 * count, 3, 49, 32, device=dev).to(dtype)
+        return {(name, label): (lambda fn=fn, m=m: fn(q, k, v, bias, m).backward(grad))
+                for name, fn in formulations.items() for label, m in (("unshifted", None), ("shifted", mask))}
 
-    ratios = {}
-    for label, m in (("unshifted", None), ("shifted", mask)):
-        ratios[label] = _timed(step(window_attention_reference, m), dev, reps) / _timed(step(window_attention, m), dev, reps)
+    times = {}  # (images, dtype, label) -> {formulation: s per call}
+    cases = [(images, torch.float32)]
+    if dev.type == "cuda":
+        cases += [(count, torch.float32) for count in more_images] + [(count, torch.bfloat16) for count in more_images]
+    for count, dtype in cases:
+        run = steps(count, dtype)
+        for label in ("unshifted", "shifted"):
+            times[(count, str(dtype).removeprefix("torch."), label)] = {
+                name: _timed(run[(name, label)], dev, reps) for name in formulations}
+    ratios = {label: times[(images, "float32", label)]["eager"] / times[(images, "float32", label)]["fused"]
+              for label in ("unshifted", "shifted")}
     activity = torch.profiler.ProfilerActivity.CUDA if dev.type == "cuda" else torch.profiler.ProfilerActivity.CPU
+    shifted_fused = steps(images)[("fused", "shifted")]
     with torch.profiler.profile(activities=[activity]) as prof:
-        step(window_attention, mask)()
+        shifted_fused()
         _sync(dev)
     kernels = sorted({e.key for e in prof.key_averages() if "attention" in e.key.lower() or "fmha" in e.key.lower()})
+    per_call = "; ".join(f"{count} images {dtype} {label}: " + ", ".join(f"{name} {1e6 * t:.0f} us" for name, t in by.items())
+                         for (count, dtype, label), by in times.items())
     number = (f"max rel err {max(worst.values()):.1e}; fwd+bwd vs eager: unshifted {ratios['unshifted']:.2f}x, "
-              f"shifted {ratios['shifted']:.2f}x (goal {ATTENTION_GOAL:g}x); kernels: {', '.join(kernels)[:160] or 'none named'}")
+              f"shifted {ratios['shifted']:.2f}x (goal {ATTENTION_GOAL:g}x); {per_call}; "
+              f"kernels: {', '.join(kernels)[:160] or 'none named'}")
     if bad:
         return "FAIL", number + f"; over tolerance: {bad}"
     return ("PASS" if min(ratios.values()) >= ATTENTION_GOAL else "FAIL"), number

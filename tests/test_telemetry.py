@@ -88,6 +88,10 @@ def test_sampler_records_samples_on_its_clock():
     assert [r[2] for r in rec["samples"]] == [10, 90] and rec["samples"][1][8] == 0x40
     parsed, problems = parse(rec)
     assert problems == [] and parsed["samples"][1]["reasons"] == 0x40
+    assert rec["averaging_s"] == 0.0 and parsed["averaging_s"] == 0.0  # the source's: the fake reads what is now
+    assert NvmlSource.averaging_s == 1.0
+    # a record from before the field: as its source averages (NVML up to a second)
+    assert parse({k: v for k, v in rec.items() if k != "averaging_s"} | {"source": "NVML"})[0]["averaging_s"] == 1.0
 
 
 def test_sampler_backs_off_when_reading_costs_over_one_percent():
@@ -134,8 +138,9 @@ BASE_NS = 1_790_000_000_000_000_000  # the trace's baseTimeNanoseconds
 SKEW_NS = 3_000_000  # the samples' clock runs 3 ms behind the trace's
 
 
-def traced(tmp_path, utils, reasons=None, host=True, shift_ns=0):
-    """Four 1 ms GPU steps; telemetry samples every 250 µs with the given utilisation per step."""
+def traced(tmp_path, utils, reasons=None, host=True, shift_ns=0, averaging_s=0.0):
+    """Four 1 ms GPU steps; telemetry samples every 250 µs with the given utilisation per step,
+    from a device whose readings reach ``averaging_s`` back (None: the record does not say)."""
     events = []
     for i in range(4):
         t0 = 1000 * i
@@ -152,6 +157,8 @@ def traced(tmp_path, utils, reasons=None, host=True, shift_ns=0):
             TELEMETRY_KEY: {"version": 1, "source": "NVML", "interval_s": 0.00025, "sampler_busy_s": 0.00001,
                             "devices": [{"index": 0, "name": "H100", "uuid": "GPU-1"}], "fields": list(FIELDS),
                             "samples": samples}}
+    if averaging_s is not None:
+        meta[TELEMETRY_KEY]["averaging_s"] = averaging_s
     if host:
         meta[HOST_STEPS_KEY] = {"version": 1, "steps": [
             {"step": i + 1, "wall_us": 1000, "thread_cpu_us": 990, "process_cpu_us": 995, "run_queue_us": 0,
@@ -202,3 +209,26 @@ def test_samples_outside_every_counted_step_say_so(tmp_path):
     t = a.details["telemetry"]
     assert t["skipped"].startswith("16 telemetry samples, none inside the counted steps")
     assert "gpu telemetry: not sampled (16 telemetry samples, none inside" in format_summary(a.summary())
+
+
+def test_readings_that_reach_back_before_the_window_are_not_taken_for_it(tmp_path):
+    # readings averaged over 1.5 ms: the samples of the first 1.5 ms of the window hold time before it
+    a = traced(tmp_path, [20, 40, 60, 80], averaging_s=0.0015)
+    rows = a.steps.set_index("step")
+    assert rows.loc[1, "gpu_util_pct"] != rows.loc[1, "gpu_util_pct"]  # NaN: no settled sample in step 1
+    assert rows.loc[2, "gpu_util_pct"] == pytest.approx(40) and rows.loc[4, "gpu_util_pct"] == pytest.approx(80)
+    assert rows.loc[1, "sm_clock_mhz"] == 1980  # clocks are read as they are now: every sample
+    t = a.details["telemetry"]
+    assert t["samples"] == 16 and t["settled_samples"] == 10 and t["unsettled"] is None
+    assert t["gpu_util_pct"] == pytest.approx((2 * 40 + 4 * 60 + 4 * 80) / 10)
+
+
+def test_a_window_shorter_than_nvmls_averaging_gets_no_utilisation(tmp_path):
+    a = traced(tmp_path, [20, 40, 60, 80], averaging_s=None)  # NVML's second, 4 ms of steps
+    t = a.details["telemetry"]
+    assert t["gpu_util_pct"] is None and t["power_w"]["mean"] is None and t["settled_samples"] == 0
+    assert t["unsettled"].startswith("the profiled steps span 4 ms, less than the 1 s over which NVML averages")
+    assert t["sm_clock_mhz"]["min"] == 1980
+    line = [x for x in format_summary(a.summary()).splitlines() if x.startswith("gpu:")][0]
+    assert line.startswith("gpu: utilisation not measured (the profiled steps span 4 ms") and "SM clock 1980" in line
+    assert a.steps["gpu_util_pct"].isna().all()

@@ -12,10 +12,13 @@ status              when (first that applies; the reason says which and by how m
                     interleaved marker), no event inside it, a range running mostly past the
                     trace's last event (more than :data:`UNOBSERVED_SHARE` of the step after it),
                     kernel launches whose kernels were lost (:data:`LOST_LAUNCH_SHARE` of them or
-                    more), or GPU activity missing altogether from a trace full of launches; and a
-                    step whose verdict hangs on GPU events without a launch record (the idle time
-                    before them could be launch wait or a dependency wait, and the two choices
-                    give different verdicts)
+                    more), or GPU activity missing altogether from a trace full of launches; a
+                    step the GPU spent :data:`QUEUED_SHARE` or more of still running work launched
+                    before the profiler's window (a stream whose first events have no launch
+                    record: the host ran ahead of the GPU, and what ran beside the step's copies
+                    and idle time was not recorded); and a step whose verdict hangs on GPU events
+                    without a launch record (the idle time before them could be launch wait or a
+                    dependency wait, and the two choices give different verdicts)
 ``initialisation``  one-time device set-up (context creation, module load, the first
                     ``cudaFree`` / stream-priority query) covers :data:`INIT_SHARE` of the step
                     or more
@@ -54,6 +57,10 @@ INIT_SHARE = 0.10
 # Nine tenths of the step after the trace's last recorded event: the step ran on long after the
 # profiler stopped seeing anything (a range left open), not a quiet end of an iteration.
 UNOBSERVED_SHARE = 0.9
+# The GPU still running work from before the window for this share of a step: as much as the
+# smallest verdict threshold (io and comm), enough for the unrecorded work to decide a verdict.
+QUEUED_SHARE = 0.10
+QUEUED_MARK = "launched before the profiler's window"  # in the reason, so that the advice can follow it
 # A kernel lost now and then at a buffer's end is noise; one launch in a hundred is a failure of the
 # profiler, and the GPU then looks idle where it worked.
 LOST_LAUNCH_SHARE = 0.01
@@ -138,6 +145,7 @@ def judge(table: TraceTable, steps: StepWindows, launches: Launches, metrics: pd
             _set(ev, np.ones(n, bool), INCOMPLETE, ev.run_reason)
     else:
         _lost_kernels(table, steps, launches, ev)
+        _queued_before_window(table, steps, launches, ev)
         _unlinked_decides(metrics, ev)
     _initialisation(table, steps, ev)
     _host_contended(table, steps, metrics, mode, ev)
@@ -199,6 +207,60 @@ def _lost_kernels(table: TraceTable, steps: StepWindows, launches: Launches, ev:
     share = np.divide(lost, total, out=np.zeros(len(steps)), where=total > 0)
     _set(ev, (lost > 0) & (share >= LOST_LAUNCH_SHARE), INCOMPLETE,
          lambda i: f"{lost[i]:,} of its {total[i]:,} kernel launches have no kernel in the trace: the profiler lost them")
+
+
+def queued_before_window(table: TraceTable, launches: Launches) -> list[tuple[int, int, int, int]]:
+    """Streams that start the trace running work launched before the profiler's window.
+
+    A stream runs its work in order, so when its first recorded events have no launch record (their
+    launch calls came before the window), everything it did from the start of the trace until its
+    first event launched inside the window belongs to that earlier work, recorded or not: the host
+    had run ahead of the GPU when profiling began. A stream with no launch record at all (a trace
+    without correlation ids) says nothing either way and is left out.
+
+    Returns:
+        ``(device, stream, until_ns, events)`` per such stream: the trace time (ns) of its first
+        event launched inside the window, and how many events without a launch record come
+        before it.
+    """
+    gpu = table.mask(*GPU_KINDS)
+    # a chunk of rows at a time (perfscope.analysis.chunked): GPU events are most of a large trace
+    unlinked = select_rows(gpu, lambda r: launches.start_of(r) < 0)
+    if unlinked.size == 0:
+        return []
+    device, stream = table.device[unlinked].astype(np.int64), table.stream[unlinked].astype(np.int64)
+    out = []
+    for d, s_ in np.unique(np.stack([device, stream]), axis=1).T.tolist():  # a few streams
+        on = gpu & (table.device == d) & (table.stream == s_)
+        first = None  # start of the stream's first event launched inside the window
+        for rows in row_chunks(on):
+            rows = rows[launches.start_of(rows) >= 0]
+            if rows.size:
+                m = int(table.ts_ns[rows].min())
+                first = m if first is None else min(first, m)
+        if first is None:
+            continue
+        lead = int((table.ts_ns[unlinked[(device == d) & (stream == s_)]] < first).sum())
+        if lead:
+            out.append((int(d), int(s_), first, lead))
+    return out
+
+
+def _queued_before_window(table: TraceTable, steps: StepWindows, launches: Launches, ev: Evidence) -> None:
+    queued = queued_before_window(table, launches)
+    if not queued:
+        return
+    start = int(table.ts_ns.min())
+    busy = union(np.full(len(queued), start, np.int64), np.array([q[2] for q in queued], np.int64))
+    seg = window_segments([busy], steps.start, steps.end)
+    length = (steps.end - steps.start).astype(float)
+    share = np.divide(seg.per_window(seg.member[0]), length, out=np.zeros(len(steps)), where=length > 0)
+    device, stream, until, events = max(queued, key=lambda q: q[2])
+    _set(ev, share >= QUEUED_SHARE, INCOMPLETE, lambda i: (
+        f"for {100 * share[i]:.0f}% of the step the GPU was still running work {QUEUED_MARK} "
+        f"(stream {stream} of GPU {device} began with {plural(events, 'event')} without a launch record, until "
+        f"{_ms(until - start)} into the trace): the host ran ahead of the GPU, and what ran beside the step's copies "
+        "and idle time there is not in the trace"))
 
 
 def _unlinked_decides(metrics: pd.DataFrame, ev: Evidence) -> None:

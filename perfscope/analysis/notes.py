@@ -18,6 +18,9 @@ NO_VERDICT_ADVICE = {
                        "wait/warmup) so that the window holds training steps.",
     ev.HOST_CONTENDED: HOST_CONTENDED_ADVICE,
 }
+QUEUED_ADVICE = ("Let the GPU catch up before the window opens: perfscope profile waits for it at the window's start; "
+                 "with a profiler of your own, end the last warm-up step with torch.cuda.synchronize(), or record more "
+                 "active steps so that the window's own work outweighs what came before it.")
 
 
 def spans(steps) -> str:
@@ -65,4 +68,8 @@ def verdict_of_none(frame: pd.DataFrame, run_reasons: list[str | None]) -> RunVe
     else:
         parts = ", ".join(f"{plural(int(n), 'step')} {s}" for s, n in counts.items())
         reason = f"no step has the evidence for a verdict ({parts}; the notes give each reason)"
-    return no_verdict(reason, NO_VERDICT_ADVICE.get(top, NO_VERDICT_ADVICE[ev.INCOMPLETE]))
+    advice = NO_VERDICT_ADVICE.get(top, NO_VERDICT_ADVICE[ev.INCOMPLETE])
+    queued = frame["status_reason"].fillna("").str.contains(ev.QUEUED_MARK, regex=False)
+    if top == ev.INCOMPLETE and queued.sum() > len(frame) / 2:
+        advice = QUEUED_ADVICE
+    return no_verdict(reason, advice)

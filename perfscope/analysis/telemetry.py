@@ -8,6 +8,12 @@ offset between the two clocks is the median, over the steps both hold, of (trace
 host step start): a few microseconds (the profiler's own work at the boundary). Without a host
 record the clocks are taken as they are (both count from the epoch; Kineto converts its own clock
 to it) and the view says so.
+
+Averaging: a sample's utilisation and power cover the ``averaging_s`` before it (NVML: up to a
+second, :data:`perfscope.telemetry_format.NVML_AVERAGING_S`). Only samples taken at least that
+long after the profiled window opened (its first step's start) are *settled*: they describe the
+window, not the time before it. Utilisation and power come from settled samples only; clocks and
+throttle reasons, read as they are now, from every sample.
 """
 
 from __future__ import annotations
@@ -55,13 +61,20 @@ def aligned_samples(t: TraceTable, w: StepWindows) -> pd.DataFrame | None:
     order = np.argsort(w.start, kind="stable")  # windows tile the run: disjoint once sorted
     held = locate(df["ts_ns"].to_numpy(), w.start[order], w.end[order])
     df["window"] = np.where(held >= 0, order[np.clip(held, 0, None)], -1)
+    opened = int(w.start.min()) if len(w.start) else 0
+    df["settled"] = df["ts_ns"] - int(1e9 * averaging_s(t)) >= opened
     return df
 
 
+def averaging_s(t: TraceTable) -> float:
+    """How far back (s) a sample's utilisation and power reach, as the record says."""
+    return float((t.telemetry or {}).get("averaging_s") or 0.0)
+
+
 def step_columns(rt: RankTrace) -> pd.DataFrame | None:
-    """Per step (rows of ``rt.metrics``): mean GPU utilisation (%), mean power (W), the lowest SM
-    clock (MHz), the share of samples with a throttle reason, and the samples taken; None
-    without samples."""
+    """Per step (rows of ``rt.metrics``): mean GPU utilisation (%) and power (W) of its settled
+    samples (NaN where none is), the lowest SM clock (MHz), the share of samples with a throttle
+    reason, and the samples taken; None without samples."""
     df = aligned_samples(rt.table, rt.windows)
     if df is None:
         return None
@@ -73,8 +86,9 @@ def step_columns(rt: RankTrace) -> pd.DataFrame | None:
         out["telemetry_samples"][i] = len(mine)
         if mine.empty:
             continue
-        out["gpu_util_pct"][i] = mine["gpu_util_pct"].mean()
-        out["power_w"][i] = mine["power_mw"].mean() / 1000.0
+        settled = mine[mine["settled"]]
+        out["gpu_util_pct"][i] = settled["gpu_util_pct"].mean()
+        out["power_w"][i] = settled["power_mw"].mean() / 1000.0
         out["sm_clock_mhz"][i] = mine["sm_clock_mhz"].min()
         reasons = mine["reasons"].fillna(0).astype("int64")
         out["throttled_share"][i] = float(((reasons & THROTTLE_MASK) != 0).mean())
@@ -86,13 +100,15 @@ def telemetry_view(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Dat
 
     Returns:
         ``{"skipped": why}`` when no trace holds samples (the first reason a trace gives), else
-        ``source``, ``interval_s``, ``samples`` (in counted steps), ``gpu_util_pct`` (mean),
-        ``power_w`` (mean and max), ``sm_clock_mhz`` (min, median, max), ``throttle`` (reason ->
+        ``source``, ``interval_s``, ``averaging_s``, ``samples`` (in counted steps),
+        ``settled_samples``, ``gpu_util_pct`` and ``mem_util_pct`` (means of the settled samples,
+        None where none is: ``unsettled`` then says why), ``power_w`` (mean and max, settled),
+        ``sm_clock_mhz`` (min, median, max), ``throttle`` (reason ->
         share of samples), ``throttled_share``, ``sampler_cpu_share`` (the sampler's time over the
         profiled span: its overhead on one core), ``alignment`` (per rank: offset and source) and
         ``devices``.
     """
-    parts, skipped, align, devices, busy, span_s, interval = [], [], [], [], 0.0, 0.0, None
+    parts, skipped, align, devices, busy, span_s, interval, averaging = [], [], [], [], 0.0, 0.0, None, 0.0
     for rt, rank in zip(rank_traces, ranks):
         rec = rt.table.telemetry or {}
         if rec.get("skipped"):
@@ -111,6 +127,7 @@ def telemetry_view(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Dat
         if len(w.step):
             span_s += (int(w.end.max()) - int(w.start.min())) / 1e9
         interval = rec.get("interval_s") or interval
+        averaging = max(averaging, averaging_s(rt.table))
     if not parts:
         return {"skipped": skipped[0] if skipped else "no telemetry record in the traces (perfscope profile records "
                 "it on a CUDA device)"}
@@ -123,14 +140,22 @@ def telemetry_view(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Dat
     throttle = {name: float(((reasons & bit) != 0).mean()) for bit, name in THROTTLE_REASONS.items()
                 if ((reasons & bit) != 0).any()}
 
-    def stat(col, how, scale=1.0):
-        v = df[col].dropna()
+    settled = df[df["settled"]]
+
+    def stat(col, how, scale=1.0, rows=df):
+        v = rows[col].dropna()
         return float(getattr(v, how)()) / scale if len(v) else None
 
-    return {"source": str((rank_traces[0].table.telemetry or {}).get("source") or "NVML"), "interval_s": interval,
-            "samples": int(len(df)), "gpu_util_pct": stat("gpu_util_pct", "mean"),
-            "mem_util_pct": stat("mem_util_pct", "mean"),
-            "power_w": {"mean": stat("power_mw", "mean", 1000.0), "max": stat("power_mw", "max", 1000.0)},
+    source = str((rank_traces[0].table.telemetry or {}).get("source") or "NVML")
+    unsettled = None
+    if settled.empty:
+        unsettled = (f"the profiled steps span {span_s * 1000:,.0f} ms, less than the {averaging:g} s over which "
+                     f"{source} averages utilisation and power: its readings would hold time before the window")
+    return {"source": source, "interval_s": interval, "averaging_s": averaging,
+            "samples": int(len(df)), "settled_samples": int(len(settled)), "unsettled": unsettled,
+            "gpu_util_pct": stat("gpu_util_pct", "mean", rows=settled),
+            "mem_util_pct": stat("mem_util_pct", "mean", rows=settled),
+            "power_w": {"mean": stat("power_mw", "mean", 1000.0, settled), "max": stat("power_mw", "max", 1000.0, settled)},
             "sm_clock_mhz": {"min": stat("sm_clock_mhz", "min"), "median": stat("sm_clock_mhz", "median"),
                              "max": stat("sm_clock_mhz", "max")},
             "throttle": throttle, "throttled_share": float(((reasons & THROTTLE_MASK) != 0).mean()),

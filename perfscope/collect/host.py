@@ -56,11 +56,17 @@ class HostStepRecorder:
         memory: The per-step memory probe (default :class:`~perfscope.collect.memory.MemoryProbe`).
         telemetry: A :class:`~perfscope.collect.telemetry.TelemetrySampler` bound to the training
             thread's device at the step boundaries and written into the header, or None.
+        sync: Called once, at the boundary where the profiler's recording window opens (default:
+            wait for the GPU where the process uses CUDA). A loop that never waits for the GPU
+            runs ahead of it; the window would then open on work launched before it, which the
+            trace cannot show beside the window's own copies and idle time
+            (``docs/metrics.md``, "Work from before the window").
     """
 
     def __init__(self, inner: Any, extra: Callable[[], tuple[str, str] | None] | None = None,
-                 memory: MemoryProbe | None = None, telemetry=None) -> None:
+                 memory: MemoryProbe | None = None, telemetry=None, sync: Callable[[], None] | None = None) -> None:
         self._inner = inner
+        self._sync = sync if sync is not None else sync_cuda
         self._extra = extra
         self._telemetry = telemetry
         self._memory = memory if memory is not None else MemoryProbe()
@@ -99,9 +105,29 @@ class HostStepRecorder:
                     self._inner.add_metadata_json(*self._telemetry.header())
         if self._telemetry is not None:
             self._telemetry.bind()  # on the training thread: its CUDA device, once initialised
+        if self._window_opens_next():
+            self._sync()  # in the last warm-up step, which the trace drops: no recorded step pays
         self._inner.step()
         self._memory.begin()
         self._start = snapshot()  # after the profiler's own work at the boundary
+
+
+    def _window_opens_next(self) -> bool:
+        """The profiler's next step is its first recorded one (its schedule says so)."""
+        schedule = getattr(self._inner, "schedule", None)
+        now = getattr(getattr(self._inner, "current_action", None), "name", None)
+        if schedule is None or now in _RECORDING:
+            return False
+        return getattr(schedule(self._inner.step_num + 1), "name", None) in _RECORDING
+
+
+def sync_cuda() -> None:
+    """Wait for the current CUDA device where this process already uses CUDA (never initialise it)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def _record(step: int, a: tuple, b: tuple) -> dict:

@@ -25,7 +25,7 @@ import threading
 import time
 from collections import deque
 
-from perfscope.telemetry_format import FIELDS, MAX_SAMPLES, TELEMETRY_KEY, VERSION
+from perfscope.telemetry_format import FIELDS, MAX_SAMPLES, NVML_AVERAGING_S, TELEMETRY_KEY, VERSION
 
 DEFAULT_INTERVAL_S = 0.1
 MIN_INTERVAL_S = 0.02
@@ -46,10 +46,12 @@ class DeviceSource(abc.ABC):
     - :meth:`read` returns one sample of the opened device: a dict with the keys of
       :data:`~perfscope.telemetry_format.FIELDS` but ``unix_ns`` and ``device`` (values numbers, or
       None where the device does not report one); it may raise only :class:`TelemetryUnavailable`;
-    - :meth:`close` releases what :meth:`open` took, and may be called without :meth:`open`.
+    - :meth:`close` releases what :meth:`open` took, and may be called without :meth:`open`;
+    - :attr:`averaging_s` says how far back (seconds) a reading's utilisation and power reach.
     """
 
     name = "source"
+    averaging_s = 0.0
 
     @abc.abstractmethod
     def open(self, uuid: str | None, index: int) -> dict: ...
@@ -65,6 +67,7 @@ class NvmlSource(DeviceSource):
     """NVML through ``pynvml`` (the ``nvidia-ml-py`` package)."""
 
     name = "NVML"
+    averaging_s = NVML_AVERAGING_S
 
     def __init__(self) -> None:
         self._nvml = None
@@ -211,7 +214,8 @@ class TelemetrySampler:
         with self._lock:
             samples, busy = list(self.samples), self.busy_s
         out = {"version": VERSION, "source": self.source.name, "interval_s": self.interval_s,
-               "sampler_busy_s": round(busy, 6), "devices": self.devices, "fields": list(FIELDS), "samples": samples}
+               "averaging_s": float(self.source.averaging_s), "sampler_busy_s": round(busy, 6), "devices": self.devices,
+               "fields": list(FIELDS), "samples": samples}
         if self.skipped:
             out["stopped"] = self.skipped
         return out

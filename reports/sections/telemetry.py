@@ -15,10 +15,13 @@ def _f(value, fmt: str, unit: str = "") -> str:
 
 
 def headline(summary: dict) -> str | None:
-    """``GPU utilisation 87% (NVML)`` for the verdict line, or None without samples."""
+    """``GPU utilisation 87% (NVML)`` for the verdict line (``not measured`` where no sample
+    settled), or None without samples."""
     t = model.details(summary).get("telemetry")
-    if not isinstance(t, dict) or num(t.get("gpu_util_pct")) is None:
+    if not isinstance(t, dict):
         return None
+    if num(t.get("gpu_util_pct")) is None:
+        return "GPU utilisation not measured" if isinstance(t.get("unsettled"), str) else None
     return f"GPU utilisation {num(t['gpu_util_pct']):.0f}% ({t.get('source') or 'NVML'})"
 
 
@@ -39,7 +42,10 @@ def render(summary: dict) -> str:
             f"power {esc(_f(power.get('mean'), '.0f', ' W'))} mean, {esc(_f(power.get('max'), '.0f', ' W'))} peak; "
             + (f"clocks throttled in {esc(pct(throttled, 0))} of the samples ({esc(reasons)})" if throttled else
                "no clock throttling seen")
-            + f". The sampler used {esc(pct(t.get('sampler_cpu_share'), 2))} of one core.</small></p>")
+            + f". The sampler used {esc(pct(t.get('sampler_cpu_share'), 2))} of one core."
+            + (f" Utilisation and power: not measured, {esc(t['unsettled'])}." if isinstance(t.get("unsettled"), str)
+               else "")
+            + "</small></p>")
     rows = []
     for s in model.counted_steps(summary)[:MAX_ROWS]:
         if num(s.get("telemetry_samples")) is None:
@@ -51,6 +57,7 @@ def render(summary: dict) -> str:
     tab = table([("rank", ""), ("step", ""), ("GPU utilisation", ""), ("power", ""), ("lowest SM clock", ""),
                  ("samples throttled", ""), ("samples", "")], rows,
                 "Per counted step: NVML's utilisation (the share of its sample period a kernel ran) and power, "
-                "averaged over the step's samples; the lowest SM clock seen; the share of samples with a throttle "
+                "averaged over the step's samples taken a full averaging period (up to 1 s) after the profiled "
+                "window opened (earlier ones hold time before it); the lowest SM clock seen; the share of samples with a throttle "
                 "reason. The timeline draws the samples under the step.")
     return section("telemetry", title, head + tab)

@@ -73,7 +73,7 @@ def _telemetry_lane(prep, r, y: float) -> list[str]:
            f'y2="{y + TELEMETRY_H + 0.5:.1f}"/>']
     for k in np.flatnonzero((ts < r.hi) & (ts + interval > r.lo)):
         util = df["gpu_util_pct"].iloc[k]
-        if util is None or util != util:
+        if util is None or util != util or not df["settled"].iloc[k]:  # unsettled: holds time before the window
             continue
         a = max((ts[k] - r.lo) / r.col_ns, 0.0)
         b = min((min(ts[k] + interval, ts[k + 1] if k + 1 < len(ts) else ts[k] + interval) - r.lo) / r.col_ns, COLUMNS)
