@@ -89,10 +89,10 @@ def test_shapes_that_do_not_fit_are_named(change, match):
 
 
 @pytest.mark.parametrize("shifted", [True, False], ids=["shifted", "unshifted"])
-def test_the_cuda_paths_sdpa_formulation_matches_the_eager_twin(shifted):
-    # window_attention_sdpa is what window_attention runs on CUDA; on CPU the same formulation
-    # (windows as SDPA heads, the bias broadcast over images from a padded buffer) runs through
-    # SDPA's CPU kernels, forward and backward.
+def test_the_sdpa_formulation_matches_the_eager_twin(shifted):
+    # window_attention_sdpa, kept beside the operator for comparison on GPUs (docs/gpu-check.md):
+    # on CPU the same formulation (windows as SDPA heads, the bias broadcast over images from a
+    # padded buffer) runs through SDPA's CPU kernels, forward and backward.
     from fused_ops.attention import window_attention_sdpa
 
     q, k, v, bias, mask = inputs(images=3, windows=4, heads=3, n=16, d=8, shifted=shifted)
