@@ -205,7 +205,11 @@ def telemetry_line(summary: dict) -> str | None:
     if t.get("skipped"):
         return safe(f"gpu telemetry: not sampled ({t['skipped']})")
     if isinstance(t.get("gpu_util_pct"), (int, float)):
-        line = f"gpu: utilisation {t['gpu_util_pct']:.0f}% ({t.get('source') or 'NVML'})"
+        source, settled, samples = t.get("source") or "NVML", t.get("settled_samples"), t.get("samples")
+        # say so when utilisation and power rest on fewer samples than the clocks beside them
+        part = (f", {settled} of {samples} samples: the others hold time before the window"
+                if isinstance(settled, int) and isinstance(samples, int) and settled < samples else "")
+        line = f"gpu: utilisation {t['gpu_util_pct']:.0f}% ({source}{part})"
     elif isinstance(t.get("unsettled"), str):
         line = f"gpu: utilisation not measured ({t['unsettled']})"
     else:

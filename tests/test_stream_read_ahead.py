@@ -69,3 +69,44 @@ def test_a_reader_given_up_part_way_stops_its_thread_and_closes_the_file(tmp_pat
     assert str(path) in _open_files()
     it.close()  # the caller stops early (an error in a batch, a file that needs the whole read)
     assert not _readers() and str(path) not in _open_files()
+
+
+def _joined_within(path, seconds=60.0, **kwargs) -> bytes:
+    """The text of chunks(path), failing the test instead of hanging it."""
+    got: list = []
+    t = threading.Thread(target=lambda: got.append(b"".join(chunks(path, **kwargs))), daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), "chunks() did not finish"
+    return got[0]
+
+
+@pytest.mark.parametrize("after", ["zeros", "member"])
+def test_a_member_that_ends_inside_a_read_after_a_full_piece_is_followed(tmp_path, after):
+    # the read that reaches the member's end was fed the rest of a call cut at PIECE_BYTES of text:
+    # what follows the member (padding, the next member) must be read, not the stale unconsumed input
+    text = b"".join(b'{"ph":"X","name":"k","ts":%d,"dur":1},' % (i % 1000) for i in range(150_000))
+    assert len(text) > PIECE_BYTES
+    path = tmp_path / "t.json.gz"
+    blob = gzip.compress(text, 6) + b"\0" * 512 if after == "zeros" else \
+        gzip.compress(text[: len(text) * 9 // 10], 6) + gzip.compress(text[len(text) * 9 // 10 :], 6)
+    path.write_bytes(blob)
+    assert _joined_within(path) == text
+
+
+def test_progress_reaches_the_end_of_text_that_padding_follows(tmp_path):
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(b"x" * 100_000) + b"\0" * (3 << 20))
+    seen: list = []
+    assert _joined_within(path, progress=seen.append) == b"x" * 100_000
+    assert seen[-1] == path.stat().st_size
+    empty = tmp_path / "e.json"
+    empty.write_bytes(b"")
+    seen.clear()
+    assert _joined_within(empty, progress=seen.append) == b"" and seen == [0]
+
+
+def test_a_gzip_file_read_a_byte_at_a_time_is_still_gunzipped(tmp_path):
+    path = tmp_path / "t.json.gz"
+    path.write_bytes(gzip.compress(b'{"traceEvents": []}'))
+    assert _joined_within(path, size=1) == b'{"traceEvents": []}'

@@ -221,13 +221,19 @@ def test_readings_that_reach_back_before_the_window_are_not_taken_for_it(tmp_pat
     t = a.details["telemetry"]
     assert t["samples"] == 16 and t["settled_samples"] == 10 and t["unsettled"] is None
     assert t["gpu_util_pct"] == pytest.approx((2 * 40 + 4 * 60 + 4 * 80) / 10)
+    line = [x for x in format_summary(a.summary()).splitlines() if x.startswith("gpu:")][0]
+    assert line.startswith("gpu: utilisation 64% (NVML, 10 of 16 samples: the others hold time before the window)")
+    # a window longer than the averaging whose samples stopped early: said as such, not as a short window
+    (tmp_path / "early").mkdir()
+    early = traced(tmp_path / "early", [20, 40, 60, 80], averaging_s=0.0039)
+    assert early.details["telemetry"]["unsettled"].startswith("no sample of the counted steps was taken 0.0039 s or more")
 
 
 def test_a_window_shorter_than_nvmls_averaging_gets_no_utilisation(tmp_path):
     a = traced(tmp_path, [20, 40, 60, 80], averaging_s=None)  # NVML's second, 4 ms of steps
     t = a.details["telemetry"]
     assert t["gpu_util_pct"] is None and t["power_w"]["mean"] is None and t["settled_samples"] == 0
-    assert t["unsettled"].startswith("the profiled steps span 4 ms, less than the 1 s over which NVML averages")
+    assert t["unsettled"].startswith("the profiled steps span 4 ms, no more than the 1 s over which NVML averages")
     assert t["sm_clock_mhz"]["min"] == 1980
     line = [x for x in format_summary(a.summary()).splitlines() if x.startswith("gpu:")][0]
     assert line.startswith("gpu: utilisation not measured (the profiled steps span 4 ms") and "SM clock 1980" in line

@@ -25,19 +25,20 @@ def _ahead(lead_unlinked: bool) -> list[dict]:
         events += [step(i + 1, t0, 1000), runtime("cudaMemcpyAsync", t0 + 10, 5, correlation=100 + i),
                    memcpy("Memcpy HtoD (Pinned -> Device)", t0 + 20, 600, correlation=100 + i, stream=18),
                    *launch("gemm", t0 + 30, 5000 + 1000 * i, 900, correlation=200 + i)]
-    if lead_unlinked:  # the warm-up's kernels, launched before the window, run first on stream 7
-        events += [kernel("gemm", 100 + 1200 * k, 1100, correlation=900 + k) for k in range(4)]
+    if lead_unlinked:  # the warm-up's kernels, launched before the window, run first on stream 7,
+        # behind still earlier work the trace does not hold
+        events += [kernel("gemm", 4000 + 240 * k, 200, correlation=900 + k) for k in range(4)]
     return events
 
 
 def test_steps_the_gpu_spent_on_work_from_before_the_window_get_no_verdict(tmp_path):
     a = analyze(tmp_path, _ahead(lead_unlinked=True))
     s = a.steps.set_index("step")
-    # the stream ran earlier work until 5.0 ms: steps 1-4 lie inside it
+    # the stream was held by unrecorded earlier work until 4.0 ms: steps 1-4 lie inside it
     assert (s["status"] == "incomplete").all()
     reason = s.loc[1, "status_reason"]
-    assert reason.startswith("for 100% of the step the GPU was still running work launched before the profiler's window")
-    assert "stream 7 of GPU 0 began with 4 events without a launch record, until 5.0 ms into the trace" in reason
+    assert reason.startswith("for 100% of the step the GPU was still busy with work launched before the profiler's window")
+    assert "stream 7 of GPU 0 began with 4 events without a launch record, the first 4.0 ms into the trace" in reason
     assert a.verdict.verdict is None and "perfscope profile waits for it at the window's start" in a.verdict.advice
 
 
@@ -58,7 +59,7 @@ def test_the_real_trace_of_a_host_running_ahead_gets_no_verdict():
     a = perfscope.analyze(TRACES / "h200_prefetch_ahead.json.gz")
     assert (a.steps["status"] == "incomplete").all() and a.verdict.verdict is None
     assert all("launched before the profiler's window" in r for r in a.steps["status_reason"])
-    assert "began with 26 events without a launch record, until 48.1 ms into the trace" in a.steps["status_reason"].iloc[0]
+    assert "began with 26 events without a launch record, the first 29.2 ms into the trace" in a.steps["status_reason"].iloc[0]
     synced = perfscope.analyze(TRACES / "h200_prefetch_synced.json.gz")
     assert (synced.steps["status"] == "ok").all() and synced.verdict.verdict == "compute-bound"
 
@@ -67,5 +68,23 @@ def test_a_trace_without_any_launch_record_says_nothing_of_work_from_before(tmp_
     # every kernel without a correlation (args: null writers): nothing tells earlier work from the window's
     events = [step(1, 0, 1000), step(2, 1000, 1000), *[kernel("gemm", 100 + 400 * k, 300, correlation=None, with_args=False)
                                                       for k in range(5)]]
+    a = analyze(tmp_path, events)
+    assert not any("before the profiler's window" in (r or "") for r in a.steps["status_reason"])
+
+
+def test_recorded_earlier_work_counts_as_it_ran_and_a_late_reuse_of_its_stream_changes_nothing(tmp_path):
+    # a 5 us leftover of earlier work at the start of stream 20, whose next kernel comes 2.5 ms later:
+    # the leftover is in the trace, nothing before it is missing
+    events = [step(i + 1, 1000 * i, 1000) for i in range(3)] + [kernel("gemm", 0, 5, correlation=990, stream=20)]
+    events += [x for i in range(3) for x in launch("gemm", 1000 * i + 10, 1000 * i + 20, 900, correlation=i + 1)]
+    events += launch("gemm", 2480, 2490, 100, correlation=50, stream=20)
+    a = analyze(tmp_path, events)
+    assert (a.steps["status"] == "ok").all()
+
+
+def test_events_without_a_stream_id_are_not_taken_for_one_stream(tmp_path):
+    events = [step(i + 1, 1000 * i, 1000) for i in range(4)]
+    events += [kernel("gemm", 2000, 50, correlation=990, stream=-3)]
+    events += [x for i in range(4) for x in launch("gemm", 1000 * i + 10, 1000 * i + 20, 900, correlation=i + 1, stream=-5)]
     a = analyze(tmp_path, events)
     assert not any("before the profiler's window" in (r or "") for r in a.steps["status_reason"])

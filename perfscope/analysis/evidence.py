@@ -210,18 +210,19 @@ def _lost_kernels(table: TraceTable, steps: StepWindows, launches: Launches, ev:
 
 
 def queued_before_window(table: TraceTable, launches: Launches) -> list[tuple[int, int, int, int]]:
-    """Streams that start the trace running work launched before the profiler's window.
+    """Streams that start the trace behind work launched before the profiler's window.
 
-    A stream runs its work in order, so when its first recorded events have no launch record (their
-    launch calls came before the window), everything it did from the start of the trace until its
-    first event launched inside the window belongs to that earlier work, recorded or not: the host
-    had run ahead of the GPU when profiling began. A stream with no launch record at all (a trace
-    without correlation ids) says nothing either way and is left out.
+    A stream runs its work in order. When its first recorded events have no launch record (their
+    launch calls came before the window) and the first of them starts at ``t``, the stream was
+    held until ``t`` by still earlier work that the trace does not hold, or by a wait: the host had
+    run ahead of the GPU when profiling began, and nothing says what ran on the GPU before ``t``.
+    The recorded events themselves are counted as they are. A stream with no launch record at all
+    (a trace without correlation ids), or without a stream id, says nothing either way.
 
     Returns:
-        ``(device, stream, until_ns, events)`` per such stream: the trace time (ns) of its first
-        event launched inside the window, and how many events without a launch record come
-        before it.
+        ``(device, stream, first_ns, events)`` per such stream: the trace time (ns) its first
+        event without a launch record starts, and how many such events come before its first
+        event launched inside the window.
     """
     gpu = table.mask(*GPU_KINDS)
     # a chunk of rows at a time (perfscope.analysis.chunked): GPU events are most of a large trace
@@ -231,6 +232,8 @@ def queued_before_window(table: TraceTable, launches: Launches) -> list[tuple[in
     device, stream = table.device[unlinked].astype(np.int64), table.stream[unlinked].astype(np.int64)
     out = []
     for d, s_ in np.unique(np.stack([device, stream]), axis=1).T.tolist():  # a few streams
+        if s_ < 0:
+            continue
         on = gpu & (table.device == d) & (table.stream == s_)
         first = None  # start of the stream's first event launched inside the window
         for rows in row_chunks(on):
@@ -240,9 +243,10 @@ def queued_before_window(table: TraceTable, launches: Launches) -> list[tuple[in
                 first = m if first is None else min(first, m)
         if first is None:
             continue
-        lead = int((table.ts_ns[unlinked[(device == d) & (stream == s_)]] < first).sum())
-        if lead:
-            out.append((int(d), int(s_), first, lead))
+        ts = table.ts_ns[unlinked[(device == d) & (stream == s_)]]
+        lead = ts[ts < first]
+        if lead.size:
+            out.append((int(d), int(s_), int(lead.min()), int(lead.size)))
     return out
 
 
@@ -255,12 +259,12 @@ def _queued_before_window(table: TraceTable, steps: StepWindows, launches: Launc
     seg = window_segments([busy], steps.start, steps.end)
     length = (steps.end - steps.start).astype(float)
     share = np.divide(seg.per_window(seg.member[0]), length, out=np.zeros(len(steps)), where=length > 0)
-    device, stream, until, events = max(queued, key=lambda q: q[2])
+    device, stream, first, events = max(queued, key=lambda q: q[2])
     _set(ev, share >= QUEUED_SHARE, INCOMPLETE, lambda i: (
-        f"for {100 * share[i]:.0f}% of the step the GPU was still running work {QUEUED_MARK} "
-        f"(stream {stream} of GPU {device} began with {plural(events, 'event')} without a launch record, until "
-        f"{_ms(until - start)} into the trace): the host ran ahead of the GPU, and what ran beside the step's copies "
-        "and idle time there is not in the trace"))
+        f"for {100 * share[i]:.0f}% of the step the GPU was still busy with work {QUEUED_MARK} "
+        f"(stream {stream} of GPU {device} began with {plural(events, 'event')} without a launch record, the first "
+        f"{_ms(first - start)} into the trace): the host ran ahead of the GPU, and what ran beside the step's "
+        "copies and idle time until then is not in the trace"))
 
 
 def _unlinked_decides(metrics: pd.DataFrame, ev: Evidence) -> None:

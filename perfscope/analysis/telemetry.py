@@ -109,6 +109,7 @@ def telemetry_view(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Dat
         ``devices``.
     """
     parts, skipped, align, devices, busy, span_s, interval, averaging = [], [], [], [], 0.0, 0.0, None, 0.0
+    longest_s = 0.0  # the longest window of one trace
     for rt, rank in zip(rank_traces, ranks):
         rec = rt.table.telemetry or {}
         if rec.get("skipped"):
@@ -126,6 +127,7 @@ def telemetry_view(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Dat
         busy += rec.get("sampler_busy_s") or 0.0
         if len(w.step):
             span_s += (int(w.end.max()) - int(w.start.min())) / 1e9
+            longest_s = max(longest_s, (int(w.end.max()) - int(w.start.min())) / 1e9)
         interval = rec.get("interval_s") or interval
         averaging = max(averaging, averaging_s(rt.table))
     if not parts:
@@ -148,9 +150,12 @@ def telemetry_view(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Dat
 
     source = str((rank_traces[0].table.telemetry or {}).get("source") or "NVML")
     unsettled = None
-    if settled.empty:
-        unsettled = (f"the profiled steps span {span_s * 1000:,.0f} ms, less than the {averaging:g} s over which "
+    if settled.empty and longest_s <= averaging:
+        unsettled = (f"the profiled steps span {longest_s * 1000:,.0f} ms, no more than the {averaging:g} s over which "
                      f"{source} averages utilisation and power: its readings would hold time before the window")
+    elif settled.empty:
+        unsettled = (f"no sample of the counted steps was taken {averaging:g} s or more into the window, the time over "
+                     f"which {source} averages utilisation and power: its readings would hold time before the window")
     return {"source": source, "interval_s": interval, "averaging_s": averaging,
             "samples": int(len(df)), "settled_samples": int(len(settled)), "unsettled": unsettled,
             "gpu_util_pct": stat("gpu_util_pct", "mean", rows=settled),

@@ -49,7 +49,7 @@ def chunks(path: Path, size: int = CHUNK_BYTES, progress=None) -> Iterator[bytes
     gzip (several members allowed, zero bytes after the last one ignored, as the whole-file read
     does).
 
-    The file is read and gunzipped ahead, a few pieces at most, in a thread of its own: zlib
+    The file is read and gunzipped ahead (two pieces queued, a third in the making), in a thread of its own: zlib
     works without the interpreter lock, so on a second core it overlaps the decoding of the
     pieces before. ``progress``, when given, is called (in the caller's thread) with the bytes of
     the file read so far.
@@ -62,17 +62,18 @@ def chunks(path: Path, size: int = CHUNK_BYTES, progress=None) -> Iterator[bytes
         for piece, at in ahead:
             if progress is not None:
                 progress(at)
-            yield piece
+            if piece:
+                yield piece
     finally:
         ahead.stop()
 
 
 PIECE_BYTES = 4 << 20  # gunzipped text at most per piece: a highly compressed input never balloons
-_AHEAD = 2  # pieces read ahead of the caller
+_AHEAD = 2  # pieces queued for the caller (the producer makes one more meanwhile)
 
 
 class _Ahead:
-    """Items of an iterator produced by a thread, at most :data:`_AHEAD` ahead of the consumer;
+    """Items of an iterator produced by a thread, at most :data:`_AHEAD` queued for the consumer;
     the producer's exception is raised in the consumer where its item would have come."""
 
     _END = object()
@@ -121,13 +122,18 @@ class _Ahead:
 
 
 def _pieces(path: Path, size: int) -> Iterator[tuple[bytes, int]]:
-    """``(text, file bytes read so far)`` pieces of :func:`chunks`, in the calling thread."""
+    """``(text, file bytes read so far)`` pieces of :func:`chunks`, in the calling thread; the last
+    item is ``(b"", the file's size)``, so that progress ends at the file's end however much of
+    it (padding, an empty member) gave no text."""
     with open(path, "rb") as f:
         data = f.read(size)
+        while 0 < len(data) < 2 and (more := f.read(size)):  # the magic needs two bytes
+            data += more
         if not data.startswith(_GZIP_MAGIC):
             while data:
                 yield data, f.tell()
                 data = f.read(size)
+            yield b"", f.tell()
             return
         d = zlib.decompressobj(zlib.MAX_WBITS | 16)
         while True:
@@ -138,6 +144,8 @@ def _pieces(path: Path, size: int) -> Iterator[tuple[bytes, int]]:
                     raise NotStreamable("corrupt gzip data") from None
                 if out:
                     yield out, f.tell()
+                if d.eof:  # what follows the member is in unused_data (unconsumed_tail may be stale)
+                    break
                 data = d.unconsumed_tail
             if d.eof:
                 rest = d.unused_data
@@ -151,6 +159,7 @@ def _pieces(path: Path, size: int) -> Iterator[tuple[bytes, int]]:
                         raise NotStreamable("bytes after the gzip stream")
                     rest = f.read(size)
                     if not rest:
+                        yield b"", f.tell()
                         return
             data = f.read(size)
             if not data:
