@@ -111,7 +111,6 @@ class HostStepRecorder:
         self._memory.begin()
         self._start = snapshot()  # after the profiler's own work at the boundary
 
-
     def _window_opens_next(self) -> bool:
         """The profiler's next step is its first recorded one (its schedule says so)."""
         schedule = getattr(self._inner, "schedule", None)
