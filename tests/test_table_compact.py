@@ -94,19 +94,14 @@ def test_times_converted_in_place_equal_the_formula(monkeypatch, chunk):
 
 def test_refactorize_and_threads_match_factorizing_every_row():
     rng = np.random.default_rng(2)
-    texts = np.array([f"t{i}" for i in range(40)], dtype=object)
-    codes = rng.integers(0, 40, 5000).astype(np.int32)
-    local, uniq = assemble._refactorize(codes, texts)
-    ref_local, ref_uniq = pd.factorize(codes)
     # codes in the narrowest type that holds the distinct count: 40 texts fit a byte, 300 do not
-    assert local.dtype == np.int8 and local.tolist() == ref_local.tolist()
-    assert uniq.tolist() == texts[ref_uniq].tolist()
-    many = np.array([f"t{i}" for i in range(300)], dtype=object)
-    wide_codes = rng.integers(0, 300, 5000).astype(np.int32)
-    local, uniq = assemble._refactorize(wide_codes, many)
-    ref_local, ref_uniq = pd.factorize(wide_codes)
-    assert local.dtype == np.int16 and local.tolist() == ref_local.tolist()
-    assert uniq.tolist() == many[ref_uniq].tolist()
+    for n_texts, dtype in ((40, np.int8), (300, np.int16)):
+        texts = np.array([f"t{i}" for i in range(n_texts)], dtype=object)
+        codes = rng.integers(0, n_texts, 5000).astype(np.int32)
+        local, uniq = assemble._refactorize(codes, texts)
+        ref_local, ref_uniq = pd.factorize(codes)
+        assert local.dtype == dtype and local.tolist() == ref_local.tolist()
+        assert uniq.tolist() == texts[ref_uniq].tolist()
     k = {"pid": rng.integers(0, 5, 5000).astype(np.int32), "tid": rng.integers(0, 7, 5000).astype(np.int32)}
     tx = {"pid": np.array([f"p{i}" for i in range(5)], object), "tid": np.array([f"{i}" for i in range(7)], object)}
     thread_id, threads = assemble._threads(k, tx, {})

@@ -255,10 +255,8 @@ def _queued_before_window(table: TraceTable, steps: StepWindows, launches: Launc
     if not queued:
         return
     start = int(table.ts_ns.min())
-    busy = union(np.full(len(queued), start, np.int64), np.array([q[2] for q in queued], np.int64))
-    seg = window_segments([busy], steps.start, steps.end)
-    length = (steps.end - steps.start).astype(float)
-    share = np.divide(seg.per_window(seg.member[0]), length, out=np.zeros(len(steps)), where=length > 0)
+    share = _share_of_steps(union(np.full(len(queued), start, np.int64), np.array([q[2] for q in queued], np.int64)),
+                            steps)
     device, stream, first, events = max(queued, key=lambda q: q[2])
     _set(ev, share >= QUEUED_SHARE, INCOMPLETE, lambda i: (
         f"for {100 * share[i]:.0f}% of the step the GPU was still busy with work {QUEUED_MARK} "
@@ -287,15 +285,18 @@ def _unlinked_decides(metrics: pd.DataFrame, ev: Evidence) -> None:
         f"wait the step is {v1[i]}, as a dependency wait {v0[i]}, and the trace cannot tell which"))
 
 
+def _share_of_steps(iv, steps: StepWindows) -> np.ndarray:
+    """Per step, the share of its window that the interval set ``iv`` covers (0 for an empty step)."""
+    seg = window_segments([iv], steps.start, steps.end)
+    length = (steps.end - steps.start).astype(float)
+    return np.divide(seg.per_window(seg.member[0]), length, out=np.zeros(len(steps)), where=length > 0)
+
+
 def _initialisation(table: TraceTable, steps: StepWindows, ev: Evidence) -> None:
     rows = np.flatnonzero((table.kind == EventKind.RUNTIME) & table.name_flag(is_init_call))
     if rows.size == 0:
         return
-    length = (steps.end - steps.start).astype(float)
-    init = union(table.ts_ns[rows], table.end_of(rows))
-    seg = window_segments([init], steps.start, steps.end)
-    covered = seg.per_window(seg.member[0])
-    share = np.divide(covered, length, out=np.zeros(len(steps)), where=length > 0)
+    share = _share_of_steps(union(table.ts_ns[rows], table.end_of(rows)), steps)
     owner = locate(table.ts_ns[rows], steps.start, steps.end)
 
     def reason(i):

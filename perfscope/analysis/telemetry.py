@@ -126,8 +126,9 @@ def telemetry_view(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Dat
         devices += [{**d, "rank": int(rank)} for d in rec.get("devices") or []]
         busy += rec.get("sampler_busy_s") or 0.0
         if len(w.step):
-            span_s += (int(w.end.max()) - int(w.start.min())) / 1e9
-            longest_s = max(longest_s, (int(w.end.max()) - int(w.start.min())) / 1e9)
+            window_s = (int(w.end.max()) - int(w.start.min())) / 1e9
+            span_s += window_s
+            longest_s = max(longest_s, window_s)
         interval = rec.get("interval_s") or interval
         averaging = max(averaging, averaging_s(rt.table))
     if not parts:
