@@ -1,11 +1,13 @@
 """The rank side of bench/bench_forecast.py: started by torchrun on every emulated node.
 
-Measures the link as a user would before forecasting: an all-reduce between one rank per node at
+Measures the links as a user would before forecasting: an all-reduce between one rank per node at
 two message sizes, fitted to the ring's alpha-beta cost ``2(N-1) * (alpha + m/N / beta)`` (the
-way NCCL-tests' figures are read), then trains examples/comm_bound.py's model with
-flat DDP and with perfscope's hierarchical hook, interleaved step window by step window, and
-prints one JSON line from rank 0: ``{"latency_s", "bytes_per_s", "flat_s": [...], "hier_s": [...]}``
-(the fitted link; median step seconds of each window).
+way NCCL-tests' figures are read), and the same among the ranks of each node, every node at once
+(as the hierarchical hook's intra-node stages run); then trains examples/comm_bound.py's model
+with flat DDP and with perfscope's hierarchical hook, interleaved step window by step window, and
+prints one JSON line from rank 0: ``{"latency_s", "bytes_per_s", "intra_latency_s",
+"intra_bytes_per_s", "flat_s": [...], "hier_s": [...]}`` (the fitted links; median step seconds
+of each window).
 
     torchrun ... bench/forecast_ranks.py --width 1024 --depth 2 --windows 3 --steps 4
 """
@@ -37,29 +39,41 @@ from perfscope.runtime.parallel import wrap_ddp  # noqa: E402
 SIZES = (64 << 10, 4 << 20)  # bytes: about the latency, about the bandwidth
 
 
-def fitted_link(nodes: int, per_node: int) -> tuple[float, float]:
-    """(alpha s, beta bytes/s) of the inter-node link from all-reduces among one rank per node."""
-    group = dist.new_group(list(range(0, nodes * per_node, per_node)))
+def _ring_fit(group, members: int, timing: bool) -> tuple[float, float]:
+    """(alpha s, beta bytes/s) of a ring all-reduce among ``members`` ranks of ``group``, from the
+    median of 7 all-reduces at each of :data:`SIZES` (0, 0 where ``timing`` is False)."""
     times = []
     for size in SIZES:
         x = torch.zeros(size // 4)
+        for _ in range(3):
+            dist.all_reduce(x, group=group)
         t = []
-        if dist.get_rank() % per_node == 0:
-            for _ in range(3):
-                dist.all_reduce(x, group=group)
-            for _ in range(7):
-                t0 = time.perf_counter()
-                dist.all_reduce(x, group=group)
-                t.append(time.perf_counter() - t0)
-        times.append(statistics.median(t) if t else 0.0)
-    dist.barrier()
-    if dist.get_rank() % per_node:
-        return 0.0, 0.0  # not in the inter-node group: only rank 0's figures are printed
-    steps = 2 * (nodes - 1)
+        for _ in range(7):
+            t0 = time.perf_counter()
+            dist.all_reduce(x, group=group)
+            t.append(time.perf_counter() - t0)
+        times.append(statistics.median(t))
+    if not timing:
+        return 0.0, 0.0
+    steps = 2 * (members - 1)
     (m1, m2), (t1, t2) = SIZES, times
-    beta = (m2 - m1) / nodes / ((t2 - t1) / steps)
-    alpha = max(0.0, t1 / steps - m1 / nodes / beta)
+    beta = (m2 - m1) / members / ((t2 - t1) / steps)
+    alpha = max(0.0, t1 / steps - m1 / members / beta)
     return alpha, beta
+
+
+def fitted_links(nodes: int, per_node: int) -> tuple[tuple[float, float], tuple[float, float]]:
+    """((alpha, beta) inter-node, (alpha, beta) intra-node): the first from all-reduces among one
+    rank per node, the second among the ranks of each node with every node's running at once."""
+    rank = dist.get_rank()
+    # new_group is collective: every rank creates every group, in the same order.
+    inter = dist.new_group(list(range(0, nodes * per_node, per_node)))
+    intra = [dist.new_group(list(range(n * per_node, (n + 1) * per_node))) for n in range(nodes)]
+    inter_link = _ring_fit(inter, nodes, True) if rank % per_node == 0 else (0.0, 0.0)
+    dist.barrier()
+    intra_link = _ring_fit(intra[rank // per_node], per_node, rank == 0)
+    dist.barrier()
+    return inter_link, intra_link
 
 
 def window(ddp, opt, x, y, steps: int) -> float:
@@ -84,8 +98,9 @@ def main() -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
     per_node = int(os.environ["LOCAL_WORLD_SIZE"])
-    alpha, beta = fitted_link(dist.get_world_size() // per_node, per_node)
-    out = {"latency_s": alpha, "bytes_per_s": beta, "flat_s": [], "hier_s": []}
+    (alpha, beta), (intra_alpha, intra_beta) = fitted_links(dist.get_world_size() // per_node, per_node)
+    out = {"latency_s": alpha, "bytes_per_s": beta, "intra_latency_s": intra_alpha, "intra_bytes_per_s": intra_beta,
+           "flat_s": [], "hier_s": []}
     torch.manual_seed(0)
     runs = {"flat_s": DistributedDataParallel(build_model(a.width, a.depth)),
             "hier_s": wrap_ddp(build_model(a.width, a.depth), bucket_cap_mb=25.0, static_graph=False,

@@ -33,3 +33,12 @@ def postgres_url():
         pytest.skip(str(e))
     with pg.server() as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def postgres_socket_url(postgres_url):
+    """The same server as ``postgres_url``, reached through its Unix socket (for ranks in an
+    emulated node's network namespace)."""
+    import pg
+
+    return pg.socket_url(postgres_url)

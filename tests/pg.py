@@ -8,6 +8,8 @@ systems, from ``initdb``/``pg_ctl`` on ``PATH``. No system cluster is used: :fun
 nothing is kept), creates a user with a password (allowed to create more databases) and a database
 it owns, yields
 ``postgresql://USER:PASS@127.0.0.1:PORT/DB``, then stops the server and removes the folder.
+:func:`socket_url` gives the same server through its Unix socket, for clients in a network
+namespace of their own (an emulated node), whose loopback is not the machine's.
 
 PostgreSQL refuses to run as root; as root the server runs as the ``postgres`` system user (made
 by the Debian package) through ``runuser`` (or ``su``), and the folder is given to that user.
@@ -34,6 +36,7 @@ SUPERUSER = "postgres"  # the cluster's superuser (reached over the socket, trus
 DB_USER = "perfscope"
 DB_NAME = "perfscope"
 START_TIMEOUT_S = 60
+_SOCKETS: dict[str, tuple[Path, int]] = {}  # a running server's URL -> (socket folder, port)
 
 
 class PostgresUnavailable(Exception):
@@ -178,8 +181,11 @@ def server() -> Iterator[str]:
              "-c", f"CREATE DATABASE {DB_NAME} OWNER {DB_USER}"],
             "creating the test user and database", root, log=log, env=env,
         )
-        yield f"postgresql://{DB_USER}:{password}@127.0.0.1:{port}/{DB_NAME}"
+        url = f"postgresql://{DB_USER}:{password}@127.0.0.1:{port}/{DB_NAME}"
+        _SOCKETS[url] = (sock, port)
+        yield url
     finally:
+        _SOCKETS.pop(f"postgresql://{DB_USER}:{password}@127.0.0.1:{port}/{DB_NAME}", None)
         if started:
             subprocess.run(
                 [*run_as, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w",
@@ -187,6 +193,19 @@ def server() -> Iterator[str]:
                 check=False, capture_output=True, timeout=START_TIMEOUT_S, env=env, cwd=root,
             )
         _remove(root)
+
+
+def socket_url(url: str) -> str:
+    """The URL of the running :func:`server` ``url`` through its Unix socket
+    (``postgresql://USER:PASS@/DB?host=FOLDER&port=PORT``; local connections are trusted, the
+    password is kept so that the URL reads like a real one).
+
+    Raises:
+        KeyError: ``url`` is not a server running now.
+    """
+    sock, port = _SOCKETS[url]
+    userinfo = url.split("//", 1)[1].split("@", 1)[0]
+    return f"postgresql://{userinfo}@/{DB_NAME}?host={sock}&port={port}"
 
 
 def _remove(root: Path) -> None:

@@ -97,3 +97,44 @@ def test_tuning_on_two_nodes_runs_every_trial_on_both_and_picks_the_hierarchical
     # 1/2 of the bytes across the 200 Mbit/s link: clearly faster, confirmed against the baseline
     assert record["recommendation"]["status"] == "faster", record["recommendation"]
     assert record["recommendation"]["config"].get("hierarchical_allreduce") is True
+
+
+@pytest.mark.slow
+def test_two_independent_two_node_jobs_share_one_postgresql_study(tmp_path, postgres_url, postgres_socket_url):
+    """Two jobs of 2 nodes each (one rank per node), the same command on every node, one study in
+    PostgreSQL: each job's node 0 is a worker of the shared search, its other node follows its
+    trials, and each job writes its own result."""
+    import optuna
+
+    from storagekit import study_name
+    from tuner.storage import open_storage
+
+    name, jobs = study_name(), {"a": 0, "b": 2}  # each job's first node
+    with EmulatedCluster(4, LinkShape(rate="1gbit")) as cluster:
+        cmds = []
+        for job, first in jobs.items():
+            endpoint = f"{cluster.addresses[first]}:29541"
+            for rank in (0, 1):
+                cmds.append(_perfscope(cluster, rank, "tune", str(EXAMPLE), "--nnodes", "2", "--node-rank", str(rank),
+                                       "--rdzv-endpoint", endpoint, "--nproc-per-node", "1", "--trials", "4",
+                                       "--steps-per-trial", "2", "--warmup-steps", "1", "--confirm-rounds", "2",
+                                       "--confirm-top", "1", "--no-progress", "--storage", postgres_socket_url,
+                                       "--study-name", name, "--out", str(tmp_path / job / f"node{rank}"),
+                                       "--", "--width", "256", "--depth", "2", "--steps", "1000"))
+        done = cluster.run(cmds, timeout_s=600)
+    assert [d.returncode for d in done] == [0, 0, 0, 0], _lines(done)
+    password = postgres_socket_url.split(":")[2].split("@")[0]
+    assert password not in "".join(d.stdout + d.stderr for d in done)
+    for job in jobs:
+        assert (tmp_path / job / "node0" / "tune.json").exists()  # one result per job, by its node 0
+        assert not (tmp_path / job / "node1" / "tune.json").exists()
+    for i in (1, 3):  # every follower ran its job's baseline or its trials, and the confirmation
+        assert re.search(r"node 1: [1-9]\d* run\(s\) of node 0's done", done[i].stdout), done[i].stdout
+    study = optuna.load_study(storage=open_storage(postgres_url, tmp_path), study_name=name)
+    workers = {t.user_attrs["worker"]["pid"] for t in study.trials if "worker" in t.user_attrs}
+    assert len(workers) == 2, [t.user_attrs for t in study.trials]  # both jobs ran trials of the one search
+    assert len(study.trials) >= 4 and all(t.state.is_finished() for t in study.trials), study.trials
+    records = [json.loads((tmp_path / job / "node0" / "tune.json").read_text()) for job in jobs]
+    assert records[0]["study"]["name"] == records[1]["study"]["name"] == name, [r.get("study") for r in records]
+    for r in records:  # the storage is recorded with its password masked
+        assert "***@/" in r["study"]["storage"] and password not in json.dumps(r), r["study"]

@@ -45,3 +45,47 @@ def test_the_tuning_board_refuses_a_port_without_room_for_its_runs():
 
     with pytest.raises(PerfscopeError, match="the 50 ports above it"):
         TrialBoard(NodeLaunch(nnodes=2, node_rank=0, rdzv_endpoint="127.0.0.1:65500"), 2)
+
+
+NODE0 = """
+import os, sys
+from perfscope.collect.nodes import NodeLaunch
+from tuner.nodes import TrialBoard
+board = TrialBoard(NodeLaunch(nnodes=2, node_rank=0, rdzv_endpoint=sys.argv[1]), 1)
+print("serving", flush=True)
+sys.stdin.readline()  # the follower is waiting for trial 0
+board.stop()
+os._exit(0)  # at once, as node 0 does once it has written its results
+"""
+FOLLOWER = """
+import sys
+from perfscope.collect.nodes import NodeLaunch
+from tuner.nodes import follow
+sys.exit(follow(NodeLaunch(nnodes=2, node_rank=1, rdzv_endpoint=sys.argv[1]), 1, setup_timeout_s=30))
+"""
+
+
+def test_a_follower_reads_the_stop_of_a_node_0_that_exits_right_after_it(tmp_path):
+    """Node 0 serves the board; a stop it set just before exiting must still reach the others."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        endpoint = f"127.0.0.1:{s.getsockname()[1]}"
+    node0 = subprocess.Popen([sys.executable, "-c", NODE0, endpoint], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert node0.stdout.readline().strip() == "serving"
+        follower = subprocess.Popen([sys.executable, "-c", FOLLOWER, endpoint], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+        assert "following node 0's trials" in follower.stdout.readline()
+        node0.stdin.write("go\n")
+        node0.stdin.flush()
+        out, err = follower.communicate(timeout=60)
+        assert follower.returncode == 0, err
+        assert "0 run(s) of node 0's done" in out, out
+        assert node0.wait(timeout=30) == 0
+    finally:
+        node0.kill()

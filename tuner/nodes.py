@@ -32,6 +32,9 @@ RECORDS, CONFIG = "{records}", "{config}"  # placeholders in the shared argument
 # it comes round (its server closed when the trial ended).
 TRIAL_PORTS = 50
 FOLLOWER_WAIT_S = 120.0  # how long node 0 waits for the other nodes to finish a trial it ended
+# How long node 0 keeps the board up after saying stop, for the other nodes to read it: a follower
+# polls every POLL_S while its ranks run, then stops them. A node that is gone costs this once.
+STOP_ACK_S = 15.0
 
 
 def _store(nodes: NodeLaunch, master: bool, timeout_s: float):
@@ -92,11 +95,27 @@ class TrialBoard:
         return late
 
     def stop(self) -> None:
-        """Tell the other nodes there is no further trial."""
+        """Tell the other nodes there is no further trial, and wait (up to :data:`STOP_ACK_S`)
+        until each has read it: the board is served by this process, and a follower that reads
+        the stop after it ended sees only a closed connection."""
         self._store.set(f"trial/{self._next}", json.dumps({"stop": True}))
+        deadline = time.monotonic() + STOP_ACK_S
+        for node in range(1, self.nodes.nnodes):
+            try:
+                left = max(0.1, deadline - time.monotonic())
+                self._store.wait([f"stopped/{node}"], datetime.timedelta(seconds=left))
+            except Exception:  # noqa: BLE001 - a node already gone: nothing to wait for
+                pass
 
 
 POLL_S = 2.0  # how often a follower checks node 0's board while its ranks run
+
+
+def _ack_stop(store, node_rank: int) -> None:
+    try:  # node 0 keeps its board up until every node has said it read the stop (TrialBoard.stop)
+        store.set(f"stopped/{node_rank}", "1")
+    except Exception:  # noqa: BLE001 - node 0 stopped waiting: nothing more to tell it
+        pass
 
 
 def _wait_run(proc: subprocess.Popen, store, k: int, timeout_s: float):
@@ -147,6 +166,7 @@ def follow(nodes: NodeLaunch, nproc_per_node: int, *, setup_timeout_s: float = 3
         except Exception as e:  # noqa: BLE001 - the board closed: node 0 ended without a stop
             raise PerfscopeError(f"node 0's tuning board went away before run {k} ({e}); stopping") from None
         if msg.get("stop"):
+            _ack_stop(store, nodes.node_rank)
             print(f"perfscope: node {nodes.node_rank}: {k} run(s) of node 0's done (baseline, trials, confirmation "
                   "rounds); node 0 wrote the results", flush=True)
             return 0
@@ -169,6 +189,7 @@ def follow(nodes: NodeLaunch, nproc_per_node: int, *, setup_timeout_s: float = 3
             finally:
                 stop_trial(proc, True)
         if status == "stopped":
+            _ack_stop(store, nodes.node_rank)
             print(f"perfscope: node {nodes.node_rank}: node 0 stopped during run {k}; node 0 wrote what finished",
                   flush=True)
             return 0
