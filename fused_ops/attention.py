@@ -3,20 +3,24 @@
 Swin runs multi-head self-attention inside each window of ``N`` tokens, adding a learned
 relative-position bias (per head) and, for shifted windows, an additive mask (per window). The
 textbook formulation (:func:`window_attention_reference`) takes about ten operators per call, each a
-pass over the ``(B * nW, heads, N, N)`` scores. The operator here does the forward as two batched
-matrix products around one in-place bias-and-mask add and one softmax, and has its own backward
-(the softmax gradient and both bias reductions written out), so the autograd graph is one node:
+pass over the ``(B * nW, heads, N, N)`` scores. The operator here is one autograd node with its own
+backward, in two implementations:
 
-* the scores start as the bias-plus-mask, broadcast over the images (the ``(nW, heads, N, N)``
-  sum is formed once per call, never one copy per image), and the scaled product is accumulated
-  onto them (``baddbmm_``'s alpha), so neither the scale nor the adds cost a pass of their own;
-* the backward reuses the saved probabilities and reduces the bias gradient over images and
-  windows in one sum.
+* fp32 on the CPU: a C++ kernel (:mod:`fused_ops.native`) that computes each window and head's
+  scores, softmax, products and gradients while they are in the core's cache;
+* elsewhere (other dtypes, CUDA, head sizes that are not whole vectors, no compiler), the ATen
+  formulation below: the forward as two batched matrix products around one in-place
+  bias-and-mask add and one softmax; the scores start as the bias-plus-mask, broadcast over the
+  images (the ``(nW, heads, N, N)`` sum is formed once per call, never one copy per image), and the
+  scaled product is accumulated onto them (``baddbmm_``'s alpha), so neither the scale nor the
+  adds cost a pass of their own; the backward reuses the saved probabilities and reduces the
+  bias gradient over images and windows in one sum.
 
-It is registered with ``torch.library.custom_op`` (``fused_ops::window_attention``) with a fake
-(meta) implementation and an autograd formula, so it works under ``torch.compile`` (as one opaque
-node) and in autograd; ``tests/test_fused_window_attention.py`` checks it with
-``torch.library.opcheck`` and against the reference.
+It is registered with ``torch.library.custom_op`` (``fused_ops::window_attention_fwd`` and
+``_bwd``) with fake (meta) implementations and an autograd formula, so it works under
+``torch.compile`` (as one opaque node) and in autograd; ``tests/test_fused_window_attention.py``
+and ``tests/test_fused_native.py`` check both implementations with ``torch.library.opcheck`` and
+against the reference.
 
 Shapes: ``q``, ``k``, ``v`` ``(B * nW, heads, N, head_dim)``, the windows of all images stacked
 image-major as Swin does; ``rel_pos_bias`` ``(heads, N, N)``; ``mask`` ``(nW, N, N)`` additive (0 or a
@@ -27,6 +31,8 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+
+from fused_ops import native
 
 __all__ = ["window_attention", "window_attention_op", "window_attention_reference", "window_attention_sdpa"]
 
@@ -74,6 +80,8 @@ GUARDED_DTYPES = (torch.float32, torch.float64)
 
 @torch.library.custom_op("fused_ops::window_attention_fwd", mutates_args=())
 def _forward(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, mask: Tensor | None, scale: float) -> tuple[Tensor, Tensor]:
+    if native.usable(q):  # fp32 on the CPU: the fused kernel (it flushes subnormals: no guard)
+        return native.forward(q, k, v, bias, mask, scale)
     bw, heads, n, d = q.shape
     windows = 1 if mask is None else mask.shape[0]
     # The scores start as the broadcast bias-plus-mask; the product, scaled, is added onto them.
@@ -108,6 +116,8 @@ def _bias_grad_dtype(dtype: torch.dtype) -> torch.dtype:
 @torch.library.custom_op("fused_ops::window_attention_bwd", mutates_args=())
 def _backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, probs: Tensor, windows: int,
               scale: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    if native.usable(q):
+        return native.backward(grad_out, q, k, v, probs, scale)
     bw, heads, n, d = q.shape
     g = grad_out.reshape(bw * heads, n, d)
     p = probs.reshape(bw * heads, n, n)
@@ -136,9 +146,14 @@ def _setup_context(ctx, inputs, output):
     ctx.windows = 1 if mask is None else mask.shape[0]
     ctx.scale = scale
     ctx.bias_dtype = bias.dtype
+    # The probabilities are an internal output: without this autograd would fill a
+    # (B*nW, heads, N, N) tensor of zeros for their gradient on every backward.
+    ctx.set_materialize_grads(False)
 
 
 def _autograd(ctx, grad_out, grad_probs):
+    if grad_out is None:  # the attention's output was not used
+        return None, None, None, None, None, None
     q, k, v, probs = ctx.saved_tensors  # the probabilities are internal: their gradient is not used
     grad_q, grad_k, grad_v, grad_bias = _backward(grad_out.contiguous(), q, k, v, probs, ctx.windows, ctx.scale)
     return grad_q, grad_k, grad_v, grad_bias.to(ctx.bias_dtype), None, None

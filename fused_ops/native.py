@@ -1,0 +1,184 @@
+"""The CPU kernel of window attention (``fused_ops/csrc/window_attention.cpp``): built on first use
+with the machine's C++ compiler, cached, and called through ctypes.
+
+Why ctypes and not a PyTorch C++ extension: the kernel needs no PyTorch headers (it works on raw
+fp32 buffers), so it compiles in about two seconds instead of the better part of a minute, and it
+loads into any PyTorch of this project's range without an ABI to match.
+
+The build is ``$CXX`` (else ``c++``/``g++``/``clang++`` on ``PATH``) with ``-O3 -march=native``:
+tuned for the CPU it runs on, so the cached library is keyed by the source, the flags, the
+compiler's version and this CPU's model and feature flags (``/proc/cpuinfo``) — a home folder
+shared by machines of two kinds holds one library per kind. It is written to
+:func:`cache_dir`, through a temporary file renamed into place, so that processes building at
+once never load a half-written file.
+
+Where no compiler is found or the build fails, :func:`kernel` returns None and :func:`status`
+says why; ``fused_ops.window_attention`` then runs its ATen formulation (same results, slower).
+``PERFSCOPE_NATIVE=0`` turns the kernel off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+import torch
+
+SOURCE = Path(__file__).with_name("csrc") / "window_attention.cpp"
+# -fopenmp: the kernel runs on the OpenMP runtime PyTorch loaded (see parallel() in the source).
+FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "-fopenmp", "-fno-math-errno")
+BUILD_TIMEOUT_S = 180
+
+_lock = threading.Lock()
+_state: dict = {}
+_off = 0  # > 0 inside off()
+
+
+def _compiler() -> str | None:
+    for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def _cpu_identity() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return platform.machine() + platform.processor()
+    keep = [line for line in text.splitlines() if line.split(":")[0].strip() in ("model name", "flags", "Features")]
+    return platform.machine() + "\n" + "\n".join(sorted(set(keep)))
+
+
+def cache_dir() -> Path:
+    """Where built libraries are kept: ``$PERFSCOPE_CACHE_DIR/native``, else
+    ``$XDG_CACHE_HOME/perfscope/native``, else ``~/.cache/perfscope/native``."""
+    root = os.environ.get("PERFSCOPE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "perfscope")
+    return Path(root) / "native"
+
+
+def _build(cxx: str) -> Path:
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), " ".join(FLAGS), version, _cpu_identity()]).encode())
+    target = cache_dir() / f"window_attention-{key.hexdigest()[:16]}.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=target.stem + ".", suffix=".tmp.so", dir=target.parent)
+    os.close(fd)
+    try:
+        done = subprocess.run([cxx, *FLAGS, str(SOURCE), "-o", tmp], capture_output=True, text=True,
+                              timeout=BUILD_TIMEOUT_S, check=False)
+        if done.returncode:
+            lines = (done.stderr or done.stdout).strip().splitlines()
+            raise RuntimeError(f"{Path(cxx).name} failed: {lines[-1] if lines else f'exit {done.returncode}'}")
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+def _load() -> ctypes.CDLL | None:
+    if os.environ.get("PERFSCOPE_NATIVE", "1").strip() in ("0", "false", "no", "off"):
+        _state["status"] = "off (PERFSCOPE_NATIVE=0)"
+        return None
+    cxx = _compiler()
+    if cxx is None:
+        _state["status"] = "no C++ compiler ($CXX, c++, g++ or clang++) on PATH"
+        return None
+    try:
+        lib = ctypes.CDLL(str(_build(cxx)))
+    except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+        _state["status"] = f"not built: {e}"
+        return None
+    i64, i32, f32, ptr = ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_void_p
+    lib.wa_forward.argtypes = [ptr, ptr, ptr, ptr, ptr, i64, i32, i32, i32, i32, f32, ptr, ptr, i32]
+    lib.wa_backward.argtypes = [ptr, ptr, ptr, ptr, ptr, i64, i32, i32, i32, f32, ptr, ptr, ptr, ptr, i32]
+    lib.wa_forward.restype = lib.wa_backward.restype = i32
+    _state["status"] = "built"
+    return lib
+
+
+def kernel() -> ctypes.CDLL | None:
+    """The loaded library (``wa_forward``, ``wa_backward``), built on the first call; None where it
+    cannot be (see :func:`status`)."""
+    with _lock:
+        if "lib" not in _state:
+            _state["lib"] = _load()
+        return _state["lib"]
+
+
+def status() -> str:
+    """``"built"``, or why the kernel is not used (after :func:`kernel` was called)."""
+    kernel()
+    return _state["status"]
+
+
+@contextlib.contextmanager
+def off():
+    """Run the ATen formulation inside the block, kernel or not (the tests and the benchmark
+    compare both). Not thread-local: for tests and measurements, not for a server."""
+    global _off
+    _off += 1
+    try:
+        yield
+    finally:
+        _off -= 1
+
+
+def usable(q) -> bool:
+    """Whether the kernel takes these inputs: fp32 on the CPU, ``head_dim`` a multiple of 16 up to
+    256, ``N`` up to 1024, and the library built (not inside :func:`off`). Anything else runs the
+    ATen formulation."""
+    _, heads, n, d = q.shape
+    return (not _off and q.device.type == "cpu" and q.dtype == torch.float32 and d % 16 == 0 and 0 < d <= 256
+            and 0 < n <= 1024 and heads > 0 and kernel() is not None)
+
+
+def forward(q, k, v, bias, mask, scale: float):
+    """``(out, probs)`` of the forward for contiguous fp32 ``q``, ``k``, ``v``
+    ``(B * nW, heads, N, D)``, ``bias`` ``(heads, N, N)`` and ``mask`` ``(nW, N, N)`` or None;
+    ``probs`` ``(B * nW, heads, N, N)``. The kernel adds the bias and the mask per window itself.
+
+    Raises:
+        RuntimeError: the kernel refused the shapes (call :func:`usable` first).
+    """
+    bw, heads, n, d = q.shape
+    windows = 1 if mask is None else mask.shape[0]
+    bias = bias.to(q.dtype).contiguous()
+    mask = None if mask is None else mask.to(q.dtype).contiguous()
+    out, probs = torch.empty_like(q), q.new_empty((bw, heads, n, n))
+    rc = kernel().wa_forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), bias.data_ptr(),
+                             None if mask is None else mask.data_ptr(), bw * heads, heads, n, d, windows, scale,
+                             out.data_ptr(), probs.data_ptr(), torch.get_num_threads())
+    if rc:
+        raise RuntimeError(f"window attention kernel refused shape {tuple(q.shape)}")
+    return out, probs
+
+
+def backward(grad_out, q, k, v, probs, scale: float):
+    """``(grad_q, grad_k, grad_v, grad_bias)`` for contiguous fp32 tensors as :func:`forward`'s;
+    ``grad_bias`` ``(heads, N, N)`` fp32, summed over every window.
+
+    Raises:
+        RuntimeError: the kernel refused the shapes.
+    """
+    bw, heads, n, d = q.shape
+    grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    grad_bias = q.new_empty((heads, n, n))
+    rc = kernel().wa_backward(grad_out.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), probs.data_ptr(),
+                              bw * heads, heads, n, d, scale, grad_q.data_ptr(), grad_k.data_ptr(), grad_v.data_ptr(),
+                              grad_bias.data_ptr(), torch.get_num_threads())
+    if rc:
+        raise RuntimeError(f"window attention kernel refused shape {tuple(q.shape)}")
+    return grad_q, grad_k, grad_v, grad_bias

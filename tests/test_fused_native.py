@@ -1,0 +1,197 @@
+"""fused_ops.native: the CPU kernel of window attention (fused_ops/csrc/window_attention.cpp),
+built with the machine's compiler, against the eager twin forward and backward, with and without
+padding and shift masks; the build cache; and the fallback where no kernel can be built."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fused_ops import native, window_attention, window_attention_reference
+from fused_ops.swin import shift_mask
+
+ROOT = Path(__file__).resolve().parents[1]
+TOL = {"rtol": 1e-5, "atol": 1e-5}
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+@pytest.fixture(scope="module")
+def built():
+    """The kernel, built; skipped without a compiler, failed under CI (which has one)."""
+    if native.kernel() is None:
+        if in_ci() or shutil.which("c++") or shutil.which("g++"):
+            pytest.fail(f"the window attention kernel was not built: {native.status()}")
+        pytest.skip(native.status())
+    return native.kernel()
+
+
+def case(images, windows, heads, n, d, shifted, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(images * windows, heads, n, d, generator=g).requires_grad_() for _ in range(3))
+    bias = (0.5 * torch.randn(heads, n, n, generator=g)).requires_grad_()
+    region = torch.randint(0, 3, (windows, n), generator=g)
+    mask = torch.where(region[:, :, None] == region[:, None, :], 0.0, -100.0) if shifted else None
+    return q, k, v, bias, mask, torch.randn(q.shape, generator=g)
+
+
+def grads(fn, q, k, v, bias, mask, grad):
+    for t in (q, k, v, bias):
+        t.grad = None
+    out = fn(q, k, v, bias, mask)
+    out.backward(grad)
+    return [out.detach()] + [t.grad.detach() for t in (q, k, v, bias)]
+
+
+# (images, windows, heads, N, head_dim): Swin's 49 tokens (rows padded to 64, a 1-row tail in
+# every product), an exact 16, a 144-token window of 64 channels, a single token.
+SHAPES = [(3, 4, 3, 49, 32), (1, 4, 5, 16, 16), (2, 2, 1, 144, 64), (5, 2, 2, 1, 16)]
+
+
+@pytest.mark.parametrize("shifted", [True, False], ids=["shifted", "unshifted"])
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"N{s[3]}-d{s[4]}" for s in SHAPES])
+def test_the_kernel_matches_the_eager_twin_forward_and_backward(built, shape, shifted):
+    q, k, v, bias, mask, grad = case(*shape, shifted)
+    assert native.usable(q.detach())
+    ours = grads(window_attention, q, k, v, bias, mask, grad)
+    with native.off():
+        aten = grads(window_attention, q, k, v, bias, mask, grad)
+    ref = grads(window_attention_reference, q, k, v, bias, mask, grad)
+    for name, a, b, c in zip(("out", "q", "k", "v", "rel_pos_bias"), ours, aten, ref):
+        scale = max(1.0, c.abs().max().item())  # the bias gradient sums over every window
+        torch.testing.assert_close(a / scale, c / scale, **TOL, msg=f"kernel {name}")
+        torch.testing.assert_close(b / scale, c / scale, **TOL, msg=f"aten {name}")
+
+
+def test_the_kernel_gives_the_same_result_on_one_thread_and_on_several(built):
+    q, k, v, bias, mask, grad = case(4, 4, 3, 49, 32, True)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = grads(window_attention, q, k, v, bias, mask, grad)
+        torch.set_num_threads(max(2, threads))
+        many = grads(window_attention, q, k, v, bias, mask, grad)
+    finally:
+        torch.set_num_threads(threads)
+    for a, b in zip(one, many):
+        torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_swins_shift_mask_gives_no_subnormal_probability(built):
+    # exp() of the masked scores is below fp32's smallest normal: the kernel flushes it to 0.
+    q, k, v, bias, _, _ = case(2, 4, 2, 49, 16, False)
+    mask = shift_mask(14, 14, 7, 3)
+    with torch.no_grad():
+        _, probs = torch.ops.fused_ops.window_attention_fwd(q, k, v, bias, mask, 0.25)
+        ref = torch.softmax(0.25 * q @ k.transpose(-2, -1) + bias + mask.repeat(2, 1, 1).unsqueeze(1), -1)
+    tiny = torch.finfo(torch.float32).tiny
+    assert ((ref > 0) & (ref < tiny)).any()
+    assert not ((probs > 0) & (probs < tiny)).any()
+    torch.testing.assert_close(probs, ref, rtol=1e-5, atol=1e-7)
+
+
+def test_masked_rows_and_nan_inputs_behave_as_the_twin(built):
+    q, k, v, bias, mask, _ = case(1, 2, 1, 9, 16, True)
+    mask = mask.clone()
+    mask[0, 3] = float("-inf")  # a row masked everywhere: NaN, as softmax gives
+    mask[1, 2, :4] = float("-inf")  # partly: those probabilities 0
+    with torch.no_grad():
+        q[1, 0, 5, 0] = float("nan")  # spreads to that row only
+        out = window_attention(q, k, v, bias, mask)
+        ref = window_attention_reference(q, k, v, bias, mask)
+    assert torch.equal(out.isnan(), ref.isnan())
+    keep = ~ref.isnan()
+    torch.testing.assert_close(out[keep], ref[keep], **TOL)
+
+
+def test_opcheck_with_the_kernel(built):
+    q, k, v, bias, mask, grad = case(2, 2, 3, 9, 16, True)
+    torch.library.opcheck(torch.ops.fused_ops.window_attention_fwd.default, (q, k, v, bias, mask, 0.25))
+    with torch.no_grad():
+        _, probs = torch.ops.fused_ops.window_attention_fwd(q, k, v, bias, mask, 0.25)
+    torch.library.opcheck(torch.ops.fused_ops.window_attention_bwd.default,
+                          (grad, q.detach(), k.detach(), v.detach(), probs, 2, 0.25))
+    compiled = torch.compile(window_attention, backend="aot_eager", fullgraph=True)
+    torch.testing.assert_close(compiled(q, k, v, bias, mask), window_attention_reference(q, k, v, bias, mask), **TOL)
+
+
+def test_shapes_and_dtypes_the_kernel_does_not_take_run_the_aten_formulation(built):
+    for d, dtype in ((8, torch.float32), (32, torch.float64), (32, torch.bfloat16)):
+        q = torch.zeros(2, 1, 9, d, dtype=dtype)
+        assert not native.usable(q), (d, dtype)
+    q, k, v, bias, mask, grad = case(1, 2, 2, 9, 24, True)  # head_dim 24: not whole vectors
+    assert not native.usable(q.detach())
+    out = grads(window_attention, q, k, v, bias, mask, grad)
+    ref = grads(window_attention_reference, q, k, v, bias, mask, grad)
+    for a, b in zip(out, ref):
+        torch.testing.assert_close(a, b, **TOL)
+
+
+def _python(code: str, env: dict, cwd=ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=cwd, timeout=300,
+                          check=False)
+
+
+STATUS = "from fused_ops import native; print(native.status()); print(sorted(p.name for p in native.cache_dir().glob('*')))"
+
+
+def test_the_build_is_cached_and_reused_by_the_next_process(built, tmp_path):
+    # A compiler that logs what it is asked: the second process only asks for its version.
+    log, cxx = tmp_path / "calls.log", tmp_path / "cxx"
+    real = shutil.which("c++") or shutil.which("g++")
+    cxx.write_text(f'#!/bin/sh\necho "$@" >> {log}\nexec {real} "$@"\n')
+    cxx.chmod(0o755)
+    env = {**os.environ, "PERFSCOPE_CACHE_DIR": str(tmp_path / "cache"), "CXX": str(cxx)}
+    first = _python(STATUS, env)
+    assert first.returncode == 0 and first.stdout.startswith("built"), first.stderr
+    libs = list((tmp_path / "cache" / "native").glob("window_attention-*.so"))
+    assert len(libs) == 1 and not list((tmp_path / "cache" / "native").glob("*.tmp*")), first.stdout  # no leftovers
+    builds = [line for line in log.read_text().splitlines() if line != "--version"]
+    assert len(builds) == 1 and "-march=native" in builds[0], builds
+    second = _python(STATUS, env)
+    assert second.stdout.startswith("built"), second.stdout
+    assert [line for line in log.read_text().splitlines() if line != "--version"] == builds  # not built again
+
+
+def test_processes_building_at_once_all_get_the_kernel(built, tmp_path):
+    env = {**os.environ, "PERFSCOPE_CACHE_DIR": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-c", STATUS], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env, cwd=ROOT) for _ in range(3)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    assert all(o.startswith("built") for o, _ in outs), outs
+    assert len(list((tmp_path / "native").glob("*.so"))) == 1
+
+
+@pytest.mark.parametrize(("env", "expected"), [
+    ({"PERFSCOPE_NATIVE": "0"}, "off (PERFSCOPE_NATIVE=0)"),
+    ({"CXX": "", "PATH": ""}, "no C++ compiler"),
+    ({"CXX": "/bin/false"}, "not built: false failed"),
+])
+def test_without_a_kernel_the_status_says_why_and_results_stay_right(tmp_path, env, expected):
+    code = (STATUS.split(";")[0] + "; import torch; print(native.status()); "
+            "from fused_ops import window_attention, window_attention_reference as ref; "
+            "q = torch.randn(4, 2, 9, 16); b = torch.randn(2, 9, 9); "
+            "print(torch.allclose(window_attention(q, q, q, b), ref(q, q, q, b), atol=1e-5))")
+    run_env = {**os.environ, "PERFSCOPE_CACHE_DIR": str(tmp_path), **env}
+    if env.get("PATH") == "":
+        run_env["PATH"] = str(tmp_path / "empty")  # nothing to run there
+    done = _python(code, run_env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    status, ok = done.stdout.splitlines()[-2:]
+    assert status.startswith(expected) and ok == "True", done.stdout
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/self/maps (Linux)")
+def test_the_kernel_runs_on_the_openmp_runtime_pytorch_loaded(built):
+    # Two OpenMP runtimes would mean two thread pools competing for the cores (fused_ops/native.py).
+    runtimes = {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()
+                if "libgomp" in line or "libiomp" in line or "libomp" in line}
+    assert len(runtimes) <= 1, runtimes
