@@ -80,7 +80,7 @@ GUARDED_DTYPES = (torch.float32, torch.float64)
 
 @torch.library.custom_op("fused_ops::window_attention_fwd", mutates_args=())
 def _forward(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, mask: Tensor | None, scale: float) -> tuple[Tensor, Tensor]:
-    if native.usable(q):  # fp32 on the CPU: the fused kernel (it flushes subnormals: no guard)
+    if native.usable(q, k, v, bias, mask):  # fp32 on the CPU: the kernel (it flushes subnormals: no guard)
         return native.forward(q, k, v, bias, mask, scale)
     bw, heads, n, d = q.shape
     windows = 1 if mask is None else mask.shape[0]
@@ -116,7 +116,7 @@ def _bias_grad_dtype(dtype: torch.dtype) -> torch.dtype:
 @torch.library.custom_op("fused_ops::window_attention_bwd", mutates_args=())
 def _backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, probs: Tensor, windows: int,
               scale: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    if native.usable(q):
+    if native.usable_backward(grad_out, q, k, v, probs):
         return native.backward(grad_out, q, k, v, probs, scale)
     bw, heads, n, d = q.shape
     g = grad_out.reshape(bw * heads, n, d)

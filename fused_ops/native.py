@@ -5,7 +5,8 @@ Why ctypes and not a PyTorch C++ extension: the kernel needs no PyTorch headers 
 fp32 buffers), so it compiles in about two seconds instead of the better part of a minute, and it
 loads into any PyTorch of this project's range without an ABI to match.
 
-The build is ``$CXX`` (else ``c++``/``g++``/``clang++`` on ``PATH``) with ``-O3 -march=native``:
+The build is ``$CXX`` (else ``g++``, else ``c++`` on ``PATH``; GCC: the source uses its vector
+built-ins) with ``-O3 -march=native -fopenmp``:
 tuned for the CPU it runs on, so the cached library is keyed by the source, the flags, the
 compiler's version and this CPU's model and feature flags (``/proc/cpuinfo``) — a home folder
 shared by machines of two kinds holds one library per kind. It is written to
@@ -43,7 +44,9 @@ _off = 0  # > 0 inside off()
 
 
 def _compiler() -> str | None:
-    for name in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+    # GCC: the kernel uses its vector built-ins (__builtin_shuffle), and its -fopenmp binds to the
+    # libgomp PyTorch loads; clang would build neither.
+    for name in (os.environ.get("CXX"), "g++", "c++"):
         if name and shutil.which(name):
             return shutil.which(name)
     return None
@@ -94,7 +97,7 @@ def _load() -> ctypes.CDLL | None:
         return None
     cxx = _compiler()
     if cxx is None:
-        _state["status"] = "no C++ compiler ($CXX, c++, g++ or clang++) on PATH"
+        _state["status"] = "no C++ compiler ($CXX, g++ or c++) on PATH"
         return None
     try:
         lib = ctypes.CDLL(str(_build(cxx)))
@@ -136,49 +139,89 @@ def off():
         _off -= 1
 
 
-def usable(q) -> bool:
-    """Whether the kernel takes these inputs: fp32 on the CPU, ``head_dim`` a multiple of 16 up to
-    256, ``N`` up to 1024, and the library built (not inside :func:`off`). Anything else runs the
-    ATen formulation."""
+# The backward's per-thread bias-gradient sums take threads x heads x N x NP floats; above this
+# the ATen formulation runs instead (Swin's 7 x 7 windows need well under 1 MiB).
+MAX_SCRATCH_BYTES = 256 << 20
+
+
+def _fits(q, *others) -> bool:
     _, heads, n, d = q.shape
     return (not _off and q.device.type == "cpu" and q.dtype == torch.float32 and d % 16 == 0 and 0 < d <= 256
-            and 0 < n <= 1024 and heads > 0 and kernel() is not None)
+            and 0 < n <= 1024 and heads > 0
+            and all(t.device == q.device and t.dtype == q.dtype and t.shape == q.shape for t in others))
+
+
+def usable(q, k, v, bias, mask) -> bool:
+    """Whether the kernel takes the forward's inputs: ``q``, ``k``, ``v`` fp32 on the CPU, of one
+    shape, ``head_dim`` a multiple of 16 up to 256, ``N`` up to 1024, ``bias`` ``(heads, N, N)``,
+    ``mask`` ``(nW, N, N)`` with ``nW`` dividing ``B * nW``, and the library built (not inside
+    :func:`off`). Anything else runs the ATen formulation (which raises for what it cannot take)."""
+    if q.dim() != 4 or not _fits(q, k, v):
+        return False
+    bw, heads, n, _ = q.shape
+    if bias.shape != (heads, n, n) or bias.device != q.device:
+        return False
+    if mask is not None and (mask.dim() != 3 or mask.shape[1:] != (n, n) or mask.shape[0] == 0
+                             or bw % mask.shape[0] or mask.device != q.device):
+        return False
+    return kernel() is not None
+
+
+def usable_backward(grad_out, q, k, v, probs) -> bool:
+    """Whether the kernel takes the backward's inputs (as :func:`usable`, ``probs``
+    ``(B * nW, heads, N, N)`` fp32, and its scratch within :data:`MAX_SCRATCH_BYTES`)."""
+    if q.dim() != 4 or not _fits(q, k, v, grad_out):
+        return False
+    bw, heads, n, _ = q.shape
+    padded = -(-n // 16) * 16
+    if probs.shape != (bw, heads, n, n) or probs.dtype != q.dtype or probs.device != q.device:
+        return False
+    if torch.get_num_threads() * heads * n * padded * 4 > MAX_SCRATCH_BYTES:
+        return False
+    return kernel() is not None
+
+
+def _check(rc: int, q) -> None:
+    if rc == 2:
+        raise MemoryError(f"window attention kernel: out of memory for shape {tuple(q.shape)}")
+    if rc:
+        raise RuntimeError(f"window attention kernel refused shape {tuple(q.shape)}")
 
 
 def forward(q, k, v, bias, mask, scale: float):
-    """``(out, probs)`` of the forward for contiguous fp32 ``q``, ``k``, ``v``
-    ``(B * nW, heads, N, D)``, ``bias`` ``(heads, N, N)`` and ``mask`` ``(nW, N, N)`` or None;
+    """``(out, probs)`` of the forward for fp32 ``q``, ``k``, ``v`` ``(B * nW, heads, N, D)``,
+    ``bias`` ``(heads, N, N)`` and ``mask`` ``(nW, N, N)`` or None (any dtype: converted);
     ``probs`` ``(B * nW, heads, N, N)``. The kernel adds the bias and the mask per window itself.
 
     Raises:
         RuntimeError: the kernel refused the shapes (call :func:`usable` first).
+        MemoryError: its scratch memory could not be allocated.
     """
+    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     bw, heads, n, d = q.shape
     windows = 1 if mask is None else mask.shape[0]
     bias = bias.to(q.dtype).contiguous()
     mask = None if mask is None else mask.to(q.dtype).contiguous()
     out, probs = torch.empty_like(q), q.new_empty((bw, heads, n, n))
-    rc = kernel().wa_forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), bias.data_ptr(),
-                             None if mask is None else mask.data_ptr(), bw * heads, heads, n, d, windows, scale,
-                             out.data_ptr(), probs.data_ptr(), torch.get_num_threads())
-    if rc:
-        raise RuntimeError(f"window attention kernel refused shape {tuple(q.shape)}")
+    _check(kernel().wa_forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), bias.data_ptr(),
+                               None if mask is None else mask.data_ptr(), bw * heads, heads, n, d, windows, scale,
+                               out.data_ptr(), probs.data_ptr(), torch.get_num_threads()), q)
     return out, probs
 
 
 def backward(grad_out, q, k, v, probs, scale: float):
-    """``(grad_q, grad_k, grad_v, grad_bias)`` for contiguous fp32 tensors as :func:`forward`'s;
+    """``(grad_q, grad_k, grad_v, grad_bias)`` for fp32 tensors as :func:`forward`'s;
     ``grad_bias`` ``(heads, N, N)`` fp32, summed over every window.
 
     Raises:
-        RuntimeError: the kernel refused the shapes.
+        RuntimeError: the kernel refused the shapes (call :func:`usable_backward` first).
+        MemoryError: its scratch memory could not be allocated.
     """
+    grad_out, q, k, v, probs = (t.contiguous() for t in (grad_out, q, k, v, probs))
     bw, heads, n, d = q.shape
     grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     grad_bias = q.new_empty((heads, n, n))
-    rc = kernel().wa_backward(grad_out.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), probs.data_ptr(),
-                              bw * heads, heads, n, d, scale, grad_q.data_ptr(), grad_k.data_ptr(), grad_v.data_ptr(),
-                              grad_bias.data_ptr(), torch.get_num_threads())
-    if rc:
-        raise RuntimeError(f"window attention kernel refused shape {tuple(q.shape)}")
+    _check(kernel().wa_backward(grad_out.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), probs.data_ptr(),
+                                bw * heads, heads, n, d, scale, grad_q.data_ptr(), grad_k.data_ptr(),
+                                grad_v.data_ptr(), grad_bias.data_ptr(), torch.get_num_threads()), q)
     return grad_q, grad_k, grad_v, grad_bias

@@ -146,7 +146,7 @@ def server() -> Iterator[str]:
     os.chmod(root, 0o700)
     password = secrets.token_hex(12)
     env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-    started = False
+    started, url = False, None
     try:
         # Environment for the server's tools: a locale that exists everywhere, no inherited PG*
         # variables (PGDATA, PGPORT...) that would point them elsewhere.
@@ -185,7 +185,7 @@ def server() -> Iterator[str]:
         _SOCKETS[url] = (sock, port)
         yield url
     finally:
-        _SOCKETS.pop(f"postgresql://{DB_USER}:{password}@127.0.0.1:{port}/{DB_NAME}", None)
+        _SOCKETS.pop(url, None)
         if started:
             subprocess.run(
                 [*run_as, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "immediate", "-w",

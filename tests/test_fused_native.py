@@ -52,15 +52,17 @@ def grads(fn, q, k, v, bias, mask, grad):
 
 
 # (images, windows, heads, N, head_dim): Swin's 49 tokens (rows padded to 64, a 1-row tail in
-# every product), an exact 16, a 144-token window of 64 channels, a single token.
-SHAPES = [(3, 4, 3, 49, 32), (1, 4, 5, 16, 16), (2, 2, 1, 144, 64), (5, 2, 2, 1, 16)]
+# every product), an exact 16, a 144-token window of 64 channels, a single token, 40 tokens of 48
+# channels (a 3-vector column block), 33 tokens of the largest head (256).
+SHAPES = [(3, 4, 3, 49, 32), (1, 4, 5, 16, 16), (2, 2, 1, 144, 64), (5, 2, 2, 1, 16), (1, 2, 2, 40, 48),
+          (2, 2, 1, 33, 256)]
 
 
 @pytest.mark.parametrize("shifted", [True, False], ids=["shifted", "unshifted"])
 @pytest.mark.parametrize("shape", SHAPES, ids=[f"N{s[3]}-d{s[4]}" for s in SHAPES])
 def test_the_kernel_matches_the_eager_twin_forward_and_backward(built, shape, shifted):
     q, k, v, bias, mask, grad = case(*shape, shifted)
-    assert native.usable(q.detach())
+    assert native.usable(q.detach(), k, v, bias, mask)
     ours = grads(window_attention, q, k, v, bias, mask, grad)
     with native.off():
         aten = grads(window_attention, q, k, v, bias, mask, grad)
@@ -126,12 +128,61 @@ def test_opcheck_with_the_kernel(built):
 def test_shapes_and_dtypes_the_kernel_does_not_take_run_the_aten_formulation(built):
     for d, dtype in ((8, torch.float32), (32, torch.float64), (32, torch.bfloat16)):
         q = torch.zeros(2, 1, 9, d, dtype=dtype)
-        assert not native.usable(q), (d, dtype)
+        assert not native.usable(q, q, q, torch.zeros(1, 9, 9), None), (d, dtype)
     q, k, v, bias, mask, grad = case(1, 2, 2, 9, 24, True)  # head_dim 24: not whole vectors
-    assert not native.usable(q.detach())
+    assert not native.usable(q.detach(), k, v, bias, mask)
     out = grads(window_attention, q, k, v, bias, mask, grad)
     ref = grads(window_attention_reference, q, k, v, bias, mask, grad)
     for a, b in zip(out, ref):
+        torch.testing.assert_close(a, b, **TOL)
+
+
+def test_mixed_dtypes_are_refused_as_without_the_kernel(built):
+    # The kernel reads every tensor as fp32: k and v of another dtype must not reach it.
+    q, k, v, bias, _, _ = case(1, 2, 2, 9, 16, False)
+    for other in (torch.float64, torch.bfloat16):
+        assert not native.usable(q, k.to(other), v.to(other), bias, None)
+        with torch.no_grad(), pytest.raises(RuntimeError):
+            window_attention(q, k.to(other), v.to(other), bias)
+        with torch.no_grad(), native.off(), pytest.raises(RuntimeError):
+            window_attention(q, k.to(other), v.to(other), bias)
+    # bias and mask in another dtype are converted, as the ATen formulation does
+    q, k, v, bias, mask, _ = case(1, 2, 2, 9, 16, True)
+    with torch.no_grad():
+        torch.testing.assert_close(window_attention(q, k, v, bias.double(), mask.half()),
+                                   window_attention_reference(q, k, v, bias, mask.half().float()), **TOL)
+
+
+def test_the_ops_called_directly_with_non_contiguous_or_misshapen_inputs(built):
+    q, k, v, bias, mask, grad = case(2, 2, 2, 9, 16, True)
+    q, k, v = (t.detach() for t in (q, k, v))
+    k_strided = k.transpose(2, 3).contiguous().transpose(2, 3)  # same values, other strides
+    assert not k_strided.is_contiguous()
+    with torch.no_grad():
+        out, probs = torch.ops.fused_ops.window_attention_fwd(q, k_strided, v, bias, mask, 0.25)
+        torch.testing.assert_close(out, window_attention_reference(q, k, v, bias, mask, 0.25), **TOL)
+        g = torch.ops.fused_ops.window_attention_bwd(grad.transpose(2, 3).contiguous().transpose(2, 3), q, k_strided,
+                                                     v, probs, 2, 0.25)
+        g_ref = torch.ops.fused_ops.window_attention_bwd(grad, q, k, v, probs, 2, 0.25)
+    for a, b in zip(g, g_ref):
+        torch.testing.assert_close(a, b, **TOL)
+    # a bias, mask or probabilities of the wrong shape never reach the kernel
+    assert not native.usable(q, k, v, bias[:, :8], mask)
+    assert not native.usable(q, k, v, bias, mask[:, :8])
+    assert not native.usable(q, k, v, bias, torch.cat([mask, mask[:1]]))  # 3 windows do not divide 4
+    assert not native.usable_backward(grad, q, k, v, probs[:, :, :8])
+
+
+def test_a_backward_whose_scratch_would_be_too_large_runs_the_aten_formulation(built, monkeypatch):
+    q, k, v, bias, mask, grad = case(1, 2, 2, 9, 16, True)
+    with torch.no_grad():
+        _, probs = torch.ops.fused_ops.window_attention_fwd(q, k, v, bias, mask, 0.25)
+    assert native.usable_backward(grad, q, k, v, probs)
+    monkeypatch.setattr(native, "MAX_SCRATCH_BYTES", 1024)
+    assert not native.usable_backward(grad, q, k, v, probs)
+    ours = grads(window_attention, q, k, v, bias, mask, grad)
+    ref = grads(window_attention_reference, q, k, v, bias, mask, grad)
+    for a, b in zip(ours, ref):
         torch.testing.assert_close(a, b, **TOL)
 
 
@@ -173,6 +224,7 @@ def test_processes_building_at_once_all_get_the_kernel(built, tmp_path):
 @pytest.mark.parametrize(("env", "expected"), [
     ({"PERFSCOPE_NATIVE": "0"}, "off (PERFSCOPE_NATIVE=0)"),
     ({"CXX": "", "PATH": ""}, "no C++ compiler"),
+    ({"CXX": "clang++-not-here", "PATH": ""}, "no C++ compiler"),
     ({"CXX": "/bin/false"}, "not built: false failed"),
 ])
 def test_without_a_kernel_the_status_says_why_and_results_stay_right(tmp_path, env, expected):
@@ -194,4 +246,4 @@ def test_the_kernel_runs_on_the_openmp_runtime_pytorch_loaded(built):
     # Two OpenMP runtimes would mean two thread pools competing for the cores (fused_ops/native.py).
     runtimes = {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()
                 if "libgomp" in line or "libiomp" in line or "libomp" in line}
-    assert len(runtimes) <= 1, runtimes
+    assert len(runtimes) == 1, runtimes

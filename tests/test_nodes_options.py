@@ -71,9 +71,12 @@ def test_a_follower_reads_the_stop_of_a_node_0_that_exits_right_after_it(tmp_pat
     import subprocess
     import sys
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        endpoint = f"127.0.0.1:{s.getsockname()[1]}"
+    port = 65535
+    while port > 65485:  # the board refuses ports without 50 free above them
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+    endpoint = f"127.0.0.1:{port}"
     node0 = subprocess.Popen([sys.executable, "-c", NODE0, endpoint], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              text=True)
     try:

@@ -118,7 +118,7 @@ def _ack_stop(store, node_rank: int) -> None:
         pass
 
 
-def _wait_run(proc: subprocess.Popen, store, k: int, timeout_s: float):
+def _wait_run(proc: subprocess.Popen, store, k: int, timeout_s: float, node_rank: int):
     """The run's exit status; ``"timeout"``; ``"stopped"`` once node 0 has said stop.
 
     Raises:
@@ -134,6 +134,7 @@ def _wait_run(proc: subprocess.Popen, store, k: int, timeout_s: float):
             return "timeout"
         try:  # node 0 said stop (Ctrl-C, an error) while this run went on: its ranks wait in vain
             if store.check([f"trial/{k + 1}"]) and json.loads(store.get(f"trial/{k + 1}")).get("stop"):
+                _ack_stop(store, node_rank)  # read: node 0 need not wait for this node's ranks to stop
                 return "stopped"
         except Exception as e:  # noqa: BLE001 - the board is gone: node 0 was killed
             raise PerfscopeError(f"node 0's tuning board went away during run {k} ({e}); stopping") from None
@@ -185,11 +186,10 @@ def follow(nodes: NodeLaunch, nproc_per_node: int, *, setup_timeout_s: float = 3
             proc = subprocess.Popen(trial_command(command, True), env=env, stdout=subprocess.DEVNULL,
                                     stderr=subprocess.DEVNULL, start_new_session=True)
             try:
-                status = _wait_run(proc, store, k, float(msg.get("timeout_s") or 900.0))
+                status = _wait_run(proc, store, k, float(msg.get("timeout_s") or 900.0), nodes.node_rank)
             finally:
                 stop_trial(proc, True)
         if status == "stopped":
-            _ack_stop(store, nodes.node_rank)
             print(f"perfscope: node {nodes.node_rank}: node 0 stopped during run {k}; node 0 wrote what finished",
                   flush=True)
             return 0
