@@ -105,7 +105,7 @@ def _forward(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, mask: Tensor | None,
 @_forward.register_fake
 def _(q, k, v, bias, mask, scale):
     bw, heads, n, _ = q.shape
-    return torch.empty_like(q), q.new_empty((bw, heads, n, n))
+    return q.new_empty(q.shape), q.new_empty((bw, heads, n, n))
 
 
 def _bias_grad_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -136,7 +136,7 @@ def _backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, probs: Tensor, 
 @_backward.register_fake
 def _(grad_out, q, k, v, probs, windows, scale):
     heads, n = q.shape[1], q.shape[2]
-    return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v),
+    return (q.new_empty(q.shape), q.new_empty(q.shape), q.new_empty(q.shape),
             q.new_empty((heads, n, n), dtype=_bias_grad_dtype(q.dtype)))
 
 
@@ -193,8 +193,9 @@ def window_attention_op(q: Tensor, k: Tensor, v: Tensor, rel_pos_bias: Tensor, m
     what :func:`window_attention` runs. Same arguments."""
     _check(q, k, v, rel_pos_bias, mask)
     scale = float(q.shape[-1] ** -0.5 if scale is None else scale)
-    out, _ = _forward(q.contiguous(), k.contiguous(), v.contiguous(), rel_pos_bias.contiguous(),
-                      None if mask is None else mask.contiguous(), scale)
+    # q, k, v as given: the CPU kernel reads the views of a qkv projection in place, and the ATen
+    # formulation's reshapes copy where they must.
+    out, _ = _forward(q, k, v, rel_pos_bias.contiguous(), None if mask is None else mask.contiguous(), scale)
     return out
 
 

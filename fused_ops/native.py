@@ -105,8 +105,8 @@ def _load() -> ctypes.CDLL | None:
         _state["status"] = f"not built: {e}"
         return None
     i64, i32, f32, ptr = ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_void_p
-    lib.wa_forward.argtypes = [ptr, ptr, ptr, ptr, ptr, i64, i32, i32, i32, i32, f32, ptr, ptr, i32]
-    lib.wa_backward.argtypes = [ptr, ptr, ptr, ptr, ptr, i64, i32, i32, i32, f32, ptr, ptr, ptr, ptr, i32]
+    lib.wa_forward.argtypes = [ptr, ptr, ptr, ptr, ptr, ptr, i64, i32, i32, i32, i32, f32, ptr, ptr, i32]
+    lib.wa_backward.argtypes = [ptr, ptr, ptr, ptr, ptr, ptr, i64, i32, i32, i32, f32, ptr, ptr, ptr, ptr, i32]
     lib.wa_forward.restype = lib.wa_backward.restype = i32
     _state["status"] = "built"
     return lib
@@ -181,6 +181,17 @@ def usable_backward(grad_out, q, k, v, probs) -> bool:
     return kernel() is not None
 
 
+def _rows(t):
+    """``t`` if the kernel can read it in place (unit stride along ``head_dim``, a token stride of
+    at least 1 that fits an int: the views Swin takes of its qkv projection), else a contiguous copy."""
+    return t if t.stride(3) == 1 and 1 <= t.stride(2) <= 1 << 30 and min(t.stride()) >= 0 else t.contiguous()
+
+
+def _strides(q, k, v):
+    """The kernel's ``strides[9]``: window, head and token strides of ``q``, ``k``, ``v`` (elements)."""
+    return (ctypes.c_int64 * 9)(*[x for t in (q, k, v) for x in t.stride()[:3]])
+
+
 def _check(rc: int, q) -> None:
     if rc == 2:
         raise MemoryError(f"window attention kernel: out of memory for shape {tuple(q.shape)}")
@@ -189,7 +200,8 @@ def _check(rc: int, q) -> None:
 
 
 def forward(q, k, v, bias, mask, scale: float):
-    """``(out, probs)`` of the forward for fp32 ``q``, ``k``, ``v`` ``(B * nW, heads, N, D)``,
+    """``(out, probs)`` of the forward for fp32 ``q``, ``k``, ``v`` ``(B * nW, heads, N, D)`` (views
+    read in place where :func:`_rows` allows, the results contiguous),
     ``bias`` ``(heads, N, N)`` and ``mask`` ``(nW, N, N)`` or None (any dtype: converted);
     ``probs`` ``(B * nW, heads, N, N)``. The kernel adds the bias and the mask per window itself.
 
@@ -197,13 +209,13 @@ def forward(q, k, v, bias, mask, scale: float):
         RuntimeError: the kernel refused the shapes (call :func:`usable` first).
         MemoryError: its scratch memory could not be allocated.
     """
-    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
+    q, k, v = _rows(q), _rows(k), _rows(v)
     bw, heads, n, d = q.shape
     windows = 1 if mask is None else mask.shape[0]
     bias = bias.to(q.dtype).contiguous()
     mask = None if mask is None else mask.to(q.dtype).contiguous()
-    out, probs = torch.empty_like(q), q.new_empty((bw, heads, n, n))
-    _check(kernel().wa_forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), bias.data_ptr(),
+    out, probs = q.new_empty(q.shape), q.new_empty((bw, heads, n, n))
+    _check(kernel().wa_forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), _strides(q, k, v), bias.data_ptr(),
                                None if mask is None else mask.data_ptr(), bw * heads, heads, n, d, windows, scale,
                                out.data_ptr(), probs.data_ptr(), torch.get_num_threads()), q)
     return out, probs
@@ -217,11 +229,13 @@ def backward(grad_out, q, k, v, probs, scale: float):
         RuntimeError: the kernel refused the shapes (call :func:`usable_backward` first).
         MemoryError: its scratch memory could not be allocated.
     """
-    grad_out, q, k, v, probs = (t.contiguous() for t in (grad_out, q, k, v, probs))
+    grad_out, probs = grad_out.contiguous(), probs.contiguous()
+    q, k, v = _rows(q), _rows(k), _rows(v)
     bw, heads, n, d = q.shape
-    grad_q, grad_k, grad_v = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    grad_q, grad_k, grad_v = q.new_empty(q.shape), q.new_empty(q.shape), q.new_empty(q.shape)
     grad_bias = q.new_empty((heads, n, n))
-    _check(kernel().wa_backward(grad_out.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), probs.data_ptr(),
+    _check(kernel().wa_backward(grad_out.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), _strides(q, k, v),
+                                probs.data_ptr(),
                                 bw * heads, heads, n, d, scale, grad_q.data_ptr(), grad_k.data_ptr(),
                                 grad_v.data_ptr(), grad_bias.data_ptr(), torch.get_num_threads()), q)
     return grad_q, grad_k, grad_v, grad_bias

@@ -173,6 +173,35 @@ def test_the_ops_called_directly_with_non_contiguous_or_misshapen_inputs(built):
     assert not native.usable_backward(grad, q, k, v, probs[:, :, :8])
 
 
+@pytest.mark.parametrize("shifted", [True, False], ids=["shifted", "unshifted"])
+def test_views_of_a_qkv_projection_are_read_in_place(built, shifted):
+    # As Swin splits its projection: (B*nW, N, 3, heads, D) permuted to (3, B*nW, heads, N, D).
+    g = torch.Generator().manual_seed(3)
+    bw, n, heads, d = 8, 49, 3, 32
+    qkv = torch.randn(bw, n, 3 * heads * d, generator=g, requires_grad=True)
+    bias = (0.5 * torch.randn(heads, n, n, generator=g)).requires_grad_()
+    mask = case(2, 4, 1, n, d, True)[4] if shifted else None
+    grad = torch.randn(bw, heads, n, d, generator=g)
+
+    def run(fn):
+        qkv.grad = bias.grad = None
+        q, k, v = qkv.view(bw, n, 3, heads, d).permute(2, 0, 3, 1, 4)
+        assert not q.is_contiguous() and q.stride(3) == 1
+        out = fn(q, k, v, bias, mask)
+        out.backward(grad)
+        return out.detach(), qkv.grad.clone(), bias.grad.clone()
+
+    ours, ref = run(window_attention), run(window_attention_reference)
+    with native.off():
+        aten = run(window_attention)
+    for a, b, c in zip(ours, aten, ref):
+        scale = max(1.0, c.abs().max().item())
+        torch.testing.assert_close(a / scale, c / scale, **TOL)
+        torch.testing.assert_close(b / scale, c / scale, **TOL)
+    q, k, v = qkv.detach().view(bw, n, 3, heads, d).permute(2, 0, 3, 1, 4)
+    torch.library.opcheck(torch.ops.fused_ops.window_attention_fwd.default, (q, k, v, bias.detach(), mask, 0.2))
+
+
 def test_a_backward_whose_scratch_would_be_too_large_runs_the_aten_formulation(built, monkeypatch):
     q, k, v, bias, mask, grad = case(1, 2, 2, 9, 16, True)
     with torch.no_grad():

@@ -14,8 +14,10 @@
 // shift mask makes probabilities below fp32's smallest normal (exp(-87.3)), which x86 cores would
 // otherwise handle in microcode, about 30x slower. Flushing moves a result by under 1.2e-38.
 //
-// Layouts (all row-major, contiguous): q, k, v, out, dq, dk, dv (T, N, D) with T = B*nW*heads and
-// task t = (window w = t / heads, head h = t % heads); bias (heads, N, N); mask (windows, N, N) or
+// Layouts: q, k, v (B*nW, heads, N, D) with any strides but a unit one for D, given as
+// strides[9] = {window, head, token} for q, then k, then v (so that the views Swin takes of its qkv
+// projection need no copies); out, dq, dk, dv (T, N, D) row-major with T = B*nW*heads and task
+// t = (window w = t / heads, head h = t % heads); bias (heads, N, N); mask (windows, N, N) or
 // null, window w taking mask[w % windows]; probs (T, N, N); dbias (heads, N, N). The bias plus the
 // mask is formed per (window, head) in a tile of the task's own, never as a tensor in memory: a
 // (windows, heads, N, N) temporary per call changed which memory the allocator handed out for the
@@ -265,17 +267,31 @@ bool parallel(int64_t tasks, int threads, F&& body) {
 
 inline int padded(int n) { return (n + W - 1) / W * W; }
 
+// The micro-kernels take a row stride as an int.
+inline bool token_strides_fit(const int64_t* s) {
+  for (int i = 2; i < 9; i += 3)
+    if (s[i] < 1 || s[i] > (1 << 30)) return false;
+  return true;
+}
+
+// Task t's (N, D) rows of a strided (B*nW, heads, N, D) tensor: s = {window, head, token} strides.
+inline const float* rows(const float* base, const int64_t* s, int64_t t, int heads) {
+  return base + (t / heads) * s[0] + (t % heads) * s[1];
+}
+
 }  // namespace
 
 extern "C" {
 
 // 0 on success; 1 for shapes the kernel does not take (D not a multiple of 16, or too large);
 // 2 when its scratch memory could not be allocated (the outputs are then incomplete).
-int wa_forward(const float* q, const float* k, const float* v, const float* bias, const float* mask, int64_t T,
-               int heads, int N, int D,
+int wa_forward(const float* q, const float* k, const float* v, const int64_t* strides, const float* bias,
+               const float* mask, int64_t T, int heads, int N, int D,
                int windows, float scale, float* out, float* probs, int threads) {
   if (D % W || D > 256 || N < 1 || N > 1024 || heads < 1 || windows < 1 || T % (static_cast<int64_t>(heads) * windows))
     return 1;
+  if (!token_strides_fit(strides)) return 1;
+  const int ldq = static_cast<int>(strides[2]), ldk = static_cast<int>(strides[5]), ldv = static_cast<int>(strides[8]);
   const int NP = padded(N);
   const int64_t images = T / heads / windows;
   const bool ok = parallel(T, threads, [&](int, int64_t begin, int64_t end) {
@@ -297,9 +313,9 @@ int wa_forward(const float* q, const float* k, const float* v, const float* bias
           for (int j = N; j < NP; ++j) row[j] = -INFINITY;
         }
       }
-      transpose(k + t * N * D, D, N, D, kt.data(), NP);
+      transpose(rows(k, strides + 3, t, heads), ldk, N, D, kt.data(), NP);
       // S = scale Q K^T + bias (+ mask); the padding columns come out -inf
-      gemm({q + t * N * D, D, 1}, kt.data(), NP, D, {s.data(), NP, scale, bm.data()}, N, NP);
+      gemm({rows(q, strides, t, heads), ldq, 1}, kt.data(), NP, D, {s.data(), NP, scale, bm.data()}, N, NP);
       for (int i = 0; i < N; ++i) {
         float* row = s.data() + i * NP;
         vf m = load(row);
@@ -315,16 +331,18 @@ int wa_forward(const float* q, const float* k, const float* v, const float* bias
         inv[i] = 1.0f / hsum(sum);
         copy_row(probs + (t * N + i) * N, row, N, inv[i]);
       }
-      gemm({s.data(), NP, 1}, v + t * N * D, D, N, {out + t * N * D, D, 1.0f, nullptr, inv.data()}, N, D);  // O = P V
+      gemm({s.data(), NP, 1}, rows(v, strides + 6, t, heads), ldv, N,
+           {out + t * N * D, D, 1.0f, nullptr, inv.data()}, N, D);  // O = P V
     }
   });
   return ok ? 0 : 2;
 }
 
 // dbias (heads, N, N) is overwritten with the sum over every window of the scores' gradient.
-int wa_backward(const float* dout, const float* q, const float* k, const float* v, const float* probs, int64_t T,
-                int heads, int N, int D, float scale, float* dq, float* dk, float* dv, float* dbias, int threads) {
-  if (D % W || D > 256 || N < 1 || N > 1024 || heads < 1 || T % heads) return 1;
+int wa_backward(const float* dout, const float* q, const float* k, const float* v, const int64_t* strides,
+                const float* probs, int64_t T, int heads, int N, int D, float scale, float* dq, float* dk, float* dv, float* dbias, int threads) {
+  if (D % W || D > 256 || N < 1 || N > 1024 || heads < 1 || T % heads || !token_strides_fit(strides)) return 1;
+  const int ldq = static_cast<int>(strides[2]), ldk = static_cast<int>(strides[5]), ldv = static_cast<int>(strides[8]);
   const int NP = padded(N), NV = N / W * W;
   const size_t per_head = static_cast<size_t>(N) * NP;
   threads = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(threads, T)));
@@ -344,7 +362,7 @@ int wa_backward(const float* dout, const float* q, const float* k, const float* 
       const int h = static_cast<int>(t % heads);
       const float* go = dout + t * N * D;
       const float* pt = probs + t * N * N;
-      transpose(v + t * N * D, D, N, D, vt.data(), NP);
+      transpose(rows(v, strides + 6, t, heads), ldv, N, D, vt.data(), NP);
       gemm({go, D, 1}, vt.data(), NP, D, {ds.data(), NP, 1.0f, nullptr}, N, NP);  // dP = dO V^T
       float* db = acc.data() + h * per_head;
       // The probabilities are read where the forward wrote them (rows of N): a padded copy would be
@@ -368,8 +386,10 @@ int wa_backward(const float* dout, const float* q, const float* k, const float* 
           dbr[j] += row[j];
         }
       }
-      gemm({ds.data(), NP, 1}, k + t * N * D, D, N, {dq + t * N * D, D, scale, nullptr}, N, D);  // dQ = scale dS K
-      gemm({ds.data(), 1, NP}, q + t * N * D, D, N, {dk + t * N * D, D, scale, nullptr}, N, D);  // dK = scale dS^T Q
+      gemm({ds.data(), NP, 1}, rows(k, strides + 3, t, heads), ldk, N, {dq + t * N * D, D, scale, nullptr}, N,
+           D);  // dQ = scale dS K
+      gemm({ds.data(), 1, NP}, rows(q, strides, t, heads), ldq, N, {dk + t * N * D, D, scale, nullptr}, N,
+           D);  // dK = scale dS^T Q
       gemm({pt, 1, N}, go, D, N, {dv + t * N * D, D, 1.0f, nullptr}, N, D);  // dV = P^T dO
     }
   });
