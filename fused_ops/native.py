@@ -182,9 +182,10 @@ def usable_backward(grad_out, q, k, v, probs) -> bool:
 
 
 def _rows(t):
-    """``t`` if the kernel can read it in place (unit stride along ``head_dim``, a token stride of
-    at least 1 that fits an int: the views Swin takes of its qkv projection), else a contiguous copy."""
-    return t if t.stride(3) == 1 and 1 <= t.stride(2) <= 1 << 30 and min(t.stride()) >= 0 else t.contiguous()
+    """``t`` if the kernel can read it in place (unit stride along ``head_dim``, a token stride from
+    1 to 2^20, so that stride x N fits the kernel's int indexing: the views Swin takes of its qkv
+    projection), else a contiguous copy."""
+    return t if t.stride(3) == 1 and 1 <= t.stride(2) <= 1 << 20 and min(t.stride()) >= 0 else t.contiguous()
 
 
 def _strides(q, k, v):

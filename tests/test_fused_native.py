@@ -202,6 +202,17 @@ def test_views_of_a_qkv_projection_are_read_in_place(built, shifted):
     torch.library.opcheck(torch.ops.fused_ops.window_attention_fwd.default, (q, k, v, bias.detach(), mask, 0.2))
 
 
+def test_a_token_stride_beyond_the_kernels_int_indexing_is_copied_first(built):
+    base = torch.randn((1 << 21) + 16, generator=torch.Generator().manual_seed(4))
+    q = base.as_strided((1, 1, 2, 16), (0, 0, 1 << 21, 1))  # two tokens 8 MiB apart
+    assert native._rows(q).is_contiguous() and native._rows(q).data_ptr() != q.data_ptr()
+    view = base[:2 * 16 * 3].view(2, 3, 16).permute(1, 0, 2).unsqueeze(0)[:, :1]  # a stride within bounds
+    assert native._rows(view).data_ptr() == view.data_ptr()
+    bias = torch.zeros(1, 2, 2)
+    with torch.no_grad():
+        torch.testing.assert_close(window_attention(q, q, q, bias), window_attention_reference(q, q, q, bias), **TOL)
+
+
 def test_a_backward_whose_scratch_would_be_too_large_runs_the_aten_formulation(built, monkeypatch):
     q, k, v, bias, mask, grad = case(1, 2, 2, 9, 16, True)
     with torch.no_grad():

@@ -267,10 +267,10 @@ bool parallel(int64_t tasks, int threads, F&& body) {
 
 inline int padded(int n) { return (n + W - 1) / W * W; }
 
-// The micro-kernels take a row stride as an int.
+// The micro-kernels index rows as int: token stride x N (at most 1024) must stay below 2^31.
 inline bool token_strides_fit(const int64_t* s) {
   for (int i = 2; i < 9; i += 3)
-    if (s[i] < 1 || s[i] > (1 << 30)) return false;
+    if (s[i] < 1 || s[i] > (1 << 20)) return false;
   return true;
 }
 
