@@ -139,14 +139,16 @@ def off():
         _off -= 1
 
 
+VECTOR = 16  # floats per vector in the kernel (its W): head_dim in whole vectors, score rows padded to them
 # The backward's per-thread bias-gradient sums take threads x heads x N x NP floats; above this
 # the ATen formulation runs instead (Swin's 7 x 7 windows need well under 1 MiB).
 MAX_SCRATCH_BYTES = 256 << 20
 
 
 def _fits(q, *others) -> bool:
+    # the kernel's own shapes_fit, checked here so that what it refuses runs the ATen formulation
     _, heads, n, d = q.shape
-    return (not _off and q.device.type == "cpu" and q.dtype == torch.float32 and d % 16 == 0 and 0 < d <= 256
+    return (not _off and q.device.type == "cpu" and q.dtype == torch.float32 and d % VECTOR == 0 and 0 < d <= 256
             and 0 < n <= 1024 and heads > 0
             and all(t.device == q.device and t.dtype == q.dtype and t.shape == q.shape for t in others))
 
@@ -173,7 +175,7 @@ def usable_backward(grad_out, q, k, v, probs) -> bool:
     if q.dim() != 4 or not _fits(q, k, v, grad_out):
         return False
     bw, heads, n, _ = q.shape
-    padded = -(-n // 16) * 16
+    padded = -(-n // VECTOR) * VECTOR
     if probs.shape != (bw, heads, n, n) or probs.dtype != q.dtype or probs.device != q.device:
         return False
     if torch.get_num_threads() * heads * n * padded * 4 > MAX_SCRATCH_BYTES:

@@ -36,7 +36,7 @@ SUPERUSER = "postgres"  # the cluster's superuser (reached over the socket, trus
 DB_USER = "perfscope"
 DB_NAME = "perfscope"
 START_TIMEOUT_S = 60
-_SOCKETS: dict[str, tuple[Path, int]] = {}  # a running server's URL -> (socket folder, port)
+_SOCKETS: dict[str, str] = {}  # a running server's URL -> the same server's Unix-socket URL
 
 
 class PostgresUnavailable(Exception):
@@ -182,7 +182,7 @@ def server() -> Iterator[str]:
             "creating the test user and database", root, log=log, env=env,
         )
         url = f"postgresql://{DB_USER}:{password}@127.0.0.1:{port}/{DB_NAME}"
-        _SOCKETS[url] = (sock, port)
+        _SOCKETS[url] = f"postgresql://{DB_USER}:{password}@/{DB_NAME}?host={sock}&port={port}"
         yield url
     finally:
         _SOCKETS.pop(url, None)
@@ -203,9 +203,7 @@ def socket_url(url: str) -> str:
     Raises:
         KeyError: ``url`` is not a server running now.
     """
-    sock, port = _SOCKETS[url]
-    userinfo = url.split("//", 1)[1].split("@", 1)[0]
-    return f"postgresql://{userinfo}@/{DB_NAME}?host={sock}&port={port}"
+    return _SOCKETS[url]
 
 
 def _remove(root: Path) -> None:

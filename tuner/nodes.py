@@ -99,13 +99,11 @@ class TrialBoard:
         until each has read it: the board is served by this process, and a follower that reads
         the stop after it ended sees only a closed connection."""
         self._store.set(f"trial/{self._next}", json.dumps({"stop": True}))
-        deadline = time.monotonic() + STOP_ACK_S
-        for node in range(1, self.nodes.nnodes):
-            try:
-                left = max(0.1, deadline - time.monotonic())
-                self._store.wait([f"stopped/{node}"], datetime.timedelta(seconds=left))
-            except Exception:  # noqa: BLE001 - a node already gone: nothing to wait for
-                pass
+        try:
+            self._store.wait([f"stopped/{node}" for node in range(1, self.nodes.nnodes)],
+                             datetime.timedelta(seconds=STOP_ACK_S))
+        except Exception:  # noqa: BLE001 - a node already gone: nothing to wait for
+            pass
 
 
 POLL_S = 2.0  # how often a follower checks node 0's board while its ranks run

@@ -267,8 +267,13 @@ bool parallel(int64_t tasks, int threads, F&& body) {
 
 inline int padded(int n) { return (n + W - 1) / W * W; }
 
-// The micro-kernels index rows as int: token stride x N (at most 1024) must stay below 2^31.
-inline bool token_strides_fit(const int64_t* s) {
+// What both entry points take (fused_ops/native.py checks the same before calling): whole
+// vectors of head_dim up to 256, N up to 1024, T a whole number of (window, head) tasks for
+// every head and window, token strides from 1 to 2^20 (the micro-kernels index rows as int:
+// stride x N must stay below 2^31).
+inline bool shapes_fit(int64_t T, int heads, int N, int D, int windows, const int64_t* s) {
+  if (D % W || D > 256 || N < 1 || N > 1024 || heads < 1 || windows < 1 || T % (static_cast<int64_t>(heads) * windows))
+    return false;
   for (int i = 2; i < 9; i += 3)
     if (s[i] < 1 || s[i] > (1 << 20)) return false;
   return true;
@@ -283,14 +288,12 @@ inline const float* rows(const float* base, const int64_t* s, int64_t t, int hea
 
 extern "C" {
 
-// 0 on success; 1 for shapes the kernel does not take (D not a multiple of 16, or too large);
+// 0 on success; 1 for shapes or strides the kernel does not take (shapes_fit);
 // 2 when its scratch memory could not be allocated (the outputs are then incomplete).
 int wa_forward(const float* q, const float* k, const float* v, const int64_t* strides, const float* bias,
                const float* mask, int64_t T, int heads, int N, int D,
                int windows, float scale, float* out, float* probs, int threads) {
-  if (D % W || D > 256 || N < 1 || N > 1024 || heads < 1 || windows < 1 || T % (static_cast<int64_t>(heads) * windows))
-    return 1;
-  if (!token_strides_fit(strides)) return 1;
+  if (!shapes_fit(T, heads, N, D, windows, strides)) return 1;
   const int ldq = static_cast<int>(strides[2]), ldk = static_cast<int>(strides[5]), ldv = static_cast<int>(strides[8]);
   const int NP = padded(N);
   const int64_t images = T / heads / windows;
@@ -341,7 +344,7 @@ int wa_forward(const float* q, const float* k, const float* v, const int64_t* st
 // dbias (heads, N, N) is overwritten with the sum over every window of the scores' gradient.
 int wa_backward(const float* dout, const float* q, const float* k, const float* v, const int64_t* strides,
                 const float* probs, int64_t T, int heads, int N, int D, float scale, float* dq, float* dk, float* dv, float* dbias, int threads) {
-  if (D % W || D > 256 || N < 1 || N > 1024 || heads < 1 || T % heads || !token_strides_fit(strides)) return 1;
+  if (!shapes_fit(T, heads, N, D, 1, strides)) return 1;
   const int ldq = static_cast<int>(strides[2]), ldk = static_cast<int>(strides[5]), ldv = static_cast<int>(strides[8]);
   const int NP = padded(N), NV = N / W * W;
   const size_t per_head = static_cast<size_t>(N) * NP;
