@@ -3,6 +3,7 @@ and the batches of one large file decoded by the pool (docs/reading.md, "Every c
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -137,14 +138,70 @@ def test_workers_end_when_the_analysis_is_killed_outright(tmp_path):
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         for _ in range(600):  # 30 s: a worker still importing on a loaded machine notices late
-            if not any(_alive(p) for p in workers):
+            left = _marked(proc.pid) | {p for p in workers if _alive(p)}
+            if not left:
                 break
             time.sleep(0.05)
-        left = {p: Path(f"/proc/{p}/cmdline").read_bytes()[:120] for p in workers if _alive(p)}
-        assert not left, f"processes of the killed analysis still run: {left}"
+        # also those started after the snapshot (by their mark: every process the analysis
+        # starts inherits it), and the resource tracker, which ends once they all have
+        stale = {p: Path(f"/proc/{p}/cmdline").read_bytes()[:120] for p in left if _alive(p)}
+        assert not stale, f"processes of the killed analysis still run: {stale}"
     finally:
         if proc.poll() is None:
             proc.kill()
+        for p in _marked(proc.pid):
+            os.kill(p, signal.SIGKILL)
+
+
+def _marked(starter: int) -> set[int]:
+    """Live processes whose environment carries the fork server's mark for ``starter``."""
+    mark = f"PERFSCOPE_FORKSERVER={starter}".encode()
+    found = set()
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                env = (d / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if mark in env and _alive(int(d.name)):
+                found.add(int(d.name))
+    return found
+
+
+@pytest.mark.skipif(not hasattr(os, "fork") or not Path("/proc").is_dir(), reason="needs fork and Linux")
+def test_a_worker_whose_fork_server_died_before_it_asked_for_the_death_signal_exits():
+    """The race the pool's initializer closes: the server forks a worker and dies before the
+    worker asks the kernel; the orphan, reparented, must not wait for a signal that never comes."""
+    import time
+
+    from perfscope.analysis import worker_init
+
+    r, w = os.pipe()
+    server = os.fork()
+    if server == 0:  # stands for the fork server: imported the module, forks, dies
+        try:
+            os.close(r)
+            me = os.getpid()
+            worker_pid = os.fork()
+            if worker_pid == 0:
+                while os.getppid() == me:  # until the server is gone and this one reparented
+                    time.sleep(0.01)
+                worker_init.worker()
+                os.write(w, b"survived")
+                os._exit(0)
+            os.write(w, str(worker_pid).encode().ljust(16))
+        finally:
+            os._exit(0)
+    os.close(w)
+    os.waitpid(server, 0)
+    worker_pid = int(os.read(r, 16))
+    with os.fdopen(r, "rb") as pipe:
+        said = pipe.read()  # EOF once the worker exited
+    for _ in range(200):
+        if not _alive(worker_pid):
+            break
+        time.sleep(0.01)
+    assert said == b"" and not _alive(worker_pid)
 
 
 @pytest.mark.skipif(not TWO.is_dir() or not Path("/proc/self/mem").exists(), reason="needs ../shared/traces and Linux")

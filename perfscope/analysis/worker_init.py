@@ -13,34 +13,45 @@ from __future__ import annotations
 import os
 import signal
 
-from perfscope.collect.keeper import PR_SET_PDEATHSIG, pid_alive, prctl
+from perfscope.collect.keeper import PR_SET_PDEATHSIG, prctl
 
 
-def die_with_parent(caller: int | None = None) -> None:
-    """SIGKILL this process when its parent exits (Linux; nothing elsewhere). When the parent, or
-    the ``caller`` (the process whose work this is), is already gone -- it died while this one
-    started, before the request could take effect -- exit now."""
-    parent = os.getppid()
+def die_with_parent(parent: int | None = None) -> None:
+    """SIGKILL this process when its parent exits (Linux; nothing elsewhere).
+
+    ``parent`` is the pid this process's parent must have (default: its parent now). When the
+    parent is already another -- the one expected died while this process started, before the
+    request could take effect, and it was reparented, so the kernel's signal would never come --
+    exit now.
+    """
+    expected = os.getppid() if parent is None else parent
     prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent or (caller is not None and not pid_alive(caller)):
+    if os.getppid() != expected:
         os._exit(1)
 
 
 def worker() -> None:
-    """The pool's initializer: die with the fork server (and never outlive the caller), leave
-    Ctrl-C to the caller."""
+    """The pool's initializer: die with the process that started this worker, leave Ctrl-C to
+    the caller.
+
+    A worker forked from a process that had imported this module (the fork server, which
+    preloads it) expects that process as its parent; a spawned one, the caller.
+    """
     import multiprocessing
 
     caller = multiprocessing.parent_process()
-    die_with_parent(caller.pid if caller is not None else None)
+    if _IMPORTED_BY != os.getpid():
+        die_with_parent(_IMPORTED_BY)
+    else:
+        die_with_parent(caller.pid if caller is not None else None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
+# Inherited by forked children: a worker whose fork server died before the worker's own request
+# would read its new parent from getppid(), so it compares with this instead.
+_IMPORTED_BY = os.getpid()
 _STARTER = os.environ.get("PERFSCOPE_FORKSERVER", "")
 if __name__ != "__main__" and _STARTER.isdigit():
-    # The fork server, importing this as a preload module; its starter's pid catches a starter
-    # killed while this server was still starting (it is then reparented, and the kernel's death
-    # signal would never come).
-    die_with_parent()
-    if os.getppid() != int(_STARTER):
-        os._exit(1)
+    # The fork server, importing this as a preload module (and a spawned worker, whose parent is
+    # the starter too): the starter's pid catches a starter killed while it was still starting.
+    die_with_parent(int(_STARTER))
