@@ -2,7 +2,7 @@
 with the machine's C++ compiler, cached, and called through ctypes.
 
 Why ctypes and not a PyTorch C++ extension: the kernel needs no PyTorch headers (it works on raw
-fp32 buffers), so it compiles in about two seconds instead of the better part of a minute, and it
+fp32 and bf16 buffers), so it compiles in about two seconds instead of the better part of a minute, and it
 loads into any PyTorch of this project's range without an ABI to match.
 
 The build is ``$CXX`` (else ``g++``, else ``c++`` on ``PATH``; GCC: the source uses its vector
@@ -34,6 +34,7 @@ from pathlib import Path
 import torch
 
 SOURCE = Path(__file__).with_name("csrc") / "window_attention.cpp"
+HEADERS = (SOURCE.with_name("tiles.h"),)  # what SOURCE includes: part of the cache key
 # -fopenmp: the kernel runs on the OpenMP runtime PyTorch loaded (see parallel() in the source).
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "-fopenmp", "-fno-math-errno")
 BUILD_TIMEOUT_S = 180
@@ -71,7 +72,8 @@ def cache_dir() -> Path:
 
 def _build(cxx: str) -> Path:
     version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), " ".join(FLAGS), version, _cpu_identity()]).encode())
+    sources = [path.read_text() for path in (SOURCE, *HEADERS)]
+    key = hashlib.sha256("\0".join([*sources, " ".join(FLAGS), version, _cpu_identity()]).encode())
     target = cache_dir() / f"window_attention-{key.hexdigest()[:16]}.so"
     if target.exists():
         return target
@@ -105,16 +107,19 @@ def _load() -> ctypes.CDLL | None:
         _state["status"] = f"not built: {e}"
         return None
     i64, i32, f32, ptr = ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_void_p
-    lib.wa_forward.argtypes = [ptr, ptr, ptr, ptr, ptr, ptr, i64, i32, i32, i32, i32, f32, ptr, ptr, i32]
-    lib.wa_backward.argtypes = [ptr, ptr, ptr, ptr, ptr, ptr, i64, i32, i32, i32, f32, ptr, ptr, ptr, ptr, i32]
-    lib.wa_forward.restype = lib.wa_backward.restype = i32
+    for suffix in ("", "_bf16"):
+        fwd, bwd = getattr(lib, "wa_forward" + suffix), getattr(lib, "wa_backward" + suffix)
+        fwd.argtypes = [ptr, ptr, ptr, ptr, ptr, ptr, i64, i32, i32, i32, i32, f32, ptr, ptr, i32]
+        bwd.argtypes = [ptr, ptr, ptr, ptr, ptr, ptr, i64, i32, i32, i32, f32, ptr, ptr, ptr, ptr, i32]
+        fwd.restype = bwd.restype = i32
     _state["status"] = "built"
     return lib
 
 
 def kernel() -> ctypes.CDLL | None:
-    """The loaded library (``wa_forward``, ``wa_backward``), built on the first call; None where it
-    cannot be (see :func:`status`)."""
+    """The loaded library (``wa_forward``, ``wa_backward`` for fp32, ``wa_forward_bf16``,
+    ``wa_backward_bf16`` for bf16), built on the first call; None where it cannot be (see
+    :func:`status`)."""
     with _lock:
         if "lib" not in _state:
             _state["lib"] = _load()
@@ -143,19 +148,21 @@ VECTOR = 16  # floats per vector in the kernel (its W): head_dim in whole vector
 # The backward's per-thread bias-gradient sums take threads x heads x N x NP floats; above this
 # the ATen formulation runs instead (Swin's 7 x 7 windows need well under 1 MiB).
 MAX_SCRATCH_BYTES = 256 << 20
+# The storage types the kernel reads and writes (its arithmetic is fp32 for both).
+DTYPES = (torch.float32, torch.bfloat16)
 
 
 def _fits(q, *others) -> bool:
     # the kernel's own shapes_fit, checked here so that what it refuses runs the ATen formulation
     _, heads, n, d = q.shape
-    return (not _off and q.device.type == "cpu" and q.dtype == torch.float32 and d % VECTOR == 0 and 0 < d <= 256
+    return (not _off and q.device.type == "cpu" and q.dtype in DTYPES and d % VECTOR == 0 and 0 < d <= 256
             and 0 < n <= 1024 and heads > 0
             and all(t.device == q.device and t.dtype == q.dtype and t.shape == q.shape for t in others))
 
 
 def usable(q, k, v, bias, mask) -> bool:
-    """Whether the kernel takes the forward's inputs: ``q``, ``k``, ``v`` fp32 on the CPU, of one
-    shape, ``head_dim`` a multiple of 16 up to 256, ``N`` up to 1024, ``bias`` ``(heads, N, N)``,
+    """Whether the kernel takes the forward's inputs: ``q``, ``k``, ``v`` on the CPU, of one
+    shape and one dtype of :data:`DTYPES`, ``head_dim`` a multiple of 16 up to 256, ``N`` up to 1024, ``bias`` ``(heads, N, N)``,
     ``mask`` ``(nW, N, N)`` with ``nW`` dividing ``B * nW``, and the library built (not inside
     :func:`off`). Anything else runs the ATen formulation (which raises for what it cannot take)."""
     if q.dim() != 4 or not _fits(q, k, v):
@@ -171,7 +178,7 @@ def usable(q, k, v, bias, mask) -> bool:
 
 def usable_backward(grad_out, q, k, v, probs) -> bool:
     """Whether the kernel takes the backward's inputs (as :func:`usable`, ``probs``
-    ``(B * nW, heads, N, N)`` fp32, and its scratch within :data:`MAX_SCRATCH_BYTES`)."""
+    ``(B * nW, heads, N, N)`` of ``q``'s dtype, and its scratch within :data:`MAX_SCRATCH_BYTES`)."""
     if q.dim() != 4 or not _fits(q, k, v, grad_out):
         return False
     bw, heads, n, _ = q.shape
@@ -202,11 +209,16 @@ def _check(rc: int, q) -> None:
         raise RuntimeError(f"window attention kernel refused shape {tuple(q.shape)}")
 
 
+def _entry(name: str, dtype):
+    return getattr(kernel(), name if dtype == torch.float32 else name + "_bf16")
+
+
 def forward(q, k, v, bias, mask, scale: float):
-    """``(out, probs)`` of the forward for fp32 ``q``, ``k``, ``v`` ``(B * nW, heads, N, D)`` (views
-    read in place where :func:`_rows` allows, the results contiguous),
-    ``bias`` ``(heads, N, N)`` and ``mask`` ``(nW, N, N)`` or None (any dtype: converted);
-    ``probs`` ``(B * nW, heads, N, N)``. The kernel adds the bias and the mask per window itself.
+    """``(out, probs)`` of the forward for ``q``, ``k``, ``v`` ``(B * nW, heads, N, D)`` of one dtype
+    of :data:`DTYPES` (views read in place where :func:`_rows` allows, the results contiguous and of
+    that dtype), ``bias`` ``(heads, N, N)`` and ``mask`` ``(nW, N, N)`` or None (any dtype: read as
+    fp32); ``probs`` ``(B * nW, heads, N, N)``. The kernel adds the bias and the mask per window
+    itself; its arithmetic is fp32 (bf16 values widened, results rounded to nearest even).
 
     Raises:
         RuntimeError: the kernel refused the shapes (call :func:`usable` first).
@@ -215,18 +227,19 @@ def forward(q, k, v, bias, mask, scale: float):
     q, k, v = _rows(q), _rows(k), _rows(v)
     bw, heads, n, d = q.shape
     windows = 1 if mask is None else mask.shape[0]
-    bias = bias.to(q.dtype).contiguous()
-    mask = None if mask is None else mask.to(q.dtype).contiguous()
+    bias = bias.to(torch.float32).contiguous()
+    mask = None if mask is None else mask.to(torch.float32).contiguous()
     out, probs = q.new_empty(q.shape), q.new_empty((bw, heads, n, n))
-    _check(kernel().wa_forward(q.data_ptr(), k.data_ptr(), v.data_ptr(), _strides(q, k, v), bias.data_ptr(),
+    _check(_entry("wa_forward", q.dtype)(q.data_ptr(), k.data_ptr(), v.data_ptr(), _strides(q, k, v), bias.data_ptr(),
                                None if mask is None else mask.data_ptr(), bw * heads, heads, n, d, windows, scale,
                                out.data_ptr(), probs.data_ptr(), torch.get_num_threads()), q)
     return out, probs
 
 
 def backward(grad_out, q, k, v, probs, scale: float):
-    """``(grad_q, grad_k, grad_v, grad_bias)`` for fp32 tensors as :func:`forward`'s;
-    ``grad_bias`` ``(heads, N, N)`` fp32, summed over every window.
+    """``(grad_q, grad_k, grad_v, grad_bias)`` for tensors as :func:`forward`'s (``grad_out`` and
+    ``probs`` of ``q``'s dtype), the gradients of that dtype; ``grad_bias`` ``(heads, N, N)`` fp32,
+    summed over every window.
 
     Raises:
         RuntimeError: the kernel refused the shapes (call :func:`usable_backward` first).
@@ -236,8 +249,8 @@ def backward(grad_out, q, k, v, probs, scale: float):
     q, k, v = _rows(q), _rows(k), _rows(v)
     bw, heads, n, d = q.shape
     grad_q, grad_k, grad_v = q.new_empty(q.shape), q.new_empty(q.shape), q.new_empty(q.shape)
-    grad_bias = q.new_empty((heads, n, n))
-    _check(kernel().wa_backward(grad_out.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), _strides(q, k, v),
+    grad_bias = q.new_empty((heads, n, n), dtype=torch.float32)
+    _check(_entry("wa_backward", q.dtype)(grad_out.data_ptr(), q.data_ptr(), k.data_ptr(), v.data_ptr(), _strides(q, k, v),
                                 probs.data_ptr(),
                                 bw * heads, heads, n, d, scale, grad_q.data_ptr(), grad_k.data_ptr(),
                                 grad_v.data_ptr(), grad_bias.data_ptr(), torch.get_num_threads()), q)

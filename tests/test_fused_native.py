@@ -73,6 +73,58 @@ def test_the_kernel_matches_the_eager_twin_forward_and_backward(built, shape, sh
         torch.testing.assert_close(b / scale, c / scale, **TOL, msg=f"aten {name}")
 
 
+# bf16: the kernel widens the values to fp32, computes in fp32 and rounds its results once (the
+# probabilities it saves for the backward too): against the fp32 twin on the same (rounded) values
+# that is within two roundings of bf16 (2^-8 each, relative to the largest value); the bf16 twin
+# rounds after every operator and stays within the bf16 tolerance of tests/test_fused_window_attention.py.
+BF16_TOL = {"rtol": 1e-2, "atol": 1e-2}
+
+
+@pytest.mark.parametrize("shifted", [True, False], ids=["shifted", "unshifted"])
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"N{s[3]}-d{s[4]}" for s in SHAPES])
+def test_the_bf16_kernel_matches_the_twin_on_the_same_values(built, shape, shifted):
+    q, k, v, bias, mask, grad = case(*shape, shifted)
+    qb, kb, vb = (t.detach().bfloat16().requires_grad_() for t in (q, k, v))
+    assert native.usable(qb.detach(), kb, vb, bias, mask)  # bias and mask fp32, as under autocast
+    ours = grads(window_attention, qb, kb, vb, bias, mask, grad.bfloat16())
+    assert [t.dtype for t in ours] == [torch.bfloat16] * 4 + [torch.float32]
+    wide = [t.detach().float().requires_grad_() for t in (qb, kb, vb)]
+    ref = grads(window_attention_reference, *wide, bias, mask, grad.bfloat16().float())
+    low = grads(window_attention_reference, qb, kb, vb, bias.detach().bfloat16().requires_grad_(),
+                None if mask is None else mask.bfloat16(), grad.bfloat16())
+    for name, a, b, c in zip(("out", "q", "k", "v", "rel_pos_bias"), ours, ref, low):
+        scale = max(1.0, b.abs().max().item())
+        torch.testing.assert_close(a.float() / scale, b / scale, **BF16_TOL, msg=f"fp32 twin {name}")
+        torch.testing.assert_close(a.float() / scale, c.float() / scale, rtol=2e-2, atol=2e-2, msg=f"bf16 twin {name}")
+
+
+def test_the_bf16_kernel_rounds_to_nearest_even_and_keeps_nans(built):
+    # Tokens attend in pairs with probability 1/2 each (scores 0 on the pair, -1e4 elsewhere), so
+    # each output is the exact fp32 mean of two bf16 values: pairs chosen so that the means fall
+    # half-way between two bf16 numbers must round to the even one, as torch's conversion does
+    # (truncation or rounding half up would differ on one of the two).
+    n, d = 16, 16
+    first = torch.tensor([1.0, 1 + 2 ** -7, -1.0, 3.0, 1e-3, -7.5, 0.0, 2.0])
+    second = torch.tensor([1 + 2 ** -7, 1 + 2 ** -6, -(1 + 2 ** -7), 3.0625, 1.5e-3, -7.5, 1.0, 1e30])
+    v = torch.stack([first, second], 1).reshape(n, 1).expand(n, d).clone().view(1, 1, n, d).bfloat16()
+    q = k = torch.zeros(1, 1, n, d, dtype=torch.bfloat16)
+    pair = torch.arange(n) // 2
+    bias = torch.where(pair[:, None] == pair[None, :], 0.0, -1e4).unsqueeze(0)
+    with torch.no_grad():
+        out, probs = torch.ops.fused_ops.window_attention_fwd(q, k, v, bias, None, 1.0)
+    wide = v.float()
+    mean = (wide + wide.view(1, 1, n // 2, 2, d).flip(3).reshape(1, 1, n, d)) / 2
+    assert out.dtype == probs.dtype == torch.bfloat16
+    assert torch.equal(out, mean.bfloat16())
+    assert torch.equal(out[0, 0, :2, 0], torch.tensor([1.0, 1.0], dtype=torch.bfloat16))  # 1 + 2^-8: a tie, to even
+    assert torch.equal(probs.float() * 2, (pair[:, None] == pair[None, :]).float().view(1, 1, n, n))
+    v[0, 0, 3, 5] = float("nan")  # spreads down its column (0 x NaN is NaN), as in the twin
+    with torch.no_grad():
+        out, _ = torch.ops.fused_ops.window_attention_fwd(q, k, v, bias, None, 1.0)
+        ref = window_attention_reference(q.float(), k.float(), v.float(), bias, None, 1.0)
+    assert out.isnan().any() and torch.equal(out.isnan(), ref.isnan())
+
+
 def test_the_kernel_gives_the_same_result_on_one_thread_and_on_several(built):
     q, k, v, bias, mask, grad = case(4, 4, 3, 49, 32, True)
     threads = torch.get_num_threads()
@@ -126,7 +178,7 @@ def test_opcheck_with_the_kernel(built):
 
 
 def test_shapes_and_dtypes_the_kernel_does_not_take_run_the_aten_formulation(built):
-    for d, dtype in ((8, torch.float32), (32, torch.float64), (32, torch.bfloat16)):
+    for d, dtype in ((8, torch.float32), (32, torch.float64), (32, torch.float16), (8, torch.bfloat16)):
         q = torch.zeros(2, 1, 9, d, dtype=dtype)
         assert not native.usable(q, q, q, torch.zeros(1, 9, 9), None), (d, dtype)
     q, k, v, bias, mask, grad = case(1, 2, 2, 9, 24, True)  # head_dim 24: not whole vectors
@@ -173,32 +225,40 @@ def test_the_ops_called_directly_with_non_contiguous_or_misshapen_inputs(built):
     assert not native.usable_backward(grad, q, k, v, probs[:, :, :8])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("shifted", [True, False], ids=["shifted", "unshifted"])
-def test_views_of_a_qkv_projection_are_read_in_place(built, shifted):
+def test_views_of_a_qkv_projection_are_read_in_place(built, shifted, dtype):
     # As Swin splits its projection: (B*nW, N, 3, heads, D) permuted to (3, B*nW, heads, N, D).
     g = torch.Generator().manual_seed(3)
     bw, n, heads, d = 8, 49, 3, 32
-    qkv = torch.randn(bw, n, 3 * heads * d, generator=g, requires_grad=True)
-    bias = (0.5 * torch.randn(heads, n, n, generator=g)).requires_grad_()
+    qkv = torch.randn(bw, n, 3 * heads * d, generator=g).to(dtype).requires_grad_()
+    bias = (0.5 * torch.randn(heads, n, n, generator=g)).requires_grad_()  # fp32, as under autocast
     mask = case(2, 4, 1, n, d, True)[4] if shifted else None
-    grad = torch.randn(bw, heads, n, d, generator=g)
+    grad = torch.randn(bw, heads, n, d, generator=g).to(dtype)
+    tol = TOL if dtype == torch.float32 else BF16_TOL
 
     def run(fn):
         qkv.grad = bias.grad = None
         q, k, v = qkv.view(bw, n, 3, heads, d).permute(2, 0, 3, 1, 4)
         assert not q.is_contiguous() and q.stride(3) == 1
+        if fn is reference:  # the twin on the same values, in fp32
+            q, k, v = (t.float() for t in (q, k, v))
         out = fn(q, k, v, bias, mask)
-        out.backward(grad)
-        return out.detach(), qkv.grad.clone(), bias.grad.clone()
+        out.backward(grad.to(out.dtype))
+        return out.detach().float(), qkv.grad.float(), bias.grad.clone()
 
-    ours, ref = run(window_attention), run(window_attention_reference)
+    def reference(q, k, v, bias, mask):
+        return window_attention_reference(q, k, v, bias, mask)
+
+    q, k, v = qkv.detach().view(bw, n, 3, heads, d).permute(2, 0, 3, 1, 4)
+    assert native.usable(q, k, v, bias, mask)
+    ours, ref = run(window_attention), run(reference)
     with native.off():
         aten = run(window_attention)
     for a, b, c in zip(ours, aten, ref):
         scale = max(1.0, c.abs().max().item())
-        torch.testing.assert_close(a / scale, c / scale, **TOL)
-        torch.testing.assert_close(b / scale, c / scale, **TOL)
-    q, k, v = qkv.detach().view(bw, n, 3, heads, d).permute(2, 0, 3, 1, 4)
+        torch.testing.assert_close(a / scale, c / scale, **tol)
+        torch.testing.assert_close(b / scale, c / scale, rtol=2 * tol["rtol"], atol=2 * tol["atol"])
     torch.library.opcheck(torch.ops.fused_ops.window_attention_fwd.default, (q, k, v, bias.detach(), mask, 0.2))
 
 
