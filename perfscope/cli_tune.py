@@ -155,7 +155,7 @@ def cmd_tune(args, script_args: list[str], open_in_browser) -> int:
     if nodes is not None and nodes.node_rank > 0:
         from tuner.nodes import follow
 
-        return follow(nodes, args.nproc_per_node)
+        return follow(nodes, args.nproc_per_node, os.path.abspath(script), tuple(script_args))
     stem = Path(script).stem
     out_dir, best_path = _outputs(args.out, stem)
     options = tune_mod.TuneOptions(

@@ -4,6 +4,7 @@ Needs root: skipped with the reason elsewhere, failed under CI (where root is gi
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -34,6 +35,7 @@ def test_hierarchical_ddp_matches_flat_and_sends_a_third_fewer_bytes_between_nod
 
 HIER = "hierarchical_allreduce: true\n"
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "comm_bound.py"
+SECRET = "the-two-node-jobs-secret-0123456789"  # the board's endpoint is not loopback: signed records
 MODEL = ["--width", "1024", "--depth", "2"]  # 8 MiB of gradients: 0.4-0.6 s a step at 200 Mbit/s
 
 
@@ -85,7 +87,8 @@ def test_tuning_on_two_nodes_runs_every_trial_on_both_and_picks_the_hierarchical
                                        "--rdzv-endpoint", endpoint, "--nproc-per-node", "2", "--trials", "3",
                                        "--steps-per-trial", "3", "--warmup-steps", "1", "--confirm-rounds", "3",
                                        "--confirm-top", "1", "--no-progress", "--out", str(tmp_path / "node{node}"),
-                                       "--", *MODEL, "--steps", "1000") for i in range(2)], timeout_s=600)
+                                       "--", *MODEL, "--steps", "1000") for i in range(2)], timeout_s=600,
+                           env={**os.environ, "PERFSCOPE_BOARD_SECRET": SECRET})
     assert [d.returncode for d in done] == [0, 0], _lines(done)
     record = json.loads((tmp_path / "node0" / "tune.json").read_text())
     assert not (tmp_path / "node1" / "tune.json").exists()  # one result, written by node 0
@@ -121,7 +124,7 @@ def test_two_independent_two_node_jobs_share_one_postgresql_study(tmp_path, post
                                        "--confirm-top", "1", "--no-progress", "--storage", postgres_socket_url,
                                        "--study-name", name, "--out", str(tmp_path / job / f"node{rank}"),
                                        "--", "--width", "256", "--depth", "2", "--steps", "1000"))
-        done = cluster.run(cmds, timeout_s=600)
+        done = cluster.run(cmds, timeout_s=600, env={**os.environ, "PERFSCOPE_BOARD_SECRET": SECRET})
     assert [d.returncode for d in done] == [0, 0, 0, 0], _lines(done)
     password = postgres_socket_url.split(":")[2].split("@")[0]
     assert password not in "".join(d.stdout + d.stderr for d in done)

@@ -61,7 +61,7 @@ FOLLOWER = """
 import sys
 from perfscope.collect.nodes import NodeLaunch
 from tuner.nodes import follow
-sys.exit(follow(NodeLaunch(nnodes=2, node_rank=1, rdzv_endpoint=sys.argv[1]), 1, setup_timeout_s=30))
+sys.exit(follow(NodeLaunch(nnodes=2, node_rank=1, rdzv_endpoint=sys.argv[1]), 1, "train.py", setup_timeout_s=30))
 """
 
 

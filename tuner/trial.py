@@ -221,6 +221,7 @@ def run_trial(
     Raises:
         KeyboardInterrupt: after stopping the trial's processes.
         OSError: the work folder cannot be written.
+        tuner.nodes.NodeLost: a node of a multi-node job went away during the trial (after stopping it).
     """
     work_dir = Path(work_dir)
     spec = dataclasses.replace(spec, measure_steps=measure_steps_for(spec.measure_steps, loader_workers),
@@ -239,10 +240,9 @@ def run_trial(
     profile = spec.profile_steps if profile_steps is None else profile_steps
     launch = shared = None
     if spec.board is not None:  # tell the other nodes first: their ranks join this trial's rendezvous
-        from tuner.nodes import CONFIG, RECORDS
-
-        own = measure_args(spec, RECORDS, CONFIG if config_path else None, profile)
-        shared = spec.board.announce(own, Path(config_path).read_text() if config_path else None, spec.timeout_s)
+        shared = spec.board.announce(config.changes() if config_path else {}, warmup_steps=spec.warmup_steps,
+                                     measure_steps=spec.measure_steps, profile_steps=profile, seed=spec.seed,
+                                     timeout_s=spec.timeout_s)
         launch = spec.board.launch_args(shared)
     command = measure_command(spec, record_dir, config_path, profile, launch)
     if spec.board is not None:
@@ -294,6 +294,10 @@ def run_trial(
             if time.monotonic() - started > spec.timeout_s:
                 status, reason = "timeout", f"no result within the trial timeout of {seconds_text(spec.timeout_s)}"
                 break
+            gone = spec.board.lost() if spec.board is not None else None
+            if gone is not None:  # its ranks will never join: stop now, not at the timeout
+                status, reason = "lost", gone
+                break
             time.sleep(POLL_S)
     except Pruned:
         status, reason = "pruned", "clearly slower than the best trial so far"
@@ -307,6 +311,11 @@ def run_trial(
         if shared is not None:
             for line in spec.board.finished(shared):
                 print(f"perfscope: {safe(line)}", flush=True)
+    if status == "lost":
+        from tuner.nodes import NodeLost
+
+        raise NodeLost(f"{reason}; stopped the tuning: the finished trials are kept in the study, run the same "
+                       "command on every node to resume")
     if status is None and log.problem is not None:  # e.g. the disk filled while joining the log
         status, reason = "output", log.problem
     if unit == "steps/s":  # one rank or step without a batch size: count steps throughout

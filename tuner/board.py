@@ -1,0 +1,201 @@
+"""What crosses the multi-node tuning board: typed records, validated when read, signed.
+
+The board (:mod:`tuner.nodes`) is a ``torch.distributed.TCPStore`` that any process able to reach
+its port can read and write. It therefore carries *data only*: a follower builds every command
+from its own command line, and takes from the board a trial's number, its step counts, seed,
+timeout and configuration (the knobs' values, validated by the configuration's own schema).
+Nothing read from it is run, evaluated or parsed as anything but these records.
+
+Each value is ``v1.<mac>.<json>``: ``<mac>`` the HMAC-SHA256 (RFC 2104) of the store key and the
+JSON under the job's shared secret, or ``-`` where none is set. The key is inside the MAC, so a
+signed record cannot be moved to another key. A secret is required whenever the endpoint is not
+a loopback address (:func:`require_secret`); on loopback, unsigned records are accepted and
+still validated.
+
+The secret comes from ``$PERFSCOPE_BOARD_SECRET``, else from the file named by
+``$PERFSCOPE_BOARD_SECRET_FILE``, which must belong to the user and be readable by nobody else
+(the check ssh makes of a private key).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import os
+import socket
+import stat
+from typing import Annotated, Any, Literal, Union
+
+import msgspec
+
+from perfscope.errors import PerfscopeError
+
+SECRET_ENV = "PERFSCOPE_BOARD_SECRET"
+SECRET_FILE_ENV = "PERFSCOPE_BOARD_SECRET_FILE"
+MIN_SECRET_BYTES = 16  # 128 bits: below that a secret can be guessed
+MAX_RECORD_BYTES = 1 << 20  # a trial record is a few hundred bytes; anything this large is not ours
+VERSION = b"v1"
+
+_Count = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
+_Node = Annotated[int, msgspec.Meta(ge=1, le=4095)]
+
+
+class BoardError(PerfscopeError):
+    """A record on the board that is not node 0's (or a follower's): unsigned, mis-signed, or not
+    a record of this schema."""
+
+
+class Trial(msgspec.Struct, tag="trial", forbid_unknown_fields=True, frozen=True):
+    """Node 0's announcement of run ``k`` (a baseline, trial or confirmation round).
+
+    Attributes:
+        k: The run's number on the board (0, 1, ...); its rendezvous port follows from it.
+        config: The configuration's changes from the defaults (validated by
+            :func:`perfscope.runtime.config.config_from_dict` where it is used).
+        warmup_steps, measure_steps, profile_steps: The measurement's step counts.
+        seed: Seed of Python, NumPy and torch.
+        timeout_s: Wall-clock limit of the run (seconds).
+    """
+
+    k: _Count
+    config: dict[str, Any]
+    warmup_steps: _Count
+    measure_steps: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
+    profile_steps: _Count
+    seed: Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+    timeout_s: Annotated[float, msgspec.Meta(gt=0, le=7 * 86400.0)]
+
+
+class Stop(msgspec.Struct, tag="stop", forbid_unknown_fields=True, frozen=True):
+    """Node 0: there is no run ``k`` or later."""
+
+    k: _Count
+
+
+class Done(msgspec.Struct, tag="done", forbid_unknown_fields=True, frozen=True):
+    """A follower: its ranks of run ``k`` ended with ``status`` (an exit status or ``timeout``)."""
+
+    k: _Count
+    node: _Node
+    status: Union[int, Literal["timeout"]]
+
+
+class Stopped(msgspec.Struct, tag="stopped", forbid_unknown_fields=True, frozen=True):
+    """A follower has read node 0's stop."""
+
+    node: _Node
+
+
+class Alive(msgspec.Struct, tag="alive", forbid_unknown_fields=True, frozen=True):
+    """A follower's heartbeat: ``beat`` grows by one every :data:`tuner.nodes.HEARTBEAT_S`."""
+
+    node: _Node
+    beat: Annotated[int, msgspec.Meta(ge=0)]
+
+
+Record = Union[Trial, Stop, Done, Stopped, Alive]
+_decoder = msgspec.json.Decoder(Record)
+
+
+def _mac(secret: bytes, key: str, body: bytes) -> str:
+    return hmac.new(secret, key.encode() + b"\0" + body, hashlib.sha256).hexdigest()
+
+
+def encode(record: Record, key: str, secret: bytes | None) -> bytes:
+    """The store value of ``record`` under ``key`` (signed when ``secret`` is given)."""
+    body = msgspec.json.encode(record)
+    return b".".join((VERSION, (_mac(secret, key, body) if secret else "-").encode(), body))
+
+
+def decode(raw: bytes, key: str, secret: bytes | None) -> Record:
+    """The record stored under ``key``, checked.
+
+    Raises:
+        BoardError: too large, not of this format, unsigned where ``secret`` is set, signed where
+            it is not, a MAC that does not match, or a record of another schema.
+    """
+    if len(raw) > MAX_RECORD_BYTES:
+        raise BoardError(f"{key}: a value of {len(raw):,} bytes, not a record of perfscope's")
+    version, _, rest = raw.partition(b".")
+    mac, _, body = rest.partition(b".")
+    if version != VERSION or not mac:
+        raise BoardError(f"{key}: not a record of perfscope's tuning board")
+    if secret is None and mac != b"-":
+        raise BoardError(f"{key}: signed, but this node has no secret: set ${SECRET_ENV} (or ${SECRET_FILE_ENV}) "
+                         "to the job's secret on every node")
+    if secret is not None and (mac == b"-" or not hmac.compare_digest(mac, _mac(secret, key, body).encode())):
+        raise BoardError(f"{key}: {'unsigned' if mac == b'-' else 'signed with another secret'}; refusing it "
+                         "(is another process serving the board's port?)")
+    try:
+        return _decoder.decode(body)
+    except msgspec.DecodeError as e:
+        raise BoardError(f"{key}: not a record of perfscope's tuning board ({e})") from None
+
+
+def load_secret(environ=None) -> bytes | None:
+    """The job's shared secret: ``$PERFSCOPE_BOARD_SECRET``, else the contents of
+    ``$PERFSCOPE_BOARD_SECRET_FILE`` (surrounding whitespace dropped), else None.
+
+    Raises:
+        PerfscopeError: a secret shorter than :data:`MIN_SECRET_BYTES`; a file that cannot be
+            read, is not a regular file, is not the user's, or can be read or written by others.
+    """
+    env = os.environ if environ is None else environ
+    text = env.get(SECRET_ENV)
+    if text:
+        secret = text.strip().encode()
+        where = f"${SECRET_ENV}"
+    elif env.get(SECRET_FILE_ENV):
+        path = env[SECRET_FILE_ENV]
+        where = f"${SECRET_FILE_ENV} ({path})"
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError as e:
+            raise PerfscopeError(f"{where}: cannot be read: {e.strerror or e}") from None
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                raise PerfscopeError(f"{where}: not a regular file")
+            if info.st_uid != os.geteuid():
+                raise PerfscopeError(f"{where}: belongs to uid {info.st_uid}, not to this user; not used")
+            if info.st_mode & 0o077:
+                raise PerfscopeError(f"{where}: others may read or write it (mode {stat.S_IMODE(info.st_mode):o}); "
+                                     f"chmod 600 it")
+            secret = os.read(fd, MAX_RECORD_BYTES).strip()
+        finally:
+            os.close(fd)
+    else:
+        return None
+    if len(secret) < MIN_SECRET_BYTES:
+        raise PerfscopeError(f"{where}: the secret must be at least {MIN_SECRET_BYTES} bytes "
+                             "(e.g. python -c 'import secrets; print(secrets.token_hex(32))')")
+    return secret
+
+
+def is_loopback(host: str) -> bool:
+    """Whether every address ``host`` names is a loopback address (127.0.0.0/8, ::1); a name
+    that does not resolve is not."""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except OSError:
+        return False
+    return bool(infos) and all(ipaddress.ip_address(info[4][0].split("%")[0]).is_loopback for info in infos)
+
+
+def require_secret(host: str, endpoint: str, environ=None) -> bytes | None:
+    """The secret (:func:`load_secret`), required where the board is reachable from other machines.
+
+    Raises:
+        PerfscopeError: none is set and ``host`` is not a loopback address.
+    """
+    secret = load_secret(environ)
+    if secret is None and not is_loopback(host):
+        raise PerfscopeError(f"the tuning board at {endpoint} is reachable from other machines: set the same secret "
+                             f"on every node in ${SECRET_ENV}, or in a file of mode 600 named by ${SECRET_FILE_ENV} "
+                             "(docs/multinode.md)")
+    return secret
