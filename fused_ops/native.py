@@ -26,9 +26,12 @@ import hashlib
 import os
 import platform
 import shutil
+import signal
+import stat
 import subprocess
 import tempfile
 import threading
+import warnings
 from pathlib import Path
 
 import torch
@@ -37,7 +40,7 @@ SOURCE = Path(__file__).with_name("csrc") / "window_attention.cpp"
 HEADERS = (SOURCE.with_name("tiles.h"),)  # what SOURCE includes: part of the cache key
 # -fopenmp: the kernel runs on the OpenMP runtime PyTorch loaded (see parallel() in the source).
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "-fopenmp", "-fno-math-errno")
-BUILD_TIMEOUT_S = 180
+BUILD_TIMEOUT_S = 120  # about 2 s on an idle machine, 20 s at a load of 15 on 2 cores
 
 _lock = threading.Lock()
 _state: dict = {}
@@ -70,31 +73,136 @@ def cache_dir() -> Path:
     return Path(root) / "native"
 
 
-def _build(cxx: str) -> Path:
-    version = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
+class Untrusted(RuntimeError):
+    """A cache folder or library that another user could have written: never loaded."""
+
+
+def _trusted(path: Path, kind: str) -> None:
+    """Refuse ``path`` unless nobody but this user could have written it: the checks ssh makes of
+    ``~/.ssh`` and pip of its cache. ``kind``: ``library`` and ``cache folder`` must be this
+    user's; a ``folder above`` them may also be root's, and may be writable by others when its
+    sticky bit is set (``/tmp``: others cannot rename what is in it).
+
+    Raises:
+        Untrusted: naming the path and why.
+    """
+    info = os.lstat(path)
+    is_folder = kind != "library"
+    if stat.S_ISLNK(info.st_mode) and kind != "folder above":
+        raise Untrusted(f"{kind} {path} is a symbolic link")
+    if stat.S_ISLNK(info.st_mode):
+        info = os.stat(path)
+    if stat.S_ISDIR(info.st_mode) != is_folder:
+        raise Untrusted(f"{kind} {path} is not a {'folder' if is_folder else 'regular file'}")
+    owners = (os.geteuid(), 0) if kind == "folder above" else (os.geteuid(),)
+    if info.st_uid not in owners:
+        raise Untrusted(f"{kind} {path} belongs to uid {info.st_uid}, not to this user")
+    sticky = kind == "folder above" and info.st_mode & stat.S_ISVTX
+    if info.st_mode & 0o022 and not sticky:
+        raise Untrusted(f"{kind} {path} may be written by others (mode {stat.S_IMODE(info.st_mode):o})")
+
+
+def _check_chain(library: Path) -> None:
+    """Every folder above the library, its cache folder, and the library (:func:`_trusted`).
+
+    Raises:
+        Untrusted: the first that fails.
+    """
+    # from the root down, so that the line names the cause: the folders on the way as named (a
+    # link among them could be replaced) and as they resolve
+    for above in dict.fromkeys([*library.parent.absolute().parents, *library.parent.resolve().parents]):
+        _trusted(above, "folder above")
+    _trusted(library.parent, "cache folder")
+    _trusted(library.parent.resolve(), "cache folder")
+    _trusted(library, "library")
+
+
+def _make_cache_dir() -> Path:
+    """:func:`cache_dir`, each folder it creates of mode 0700 (whatever the umask)."""
+    folder = cache_dir()
+    missing = []
+    for path in (folder, *folder.parents):
+        if path.exists():
+            break
+        missing.append(path)
+    for path in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            path.mkdir(mode=0o700)
+            os.chmod(path, 0o700)
+    return folder
+
+
+def _run(command: list[str], timeout_s: float) -> subprocess.CompletedProcess:
+    """``command`` in a process group of its own; on timeout the whole group is killed (a
+    compiler's children too) before :class:`subprocess.TimeoutExpired` is raised."""
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout_s)
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
+
+
+def _open(path: str) -> ctypes.CDLL:
+    """The library at ``path`` with its entry points typed.
+
+    Raises:
+        OSError: it does not load; AttributeError: an entry point is missing.
+    """
+    lib = ctypes.CDLL(path)
+    i64, i32, f32, ptr = ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_void_p
+    for suffix in ("", "_bf16"):
+        fwd, bwd = getattr(lib, "wa_forward" + suffix), getattr(lib, "wa_backward" + suffix)
+        fwd.argtypes = [ptr, ptr, ptr, ptr, ptr, ptr, i64, i32, i32, i32, i32, f32, ptr, ptr, i32]
+        bwd.argtypes = [ptr, ptr, ptr, ptr, ptr, ptr, i64, i32, i32, i32, f32, ptr, ptr, ptr, ptr, i32]
+        fwd.restype = bwd.restype = i32
+    return lib
+
+
+def _target(cxx: str) -> Path:
+    version = _run([cxx, "--version"], 30).stdout
     sources = [path.read_text() for path in (SOURCE, *HEADERS)]
     key = hashlib.sha256("\0".join([*sources, " ".join(FLAGS), version, _cpu_identity()]).encode())
-    target = cache_dir() / f"window_attention-{key.hexdigest()[:16]}.so"
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=target.stem + ".", suffix=".tmp.so", dir=target.parent)
+    return cache_dir() / f"window_attention-{key.hexdigest()[:16]}.so"
+
+
+def _build(cxx: str, target: Path) -> None:
+    """Compile into a private temporary file beside ``target``, load it and find its entry points,
+    then rename it into place: a library that does not load is never cached.
+
+    Raises:
+        RuntimeError: the compiler failed or its output does not load.
+        subprocess.TimeoutExpired: it ran past :data:`BUILD_TIMEOUT_S` (its process group killed).
+    """
+    fd, tmp = tempfile.mkstemp(prefix=target.stem + ".", suffix=".tmp.so", dir=target.parent)  # mode 0600
     os.close(fd)
     try:
-        done = subprocess.run([cxx, *FLAGS, str(SOURCE), "-o", tmp], capture_output=True, text=True,
-                              timeout=BUILD_TIMEOUT_S, check=False)
+        done = _run([cxx, *FLAGS, str(SOURCE), "-o", tmp], BUILD_TIMEOUT_S)
         if done.returncode:
             lines = (done.stderr or done.stdout).strip().splitlines()
             raise RuntimeError(f"{Path(cxx).name} failed: {lines[-1] if lines else f'exit {done.returncode}'}")
+        os.chmod(tmp, 0o700)  # the linker wrote a file of its own, with the umask's mode
+        try:
+            _open(tmp)
+        except (OSError, AttributeError) as e:
+            raise RuntimeError(f"{Path(cxx).name} made a library that does not load: {_first_line(e)}") from None
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    return target
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0] if text else type(e).__name__
 
 
 def _load() -> ctypes.CDLL | None:
-    if os.environ.get("PERFSCOPE_NATIVE", "1").strip() in ("0", "false", "no", "off"):
+    if os.environ.get("PERFSCOPE_NATIVE", "1").strip().lower() in ("0", "false", "no", "off"):
         _state["status"] = "off (PERFSCOPE_NATIVE=0)"
         return None
     cxx = _compiler()
@@ -102,16 +210,30 @@ def _load() -> ctypes.CDLL | None:
         _state["status"] = "no C++ compiler ($CXX, g++ or c++) on PATH"
         return None
     try:
-        lib = ctypes.CDLL(str(_build(cxx)))
-    except (OSError, RuntimeError, subprocess.SubprocessError) as e:
-        _state["status"] = f"not built: {e}"
+        _make_cache_dir()
+        target = _target(cxx)
+        for attempt in (1, 2):
+            if not target.exists():
+                _build(cxx, target)
+            _check_chain(target)
+            try:
+                lib = _open(str(target))
+                break
+            except (OSError, AttributeError) as e:
+                if attempt == 2:
+                    raise RuntimeError(f"the built library does not load: {_first_line(e)}") from None
+                target.unlink()  # ours (checked above) but broken: built again once
+    except Untrusted as e:
+        _state["status"] = f"not loaded: {e}"
+        warnings.warn(f"fused_ops: the native kernel is not loaded: {e}; the ATen formulation runs instead",
+                      stacklevel=3)
         return None
-    i64, i32, f32, ptr = ctypes.c_int64, ctypes.c_int, ctypes.c_float, ctypes.c_void_p
-    for suffix in ("", "_bf16"):
-        fwd, bwd = getattr(lib, "wa_forward" + suffix), getattr(lib, "wa_backward" + suffix)
-        fwd.argtypes = [ptr, ptr, ptr, ptr, ptr, ptr, i64, i32, i32, i32, i32, f32, ptr, ptr, i32]
-        bwd.argtypes = [ptr, ptr, ptr, ptr, ptr, ptr, i64, i32, i32, i32, f32, ptr, ptr, ptr, ptr, i32]
-        fwd.restype = bwd.restype = i32
+    except subprocess.TimeoutExpired:
+        _state["status"] = f"not built: the compiler ran past {BUILD_TIMEOUT_S} s (stopped)"
+        return None
+    except (OSError, RuntimeError, subprocess.SubprocessError) as e:
+        _state["status"] = f"not built: {_first_line(e)}"
+        return None
     _state["status"] = "built"
     return lib
 
