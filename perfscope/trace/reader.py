@@ -9,7 +9,6 @@ for each; anything else is a clear error naming the line and column.
 from __future__ import annotations
 
 import gc
-import gzip
 import re
 import zlib
 from collections.abc import Iterator
@@ -20,6 +19,7 @@ from pathlib import Path
 from perfscope.errors import TraceFormatError
 from perfscope.trace.decode import decode_json
 from perfscope.trace.quality import NOT_READ, TRUNCATED, DataQuality, QualityEntry
+from perfscope.trace.stream import TraceTooLarge, inflation_limit
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 # perfscope's own outputs, found when a whole output directory is analyzed again.
@@ -122,18 +122,29 @@ def _read_bytes(path: Path) -> tuple[bytes, QualityEntry | None]:
     raw = path.read_bytes()
     if not raw.startswith(b"\x1f\x8b"):
         return raw, None
-    try:
-        return gzip.decompress(raw), None
-    except (EOFError, OSError, zlib.error):
+    limit = inflation_limit(len(raw))
+    d = zlib.decompressobj(zlib.MAX_WBITS | 16)
+    try:  # one whole member, nothing after it: the common case, in one call
+        text = d.decompress(raw, limit + 1)
+        if len(text) > limit:
+            raise TraceTooLarge(path, len(raw))
+        if d.eof and not d.unused_data:
+            return text, None
+    except zlib.error:
         pass
-    # A cut or corrupt stream, or bytes after it: keep what decompresses, say what did not.
+    del d
+    # Several members, a cut or corrupt stream, or bytes after it: keep what decompresses, say
+    # what did not.
     out: list[bytes] = []
-    rest = raw
+    rest, total = raw, 0
     while rest.startswith(b"\x1f\x8b"):  # one gzip member after the other
         d = zlib.decompressobj(zlib.MAX_WBITS | 16)
         for at in range(0, len(rest), _GZIP_CHUNK):
             try:
-                out.append(d.decompress(rest[at : at + _GZIP_CHUNK]))
+                out.append(d.decompress(rest[at : at + _GZIP_CHUNK], limit + 1 - total))
+                total += len(out[-1])
+                if total > limit:
+                    raise TraceTooLarge(path, len(raw))
             except zlib.error as e:
                 if not any(out):
                     raise TraceFormatError(f"{path}: corrupt gzip data ({e})") from None

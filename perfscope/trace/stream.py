@@ -16,6 +16,7 @@ a trace, an array that never closes, a header that is not strict JSON -- raises
 
 from __future__ import annotations
 
+import os
 import queue
 import re
 import threading
@@ -24,6 +25,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
+
+from perfscope.errors import TraceFormatError
 
 BATCH_BYTES = 4 << 20  # a batch's text: big enough that the per-batch cost is noise, small next to the columns
 CHUNK_BYTES = 1 << 20  # read from the file at a time
@@ -38,6 +41,27 @@ END = re.compile(rb"\}" + _WS + rb"(?P<end>\])")
 _SPACE = b" \t\r\n"
 _MARKER = b'"\\u0000perfscope: the events streamed"'
 _NOT_SPACE = re.compile(rb"[^ \t\r\n]")
+
+
+# Text bytes per gzip byte past which a file is refused: the real traces in ../shared/traces
+# inflate 9-28x, gzip itself at most about 1032x (a run of one byte); a file is judged only past
+# MIN_JUDGED_BYTES of text, so a small file of any ratio is read.
+MAX_INFLATION = 200
+MIN_JUDGED_BYTES = 256 << 20
+
+
+def inflation_limit(file_bytes: int) -> int:
+    """The most text bytes a gzip file of ``file_bytes`` may hold (:data:`MAX_INFLATION`)."""
+    return max(MIN_JUDGED_BYTES, MAX_INFLATION * file_bytes)
+
+
+class TraceTooLarge(TraceFormatError):
+    """A gzip file that inflates past :func:`inflation_limit`: no trace compresses that well."""
+
+    def __init__(self, path, file_bytes: int) -> None:
+        super().__init__(f"{path}: too large: its {file_bytes:,} bytes of gzip inflate past "
+                         f"{inflation_limit(file_bytes) >> 20:,} MiB of text ({MAX_INFLATION}x), which no trace does; "
+                         "not read")
 
 
 class NotStreamable(Exception):
@@ -136,12 +160,16 @@ def _pieces(path: Path, size: int) -> Iterator[tuple[bytes, int]]:
             yield b"", f.tell()
             return
         d = zlib.decompressobj(zlib.MAX_WBITS | 16)
+        limit, text = inflation_limit(os.fstat(f.fileno()).st_size), 0
         while True:
             while data:
                 try:
                     out = d.decompress(data, PIECE_BYTES)
                 except zlib.error:
                     raise NotStreamable("corrupt gzip data") from None
+                text += len(out)
+                if text > limit:
+                    raise TraceTooLarge(path, os.fstat(f.fileno()).st_size)
                 if out:
                     yield out, f.tell()
                 if d.eof:  # what follows the member is in unused_data (unconsumed_tail may be stale)
@@ -199,8 +227,13 @@ class Cutter:
         return True
 
     def _after_space(self) -> int:
-        """Offset in the buffer of the first non-space byte at or after the span start."""
+        """Offset in the buffer of the first non-space byte at or after the span start. A run of
+        whitespace is searched once and dropped as it is read (what lies before the span start
+        was handed out or copied): linear time and flat memory in the run's length."""
         while (m := _NOT_SPACE.search(self._buf, self._pos)) is None:
+            self._base += len(self._buf)
+            self._buf.clear()
+            self._pos = 0
             if not self._fill():
                 return len(self._buf)
         return m.start()
