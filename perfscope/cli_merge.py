@@ -22,6 +22,8 @@ def add_merge_parser(sub) -> None:
     )
     m.add_argument("paths", nargs="+", metavar="PATH", help="output directory, traces folder, or trace files")
     m.add_argument("--out", type=out_path, default=None, metavar="FILE", help="the merged file to write")
+    m.add_argument("--force", action="store_true",
+                   help="replace --out even when it is not a view perfscope merge wrote")
 
 
 def _node_offsets(folder: Path) -> dict[int, float]:
@@ -60,6 +62,20 @@ def _recorded_traces(out_dir: Path) -> list[Path]:
     return found
 
 
+def _is_merged_view(path: Path) -> bool:
+    """Whether ``path`` is a file ``perfscope merge`` wrote (its header key), which it may replace."""
+    from perfscope.errors import TraceFormatError
+    from perfscope.trace.header import MERGED_KEY
+    from perfscope.trace.merge import load_trace
+
+    if not path.is_file():
+        return False
+    try:
+        return load_trace(path).get(MERGED_KEY) is not None
+    except (TraceFormatError, OSError, AttributeError):
+        return False
+
+
 def run(args) -> int:
     """Merge, write, say what was done; 0 on success."""
     from perfscope.outputs import checked_output_file
@@ -82,8 +98,11 @@ def run(args) -> int:
         raise PerfscopeError("no trace files to merge")
     folder = files[0].parent
     out = checked_output_file(args.out if args.out is not None else folder / MERGED_NAME, "--out", files)
-    merged, lines = merge_traces(files, _node_offsets(folder))
     replaced = out.exists()
+    if replaced and not args.force and not _is_merged_view(out):
+        raise PerfscopeError(f"--out {safe(out)}: exists and is not a view perfscope merge wrote; not replaced "
+                             "(give --force to replace it)")
+    merged, lines = merge_traces(files, _node_offsets(folder))
     written = write_merged(merged, out)
     for line in lines:
         print(safe(line))

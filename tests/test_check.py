@@ -139,9 +139,16 @@ def test_cli_refuses_the_same_run_twice(tmp_path):
         assert "are the same run" in r.stderr
 
 
-def test_a_baseline_of_zero_step_time_cannot_be_compared():
-    with pytest.raises(CheckInputError, match="step time is 0"):
+def test_steps_of_zero_time_on_either_side_cannot_be_compared(tmp_path):
+    with pytest.raises(CheckInputError, match="the baseline has 10 counted step"):
         compare(summary([0.0] * 10), summary([40] * 10))
+    with pytest.raises(CheckInputError, match=r"the run has 10 counted step\(s\) that took no time \(0 µs\)"):
+        compare(summary([40] * 10), summary([0.0] * 10))  # passed as 100% faster before
+    base = _write(tmp_path / "base.json", summary(noisy(20, 40, 1)))
+    zero = _write(tmp_path / "zero.json", summary([0.0] * 20))
+    r = run_cli(tmp_path, "check", zero, "--baseline", base)
+    assert_one_line_error(r)
+    assert r.returncode == 2 and "took no time" in r.stderr and "result:" not in r.stdout
 
 
 def test_junit_holds_any_name_as_well_formed_xml(tmp_path):

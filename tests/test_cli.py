@@ -122,3 +122,25 @@ def test_every_commands_help_says_what_it_writes_and_points_to_the_docs(capsys):
         main(["--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert "io-bound" in out and "compute-bound" in out and "docs/metrics.md" in out
+
+
+def test_merge_replaces_only_its_own_view_unless_forced(tmp_path):
+    from test_bad_input import assert_one_line_error, good_trace
+
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    for rank in (0, 1):
+        good_trace(traces / f"rank{rank}.json", rank=rank)
+    other = tmp_path / "other_run" / "summary.json"
+    other.parent.mkdir()
+    other.write_text('{"mode": "cpu"}')
+    r = run_cli(tmp_path, "merge", traces, "--out", other)
+    assert_one_line_error(r)
+    assert "is not a view perfscope merge wrote; not replaced (give --force" in r.stderr
+    assert other.read_text() == '{"mode": "cpu"}'  # another run's summary kept
+    view = tmp_path / "view.json.gz"
+    assert run_cli(tmp_path, "merge", traces, "--out", view).returncode == 0
+    r = run_cli(tmp_path, "merge", traces, "--out", view)  # its own view: replaced as before
+    assert r.returncode == 0 and "replaced" in r.stdout, r.stderr
+    r = run_cli(tmp_path, "merge", traces, "--out", other, "--force")
+    assert r.returncode == 0 and other.read_bytes()[:2] == b"\x1f\x8b", r.stderr

@@ -79,3 +79,19 @@ def test_describe_storage_hides_passwords(tmp_path):
     assert describe_storage("postgresql://h/db") == "postgresql://h/db"
     assert describe_storage("journal:/tmp/x.log") == "journal:/tmp/x.log"
     assert describe_storage(None, tmp_path) == f"sqlite:///{tmp_path.absolute() / 'study.db'}"
+
+
+@pytest.mark.parametrize("url, shown, secret", [
+    ("postgresql://u:pa ss\tword@h:5432/db", "postgresql://u:***@h:5432/db", "pa ss\tword"),  # \S* stopped at the space
+    ("postgresql://u:x@h/db?sslpassword=key pass&sslmode=require",
+     "postgresql://u:***@h/db?sslpassword=***&sslmode=require", "key pass"),
+    ("postgresql://u@h/db?sslpassword=a%20b", "postgresql://u@h/db?sslpassword=***", "a b"),
+    ("postgresql://u:p@h/pdb?application_name=p", "postgresql://u:***@h/pdb?application_name=p", None),  # only where it is
+])
+def test_every_password_the_url_parser_finds_is_masked_whole(url, shown, secret):
+    from tuner.storage_text import scrub, url_secrets
+
+    assert describe_storage(url) == shown
+    if secret is not None:  # a driver's message quoting the password, decoded
+        said = f"connection failed for user u with {secret!s}: authentication failed"
+        assert secret not in scrub(said, url_secrets(url))

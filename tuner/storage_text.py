@@ -1,6 +1,6 @@
 """What a storage URL and a storage error may say: passwords replaced by ``***``, one line.
 
-A study URL (``postgresql://user:PASS@host/db``, ``...?password=PASS``) is printed, written to
+A study URL (``postgresql://user:PASS@host/db``, ``...?password=PASS``, ``...?sslpassword=PASS``) is printed, written to
 ``tune.json`` and quoted in error messages; a database driver's own message can quote it too. These
 functions keep every spelling of the password (as given, URL-decoded, URL-encoded) out of them.
 """
@@ -8,30 +8,64 @@ functions keep every spelling of the password (as given, URL-decoded, URL-encode
 from __future__ import annotations
 
 import re
-from urllib.parse import quote, unquote
+from urllib.parse import quote, quote_plus, unquote, unquote_plus
 
 import sqlalchemy
 import sqlalchemy.exc
 
-from perfscope.redact import redact
+from perfscope.redact import MASK, redact
 
-# password=, passwd= and pwd= query parameters, the spellings libpq and MySQL drivers accept.
-_PASSWORD_QUERY = re.compile(r"(?i)([?&](?:password|passwd|pwd)=)([^&#]*)")
+# Query parameters that hold a secret: password=, passwd=, pwd= (libpq, MySQL drivers),
+# sslpassword= (libpq's client key), and anything named a secret or token.
+_SECRET_KEY = re.compile(r"(?i)pass|pwd|secret|token")
 
 
 def mask_password(url: str) -> str:
-    """``url`` with the password of ``USER:PASS@`` and of a ``password=`` parameter as ``***``
-    (also in a mistyped URL, ``postgresql//USER:PASS@HOST``: :func:`perfscope.redact.redact`)."""
-    return redact(url)
+    """``url`` with every password in it as ``***``: the userinfo's and every password-like query
+    parameter's, found by parsing the URL (so a password with spaces, tabs or quotes is masked
+    whole), then whatever :func:`perfscope.redact.redact` finds in text that does not parse
+    (``postgresql//USER:PASS@HOST``)."""
+    try:
+        parsed = sqlalchemy.engine.make_url(url)
+    except (sqlalchemy.exc.ArgumentError, ValueError, TypeError):
+        return redact(url)
+    masked = url
+    # where the parser found them: USER:PASS@ and KEY=VALUE, each in the spellings it may have
+    if parsed.password:
+        for spelling in _spellings(str(parsed.password)):
+            masked = masked.replace(f"{parsed.username or ''}:{spelling}@", f"{parsed.username or ''}:{MASK}@")
+    for key, value in parsed.query.items():
+        if _SECRET_KEY.search(key):
+            for one in [value] if isinstance(value, str) else value:
+                for spelling in _spellings(one):
+                    masked = masked.replace(f"{key}={spelling}", f"{key}={MASK}")
+    return redact(masked)
+
+
+def url_secrets(url: str | None) -> list[str]:
+    """:func:`secrets_of` a URL as given (none where it does not parse as a database URL)."""
+    try:
+        return secrets_of(url, sqlalchemy.engine.make_url(url)) if url else []
+    except (sqlalchemy.exc.ArgumentError, ValueError, TypeError):
+        return []
 
 
 def secrets_of(url: str, parsed: sqlalchemy.engine.URL) -> list[str]:
-    """Every spelling of the URL's passwords, longest first, to scrub them from a driver's message."""
+    """Every spelling (as given, URL-decoded, URL-encoded with ``%20`` or ``+``) of the URL's
+    passwords, longest first, to scrub them from text that quotes it (a driver's message)."""
     values = [parsed.password] if parsed.password else []
-    values += [m.group(2) for m in _PASSWORD_QUERY.finditer(url) if m.group(2)]
+    for key, value in parsed.query.items():
+        if _SECRET_KEY.search(key):
+            values += [value] if isinstance(value, str) else list(value)
     spelled = set()
     for value in map(str, values):
-        spelled |= {value, unquote(value), quote(value, safe="")}
+        spelled |= set(_spellings(value))
+    return sorted(spelled, key=len, reverse=True)
+
+
+def _spellings(value: str) -> list[str]:
+    """``value`` as given, URL-decoded, and URL-encoded with ``%20`` or ``+``, longest first."""
+    spelled = {value, unquote(value), unquote_plus(value), quote(value, safe=""), quote_plus(value, safe="")}
     return sorted((s for s in spelled if s), key=len, reverse=True)
 
 

@@ -16,7 +16,6 @@ import optuna
 import sqlalchemy.exc
 
 from perfscope.errors import PerfscopeError
-from perfscope.redact import redact
 from perfscope.runtime.config import config_from_dict
 from perfscope.text import safe
 from tuner import record as tune_record
@@ -29,6 +28,7 @@ from tuner.pruner import SlowerThanBestPruner
 from tuner.results import RunOutputs
 from tuner.space import build_space, rule_based_guess
 from tuner.storage import StorageError, describe_storage, open_storage
+from tuner.storage_text import scrub, url_secrets
 from tuner.study import (
     CATCH as STUDY_CATCH,
     SPACE_ATTR,
@@ -77,7 +77,8 @@ def _storage_failures(options: TuneOptions):
     except (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError) as e:
         shown = describe_storage(options.storage, options.out_dir)
         reason = str(getattr(e, "orig", None) or e).strip().splitlines()
-        raise StorageError(f"the study storage {shown} failed: {redact(reason[0] if reason else type(e).__name__)}; "
+        raise StorageError(f"the study storage {shown} failed: "
+                           f"{scrub(reason[0] if reason else type(e).__name__, url_secrets(options.storage))}; "
                            "the finished trials are kept in it: run the same command again to resume") from None
 
 

@@ -83,9 +83,14 @@ def _check_inputs(baselines: list[dict], runs: list[dict], max_regression: float
                               "times do not compare")
     for name, side in (("baseline", baselines), ("run", runs)):
         for k, s in enumerate(side):
-            n = len(step_sample(s))
+            sample = step_sample(s)
+            n = len(sample)
+            which = f"the {name}" + (f" #{k + 1}" if len(side) > 1 else "")
+            impossible = sum(1 for t in sample if not t > 0)
+            if impossible:  # a step takes time: a summary that says otherwise was not measured
+                raise CheckInputError(f"{which} has {impossible} counted step(s) that took no time (0 µs), which no "
+                                      "run does: not compared (was its summary edited or made by hand?)")
             if n < MIN_STEPS:
-                which = f"the {name}" + (f" #{k + 1}" if len(side) > 1 else "")
                 raise CheckInputError(f"{which} has {n} counted step(s){_why_left_out(s)}; the test needs at least "
                                       f"{MIN_STEPS} in each run (profile more steps: perfscope profile --active N)")
 
@@ -108,8 +113,8 @@ def compare(baseline, run, *, max_regression: float = DEFAULT_MAX_REGRESSION, al
         alpha: The test's significance level, a fraction.
 
     Raises:
-        CheckInputError: The runs are of different modes (GPU and CPU-only), a side is empty, the
-            baseline's step time is 0, or
+        CheckInputError: The runs are of different modes (GPU and CPU-only), a side is empty, a
+            counted step of either side took 0 µs, or
             a run has fewer than :data:`~perfscope.check.stats.MIN_STEPS` counted steps (steps on
             a contended host are not counted: the message says so).
     """

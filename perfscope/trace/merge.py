@@ -32,7 +32,12 @@ PID_STRIDE = 1_000_000
 _FLOW = frozenset({"s", "t", "f"})
 
 
-def _load(path: Path) -> dict:
+def load_trace(path: Path) -> dict:
+    """One trace file as its JSON object (gunzipped when gzip).
+
+    Raises:
+        TraceFormatError: not readable JSON, or no ``traceEvents`` array.
+    """
     raw = path.read_bytes()
     try:
         data = orjson.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
@@ -63,7 +68,7 @@ def merge_traces(files: list[Path], node_offsets_us: dict[int, float] | None = N
     """
     loaded, lines = [], []
     for f in files:
-        data = _load(f)
+        data = load_trace(f)
         if data.get(MERGED_KEY) is not None:  # an earlier merge's view, whatever its name
             lines.append(f"left out {f.name}: a view merged earlier, not a rank's trace")
             continue
