@@ -17,16 +17,20 @@ tuner's choice between them) can only be shown across nodes. :class:`EmulatedClu
 
 Everything is removed when the ``with`` block ends, also on an error or Ctrl-C: processes started
 through :meth:`EmulatedCluster.popen` / :meth:`EmulatedCluster.run` are killed with their process
-groups, then the namespaces are deleted (which deletes their interfaces). :func:`remove_stale`
-removes what a killed run left.
+groups, then the namespaces are deleted (which deletes their interfaces). If the process that
+built the cluster is killed outright, a sweeper it started first (in a session of its own, reading
+a pipe from it) sees the pipe close and does the same. :func:`remove_stale` removes what was left
+otherwise, matching only the names a cluster makes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Sequence
 
@@ -91,14 +95,21 @@ def namespaces(prefix: str = PREFIX) -> list[str]:
     return [n for n in names if n.startswith(prefix + "-")]
 
 
+def _made_by(ns: str, prefix: str) -> int | None:
+    """The pid of the cluster that made ``ns``, where ``ns`` is a name :class:`EmulatedCluster`
+    makes (``<prefix>-<pid>-<net>-n<i>`` or ``...-sw``); None for any other name."""
+    m = re.fullmatch(re.escape(prefix) + r"-([1-9]\d{0,9})-([1-9]\d{0,2})-(?:n\d{1,3}|sw)", ns)
+    return int(m.group(1)) if m else None
+
+
 def remove_stale(prefix: str = PREFIX) -> list[str]:
-    """Delete the namespaces a killed run left: names starting with ``prefix-`` whose creating
-    process (the pid in the name) is gone. Returns the names deleted."""
+    """Delete the namespaces a killed run left: names of the form :class:`EmulatedCluster` makes
+    whose creating process (the pid in the name) is gone; any other name is left alone. Returns
+    the names deleted."""
     removed = []
     for ns in namespaces(prefix):
-        parts = ns.split("-")
-        pid = int(parts[1]) if len(parts) > 2 and parts[1].isdigit() else 0
-        if pid and _alive(pid):
+        pid = _made_by(ns, prefix)
+        if pid is None or _alive(pid):
             continue
         _kill_namespace_processes(ns)
         _ip("netns", "del", ns, check=False)
@@ -154,12 +165,18 @@ class EmulatedCluster:
         self.addresses = [f"10.{net}.0.{i + 1}" for i in range(nodes)]
         self._procs: list[subprocess.Popen] = []
         self._made: list[str] = []  # the namespaces this cluster created: only these are removed
+        self._sweeper: subprocess.Popen | None = None
 
     # --- building and tearing down -----------------------------------------------------------
 
     def __enter__(self) -> EmulatedCluster:
         if os.geteuid() != 0:
             raise ClusterError("an emulated cluster needs root (network namespaces, veth, tc)")
+        # Started first, in a session of its own: if this process is killed outright (SIGKILL, the
+        # OOM killer), its end of the pipe closes and the sweeper removes the cluster.
+        self._sweeper = subprocess.Popen([sys.executable, "-c", _SWEEPER, *self.names, self.switch],
+                                         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                         start_new_session=True, close_fds=True)
         try:
             self._build()
         except BaseException:
@@ -232,6 +249,13 @@ class EmulatedCluster:
                 _kill_namespace_processes(ns)
                 _ip("netns", "del", ns, check=False)
         self._made.clear()
+        if self._sweeper is not None:  # removed here: the sweeper has nothing left to do
+            try:
+                self._sweeper.communicate(b"done", timeout=10)
+            except (subprocess.TimeoutExpired, OSError):
+                self._sweeper.kill()
+                self._sweeper.wait()
+            self._sweeper = None
 
     # --- running in it ------------------------------------------------------------------------
 
@@ -309,6 +333,23 @@ class EmulatedCluster:
                     err.close()
         return results
 
+
+# Removes a cluster whose maker died: waits for its stdin to close; unless the maker said "done"
+# first, kills every process in the named namespaces (twice: one may have forked meanwhile) and
+# deletes them. Only subprocess and os: nothing of perfscope's is imported into it.
+_SWEEPER = """
+import os, signal, subprocess, sys
+if sys.stdin.buffer.read().strip() != b"done":
+    for ns in sys.argv[1:]:
+        for _ in range(2):
+            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+"""
 
 # The two ends of EmulatedCluster.tcp_throughput, run inside the nodes.
 _RECEIVER = """

@@ -45,11 +45,44 @@ def test_a_failure_while_building_leaves_nothing(monkeypatch):
     assert emulate.namespaces() == []
 
 
-def test_what_a_killed_run_left_is_removed():
+def test_what_a_killed_run_left_is_removed_and_nothing_else():
     dead = 2**22 + 12345  # above any pid this machine hands out (pid_max is at most 2**22)
     name = f"{emulate.PREFIX}-{dead}-9-n0"
-    subprocess.run(["ip", "netns", "add", name], check=True)
-    assert emulate.remove_stale() == [name]
+    others = [f"{emulate.PREFIX}-lab", f"{emulate.PREFIX}-{dead}-9-mine", f"{emulate.PREFIX}-x-{dead}-sw"]
+    for ns in (name, *others):
+        subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        assert emulate.remove_stale() == [name]
+        assert sorted(emulate.namespaces()) == sorted(others)  # not names a cluster makes: not ours to delete
+    finally:
+        for ns in others:
+            subprocess.run(["ip", "netns", "del", ns], check=False)
+
+
+def test_a_cluster_whose_maker_is_killed_outright_is_removed_with_its_processes():
+    import os
+    import signal
+    import time
+    import uuid
+
+    tag = str(uuid.uuid4().int % 10**6 + 10**6)  # a sleep nobody else runs
+    maker = subprocess.Popen([sys.executable, "-m", "perfscope.emulate", "--nodes", "2", "--net", "93", "--",
+                              "sleep", tag], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    mine = [f"{emulate.PREFIX}-{maker.pid}-93-{n}" for n in ("n0", "n1", "sw")]
+
+    def sleepers():
+        return subprocess.run(["pgrep", "-f", f"^sleep {tag}$"], capture_output=True, text=True).stdout.split()
+
+    deadline = time.monotonic() + 120
+    while len(sleepers()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert len(sleepers()) == 2 and set(mine) <= set(emulate.namespaces()), (sleepers(), emulate.namespaces())
+    os.kill(maker.pid, signal.SIGKILL)
+    maker.wait()
+    deadline = time.monotonic() + 60
+    while (sleepers() or set(mine) & set(emulate.namespaces())) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert sleepers() == [] and not set(mine) & set(emulate.namespaces()), (sleepers(), emulate.namespaces())
 
 
 def test_the_link_between_nodes_is_shaped():
