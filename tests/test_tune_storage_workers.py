@@ -201,6 +201,47 @@ study.optimize(objective, n_trials=1)
 GRACE_S = 3
 
 
+def _killed_worker(url, tmp_path, name, out) -> float:
+    """A worker killed inside its trial; returns when (monotonic)."""
+    script = tmp_path / "hang.py"
+    script.write_text(HANGING_WORKER.replace("GRACE", str(GRACE_S)))
+    started = tmp_path / "started"
+    proc = subprocess.Popen(
+        [sys.executable, str(script), url or "-", name, str(out), str(started)],
+        cwd=tmp_path, env=worker_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        deadline = time.monotonic() + WORKER_TIMEOUT_S
+        while not started.exists():
+            assert proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline, "the worker never started its trial"
+            time.sleep(0.05)
+        time.sleep(0.2)  # past the trial's first heartbeat
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate()
+    return time.monotonic()
+
+
+@pytest.mark.parametrize("kind", ["default", "postgresql"])
+def test_a_worker_ending_inside_a_dead_workers_grace_fails_its_trial(kind, tmp_path, request):
+    # The other worker ends its search right after the kill, well inside the grace period: its
+    # last check found nothing stale, and the trial stayed RUNNING with no worker left.
+    from tuner.study import TuningStudy
+
+    url = storage_url(kind, tmp_path, request)
+    out, name = tmp_path / "out", study_name()
+    _killed_worker(url, tmp_path, name, out)
+    storage = open_storage(url, out, heartbeat_interval=1, grace_period=GRACE_S)
+    study = optuna.load_study(storage=storage, study_name=name)
+    session = TuningStudy(study, None, tmp_path / "trials")
+    said = []
+    failed = session.settle_running_trials(say=said.append)
+    assert [t.state for t in study.trials][:1] == [TrialState.FAIL]
+    assert failed == [0] and study.trials[0].user_attrs["failure"]["kind"] == "lost"
+    assert said and "waiting up to 4 s" in said[0]
+
+
 @pytest.mark.parametrize("kind", ["default", "postgresql"])
 def test_killed_workers_trial_is_failed_and_queued_again(kind, tmp_path, request):
     url = storage_url(kind, tmp_path, request)

@@ -100,6 +100,14 @@ def counts_as_finished(t: optuna.trial.FrozenTrial) -> bool:
     return t.state == TrialState.FAIL and bool(failure) and failure.get("kind") not in NOT_COUNTED
 
 
+def _heartbeat_timing(storage) -> tuple[float, float]:
+    """``(heartbeat interval, grace period)`` in seconds of a storage with heartbeats (through
+    Optuna's cache wrapper); Optuna's grace is twice the interval where none was given."""
+    interval = float(storage.get_heartbeat_interval() or 0)
+    grace = getattr(getattr(storage, "_backend", storage), "grace_period", None)
+    return interval, float(grace) if grace else 2.0 * interval
+
+
 class TuningStudy:
     """One worker's view of a tuning study.
 
@@ -214,8 +222,8 @@ class TuningStudy:
         storage = self.study._storage
         if not isinstance(storage, BaseHeartbeat) or not is_heartbeat_enabled(storage):
             return []
-        grace = getattr(storage, "grace_period", None)
-        reason = ("its worker stopped sending heartbeats" + (f" for over {grace} s" if grace else "") +
+        grace = _heartbeat_timing(storage)[1]
+        reason = (f"its worker stopped sending heartbeats for over {grace:g} s" +
                   " (killed, or its machine lost); its configuration is queued again")
         failed = []
         for trial_id in storage._get_stale_trial_ids(self.study._study_id):
@@ -234,6 +242,36 @@ class TuningStudy:
             if callback is not None:
                 callback(self.study, trial)
         return numbers
+
+    def settle_running_trials(self, *, say=print, clock=time.monotonic, sleep=time.sleep) -> list[int]:
+        """At the end of this worker's search: fail the trials of workers that died, also those
+        that died less than the storage's grace period ago (:meth:`fail_stale_trials` alone would
+        leave them RUNNING, with no worker left to notice). Waits while other workers' trials are
+        RUNNING, at most the grace period plus one heartbeat interval: a worker dead when the wait
+        began is stale by then; a trial still RUNNING after it has a live worker, which finishes it.
+
+        Args:
+            say: Prints the one line said before waiting.
+
+        Returns:
+            The numbers of the trials failed.
+        """
+        storage = self.study._storage
+        if not isinstance(storage, BaseHeartbeat) or not is_heartbeat_enabled(storage):
+            return []
+        interval, grace = _heartbeat_timing(storage)
+        wait_s = grace + interval
+        deadline = clock() + wait_s
+        failed: list[int] = []
+        running = self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        if running:
+            say(f"perfscope: {len(running)} trial(s) of other workers still running: waiting up to {wait_s:.0f} s for "
+                "them to end or to be found lost (their workers' heartbeats)")
+        while True:
+            failed += self.fail_stale_trials()
+            if not self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)) or clock() >= deadline:
+                return failed
+            sleep(max(0.1, min(interval, deadline - clock())))
 
     # ------------------------------------------------------------------ trials
     def finished_count(self) -> int:

@@ -138,7 +138,7 @@ def _tune_with(spec: TrialSpec, storage, options: TuneOptions, started: float) -
     comment = f"perfscope tune {Path(options.script).name}"
     try:  # Ctrl-C at any point: tune.json says what finished
         _search(session, options, started, notes)
-        _note_stale(session, notes)  # a dead worker's trial is not left running for ever
+        _note_stale(session, notes, settle=True)  # a dead worker's trial is not left running for ever
         confirmation, recommendation = prove(session, options, notes)
         _note_outputs(outputs, recommendation, notes)
         record = tune_record.build(**record_args, notes=notes, confirmation=confirmation, recommendation=recommendation)
@@ -158,8 +158,10 @@ def _tune_with(spec: TrialSpec, storage, options: TuneOptions, started: float) -
     return record
 
 
-def _note_stale(session: TuningStudy, notes: list[str]) -> None:
-    lost = session.fail_stale_trials()
+def _note_stale(session: TuningStudy, notes: list[str], *, settle: bool = False) -> None:
+    """Fail (and say so) the trials of workers that died; ``settle``: also those inside the
+    heartbeat grace period, waiting for it while other workers' trials run (the search's end)."""
+    lost = session.settle_running_trials() if settle else session.fail_stale_trials()
     if lost:
         line = (f"trial(s) {', '.join(map(str, lost))} of a worker that stopped sending heartbeats (killed, or its "
                 "machine lost) were failed and their configurations queued again")
