@@ -347,3 +347,21 @@ def test_the_kernel_runs_on_the_openmp_runtime_pytorch_loaded(built):
     runtimes = {line.split()[-1] for line in Path("/proc/self/maps").read_text().splitlines()
                 if "libgomp" in line or "libiomp" in line or "libomp" in line}
     assert len(runtimes) == 1, runtimes
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+def test_values_near_the_largest_float_stay_finite_as_in_the_aten_formulation(built, dtype):
+    # P V with |v| near 1e38: each output is a convex mix of the values (finite); summing
+    # unnormalised probabilities times 49 such values first overflowed to inf.
+    n, d = 49, 32
+    g = torch.Generator().manual_seed(5)
+    q, k = (torch.randn(2, 3, n, d, generator=g).to(dtype) for _ in range(2))
+    v = (torch.rand(2, 3, n, d, generator=g) * 2e38 + 1e38).to(dtype)
+    bias = torch.zeros(3, n, n)
+    with torch.no_grad():
+        ours, _ = torch.ops.fused_ops.window_attention_fwd(q, k, v, bias, None, 0.2)
+        with native.off():
+            aten, _ = torch.ops.fused_ops.window_attention_fwd(q, k, v, bias, None, 0.2)
+    assert aten.isfinite().all()
+    assert ours.isfinite().all()
+    torch.testing.assert_close(ours.float() / 1e38, aten.float() / 1e38, rtol=1e-2, atol=1e-2)

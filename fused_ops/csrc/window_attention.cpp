@@ -72,7 +72,7 @@ int forward(const E* q, const E* k, const E* v, const int64_t* strides, const fl
   const int NP = padded(N);
   const int64_t images = T / heads / windows;
   const bool ok = parallel(T, threads, [&](int, int64_t begin, int64_t end) {
-    std::vector<float> kt(static_cast<size_t>(D) * NP), s(static_cast<size_t>(N) * NP), inv(N), bm(static_cast<size_t>(N) * NP);
+    std::vector<float> kt(static_cast<size_t>(D) * NP), s(static_cast<size_t>(N) * NP), bm(static_cast<size_t>(N) * NP);
     // bf16 only: q, k, v of the task widened, and O before it is narrowed
     std::vector<float> wide(std::is_same_v<E, float> ? 0 : static_cast<size_t>(4) * N * D);
     int64_t tile = -1;  // the (window, head) whose bias-plus-mask bm holds
@@ -109,12 +109,14 @@ int forward(const E* q, const E* k, const E* v, const int64_t* strides, const fl
           store(row + j, e);
           sum += e;
         }
-        // Normalised where it is written: in the saved probabilities and in O's rows (row_scale).
-        inv[i] = 1.0f / hsum(sum);
-        copy_row(probs + (t * N + i) * N, row, N, inv[i]);
+        // Normalised before P V, not on O's rows after it: with |v| near fp32's largest value,
+        // the unnormalised sum over up to N tokens overflows to inf where P V does not.
+        const vf r = vf{} + 1.0f / hsum(sum);
+        for (int j = 0; j < NP; j += W) store(row + j, load(row + j) * r);
+        copy_row(probs + (t * N + i) * N, row, N, 1.0f);
       }
       float* o = result(out + t * N * D, wide.data() + 3 * N * D);
-      gemm({s.data(), NP, 1}, vr, ldv, N, {o, D, 1.0f, nullptr, inv.data()}, N, D);  // O = P V
+      gemm({s.data(), NP, 1}, vr, ldv, N, {o, D, 1.0f, nullptr, nullptr}, N, D);  // O = P V
       put(out + t * N * D, o, N * D);
     }
   });
