@@ -93,7 +93,7 @@ def run(args, summary_path: Path, summary: dict) -> int:
                     "backward_source": inputs.backward_source, "gradient_bytes": inputs.gradient_bytes,
                     "buckets": list(inputs.buckets), "allreduce_s": inputs.allreduce_s, "world_size": inputs.world,
                     "nodes": inputs.nodes, "ranks_per_node": inputs.ranks_per_node, "mode": inputs.mode,
-                    "steps": inputs.steps},
+                    "steps": inputs.steps, "provisional": inputs.provisional},
         **result,
     }
     out_dir = args.out if args.out is not None else summary_path.parent
@@ -102,6 +102,9 @@ def run(args, summary_path: Path, summary: dict) -> int:
     replaced = path.exists()
     write_bytes_atomic(path, orjson.dumps(record, option=orjson.OPT_INDENT_2) + b"\n")
     print(format_forecast(record))
+    if inputs.provisional:
+        print("note: the profile had no clean step (busy host): its compute time is taken from the steps its provisional "
+              "verdict classified, without their waits for a core (docs/metrics.md, \"Provisional verdict\")")
     print(f"\n{'replaced' if replaced else 'wrote'} {safe(path)}")
     return 0
 

@@ -28,7 +28,20 @@ def _pct(v) -> str:
 def _step_verdict(s: dict) -> str:
     if steptime.is_counted(s) and s.get("verdict"):
         return str(s["verdict"])
+    if s.get("provisional_verdict"):
+        return f"({s.get('status')}; provisional {s['provisional_verdict']})"
     return f"({s.get('status') or 'incomplete'})"
+
+
+def contention_line(overall: dict) -> str | None:
+    """What a provisional verdict rests on: how long the training thread waited for cores."""
+    if overall.get("provisional") is not True:
+        return None
+    share = overall.get("core_wait_share") or 0.0
+    pace = ("the machine, not the program, set the pace" if share >= 0.5 else
+            "a busy machine stretched every step")
+    return (f"busy host: the training thread waited for a core {100 * share:.0f}% of the time of the classified steps "
+            f"({pace}); the verdict classifies them with that wait taken out")
 
 
 def _waits_line(summary: dict) -> str | None:
@@ -121,10 +134,17 @@ def format_summary(summary: dict) -> str:
     if o.get("verdict"):
         fr = ", ".join(f"{c} {100 * o['fractions'][c]:.0f}%" for c in costs)
         # from the steps themselves, as every view: they agree even with a hand-edited ``overall``
-        counted = steptime.counted_rows(summary["steps"])
+        counted = steptime.verdict_rows(summary["steps"], o)
         per_step, rep = steptime.step_time_us(counted), steptime.representative_step(counted)
-        lines.append(f"verdict: {o['verdict']} (runner-up {o['runner_up']}; share of step time: {fr}; "
-                     f"step time {(per_step or 0.0) / 1000:.2f} ms" + (f", representative step {rep})" if rep is not None else ")"))
+        if o.get("provisional") is True:
+            wall = steptime.step_time_us([{**r, "step_time_us": r["wall_step_time_us"]} for r in counted])
+            lines.append(f"verdict: {o['verdict']}, provisional (runner-up {o['runner_up']}; share of step time without "
+                         f"the waits for a core: {fr}; step time {(per_step or 0.0) / 1000:.2f} ms without them, "
+                         f"{(wall or 0.0) / 1000:.2f} ms as measured)")
+            lines.append(contention_line(o))
+        else:
+            lines.append(f"verdict: {o['verdict']} (runner-up {o['runner_up']}; share of step time: {fr}; "
+                         f"step time {(per_step or 0.0) / 1000:.2f} ms" + (f", representative step {rep})" if rep is not None else ")"))
         lines += [line for line in (_waits_line(summary), _straggler_line(summary), _nodes_line(summary),
                                     memory_line(summary), telemetry_line(summary)) if line]
     else:

@@ -43,6 +43,32 @@ def counted_rows(rows: Iterable) -> list[dict]:
     return [r for r in rows if isinstance(r, Mapping) and is_counted(r)]
 
 
+def provisional_rows(rows: Iterable) -> list[dict]:
+    """The step rows a provisional verdict classified (``provisional_verdict`` set), each with
+    ``step_time_us`` less its ``core_wait_us`` -- the time the step would take with its cores
+    (``docs/metrics.md``, "Provisional verdict") -- and the measured time kept as
+    ``wall_step_time_us``. Rows whose wait is unknown are left out."""
+    out = []
+    for r in rows:
+        if not isinstance(r, Mapping) or not r.get("provisional_verdict"):
+            continue
+        t, wait = _finite(r.get("step_time_us")), _finite(r.get("core_wait_us"))
+        if t is None or wait is None or t - wait <= 0:
+            continue
+        out.append({**r, "step_time_us": t - wait, "wall_step_time_us": t})
+    return out
+
+
+def verdict_rows(rows: Iterable, overall: Mapping | None = None) -> list[dict]:
+    """The step rows the run's verdict and step time rest on: the counted rows; where there are
+    none and ``overall`` says the verdict is provisional, :func:`provisional_rows`."""
+    rows = list(rows)
+    counted = counted_rows(rows)
+    if counted or not (isinstance(overall, Mapping) and overall.get("provisional") is True):
+        return counted
+    return provisional_rows(rows)
+
+
 def _finite(value) -> float | None:
     try:
         f = float(value)

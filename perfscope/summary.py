@@ -52,12 +52,13 @@ def build_summary(analysis: Analysis) -> dict:
     v = analysis.verdict
     frame = analysis.steps
     counted = frame.loc[frame["counted"], "step_time_us"]
-    counted_rows = frame.loc[frame["counted"], ["rank", "step", "step_time_us"]].to_dict(orient="records")
-    representative = steptime.representative_step(counted_rows)
     steps = [
         {k: _clean(val) for k, val in row.items()}
         for row in analysis.steps.to_dict(orient="records")
     ]
+    # the counted steps, or those a provisional verdict classified (without their waits for a core)
+    counted_rows = steptime.verdict_rows(steps, {"provisional": v.provisional})
+    representative = steptime.representative_step(counted_rows)
     devices = sorted({d for t in analysis.traces for d in t["devices"] if d})
     run = dict(analysis.run_info)
     run.setdefault("world_size", analysis.world_size)
@@ -73,6 +74,8 @@ def build_summary(analysis: Analysis) -> dict:
         "units": {"*_us": "microseconds", "*_frac": "fraction of the step's step_time_us", "*_s": "seconds"},
         "overall": {
             "verdict": v.verdict,
+            "provisional": v.provisional,
+            "core_wait_share": v.core_wait_share,
             "runner_up": v.runner_up,
             "reason": v.reason,
             "other_largest": v.other_largest,

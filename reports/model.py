@@ -24,9 +24,11 @@ is_counted = steptime.is_counted  # the rule's one definition
 
 
 def counted_steps(summary: dict) -> list[dict]:
-    """The steps the run's verdict is taken over (schema 1 summaries: all, if none is complete)."""
+    """The steps the run's verdict is taken over (schema 1 summaries: all, if none is complete);
+    for a provisional verdict, the steps it classified, without their waits for a core
+    (:func:`perfscope.steptime.verdict_rows`)."""
     steps = steps_of(summary)
-    counted = [s for s in steps if is_counted(s)]
+    counted = steptime.verdict_rows(steps, summary.get("overall") if isinstance(summary.get("overall"), dict) else None)
     if "counted" in (steps[0] if steps else {}):
         return counted  # schema 2: no counted step means no verdict, never the others instead
     return counted or steps

@@ -242,3 +242,32 @@ def test_cli_takes_several_runs_and_a_folder_of_outputs(tmp_path):
     assert "Welch's t-test over 2 and 2 runs" in r.stdout
     (tmp_path / "empty").mkdir()
     assert_one_line_error(run_cli(tmp_path, "check", run, "--baseline", tmp_path / "empty"))
+
+
+def provisional_summary(times_ms, waits_ms, verdict="launch-bound"):
+    """A summary whose every step waited for cores: the verdict provisional, the steps uncounted."""
+    s = summary([t for t in times_ms], verdict=verdict)
+    for row, wait in zip(s["steps"], waits_ms):
+        row.update(counted=False, status="host-contended", core_wait_us=wait * 1000, provisional_verdict=verdict)
+    s["overall"].update(provisional=True, core_wait_share=sum(waits_ms) / sum(times_ms), steps_counted=0)
+    return s
+
+
+def test_provisional_runs_are_compared_on_their_steps_without_the_waits():
+    # Both sides on a busy host: 100 ms steps of which 60 ms (baseline) and 70 ms (run) were waits
+    # for a core; without them 40 ms and 30 ms: the run is faster, not 10% slower.
+    base = provisional_summary(noisy(20, 100, 1), [60.0] * 20)
+    run = provisional_summary(noisy(20, 100, 2), [70.0] * 20, verdict="compute-bound")
+    r = compare(base, run)
+    assert r.baseline_step_us == pytest.approx(40_000, rel=0.05) and r.run_step_us == pytest.approx(30_000, rel=0.07)
+    assert not r.step_regression and not r.verdict_regression  # a provisional verdict change is not failed on
+    assert any("verdict is provisional" in n for n in r.notes), r.notes
+    assert not r.failed
+
+
+def test_a_provisional_run_against_a_clean_baseline_is_compared_and_noted(tmp_path):
+    base = _write(tmp_path / "base.json", summary(noisy(20, 40, 1)))
+    run = _write(tmp_path / "run.json", provisional_summary(noisy(20, 100, 2), [62.0] * 20))  # 38 ms without
+    r = run_cli(tmp_path, "check", run, "--baseline", base)
+    assert r.returncode == 0, r.stderr
+    assert "the run had no clean step (busy host)" in r.stdout and "result: pass" in r.stdout

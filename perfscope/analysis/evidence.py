@@ -26,9 +26,13 @@ status              when (first that applies; the reason says which and by how m
                     :data:`RUN_QUEUE_SHARE` of the step or more; where the kernel does not report
                     that wait, it got a CPU for less than :data:`HOST_CPU_SHARE` of the step time
                     that no data wait, collective or GPU synchronisation explains: descheduled
-                    time, not the program, set the step's length
+                    time, not the program, set the step's length. Such steps still get a
+                    *provisional* verdict when no step is ``ok`` (:mod:`perfscope.analysis.provisional`)
 ``ok``              none of the above
 ==================  ==========================================================================
+
+A step after the last one the host record holds, in a trace that has one (the script ended inside
+it, before its record was written), is ``incomplete``: whether it waited for cores is unknown.
 """
 
 from __future__ import annotations
@@ -89,6 +93,9 @@ class Evidence:
     reason: np.ndarray
     run_reason: str | None = None
     quality: DataQuality = field(default_factory=DataQuality)
+    core_wait_us: np.ndarray | None = None
+    """Per step, the training thread's time waiting for a core (µs, :func:`core_wait_us`); NaN
+    where the step has no host record, None where the trace has none at all."""
 
 
 def _set(ev: Evidence, mask: np.ndarray, status: str, reasons) -> None:
@@ -309,6 +316,23 @@ def _initialisation(table: TraceTable, steps: StepWindows, ev: Evidence) -> None
     _set(ev, share >= INIT_SHARE, INITIALISATION, reason)
 
 
+def core_wait_us(wall: float, cpu: float, queue: float | None, explained: float) -> float:
+    """The time (µs) a step's training thread waited for a core: the kernel's run-queue figure
+    (``schedstat`` ``run_delay``) where it reports one, bounded by the time the thread was off the
+    CPU (the kernel books a wait when the thread next runs, so a step's figure can hold some of the
+    previous step's); else the time it neither ran nor spent in waits that ``explained`` covers
+    (data, collectives, GPU synchronisation): descheduled, as far as the trace can tell.
+
+    Args:
+        wall, cpu: The step's wall time and the thread's CPU time (µs).
+        queue: The run-queue wait (µs), or None where the kernel does not report it.
+        explained: Time the thread waited for something other than a core (µs).
+    """
+    if queue is not None:
+        return min(queue, max(wall - cpu, 0.0))
+    return max(wall - min(explained, wall) - cpu, 0.0)
+
+
 def _host_contended(table: TraceTable, steps: StepWindows, metrics: pd.DataFrame, mode: str, ev: Evidence) -> None:
     host = table.host_steps
     if not host:
@@ -316,17 +340,25 @@ def _host_contended(table: TraceTable, steps: StepWindows, metrics: pd.DataFrame
     explained = metrics["dataloader_us"].to_numpy(dtype=float) + metrics["exposed_comm_us"].to_numpy(dtype=float)
     if mode == "gpu":
         explained = explained + _sync_us(table, steps)
+    ev.core_wait_us = np.full(len(steps), np.nan)
+    last_recorded = max(host)
     for i, number in enumerate(steps.step):
         rec = host.get(int(number))
-        if rec is None or ev.status[i] != OK:
+        if rec is None and int(number) > last_recorded:  # the record ends before it: its waits are unknown
+            _set(ev, np.arange(len(steps)) == i, INCOMPLETE,
+                 "it has no host record (CPU time, waits for a core), which the run's other steps have: the "
+                 "script ended inside it")
+            continue
+        if rec is None:  # before the record's first step (its cap keeps the last ones)
             continue
         wall, cpu, queue = rec["wall_us"], rec["thread_cpu_us"], rec["run_queue_us"]
         if wall <= 0:
             continue
+        ev.core_wait_us[i] = core_wait_us(wall, cpu, queue, float(explained[i]))
+        if ev.status[i] != OK:
+            continue
         if queue is not None:
-            # The kernel books a wait when the thread next runs, so a step's figure can hold some of
-            # the previous one's; the thread cannot have waited longer than it was off the CPU.
-            queue = min(queue, max(wall - cpu, 0.0))
+            queue = ev.core_wait_us[i]
             if queue >= RUN_QUEUE_SHARE * wall:
                 ev.status[i] = HOST_CONTENDED
                 ev.reason[i] = (f"of the step's {wall / 1000:.1f} ms the training thread waited {100 * queue / wall:.0f}% "

@@ -73,3 +73,11 @@ def verdict_of_none(frame: pd.DataFrame, run_reasons: list[str | None]) -> RunVe
     if top == ev.INCOMPLETE and queued.sum() > len(frame) / 2:
         advice = QUEUED_ADVICE
     return no_verdict(reason, advice)
+
+
+def provisional_note(rv: RunVerdict, steps: int) -> str:
+    """The note that says a verdict is provisional, on how many steps, and how busy the machine was."""
+    share = rv.core_wait_share or 0.0
+    return (f"provisional verdict: no step had clean evidence; {plural(steps, 'step')} that waited for cores "
+            f"({share:.0%} of their time) were classified with that wait taken out (docs/metrics.md, \"Provisional "
+            "verdict\"); profile on a quieter machine, or with fewer busy processes, for a verdict without it")

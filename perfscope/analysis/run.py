@@ -19,7 +19,8 @@ from perfscope.analysis.details import build_details
 from perfscope.analysis.memory import memory_warnings
 from perfscope.analysis.telemetry import step_columns, throttle_warning
 from perfscope.analysis.patterns import window_attention_cost
-from perfscope.analysis.notes import status_notes, verdict_of_none
+from perfscope.analysis.notes import provisional_note, status_notes, verdict_of_none
+from perfscope.analysis.provisional import provisional_verdict
 from perfscope.analysis.verdict import RunVerdict, classify, cost_fractions, run_verdict
 from perfscope.errors import TraceFormatError
 from perfscope.fileid import fingerprint
@@ -149,6 +150,8 @@ def _rank_frame(rt: RankTrace, rank: int) -> pd.DataFrame:
     if telemetry is not None:
         f = pd.concat([f, telemetry], axis=1)
     status = rt.evidence.status
+    if rt.evidence.core_wait_us is not None:
+        f["core_wait_us"] = rt.evidence.core_wait_us
     front = {"rank": rank, "worker": rt.table.worker, "step": rt.steps, "status": status,
              "status_reason": pd.Series(rt.evidence.reason, dtype=object, index=f.index),
              "counted": status == ev.OK, "complete": status != ev.INCOMPLETE,
@@ -214,13 +217,23 @@ def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, commo
     facts["ddp"] = next((rt.table.ddp for rt in by_rank if rt.table.ddp), None)
     facts["job"] = next(({k: rt.table.node[k] for k in ("nnodes", "local_world_size")} for rt in by_rank if rt.table.node),
                         None)
-    facts["window_attention"] = window_attention_cost(rank_traces, ranks, frame.loc[counted]) if counted.any() else None
+    # The steps the verdict rests on: the counted ones, else those a provisional verdict classifies.
+    basis = counted
+    if not counted.any() and "core_wait_us" in frame.columns:
+        basis = (frame["status"].eq(ev.HOST_CONTENDED) & frame["core_wait_us"].notna()).to_numpy()
+    facts["window_attention"] = window_attention_cost(rank_traces, ranks, frame.loc[basis]) if basis.any() else None
+    provisional = None
     if counted.any():
         rv = run_verdict(frame.loc[counted, "verdict"].to_numpy(), costs.loc[counted],
                          frame.loc[counted, "step_time_us"].to_numpy(), mode, facts)
     else:
-        rv = verdict_of_none(frame, [rt.evidence.run_reason for rt in rank_traces])
-    details = build_details(rank_traces, ranks, frame.loc[counted], mode, facts)
+        provisional = provisional_verdict(frame, (ev.HOST_CONTENDED,), mode, facts)
+        rv = provisional[0] if provisional else verdict_of_none(frame, [rt.evidence.run_reason for rt in rank_traces])
+    if provisional is not None:
+        frame["provisional_verdict"] = pd.Series(None, index=frame.index, dtype=object)
+        frame.loc[provisional[1].index, "provisional_verdict"] = provisional[1]
+        notes.append(provisional_note(rv, int(len(provisional[1]))))
+    details = build_details(rank_traces, ranks, frame.loc[basis], mode, facts)
     warnings.extend((details.get("nodes") or {}).get("problems") or [])
     warnings.extend(memory_warnings(details.get("memory")))
     if throttle_warning(details.get("telemetry")):

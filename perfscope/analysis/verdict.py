@@ -171,6 +171,10 @@ class RunVerdict:
         reason: Why there is no verdict; None when there is one.
         other_largest: ``other`` (GPU idle waiting on dependencies) is the largest share, larger
             than the class the verdict names: the headline must say so.
+        provisional: No step had clean evidence; the verdict classifies the steps that waited
+            for cores with that wait taken out (:mod:`perfscope.analysis.provisional`).
+        core_wait_share: For a provisional verdict, the waits' share of those steps' wall time
+            (0..1); None otherwise.
     """
 
     verdict: str | None
@@ -180,6 +184,8 @@ class RunVerdict:
     advice: str
     reason: str | None = None
     other_largest: bool = False
+    provisional: bool = False
+    core_wait_share: float | None = None
 
 
 def no_verdict(reason: str, advice: str) -> RunVerdict:

@@ -132,7 +132,14 @@ def compare(baseline, run, *, max_regression: float = DEFAULT_MAX_REGRESSION, al
     if verdict_b is None or verdict_r is None:
         which = " and ".join(n for n, v in (("the baseline", verdict_b), ("the run", verdict_r)) if v is None)
         notes.append(f"verdict not compared: {which} has no verdict (its evidence is incomplete)")
-    worse = verdict_b == "compute-bound" and verdict_r is not None and verdict_r != "compute-bound"
+    provisional = [name for name, side in (("the baseline", baselines), ("the run", runs))
+                   if any((s.get("overall") or {}).get("provisional") is True for s in side)]
+    if provisional:
+        notes.append(f"{' and '.join(provisional)} had no clean step (busy host): {'their' if len(provisional) > 1 else 'its'} "
+                     "verdict is provisional and step times are compared without the waits for a core "
+                     "(docs/metrics.md, \"Provisional verdict\"); a changed verdict is not failed on")
+    worse = (not provisional and verdict_b == "compute-bound" and verdict_r is not None
+             and verdict_r != "compute-bound")
     spread, detectable = detectable_slowdown(vb, len(vr), alpha) or (None, None)
     if detectable is not None and detectable > max_regression:
         notes.append(f"the baseline runs vary {spread:.1%} from run to run: the smallest slowdown this test finds "

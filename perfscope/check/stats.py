@@ -15,8 +15,9 @@ MIN_STEPS = 5  # Mann-Whitney U with 4 and 4 cannot go below p = 1/70
 
 
 def counted_rows(summary: dict) -> list[dict]:
-    """The summary's counted step rows (:func:`perfscope.steptime.counted_rows`)."""
-    return steptime.counted_rows(summary.get("steps") or [])
+    """The step rows the summary's verdict rests on (:func:`perfscope.steptime.verdict_rows`): the
+    counted ones, or for a provisional verdict those it classified, without their waits for a core."""
+    return steptime.verdict_rows(summary.get("steps") or [], summary.get("overall"))
 
 
 def step_sample(summary: dict) -> list[float]:

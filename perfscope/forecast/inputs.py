@@ -8,6 +8,7 @@ import dataclasses
 import math
 import statistics
 
+from perfscope import steptime
 from perfscope.errors import PerfscopeError
 from perfscope.forecast.model import Link
 from perfscope.job_facts import MAX_BUCKET_BYTES, MAX_BUCKETS, MAX_COUNT, MAX_TIME_US
@@ -31,6 +32,8 @@ class ProfileInputs:
         world, nodes, ranks_per_node: The profiled layout.
         mode: ``"gpu"`` or ``"cpu"`` (the trace's).
         steps: Counted steps the medians are over.
+        provisional: No step was clean: the medians are over the steps a provisional verdict
+            classified, each without its waits for a core (``docs/metrics.md``).
     """
 
     compute_s: float
@@ -43,6 +46,7 @@ class ProfileInputs:
     ranks_per_node: int
     mode: str
     steps: int
+    provisional: bool = False
 
     @property
     def gradient_bytes(self) -> int:
@@ -95,10 +99,12 @@ def from_summary(summary: dict, *, gradient_mb: float | None = None) -> ProfileI
     Raises:
         PerfscopeError: no counted step, no DDP record and no ``gradient_mb``, or a profile of one rank.
     """
-    steps = [s for s in summary.get("steps") or [] if isinstance(s, dict) and s.get("counted")]
+    overall = summary.get("overall") if isinstance(summary.get("overall"), dict) else {}
+    steps = steptime.verdict_rows(summary.get("steps") or [], overall)
+    provisional = bool(steps) and not any(s.get("counted") for s in steps)
     if not steps:
-        raise PerfscopeError("the profile has no counted step (every step's evidence was incomplete or host-contended); "
-                             "profile again on a quieter machine")
+        raise PerfscopeError("the profile has no counted step (every step's evidence was incomplete, and no step "
+                             "got a provisional verdict); profile whole steps, later in the run")
     step_us = [_number(s.get("step_time_us"), "steps[].step_time_us", positive=True) for s in steps]
     exposed_us = [min(_number(s.get("exposed_comm_us") or 0.0, "steps[].exposed_comm_us"), t) for s, t in zip(steps, step_us)]
     compute = _median([t - e for t, e in zip(step_us, exposed_us)]) / 1e6
@@ -134,4 +140,4 @@ def from_summary(summary: dict, *, gradient_mb: float | None = None) -> ProfileI
     backward = min(backward, compute)
     return ProfileInputs(compute_s=compute, backward_s=backward, backward_source=source, buckets=buckets,
                          allreduce_s=comm, world=world, nodes=nodes, ranks_per_node=per_node,
-                         mode=str(summary.get("mode") or "cpu"), steps=len(steps))
+                         mode=str(summary.get("mode") or "cpu"), steps=len(steps), provisional=provisional)

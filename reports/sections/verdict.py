@@ -128,11 +128,18 @@ def render(summary: dict) -> str:
     run = summary.get("run") or {}
     ranks = run.get("ranks_analyzed")
     meaning = MEANING.get((cls, mode), "")
+    provisional = overall.get("provisional") is True
+    if provisional:
+        classified = len(model.counted_steps(summary))
+        n_steps = f"{round(share * classified)} of {classified}" if share is not None else "-"
     head = (
-        f'<p class="verdict"><strong>{esc(verdict)}</strong>{": " + esc(meaning) if meaning else ""}.'
+        f'<p class="verdict"><strong>{esc(verdict)}{", provisional" if provisional else ""}</strong>'
+        f'{": " + esc(meaning) if meaning else ""}.'
         f"<small>{esc(cls)} costs {pct(fractions.get(cls))} of the step time (runner-up "
-        f"{esc(overall.get('runner_up', '-'))}); {esc(n_steps)} counted steps are {esc(verdict)}. "
-        f"Step time {ms(model.step_time(summary))} (the window over its steps; representative step "
+        f"{esc(overall.get('runner_up', '-'))}); {esc(n_steps)} {'classified' if provisional else 'counted'} steps are "
+        f"{esc(verdict)}. "
+        f"Step time {ms(model.step_time(summary))}{' without the waits for a core' if provisional else ''} "
+        f"(the window over its steps; representative step "
         f"{esc(model.representative_step(summary))})"
         f"{esc('; ' + telemetry.headline(summary)) if telemetry.headline(summary) else ''}"
         f"{esc(f' over {ranks} rank' + ('s' if ranks != 1 else '')) if isinstance(ranks, int) else ''}.</small></p>"
@@ -147,4 +154,17 @@ def render(summary: dict) -> str:
         "else the run is compute-bound." + (" Other is GPU idle time waiting on dependencies." if mode == "gpu" else "")
     )
     evidence = figure(bar, caption) + legend([(f"{c} {pct(fractions.get(c))}", CLASS_COLOURS[c]) for c in CLASS_ORDER])
-    return section("verdict", "Verdict", head + _waits(summary) + evidence + _recommendations(summary, mode))
+    return section("verdict", "Verdict", head + _busy_host(overall) + _waits(summary) + evidence
+                   + _recommendations(summary, mode))
+
+
+def _busy_host(overall: dict) -> str:
+    """For a provisional verdict: what it rests on, and how to get one without the label."""
+    if overall.get("provisional") is not True:
+        return ""
+    from perfscope.console import contention_line
+
+    line = contention_line(overall)
+    return (f'<p class="warn"><strong>Provisional</strong>: no step had clean evidence. {esc(line[0].upper() + line[1:])}'
+            ' (docs/metrics.md, "Provisional verdict"). Profile on a quieter machine, or with fewer busy processes, '
+            "for a verdict without the label.</p>")

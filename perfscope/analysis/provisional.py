@@ -1,0 +1,93 @@
+"""A provisional verdict for a run whose every step waited for cores.
+
+A step on a busy machine (``host-contended``, :mod:`perfscope.analysis.evidence`) is not counted:
+time the training thread spent runnable but off the CPU stretched whatever part of the step it
+fell in, and a starved launch-bound loop can look compute-bound. When *no* step of the run is
+``ok``, silence helps nobody, so the contended steps are classified on what the job would need if
+it had its cores:
+
+- the wait (:func:`perfscope.analysis.evidence.core_wait_us`) is taken out of the parts of the
+  step where the thread works: the framework's own time and the operators' on a CPU trace
+  (``framework_overhead``, ``operator``), the host launch gaps on a GPU trace (``launch_wait``,
+  ``kernel_wait``), in proportion to their time. Not out of waits for data or collectives: a
+  thread blocked on a queue or a socket is asleep, not waiting for a core. The step time loses
+  the same amount;
+- the steps so adjusted are classified by the ordinary rule (:func:`perfscope.analysis.verdict.run_verdict`),
+  and the verdict is labelled *provisional*, with the wait's share of the steps' time beside it.
+
+Its limits: where a wait fell is not recorded, only how long it was, so a run whose thread was
+descheduled mostly inside operators and one descheduled mostly between them get the same
+adjustment; and removing the wait does not give back the cache a preempted thread lost. A
+contention share near or above one half says the machine, not the program, set the pace: the
+console says so beside the verdict.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pandas as pd
+
+from perfscope.analysis.verdict import COSTS, RunVerdict, classify, cost_fractions, run_verdict
+
+# The columns where a thread that waits for a core spends that wait (see the module docstring).
+WORK_COLUMNS = {"cpu": ("framework_overhead_us", "operator_us"), "gpu": ("launch_wait_us", "kernel_wait_us")}
+
+
+def without_core_wait(rows: pd.DataFrame, mode: str) -> pd.DataFrame:
+    """``rows`` (per-step metrics with ``core_wait_us``) with each step's wait for a core taken out
+    of its work columns (:data:`WORK_COLUMNS`) in proportion, and out of ``step_time_us``.
+
+    A wait larger than the work columns hold is taken out only up to them. Rows without a known
+    wait are returned unchanged.
+    """
+    out = rows.copy()
+    cols = [c for c in WORK_COLUMNS[mode] if c in out.columns]
+    work = out[cols].to_numpy(dtype=float).sum(axis=1) if cols else np.zeros(len(out))
+    wait = np.nan_to_num(out["core_wait_us"].to_numpy(dtype=float), nan=0.0)
+    taken = np.clip(wait, 0.0, work)
+    keep = np.where(work > 0, 1.0 - taken / np.where(work > 0, work, 1.0), 1.0)
+    for c in cols:
+        out[c] = out[c].to_numpy(dtype=float) * keep
+    out["step_time_us"] = out["step_time_us"].to_numpy(dtype=float) - taken
+    return out
+
+
+def provisional_verdict(frame: pd.DataFrame, statuses: tuple[str, ...], mode: str,
+                        facts: dict | None = None) -> tuple[RunVerdict, pd.Series] | None:
+    """The provisional verdict of the steps with a status in ``statuses`` and a known wait.
+
+    Args:
+        frame: The analysis frame (one row per rank and step, ``status`` and ``core_wait_us`` included).
+        statuses: The statuses classified (``host-contended``).
+        mode: ``"gpu"`` or ``"cpu"``.
+        facts: As for :func:`perfscope.analysis.verdict.run_verdict`.
+
+    Returns:
+        ``(verdict, per-step verdicts)`` -- the run's :class:`RunVerdict` with ``provisional`` set
+        and ``core_wait_share`` the waits' share of those steps' wall time, and each classified
+        row's verdict (indexed as ``frame``) -- or None when no such step has a known wait.
+    """
+    if "core_wait_us" not in frame.columns:
+        return None
+    rows = frame[frame["status"].isin(statuses) & frame["core_wait_us"].notna() & (frame["step_time_us"] > 0)]
+    if rows.empty:
+        return None
+    parts: list[pd.DataFrame] = []
+    for m in ("gpu", "cpu"):
+        mine = rows[rows["mode"] == m]
+        if not mine.empty:
+            parts.append(without_core_wait(mine, m))
+    adjusted = pd.concat(parts).loc[rows.index]
+    adjusted = adjusted[adjusted["step_time_us"] > 0]
+    if adjusted.empty:
+        return None
+    costs = pd.concat([cost_fractions(adjusted[adjusted["mode"] == m], m) for m in COSTS
+                       if (adjusted["mode"] == m).any()]).loc[adjusted.index]
+    per_step, _ = classify(costs)
+    verdict = run_verdict(per_step, costs, adjusted["step_time_us"].to_numpy(), mode, facts)
+    wall = float(rows.loc[adjusted.index, "step_time_us"].sum())
+    share = float(rows.loc[adjusted.index, "core_wait_us"].clip(lower=0).sum()) / wall if wall > 0 else 0.0
+    verdict = replace(verdict, provisional=True, core_wait_share=min(share, 1.0))
+    return verdict, pd.Series(per_step, index=adjusted.index, dtype=object)
