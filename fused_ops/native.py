@@ -90,7 +90,9 @@ def _trusted(path: Path, kind: str) -> None:
     is_folder = kind != "library"
     if stat.S_ISLNK(info.st_mode) and kind != "folder above":
         raise Untrusted(f"{kind} {path} is a symbolic link")
-    if stat.S_ISLNK(info.st_mode):
+    if stat.S_ISLNK(info.st_mode):  # a link's owner may repoint it (in a sticky folder too): ours or root's only
+        if info.st_uid not in (os.geteuid(), 0):
+            raise Untrusted(f"{kind} {path} is a link that belongs to uid {info.st_uid}, not to this user")
         info = os.stat(path)
     if stat.S_ISDIR(info.st_mode) != is_folder:
         raise Untrusted(f"{kind} {path} is not a {'folder' if is_folder else 'regular file'}")
@@ -102,19 +104,20 @@ def _trusted(path: Path, kind: str) -> None:
         raise Untrusted(f"{kind} {path} may be written by others (mode {stat.S_IMODE(info.st_mode):o})")
 
 
-def _check_chain(library: Path) -> None:
-    """Every folder above the library, its cache folder, and the library (:func:`_trusted`).
+def _check_folders(folder: Path) -> None:
+    """Every folder above the cache folder ``folder``, and ``folder`` itself (:func:`_trusted`),
+    checked before anything is built or loaded there: once they pass, nobody else can put a file
+    in the folder or move one into it.
 
     Raises:
         Untrusted: the first that fails.
     """
     # from the root down, so that the line names the cause: the folders on the way as named (a
     # link among them could be replaced) and as they resolve
-    for above in dict.fromkeys([*library.parent.absolute().parents, *library.parent.resolve().parents]):
+    for above in dict.fromkeys([*folder.absolute().parents, *folder.resolve().parents]):
         _trusted(above, "folder above")
-    _trusted(library.parent, "cache folder")
-    _trusted(library.parent.resolve(), "cache folder")
-    _trusted(library, "library")
+    _trusted(folder, "cache folder")
+    _trusted(folder.resolve(), "cache folder")
 
 
 def _make_cache_dir() -> Path:
@@ -210,12 +213,12 @@ def _load() -> ctypes.CDLL | None:
         _state["status"] = "no C++ compiler ($CXX, g++ or c++) on PATH"
         return None
     try:
-        _make_cache_dir()
+        _check_folders(_make_cache_dir())  # before the build: its output is loaded to check it
         target = _target(cxx)
         for attempt in (1, 2):
             if not target.exists():
                 _build(cxx, target)
-            _check_chain(target)
+            _trusted(target, "library")
             try:
                 lib = _open(str(target))
                 break

@@ -179,3 +179,33 @@ def test_a_hanging_compiler_is_stopped_with_its_children(tmp_path):
 def test_the_kernel_can_be_turned_off_in_any_case(tmp_path, value):
     status, ok, _ = probe({"PERFSCOPE_CACHE_DIR": str(tmp_path), "PERFSCOPE_NATIVE": value})
     assert status == "off (PERFSCOPE_NATIVE=0)" and ok == "True"
+
+
+@needs_root
+def test_nothing_is_built_or_loaded_in_a_folder_another_user_made(shared_tmp, tmp_path):
+    # The build's own output is loaded to check it: in a folder another user controls, they could
+    # swap it between the compiler and that check. The folder is refused before the compiler runs.
+    cache = shared_tmp / "cache"
+    cache.mkdir()
+    os.chmod(cache, 0o755)
+    (cache / "native").mkdir(mode=0o755)
+    os.chown(cache / "native", 65534, 65534)  # made by another user, who may write in it
+    log = tmp_path / "cxx.log"
+    cxx = _fake_compiler(tmp_path, f'echo build >> {log}; exec {CXX} "$@"')
+    status, ok, _ = probe({"PERFSCOPE_CACHE_DIR": str(cache), "CXX": str(cxx)})
+    assert status.startswith("not loaded: cache folder") and "belongs to uid 65534" in status, status
+    assert ok == "True" and not log.exists(), "the compiler ran in another user's folder"
+
+
+@needs_root
+def test_a_link_another_user_owns_on_the_way_to_the_cache_is_refused(shared_tmp):
+    # Another user's link in a sticky folder points at this user's own, trusted cache: they can
+    # repoint it between the check and the load, so it is refused whatever it points at now.
+    real = shared_tmp / "mine"
+    real.mkdir(mode=0o700)
+    link = shared_tmp / "link"
+    link.symlink_to(real)
+    os.chown(link, 65534, 65534, follow_symlinks=False)
+    status, ok, _ = probe({"PERFSCOPE_CACHE_DIR": str(link)})
+    assert status.startswith("not loaded: folder above") and "link that belongs to uid 65534" in status, status
+    assert ok == "True"
