@@ -76,3 +76,27 @@ def test_a_well_compressed_but_real_sized_file_is_read(tmp_path, monkeypatch):
     path.write_bytes(gzip.compress(f'{{"traceEvents": [{events}]}}'.encode()))
     assert len(read_trace(path).data["traceEvents"]) == 20000
     assert sum(len(p) for p in chunks(path)) == len(gzip.decompress(path.read_bytes()))
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "whole-file"])
+def test_thousands_of_empty_gzip_members_are_refused_at_once(tmp_path, streamed):
+    # Each member's end copied the rest of the read: 200,000 empty members (4 MB) ran for minutes.
+    from perfscope.trace.stream import MAX_GZIP_MEMBERS, TooManyMembers
+
+    path = tmp_path / "members.json.gz"
+    trace = gzip.compress(b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 2}]}')
+    path.write_bytes(trace + gzip.compress(b"") * 200_000 + b"X")
+    with pytest.raises(TooManyMembers, match=f"more than {MAX_GZIP_MEMBERS:,} gzip members"):
+        if streamed:
+            for _ in chunks(path):
+                pass
+        else:
+            read_trace(path)
+
+
+def test_a_few_gzip_members_still_read_as_one_text(tmp_path):
+    path = tmp_path / "three.json.gz"
+    parts = [b'{"traceEvents": [', b'{"ph": "X", "name": "a", "ts": 1, "dur": 2}', b"]}"]
+    path.write_bytes(b"".join(gzip.compress(p) for p in parts))
+    assert len(read_trace(path).data["traceEvents"]) == 1
+    assert b"".join(chunks(path)) == b"".join(parts)

@@ -87,6 +87,7 @@ def test_describe_storage_hides_passwords(tmp_path):
      "postgresql://u:***@h/db?sslpassword=***&sslmode=require", "key pass"),
     ("postgresql://u@h/db?sslpassword=a%20b", "postgresql://u@h/db?sslpassword=***", "a b"),
     ("postgresql://u:p@h/pdb?application_name=p", "postgresql://u:***@h/pdb?application_name=p", None),  # only where it is
+    ("postgresql://u:pw@h/db?pass%77ord=topsecret9", "postgresql://u:***@h/db?pass%77ord=***", "topsecret9"),  # key encoded
 ])
 def test_every_password_the_url_parser_finds_is_masked_whole(url, shown, secret):
     from tuner.storage_text import scrub, url_secrets

@@ -34,11 +34,13 @@ def mask_password(url: str) -> str:
     if parsed.password:
         for spelling in _spellings(str(parsed.password)):
             masked = masked.replace(f"{parsed.username or ''}:{spelling}@", f"{parsed.username or ''}:{MASK}@")
-    for key, value in parsed.query.items():
-        if _SECRET_KEY.search(key):
-            for one in [value] if isinstance(value, str) else value:
-                for spelling in _spellings(one):
-                    masked = masked.replace(f"{key}={spelling}", f"{key}={MASK}")
+    base, sep, query = masked.partition("?")
+    if sep:  # every KEY=VALUE of the query as written, its key decoded (pass%77ord is password)
+        def mask(pair: str) -> str:
+            key, eq, value = pair.partition("=")
+            return f"{key}={MASK}" if value and _SECRET_KEY.search(unquote_plus(key)) else pair
+
+        masked = base + sep + "&".join(mask(pair) for pair in query.split("&"))
     return redact(masked)
 
 

@@ -72,6 +72,11 @@ def _verdict(summaries: list[dict]) -> str | None:
     return collections.Counter(found).most_common(1)[0][0] if found else None
 
 
+# The shortest step a run can have: the profiler's clock ticks in microseconds, and a training
+# step (a forward, a backward and an optimizer update) takes far longer than one tick.
+MIN_STEP_US = 1.0
+
+
 def _check_inputs(baselines: list[dict], runs: list[dict], max_regression: float, alpha: float) -> None:
     if not (0 < max_regression < 10) or not (0 < alpha < 1):
         raise CheckInputError(f"max_regression {max_regression} must be in (0, 10) and alpha {alpha} in (0, 1)")
@@ -86,10 +91,11 @@ def _check_inputs(baselines: list[dict], runs: list[dict], max_regression: float
             sample = step_sample(s)
             n = len(sample)
             which = f"the {name}" + (f" #{k + 1}" if len(side) > 1 else "")
-            impossible = sum(1 for t in sample if not t > 0)
+            impossible = sum(1 for t in sample if not t >= MIN_STEP_US)
             if impossible:  # a step takes time: a summary that says otherwise was not measured
-                raise CheckInputError(f"{which} has {impossible} counted step(s) that took no time (0 µs), which no "
-                                      "run does: not compared (was its summary edited or made by hand?)")
+                raise CheckInputError(f"{which} has {impossible} counted step(s) that took no time (under "
+                                      f"{MIN_STEP_US:g} µs), which no run does: not compared (was its summary edited or "
+                                      "made by hand?)")
             if n < MIN_STEPS:
                 raise CheckInputError(f"{which} has {n} counted step(s){_why_left_out(s)}; the test needs at least "
                                       f"{MIN_STEPS} in each run (profile more steps: perfscope profile --active N)")

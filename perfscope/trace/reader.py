@@ -19,7 +19,7 @@ from pathlib import Path
 from perfscope.errors import TraceFormatError
 from perfscope.trace.decode import decode_json
 from perfscope.trace.quality import NOT_READ, TRUNCATED, DataQuality, QualityEntry
-from perfscope.trace.stream import TraceTooLarge, inflation_limit
+from perfscope.trace.stream import MAX_GZIP_MEMBERS, TooManyMembers, TraceTooLarge, inflation_limit
 
 TRACE_SUFFIXES = (".json", ".json.gz")
 # perfscope's own outputs, found when a whole output directory is analyzed again.
@@ -136,27 +136,33 @@ def _read_bytes(path: Path) -> tuple[bytes, QualityEntry | None]:
     # Several members, a cut or corrupt stream, or bytes after it: keep what decompresses, say
     # what did not.
     out: list[bytes] = []
-    rest, total = raw, 0
-    while rest.startswith(b"\x1f\x8b"):  # one gzip member after the other
+    view, pos, total, members = memoryview(raw), 0, 0, 0
+    while raw.startswith(b"\x1f\x8b", pos):  # one gzip member after the other, read in place
+        members += 1
+        if members > MAX_GZIP_MEMBERS:
+            raise TooManyMembers(path)
         d = zlib.decompressobj(zlib.MAX_WBITS | 16)
-        for at in range(0, len(rest), _GZIP_CHUNK):
+        at = pos
+        while at < len(raw):
+            chunk = view[at : at + _GZIP_CHUNK]
             try:
-                out.append(d.decompress(rest[at : at + _GZIP_CHUNK], limit + 1 - total))
-                total += len(out[-1])
-                if total > limit:
-                    raise TraceTooLarge(path, len(raw))
+                out.append(d.decompress(chunk, limit + 1 - total))
             except zlib.error as e:
                 if not any(out):
                     raise TraceFormatError(f"{path}: corrupt gzip data ({e})") from None
-                done = len(raw) - len(rest) + at
                 return b"".join(out), QualityEntry(
-                    TRUNCATED, f"its gzip data is corrupt near compressed byte {done:,}; read what decompresses before it",
+                    TRUNCATED, f"its gzip data is corrupt near compressed byte {at:,}; read what decompresses before it",
                     1, "file")
+            total += len(out[-1])
+            if total > limit:
+                raise TraceTooLarge(path, len(raw))
+            at += len(chunk)
             if d.eof:
                 break
         if not d.eof:
             return b"".join(out), QualityEntry(TRUNCATED, "its gzip stream is cut short; read what decompresses", 1, "file")
-        rest = d.unused_data + rest[at + _GZIP_CHUNK:]
+        pos = at - len(d.unused_data)  # the next member starts where this one's data ended
+    rest = raw[pos:]
     if rest.strip(b"\x00"):
         return b"".join(out), QualityEntry(NOT_READ, "after the gzip stream, not gzip data", len(rest), "byte")
     return b"".join(out), None

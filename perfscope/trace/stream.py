@@ -50,6 +50,19 @@ MAX_INFLATION = 200
 MIN_JUDGED_BYTES = 256 << 20
 
 
+# gzip members in one file: a trace writer makes one, appending tools a few. Each member's end
+# copies what follows it in the read (zlib's unused_data), so thousands of empty members cost
+# quadratic time: past this many the file is refused.
+MAX_GZIP_MEMBERS = 1000
+
+
+class TooManyMembers(TraceFormatError):
+    """A gzip file of more than :data:`MAX_GZIP_MEMBERS` members."""
+
+    def __init__(self, path) -> None:
+        super().__init__(f"{path}: more than {MAX_GZIP_MEMBERS:,} gzip members, which no trace writer makes; not read")
+
+
 def inflation_limit(file_bytes: int) -> int:
     """The most text bytes a gzip file of ``file_bytes`` may hold (:data:`MAX_INFLATION`)."""
     return max(MIN_JUDGED_BYTES, MAX_INFLATION * file_bytes)
@@ -160,7 +173,7 @@ def _pieces(path: Path, size: int) -> Iterator[tuple[bytes, int]]:
             yield b"", f.tell()
             return
         d = zlib.decompressobj(zlib.MAX_WBITS | 16)
-        limit, text = inflation_limit(os.fstat(f.fileno()).st_size), 0
+        limit, text, members = inflation_limit(os.fstat(f.fileno()).st_size), 0, 1
         while True:
             while data:
                 try:
@@ -180,6 +193,9 @@ def _pieces(path: Path, size: int) -> Iterator[tuple[bytes, int]]:
                 while len(rest) < 2 and (more := f.read(size)):
                     rest += more
                 if rest.startswith(_GZIP_MAGIC):  # the next member
+                    members += 1
+                    if members > MAX_GZIP_MEMBERS:
+                        raise TooManyMembers(path)
                     d, data = zlib.decompressobj(zlib.MAX_WBITS | 16), rest
                     continue
                 while True:
