@@ -105,7 +105,8 @@ def _made_by(ns: str, prefix: str) -> int | None:
 def remove_stale(prefix: str = PREFIX) -> list[str]:
     """Delete the namespaces a killed run left: names of the form :class:`EmulatedCluster` makes
     whose creating process (the pid in the name) is gone; any other name is left alone. Returns
-    the names deleted."""
+    the names deleted. The pid is looked up in this process's pid namespace: clusters made from
+    another container that shares the network namespaces' folder look gone from here."""
     removed = []
     for ns in namespaces(prefix):
         pid = _made_by(ns, prefix)
@@ -174,8 +175,8 @@ class EmulatedCluster:
             raise ClusterError("an emulated cluster needs root (network namespaces, veth, tc)")
         # Started first, in a session of its own: if this process is killed outright (SIGKILL, the
         # OOM killer), its end of the pipe closes and the sweeper removes the cluster.
-        self._sweeper = subprocess.Popen([sys.executable, "-c", _SWEEPER, *self.names, self.switch],
-                                         stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        self._sweeper = subprocess.Popen([sys.executable, "-c", _SWEEPER], stdin=subprocess.PIPE,
+                                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                          start_new_session=True, close_fds=True)
         try:
             self._build()
@@ -207,6 +208,9 @@ class EmulatedCluster:
     def _add(self, ns: str) -> None:
         _ip("netns", "add", ns)
         self._made.append(ns)
+        if self._sweeper is not None:  # only what this cluster made is the sweeper's to delete
+            self._sweeper.stdin.write(f"{ns}\n".encode())
+            self._sweeper.stdin.flush()
 
     def _shape(self, ns: str) -> None:
         if self.link.rate is not None:
@@ -251,7 +255,7 @@ class EmulatedCluster:
         self._made.clear()
         if self._sweeper is not None:  # removed here: the sweeper has nothing left to do
             try:
-                self._sweeper.communicate(b"done", timeout=10)
+                self._sweeper.communicate(b"done\n", timeout=10)
             except (subprocess.TimeoutExpired, OSError):
                 self._sweeper.kill()
                 self._sweeper.wait()
@@ -334,13 +338,14 @@ class EmulatedCluster:
         return results
 
 
-# Removes a cluster whose maker died: waits for its stdin to close; unless the maker said "done"
-# first, kills every process in the named namespaces (twice: one may have forked meanwhile) and
-# deletes them. Only subprocess and os: nothing of perfscope's is imported into it.
+# Removes a cluster whose maker died: reads the namespaces the maker made, one a line, until its
+# stdin closes; unless the last line is "done", kills every process in them (twice: one may have
+# forked meanwhile) and deletes them. Only subprocess and os: nothing of perfscope's is imported.
 _SWEEPER = """
 import os, signal, subprocess, sys
-if sys.stdin.buffer.read().strip() != b"done":
-    for ns in sys.argv[1:]:
+lines = sys.stdin.buffer.read().decode(errors="replace").split()
+if lines[-1:] != ["done"]:
+    for ns in lines:
         for _ in range(2):
             pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
             for pid in pids:

@@ -35,8 +35,11 @@ def free_endpoint() -> str:
     return f"127.0.0.1:{port}"
 
 
+JOB = "0123456789abcdef" * 2
+
+
 def trial(k=0, **changes) -> wire.Trial:
-    fields = dict(k=k, config={}, warmup_steps=1, measure_steps=2, profile_steps=0, seed=0, timeout_s=60.0)
+    fields = dict(job=JOB, k=k, config={}, warmup_steps=1, measure_steps=2, profile_steps=0, seed=0, timeout_s=60.0)
     return wire.Trial(**{**fields, **changes})
 
 
@@ -67,7 +70,13 @@ def test_a_signed_record_reads_back_and_cannot_be_moved_or_altered():
     b'"seed":0,"timeout_s":1}',  # out of range
     b'v1.-.{"type":"exec","argv":["sh"]}',
     b"v1.-." + b" " * (wire.MAX_RECORD_BYTES + 1),
-], ids=["old-format", "extra-field", "negative", "other-type", "oversized"])
+    b'v1.-.{"type":"trial","job":"' + JOB.encode() + b'","k":0,"config":{"a":' + b"[" * 3000 + b"]" * 3000
+    + b'},"warmup_steps":1,"measure_steps":1,"profile_steps":0,"seed":0,"timeout_s":1}',  # RecursionError before
+    b'v1.-.{"type":"trial","job":"' + JOB.encode() + b'","k":0,"config":{"num_workers":{"x":1}},'
+    b'"warmup_steps":1,"measure_steps":1,"profile_steps":0,"seed":0,"timeout_s":1}',  # a value not a scalar
+    b'v1.-.{"type":"alive","node":1,"beat":' + b"[" * 5000 + b"]" * 5000 + b"}",
+], ids=["old-format", "extra-field", "negative", "other-type", "oversized", "deep-config", "nested-value",
+        "deep-alive"])
 def test_what_is_not_a_record_of_the_schema_is_refused(raw):
     with pytest.raises(wire.BoardError):
         wire.decode(raw, "trial/0", None)
@@ -226,3 +235,27 @@ def test_a_trial_stops_at_once_when_a_node_is_lost(tmp_path):
                      board=_LostBoard())
     with pytest.raises(nodes.NodeLost, match="node 1 stopped sending heartbeats.*run the same command on every node"):
         run_trial(spec, None, tmp_path / "t")  # stopped by the lost node, not by the 600 s timeout
+
+
+def test_a_replayed_record_of_another_job_and_a_forged_report_are_refused(monkeypatch):
+    endpoint = free_endpoint()
+    board = nodes.TrialBoard(NodeLaunch(nnodes=2, node_rank=0, rdzv_endpoint=endpoint), 1)
+    attacker = _attacker(endpoint)
+    # garbage where node 1's report of run 0 belongs: node 0 keeps waiting for a real one
+    attacker.set("done/0/1", b"v1.-." + b"[" * 5000)
+    monkeypatch.setattr(nodes, "FOLLOWER_WAIT_S", 1.0)
+    assert board.finished(0) == ["node 1 did not report the end of run 0 within 1 s"]
+    attacker.set("alive/1", b"v1.-." + b"[" * 5000)
+    assert board.lost() is None  # a broken heartbeat is no heartbeat, not a crash
+    # a follower that read this job's run 0 refuses run 1 of another job (a replay)
+    follower = _follower(endpoint)
+    try:
+        board.announce({}, warmup_steps=1, measure_steps=1, profile_steps=0, seed=0, timeout_s=1.0)
+        attacker.set("trial/1", wire.encode(trial(1, job="f" * 32), "trial/1", None))
+        _, err = follower.communicate(timeout=120)
+    finally:
+        if follower.poll() is None:
+            os.killpg(follower.pid, signal.SIGKILL)
+            follower.wait()
+    assert "trial/1: a record of another job (replayed?); refusing it" in err, err
+    del board

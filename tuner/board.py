@@ -25,7 +25,7 @@ import ipaddress
 import os
 import socket
 import stat
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Literal, Union
 
 import msgspec
 
@@ -46,10 +46,17 @@ class BoardError(PerfscopeError):
     a record of this schema."""
 
 
+# A configuration's values are scalars (perfscope.runtime.config.AccelConfig): nothing nested.
+_Scalar = Union[None, bool, int, float, Annotated[str, msgspec.Meta(max_length=256)]]
+_Job = Annotated[str, msgspec.Meta(pattern="^[0-9a-f]{32}$")]
+
+
 class Trial(msgspec.Struct, tag="trial", forbid_unknown_fields=True, frozen=True):
     """Node 0's announcement of run ``k`` (a baseline, trial or confirmation round).
 
     Attributes:
+        job: Node 0's random token for this job: a follower keeps the first it reads and refuses
+            records of another (a signed record of an earlier job replayed into this one).
         k: The run's number on the board (0, 1, ...); its rendezvous port follows from it.
         config: The configuration's changes from the defaults (validated by
             :func:`perfscope.runtime.config.config_from_dict` where it is used).
@@ -58,8 +65,9 @@ class Trial(msgspec.Struct, tag="trial", forbid_unknown_fields=True, frozen=True
         timeout_s: Wall-clock limit of the run (seconds).
     """
 
+    job: _Job
     k: _Count
-    config: dict[str, Any]
+    config: Annotated[dict[Annotated[str, msgspec.Meta(max_length=64)], _Scalar], msgspec.Meta(max_length=64)]
     warmup_steps: _Count
     measure_steps: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
     profile_steps: _Count
@@ -68,8 +76,9 @@ class Trial(msgspec.Struct, tag="trial", forbid_unknown_fields=True, frozen=True
 
 
 class Stop(msgspec.Struct, tag="stop", forbid_unknown_fields=True, frozen=True):
-    """Node 0: there is no run ``k`` or later."""
+    """Node 0: there is no run ``k`` or later (``job`` as in :class:`Trial`)."""
 
+    job: _Job
     k: _Count
 
 
@@ -129,8 +138,8 @@ def decode(raw: bytes, key: str, secret: bytes | None) -> Record:
                          "(is another process serving the board's port?)")
     try:
         return _decoder.decode(body)
-    except msgspec.DecodeError as e:
-        raise BoardError(f"{key}: not a record of perfscope's tuning board ({e})") from None
+    except (msgspec.DecodeError, RecursionError) as e:
+        raise BoardError(f"{key}: not a record of perfscope's tuning board ({str(e)[:200]})") from None
 
 
 def load_secret(environ=None) -> bytes | None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import secrets
 import socket
 import subprocess
 import tempfile
@@ -45,6 +46,9 @@ HEARTBEAT_S = 1.0  # a follower's heartbeat period
 # A follower silent this long is gone: ten beats, so that a busy machine's scheduling delays
 # (seconds at a load of 15) are not taken for a dead node.
 LOST_AFTER_S = 10.0
+# How long a read of a key that was there a moment ago may wait: an attacker who deletes it between
+# the check and the read would otherwise hold the reader for the store's whole timeout.
+GET_TIMEOUT_S = 10.0
 
 
 class NodeLost(PerfscopeError):
@@ -100,6 +104,7 @@ class Board:
 
     def __init__(self, store, secret: bytes | None) -> None:
         self.store, self.secret = store, secret
+        store.set_timeout(datetime.timedelta(seconds=GET_TIMEOUT_S))  # waits give their own
 
     def put(self, key: str, record: Record) -> None:
         self.store.set(key, encode(record, key, self.secret))
@@ -142,6 +147,7 @@ class TrialBoard:
         except Exception as e:  # noqa: BLE001 - a port in use, an address not of this machine
             raise PerfscopeError(f"cannot serve the tuning board at {nodes.rdzv_endpoint}: {e}") from None
         self._next = 0
+        self.job = secrets.token_hex(16)  # followers refuse records of another job (tuner.board.Trial)
         self._beats: dict[int, tuple[int, float]] = {}  # node: (last beat, when it was first seen)
         self._checked = 0.0
 
@@ -155,7 +161,7 @@ class TrialBoard:
         returns its number."""
         k = self._next
         self._next += 1
-        self._board.put(f"trial/{k}", Trial(k=k, config=config, warmup_steps=warmup_steps, measure_steps=measure_steps,
+        self._board.put(f"trial/{k}", Trial(job=self.job, k=k, config=config, warmup_steps=warmup_steps, measure_steps=measure_steps,
                                             profile_steps=profile_steps, seed=seed, timeout_s=float(timeout_s)))
         return k
 
@@ -171,8 +177,8 @@ class TrialBoard:
             key = f"alive/{node}"
             try:
                 beat = self._board.get(key) if self._board.has(key) else None
-            except BoardError:
-                beat = None  # not the node's: as good as no beat
+            except Exception:  # noqa: BLE001 - not the node's, or deleted since: as good as no beat
+                beat = None
             seen = self._beats.get(node)
             if isinstance(beat, Alive) and beat.node == node and (seen is None or beat.beat > seen[0]):
                 self._beats[node] = (beat.beat, now)
@@ -186,7 +192,7 @@ class TrialBoard:
         late = []
         for node in range(1, self.nodes.nnodes):
             key, deadline = f"done/{k}/{node}", time.monotonic() + FOLLOWER_WAIT_S
-            while not self._board.has(key):
+            while not self._reported(key, k, node):
                 gone = self.lost()
                 if gone or time.monotonic() > deadline:
                     late.append(gone or f"node {node} did not report the end of run {k} within {FOLLOWER_WAIT_S:g} s")
@@ -194,11 +200,19 @@ class TrialBoard:
                 time.sleep(0.1)
         return late
 
+    def _reported(self, key: str, k: int, node: int) -> bool:
+        """Whether ``node`` reported the end of run ``k`` (a valid record, not just the key)."""
+        try:
+            done = self._board.get(key) if self._board.has(key) else None
+        except Exception:  # noqa: BLE001 - not the node's, or deleted since
+            return False
+        return isinstance(done, Done) and done.k == k and done.node == node
+
     def stop(self) -> None:
         """Tell the other nodes there is no further run, and wait (up to :data:`STOP_ACK_S`)
         until each has read it: the board is served by this process, and a follower that reads
         the stop after it ended sees only a closed connection."""
-        self._board.put(f"trial/{self._next}", Stop(k=self._next))
+        self._board.put(f"trial/{self._next}", Stop(job=self.job, k=self._next))
         try:
             self._board.store.wait([f"stopped/{node}" for node in range(1, self.nodes.nnodes)],
                                    datetime.timedelta(seconds=STOP_ACK_S))
@@ -217,7 +231,7 @@ def _board_error(e: BoardError) -> PerfscopeError:
     return PerfscopeError(f"node 0's tuning board: {e}")
 
 
-def _wait_run(proc: subprocess.Popen, board: Board, k: int, timeout_s: float, node_rank: int):
+def _wait_run(proc: subprocess.Popen, board: Board, k: int, timeout_s: float, node_rank: int, job: str):
     """The run's exit status; ``"timeout"``; ``"stopped"`` once node 0 has said stop.
 
     Raises:
@@ -233,7 +247,8 @@ def _wait_run(proc: subprocess.Popen, board: Board, k: int, timeout_s: float, no
         if time.monotonic() > deadline:
             return "timeout"
         try:  # node 0 said stop (Ctrl-C, an error) while this run went on: its ranks wait in vain
-            if board.has(f"trial/{k + 1}") and isinstance(board.get(f"trial/{k + 1}"), Stop):
+            said = board.get(f"trial/{k + 1}") if board.has(f"trial/{k + 1}") else None
+            if isinstance(said, Stop) and said.job == job:
                 _ack_stop(board, node_rank)  # read: node 0 need not wait for this node's ranks to stop
                 return "stopped"
         except BoardError as e:
@@ -278,7 +293,8 @@ def _connect(nodes: NodeLaunch, setup_timeout_s: float):
             time.sleep(1.0)
 
 
-def _next_record(board: Board, k: int, setup_timeout_s: float) -> Trial | Stop:
+def _next_record(board: Board, k: int, setup_timeout_s: float, job: str | None) -> Trial | Stop:
+    """Run ``k``'s record; ``job``: the job token of the records read so far (None before the first)."""
     key = f"trial/{k}"
     try:
         board.store.wait([key], datetime.timedelta(seconds=setup_timeout_s))
@@ -286,10 +302,13 @@ def _next_record(board: Board, k: int, setup_timeout_s: float) -> Trial | Stop:
     except BoardError as e:
         raise _board_error(e) from None
     except Exception as e:  # noqa: BLE001 - the board closed: node 0 ended without a stop
-        raise PerfscopeError(f"node 0's tuning board went away before run {k} ({e}); stopping") from None
+        raise PerfscopeError(f"node 0's tuning board went away before run {k} ({str(e).splitlines()[0][:200]}); "
+                             "stopping") from None
     if not isinstance(record, (Trial, Stop)) or record.k != k:
         raise _board_error(BoardError(f"{key}: holds {type(record).__name__.lower()} record "
                                       f"{getattr(record, 'k', '')}, not run {k}'s"))
+    if job is not None and record.job != job:
+        raise _board_error(BoardError(f"{key}: a record of another job (replayed?); refusing it"))
     return record
 
 
@@ -321,7 +340,7 @@ def _run(nodes: NodeLaunch, nproc_per_node: int, script: str, script_args: tuple
         proc = subprocess.Popen(trial_command(command, True), env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, start_new_session=True)
         try:
-            return _wait_run(proc, board, record.k, record.timeout_s, nodes.node_rank)
+            return _wait_run(proc, board, record.k, record.timeout_s, nodes.node_rank, record.job)
         finally:
             stop_trial(proc, True)
 
@@ -346,9 +365,10 @@ def follow(nodes: NodeLaunch, nproc_per_node: int, script: str, script_args: tup
     heartbeat = _Heartbeat(nodes, secret)
     print(f"perfscope: node {nodes.node_rank} of {nodes.nnodes}: following node 0's trials", flush=True)
     try:
-        k = 0
+        k, job = 0, None
         while True:
-            record = _next_record(board, k, setup_timeout_s)
+            record = _next_record(board, k, setup_timeout_s, job)
+            job = record.job
             if isinstance(record, Stop):
                 _ack_stop(board, nodes.node_rank)
                 print(f"perfscope: node {nodes.node_rank}: {k} run(s) of node 0's done (baseline, trials, "
