@@ -49,6 +49,9 @@ def prove(session, options, notes: list[str]) -> tuple[dict | None, dict]:
     if not candidates:
         if not session.space.knobs:
             keep["line"] = "keep your current settings: no knob can apply to this run (see the knobs left out)"
+        elif not session.feasible_trials():
+            keep["line"] = ("keep your current settings: no trial of the search finished, so nothing was compared "
+                            "(see each trial's failure in tune.json)")
         else:
             keep["line"] = ("keep your current settings: no feasible trial beat the baseline by more than "
                             f"{options.min_gain:.0%} in the search")

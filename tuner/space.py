@@ -209,7 +209,8 @@ def build_space(facts: dict, fractions: dict, verdict: str, *, cpu_count: int | 
             ``perfscope.measure``): cuda, world_size, ddp, dataloader, accelerate, tf32...
         fractions: The baseline's ``overall.fractions`` (io, comm, launch, compute; shares of step
             time in [0, 1]).
-        verdict: The baseline's run verdict (``io-bound`` ...).
+        verdict: The baseline's run verdict (``io-bound`` ...); ``unknown`` (no verdict, no
+            fractions) searches every applicable knob, its shares being unknown rather than zero.
         cpu_count: CPU cores on this node (default: ``os.cpu_count()``).
         groups: The knob groups to search (each says which of its knobs apply and why the others
             do not; :mod:`perfscope.runtime.groups`).
@@ -222,7 +223,9 @@ def build_space(facts: dict, fractions: dict, verdict: str, *, cpu_count: int | 
     shares = bottleneck_shares(fractions)
     main = verdict.removesuffix("-bound")
     order = sorted(BOTTLENECKS, key=lambda b: (b != main, -shares[b]))
-    searched = {b for b in BOTTLENECKS if b == main or shares[b] >= MIN_BOTTLENECK_SHARE}
+    known = main in BOTTLENECKS and bool(fractions)
+    # Without a verdict the shares are unknown, not zero: every applicable knob is searched.
+    searched = {b for b in BOTTLENECKS if not known or b == main or shares[b] >= MIN_BOTTLENECK_SHARE}
     knobs: list[Knob] = []
     excluded: dict[str, str] = {}
     for group in groups:

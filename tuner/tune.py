@@ -236,9 +236,22 @@ def _set_up(session: TuningStudy, options: TuneOptions, out: Path) -> None:
         baseline["summary"], baseline["report"] = "baseline/summary.json", "baseline/report.html"
     cleanup_traces(outcome)
     print(safe(f"perfscope: baseline {outcome.value:.4g} {outcome.unit} ({noise_text(outcome)}), "
-               f"verdict {verdict or 'unknown (no profiled steps)'}"))
+               f"verdict {verdict_text(verdict, summary)}"))
     space = build_space(outcome.facts, fractions or {}, verdict or "unknown")
     session.store_setup(space, baseline, rule_based_guess(space, outcome.facts, fractions=fractions))
+
+
+def verdict_text(verdict: str | None, summary: dict | None) -> str:
+    """The baseline's verdict in words: provisional where it is, and why there is none."""
+    overall = (summary or {}).get("overall") or {}
+    if summary is None:
+        return "unknown (the profiled steps' trace could not be read: every applicable knob is searched)"
+    if verdict is None:
+        return f"none ({overall.get('reason') or 'no step could be classified'}; every applicable knob is searched)"
+    if overall.get("provisional") is True:
+        return (f"{verdict}, provisional (busy host: {100 * float(overall.get('core_wait_share') or 0):.0f}% of the "
+                "profiled steps waiting for a core)")
+    return verdict
 
 
 def _print_space(session: TuningStudy) -> None:

@@ -153,7 +153,10 @@ class InputGroup(KnobGroup):
             if len(choices) < 2:
                 part.exclude("intra_op_threads", f"one core per rank: the script already runs {base_threads} thread")
             else:
-                part.knobs.append(Knob("intra_op_threads", IO, categorical(choices), base_threads))
+                # On a CPU the intra-op threads run the math too: a compute-bound run is searched for
+                # them (on a busy box, or beside workers, fewer threads can be faster).
+                part.knobs.append(Knob("intra_op_threads", IO if cuda else IO + ("compute",), categorical(choices),
+                                       base_threads))
         return part
 
     def guess(self, verdict, bottlenecks, facts, fractions, cpu, params, put) -> None:
