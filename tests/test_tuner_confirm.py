@@ -170,3 +170,13 @@ def test_round_progress_is_reported():
 def test_bad_round_counts_are_refused(rounds, min_rounds):
     with pytest.raises(ValueError):
         confirm_candidates(lambda: 1.0, {"c": lambda: 1.0}, rounds=rounds, min_rounds=min_rounds)
+
+
+def test_an_interval_that_decides_nothing_says_why_instead_of_its_numbers():
+    from tuner.confirm import interval_text
+
+    assert interval_text(1.42, 1.31, 1.55, [10, 11], [14, 15]) == "1.42x (1.31x-1.55x)"
+    # seen under load: 0.36x (0.00x-3603666617123525507592224768.00x)
+    text = interval_text(0.36, 1e-9, 3.6e27, [130.0, 10.0], [40.0, 41.0])
+    assert text.startswith("0.36x, undecided: the baseline's rounds differ 13x and the candidate's rounds differ 1x")
+    assert "e+" not in text and "3603" not in text

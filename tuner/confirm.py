@@ -40,6 +40,22 @@ from tuner.options import DEFAULT_MIN_ROUNDS, DEFAULT_ROUNDS
 DEFAULT_CONFIDENCE = 0.95
 
 
+# An interval wider than this factor (high / low) decides nothing: it is reported as undecided,
+# with how unequal the rounds were, instead of as numbers such as 0.00x-3.6e27x.
+WIDE_INTERVAL = 4.0
+
+
+def interval_text(speedup: float, low: float, high: float, baseline=(), candidate=()) -> str:
+    """``"1.42x (1.31x-1.55x)"``; for an interval wider than :data:`WIDE_INTERVAL`, what made it
+    so: ``"0.36x, undecided: the baseline's rounds differ 13x"``."""
+    if high > 0 and low > 0 and high / low <= WIDE_INTERVAL:
+        return f"{speedup:.2f}x ({low:.2f}x-{high:.2f}x)"
+    spreads = [f"the {name}'s rounds differ {max(v) / min(v):.0f}x" for name, v in
+               (("baseline", baseline), ("candidate", candidate)) if len(v) > 1 and min(v) > 0]
+    why = " and ".join(spreads) if spreads else "too few rounds"
+    return f"{speedup:.2f}x, undecided: {why} (a busy machine's drift; more rounds or a quieter machine decide it)"
+
+
 @dataclass(frozen=True)
 class Confirmation:
     """The outcome of one candidate's confirmation.
@@ -80,6 +96,9 @@ class Confirmation:
         interval = f"{self.confidence:.0%} {kind} {self.ci_low:.2f}x-{self.ci_high:.2f}x, {self.rounds} rounds"
         if self.faster:
             return f"{self.speedup:.2f}x faster ({interval})"
+        if self.ci_low <= 0 or self.ci_high / self.ci_low > WIDE_INTERVAL:
+            return (f"not shown faster: {interval_text(self.speedup, self.ci_low, self.ci_high, self.baseline, self.candidate)}"
+                    "; keep your current settings")
         return f"not faster beyond the noise: {self.speedup:.2f}x ({interval}); keep your current settings"
 
     def to_dict(self) -> dict:

@@ -9,7 +9,7 @@ import time
 
 from perfscope.errors import PerfscopeError
 from perfscope.runtime.config import AccelConfig, config_from_dict
-from tuner.confirm import confirm_candidates
+from tuner.confirm import confirm_candidates, interval_text
 from tuner.trial import run_trial
 
 
@@ -81,7 +81,7 @@ def prove(session, options, notes: list[str]) -> tuple[dict | None, dict]:
     started = time.monotonic()
 
     def progress(number: int, looked: dict) -> None:
-        parts = [f"trial {key}: {c.speedup:.2f}x ({c.ci_low:.2f}x-{c.ci_high:.2f}x)"
+        parts = [f"trial {key}: {interval_text(c.speedup, c.ci_low, c.ci_high, c.baseline, c.candidate)}"
                  + (f", {_DECIDED[c.decided_by]}" if c.decided_by in _DECIDED else "")
                  for key, c in looked.items() if c is not None]
         print(f"perfscope: confirmation round {number} done ({time.monotonic() - started:.0f} s)"
@@ -110,7 +110,7 @@ def prove(session, options, notes: list[str]) -> tuple[dict | None, dict]:
                 best = (t, c)
         confirmation["candidates"].append(entry)
     if best is None:
-        lines = [f"trial {e['trial']}: {e['speedup']:.2f}x ({e['ci_low']:.2f}x-{e['ci_high']:.2f}x)"
+        lines = [f"trial {e['trial']}: {interval_text(e['speedup'], e['ci_low'], e['ci_high'], e['baseline'], e['candidate'])}"
                  for e in confirmation["candidates"] if e["speedup"] is not None]
         if lines:
             keep["line"] = ("keep your current settings: no candidate was faster beyond the measured noise "
