@@ -133,3 +133,17 @@ def test_ctrl_c_after_the_run_marks_the_trial_interrupted_and_it_is_queued_again
     assert session.requeue_lost_trials() == [1]
     assert [t.number for t in study.get_trials(states=(optuna.trial.TrialState.WAITING,))] == [2]
     assert not wait_no_processes(script)
+
+
+def test_a_long_trial_says_it_is_still_running(tmp_path, monkeypatch):
+    # The Swin baseline ran 81 s with no line at all.
+    import tuner.trial as trial_mod
+
+    monkeypatch.setattr(trial_mod, "PROGRESS_S", 0.5)
+    said = []
+    script = copy_script("examples/io_bound.py", tmp_path / "s")
+    spec = TrialSpec(script=str(script), script_args=("--steps", "30", "--decode-ms", "2"), warmup_steps=2,
+                     measure_steps=8, target_rse=None, profile_steps=0, timeout_s=300)
+    outcome = run_trial(spec, None, tmp_path / "t", on_progress=lambda s, n: said.append((s, n)))
+    assert outcome.ok, outcome.reason
+    assert said and all(s >= 0.5 for s, _ in said)

@@ -81,3 +81,11 @@ class Progress:
             failure = trial.user_attrs.get("failure") or {}
             parts["last"] = failure.get("kind") or trial.state.name.lower()
         self.bar.set_postfix(parts, refresh=False)
+
+
+def still_running(what: str):
+    """A :func:`tuner.trial.run_trial` ``on_progress`` that says ``what`` is still running, so
+    that no phase is silent for longer than :data:`tuner.trial.PROGRESS_S`."""
+    def say(seconds: float, steps: int) -> None:
+        print(f"perfscope: {what}: still running ({seconds:.0f} s, {steps} measured step(s) so far)", flush=True)
+    return say

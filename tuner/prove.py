@@ -10,6 +10,7 @@ import time
 from perfscope.errors import PerfscopeError
 from perfscope.runtime.config import AccelConfig, config_from_dict
 from tuner.confirm import confirm_candidates, interval_text
+from tuner.progress import still_running
 from tuner.trial import run_trial
 
 
@@ -65,7 +66,7 @@ def prove(session, options, notes: list[str]) -> tuple[dict | None, dict]:
     def measure(config: AccelConfig | None, name: str):
         def run() -> float | None:
             outcome = run_trial(spec, config, work / name, profile_steps=0,
-                                **session.loader_settings(config))
+                                on_progress=still_running(f"confirmation run of {name}"), **session.loader_settings(config))
             if not outcome.ok or outcome.value is None:
                 notes.append(f"confirmation run of {name} failed ({outcome.status}): {outcome.reason}")
                 return None

@@ -53,6 +53,7 @@ from tuner.window import (
 )
 
 POLL_S = 0.1
+PROGRESS_S = 10.0  # at least one line this often while a long trial runs (on_progress)
 # killed: SIGKILL from outside (the OOM killer, usually); output: too much output, or its log could
 # not be written; lost: its worker stopped sending heartbeats (tuner/study.py).
 # unmeasured: the run ended well but its measured window held no samples (e.g. all drawn from
@@ -199,6 +200,7 @@ def run_trial(
     profile_steps: int | None = None,
     loader_workers: int | None = None,
     prefetch_factor: int | None = None,
+    on_progress: Callable[[float, int], None] | None = None,
 ) -> TrialOutcome:
     """Run and measure one configuration.
 
@@ -214,6 +216,8 @@ def run_trial(
             (:func:`measure_steps_for`) and, for several ranks, the warm-up has a fixed length that
             drains the prefetched batches (:func:`warmup_steps_for`; one process drains them by
             watching the queue, ``--drain-prefetch``).
+        on_progress: Called every :data:`PROGRESS_S` while the trial runs with ``(seconds so far,
+            measured steps so far)``, so that a long phase is never silent.
 
     Returns:
         The :class:`TrialOutcome`; failures of the script are outcomes, not exceptions.
@@ -257,6 +261,7 @@ def run_trial(
     unit = "samples/s"
     status, reason = None, None
     started = time.monotonic()
+    said = started
     log = OutputLog(work_dir / "output.log", spec.output_keep_bytes, spec.output_limit_bytes)
     read_end, write_end = os.pipe()
     try:
@@ -294,6 +299,9 @@ def run_trial(
             if time.monotonic() - started > spec.timeout_s:
                 status, reason = "timeout", f"no result within the trial timeout of {seconds_text(spec.timeout_s)}"
                 break
+            if on_progress is not None and time.monotonic() - said >= PROGRESS_S:
+                said = time.monotonic()
+                on_progress(said - started, len(values))
             gone = spec.board.lost() if spec.board is not None else None
             if gone is not None:  # its ranks will never join: stop now, not at the timeout
                 status, reason = "lost", gone

@@ -21,7 +21,7 @@ from perfscope.text import safe
 from tuner import record as tune_record
 from tuner.command import check_same_command
 from perfscope.outlock import FolderLock
-from tuner.progress import Progress
+from tuner.progress import Progress, still_running
 from tuner.sampler import CoordinateSampler
 from tuner.prove import prove
 from tuner.pruner import SlowerThanBestPruner
@@ -209,13 +209,15 @@ def _set_up(session: TuningStudy, options: TuneOptions, out: Path) -> None:
               else f"{options.measure_steps} measured steps")
     print(f"perfscope: profiling the baseline ({options.warmup_steps} warm-up steps, {window}, then "
           f"{BASELINE_PROFILE_STEPS} profiled steps)...", flush=True)
-    outcome = run_trial(session.spec, None, out / "trials" / "baseline", profile_steps=BASELINE_PROFILE_STEPS)
+    outcome = run_trial(session.spec, None, out / "trials" / "baseline", profile_steps=BASELINE_PROFILE_STEPS,
+                        on_progress=still_running("the baseline"))
     loader = (outcome.facts.get("dataloader") or {}) if outcome.ok else {}
     if loader.get("num_workers"):
         # The script loads with workers: drain their prefetched batches and measure whole worker
         # rounds, as every trial with workers does.
         outcome = run_trial(session.spec, None, out / "trials" / "baseline", profile_steps=BASELINE_PROFILE_STEPS,
-                            loader_workers=loader["num_workers"], prefetch_factor=loader.get("prefetch_factor"))
+                            loader_workers=loader["num_workers"], prefetch_factor=loader.get("prefetch_factor"),
+                            on_progress=still_running("the baseline (again, draining its workers' batches)"))
     if not outcome.ok:
         log = out / "trials" / "baseline" / "output.log"
         hint = ""
@@ -298,7 +300,7 @@ def _profile_after(session: TuningStudy, options: TuneOptions, recommendation: d
     print(f"perfscope: profiling the recommended configuration for the before/after comparison "
           f"({BASELINE_PROFILE_STEPS} profiled steps)...", flush=True)
     outcome = run_trial(session.spec, config, session.work_dir / f"best-{os.getpid()}", profile_steps=BASELINE_PROFILE_STEPS,
-                        **session.loader_settings(config))
+                        on_progress=still_running("the profile of the recommendation"), **session.loader_settings(config))
     verdict, fractions, summary = trial_verdict(outcome)
     cleanup_traces(outcome)
     if summary is None:
