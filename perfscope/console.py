@@ -9,6 +9,7 @@ move the cursor or recolour the terminal.
 from __future__ import annotations
 
 from perfscope import steptime
+from perfscope.analysis.host_cpu import sources_line
 from perfscope.analysis.verdict import CLASSES
 from perfscope.text import safe
 
@@ -142,6 +143,9 @@ def format_summary(summary: dict) -> str:
                          f"the waits for a core: {fr}; step time {(per_step or 0.0) / 1000:.2f} ms without them, "
                          f"{(wall or 0.0) / 1000:.2f} ms as measured)")
             lines.append(contention_line(o))
+            split = (summary.get("details") or {}).get("host_cpu")
+            if isinstance(split, dict) and split.get("cause"):
+                lines.append(f"cores: {sources_line(split)}")
         else:
             lines.append(f"verdict: {o['verdict']} (runner-up {o['runner_up']}; share of step time: {fr}; "
                          f"step time {(per_step or 0.0) / 1000:.2f} ms" + (f", representative step {rep})" if rep is not None else ")"))

@@ -13,6 +13,11 @@ with its ``ProfilerStep#`` number ``step`` and, in microseconds (trace units):
 - ``process_cpu_us``: CPU time of the whole process, every thread;
 - ``run_queue_us``: time the training thread was runnable but waited for a core (Linux
   ``schedstat`` ``run_delay``); null where the kernel does not report it;
+- ``machine_busy_us``: CPU time all of the machine's cores spent busy during the step (Linux
+  ``/proc/stat``, in clock ticks of 10 ms: meaningful summed over steps); null where not read;
+- ``workers_cpu_us``: CPU time of the training thread's child processes (DataLoader workers)
+  during the step (their ``/proc/<pid>/stat``, the same ticks); null where not read;
+- ``cores``: the machine's online cores the busy time is counted over;
 - ``start_unix_ns``: when the step started, ns since the epoch (``time.time_ns``): the anchor
   that aligns the telemetry samples (:mod:`perfscope.telemetry_format`) to the trace's clock;
 
@@ -32,6 +37,8 @@ from __future__ import annotations
 HOST_STEPS_KEY = "perfscope_host_steps"
 VERSION = 1
 FIELDS = ("wall_us", "thread_cpu_us", "process_cpu_us", "run_queue_us")
+# Who held the cores (absent in records of earlier versions): perfscope.analysis.host_cpu.
+CPU_FIELDS = ("machine_busy_us", "workers_cpu_us", "cores")
 MEMORY_FIELDS = ("peak_rss_bytes", "device_peak_allocated_bytes", "device_peak_reserved_bytes")
 # Sizes above this are not memory a step can hold (a hand-edited or damaged record): left out.
 MAX_BYTES = 2**60
@@ -65,7 +72,7 @@ def parse(value) -> tuple[dict[int, dict], int]:
     for s in steps:
         if not isinstance(s, dict) or type(s.get("step")) is not int:
             continue
-        row = {f: float(s[f]) if _number(s.get(f)) else None for f in FIELDS}
+        row = {f: float(s[f]) if _number(s.get(f)) else None for f in (*FIELDS, *CPU_FIELDS)}
         row.update({f: int(s[f]) if _number(s.get(f), MAX_BYTES) else None for f in MEMORY_FIELDS})
         row["start_unix_ns"] = s["start_unix_ns"] if type(s.get("start_unix_ns")) is int and s["start_unix_ns"] > 0 else None
         if row["wall_us"] is not None and row["thread_cpu_us"] is not None:

@@ -36,4 +36,9 @@ def test_profile_records_cpu_time_beside_wall_time_for_every_profiled_step(tmp_p
         assert rec["thread_cpu_us"] <= rec["wall_us"] + 1000
     a = perfscope.analyze(trace)
     assert a.traces[0]["host_steps_recorded"] >= 3
-    assert set(a.steps["status"]) <= {"ok", "host-contended"}  # either is a fair reading of this machine
+    # either is a fair reading of this machine; on a busy one the profiler's stop can come long after
+    # the last step's few events, and that step reads as running past the trace's end
+    statuses = a.steps["status"].tolist()
+    assert set(statuses[:-1]) <= {"ok", "host-contended"}, a.steps
+    last = a.steps.iloc[-1]
+    assert last["status"] in ("ok", "host-contended") or "past the last event" in last["status_reason"], last

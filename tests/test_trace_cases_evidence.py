@@ -222,3 +222,29 @@ def test_off_cpu_time_without_run_queue_wait_is_not_contention(tmp_path):
     rec = [{"step": n + 1, "wall_us": 100, "thread_cpu_us": 20, "process_cpu_us": 180, "run_queue_us": 1}
            for n in range(2)]
     assert _host(tmp_path, rec, events).steps["status"].tolist() == ["ok", "ok"]
+
+
+@pytest.mark.parametrize(("process", "workers", "busy", "cause"), [
+    (1_900, 0, 7_600, "other processes"),      # 2 cores x 4 ms: the job ran 24%, the machine was full
+    (1_500, 5_800, 7_700, "this job"),         # its workers took the cores: the job oversubscribes them
+])
+def test_a_busy_host_says_who_held_the_cores(tmp_path, process, workers, busy, cause):
+    events = []
+    for n in range(3):
+        s = 4000 * n
+        events += [step(n + 1, s, 4000), cpu_op("aten::mm", s + 10, 3980)]
+    rec = [{"step": n + 1, "wall_us": 4000, "thread_cpu_us": 1000, "process_cpu_us": process, "run_queue_us": 2500,
+            "machine_busy_us": busy, "workers_cpu_us": workers, "cores": 2} for n in range(3)]
+    a = _host(tmp_path, rec, events)
+    split = a.summary()["details"]["host_cpu"]
+    assert split["cause"] == cause and split["cores"] == 2
+    assert split["training_process"] == pytest.approx(process / 8000)
+    assert split["workers"] == pytest.approx(workers / 8000)
+    from perfscope.console import format_summary
+
+    text = format_summary(a.summary())
+    line = next(x for x in text.splitlines() if x.startswith("cores: "))
+    if cause == "this job":
+        assert "oversubscribes the cores itself" in line and "num_workers" in line
+    else:
+        assert "a property of this machine" in line and "num_workers" not in line

@@ -16,6 +16,7 @@ from perfscope.analysis import evidence as ev
 from perfscope.analysis import job
 from perfscope.analysis.rank import FileItem, RankTrace, analyze_as, analyze_file, analyze_table, load_table  # noqa: F401 (API)
 from perfscope.analysis.details import build_details
+from perfscope.analysis.host_cpu import cpu_sources
 from perfscope.analysis.memory import memory_warnings
 from perfscope.analysis.telemetry import step_columns, throttle_warning
 from perfscope.analysis.patterns import window_attention_cost
@@ -130,6 +131,8 @@ def _trace_facts(rt: RankTrace, rank: int) -> dict:
 
 HOST_COLUMNS = {"wall_us": "host_wall_us", "thread_cpu_us": "host_thread_cpu_us",
                 "process_cpu_us": "host_process_cpu_us", "run_queue_us": "host_run_queue_us",
+                "machine_busy_us": "host_machine_busy_us", "workers_cpu_us": "host_workers_cpu_us",
+                "cores": "host_cores",
                 **{f: f for f in MEMORY_FIELDS}}
 
 
@@ -138,7 +141,9 @@ def _host_columns(rt: RankTrace) -> pd.DataFrame:
     recs = [rt.table.host_steps.get(int(s), {}) for s in rt.steps]
     frame = pd.DataFrame({col: [r.get(f) if r.get(f) is not None else np.nan for r in recs]
                           for f, col in HOST_COLUMNS.items()}, index=rt.metrics.index)
-    unmeasured = [f for f in MEMORY_FIELDS if frame[f].isna().all()]  # e.g. no CUDA: no device columns
+    # e.g. no CUDA: no device columns; a record of an earlier version: no CPU split
+    unmeasured = [c for c in (*MEMORY_FIELDS, "host_machine_busy_us", "host_workers_cpu_us", "host_cores")
+                  if frame[c].isna().all()]
     return frame.drop(columns=unmeasured)
 
 
@@ -234,6 +239,9 @@ def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, commo
         frame.loc[provisional[1].index, "provisional_verdict"] = provisional[1]
         notes.append(provisional_note(rv, int(len(provisional[1]))))
     details = build_details(rank_traces, ranks, frame.loc[basis], mode, facts)
+    # who held the cores, where the verdict's steps waited for them
+    contended = frame["status"].eq(ev.HOST_CONTENDED).to_numpy()
+    details["host_cpu"] = cpu_sources(frame.loc[contended if contended.any() else basis])
     warnings.extend((details.get("nodes") or {}).get("problems") or [])
     warnings.extend(memory_warnings(details.get("memory")))
     if throttle_warning(details.get("telemetry")):

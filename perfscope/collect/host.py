@@ -14,6 +14,7 @@ and writes the step's record (format:
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from collections import deque
@@ -35,6 +36,67 @@ def _run_queue_ns() -> int | None:
             return int(f.read().split()[1])
     except (OSError, ValueError, IndexError):
         return None
+
+
+_TICK_US = 1e6 / (os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100)
+# Below this between two reads the 10 ms ticks say nothing: the step gets no CPU split, and the
+# next one covers both (reading /proc costs tens of microseconds: not on every 1 ms step).
+_CPU_READ_MIN_NS = 20_000_000
+
+
+def _machine_busy_ticks() -> int | None:
+    """Clock ticks every core spent busy since boot (``/proc/stat``'s ``cpu`` line, less idle and iowait)."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return sum(fields[:8]) - fields[3] - fields[4] if len(fields) >= 8 else None
+
+
+def _children_ticks() -> dict[int, int]:
+    """CPU ticks (user + system) of each child process of the calling thread (DataLoader workers)."""
+    try:
+        with open("/proc/thread-self/children", "rb") as f:
+            pids = [int(p) for p in f.read().split()]
+    except (OSError, ValueError):
+        return {}
+    out = {}
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                rest = f.read().rsplit(b")", 1)[1].split()  # after the command name, which may hold spaces
+            out[pid] = int(rest[11]) + int(rest[12])  # utime, stime: fields 14 and 15
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+class CpuSources:
+    """Per step, the machine's busy CPU time and the training thread's children's, for the split
+    of a busy host by who held the cores (:mod:`perfscope.analysis.host_cpu`)."""
+
+    def __init__(self) -> None:
+        self._at: int | None = None
+        self._busy: int | None = None
+        self._children: dict[int, int] = {}
+
+    def begin(self) -> None:
+        self._at, self._busy, self._children = time.perf_counter_ns(), _machine_busy_ticks(), _children_ticks()
+
+    def end(self) -> dict:
+        """The step's ``machine_busy_us``, ``workers_cpu_us`` and ``cores`` (None where not read,
+        or where the step was too short to read: the next step then covers it)."""
+        if self._at is None or self._busy is None or time.perf_counter_ns() - self._at < _CPU_READ_MIN_NS:
+            return {"machine_busy_us": None, "workers_cpu_us": None, "cores": os.cpu_count()}
+        busy, children = _machine_busy_ticks(), _children_ticks()
+        if busy is None:
+            return {"machine_busy_us": None, "workers_cpu_us": None, "cores": os.cpu_count()}
+        workers = sum(max(0, t - self._children.get(pid, 0)) for pid, t in children.items())
+        out = {"machine_busy_us": max(0, busy - self._busy) * _TICK_US, "workers_cpu_us": workers * _TICK_US,
+               "cores": os.cpu_count()}
+        self._at, self._busy, self._children = time.perf_counter_ns(), busy, children
+        return out
 
 
 def snapshot() -> tuple[int, int, int, int | None, int, int]:
@@ -70,6 +132,7 @@ class HostStepRecorder:
         self._extra = extra
         self._telemetry = telemetry
         self._memory = memory if memory is not None else MemoryProbe()
+        self._cpu = CpuSources()
         self._start: tuple | None = None
         self.steps: deque[dict] = deque(maxlen=MAX_STEPS)
 
@@ -80,6 +143,7 @@ class HostStepRecorder:
     def __enter__(self) -> HostStepRecorder:  # noqa: PYI034 - typing.Self needs Python 3.11
         self._inner.__enter__()
         self._memory.begin()
+        self._cpu.begin()
         self._start = snapshot()
         return self
 
@@ -91,8 +155,9 @@ class HostStepRecorder:
         # A thread's clocks compare only on that thread: a loop training in a thread of its own
         # ends its first step there, after the profiler was entered on the main thread.
         memory = self._memory.end()
+        cpu = self._cpu.end()
         if self._start is not None and self._start[4] == now[4]:
-            self.steps.append({**_record(self._inner.step_num, self._start, now), **memory})
+            self.steps.append({**_record(self._inner.step_num, self._start, now), **memory, **cpu})
             action = getattr(getattr(self._inner, "current_action", None), "name", None)
             if action in _RECORDING:
                 # Overwrites the key: the header holds every step recorded so far.
