@@ -316,7 +316,7 @@ def _run(nodes: NodeLaunch, nproc_per_node: int, script: str, script_args: tuple
          board: Board):
     """This node's ranks of ``record``'s run, built from this node's own command line."""
     from perfscope.collect.launch import child_env
-    from perfscope.runtime.config import ConfigError, config_from_dict, save_config
+    from perfscope.runtime.config import CONFIG_ENV, ConfigError, config_from_dict, save_config
     from tuner.procs import stop_trial, trial_command
     from tuner.trial import TrialSpec, measure_command
 
@@ -336,6 +336,8 @@ def _run(nodes: NodeLaunch, nproc_per_node: int, script: str, script_args: tuple
         command = measure_command(spec, records, config_path, record.profile_steps,
                                   trial_launch_args(nodes, record.k))
         env = child_env(config_path)
+        if config_path is None:
+            env.pop(CONFIG_ENV, None)  # the baseline runs as the user runs it, as on node 0
         env[NNODES_ENV] = str(nodes.nnodes)
         proc = subprocess.Popen(trial_command(command, True), env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, start_new_session=True)
