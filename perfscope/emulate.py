@@ -337,6 +337,48 @@ class EmulatedCluster:
                     err.close()
         return results
 
+    def stream(self, cmds: Sequence[Sequence[str]], *, timeout_s: float = 300.0, env: dict | None = None,
+               out=None, err=None) -> list[int]:
+        """Run one command per node (``cmds[i]`` on node ``i``) at once, copying each node's output
+        to ``out`` / ``err`` (default: this process's) as it comes, each line after ``[node i] ``.
+
+        Returns:
+            Each node's exit status.
+
+        Raises:
+            ClusterError: a command ran past ``timeout_s`` (all are killed).
+        """
+        import sys
+        import threading
+
+        out, err = out or sys.stdout, err or sys.stderr
+        lock = threading.Lock()
+        procs = [self.popen(i, cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                 for i, cmd in enumerate(cmds)]
+        relays = [threading.Thread(target=_relay, args=(pipe, f"[node {i}] ", sink, lock), daemon=True)
+                  for i, p in enumerate(procs) for pipe, sink in ((p.stdout, out), (p.stderr, err))]
+        for t in relays:
+            t.start()
+        deadline = time.monotonic() + timeout_s
+        for i, proc in enumerate(procs):
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.close()
+                raise ClusterError(f"node {i}: {' '.join(cmds[i])[:120]} ran past {timeout_s:g} s") from None
+        for t in relays:  # the pipes close when the nodes' processes (and their children) are gone
+            t.join(timeout=10)
+        return [proc.returncode for proc in procs]
+
+
+def _relay(stream, prefix: str, sink, lock) -> None:
+    """Copy ``stream``'s lines to ``sink`` as they come, each after ``prefix`` (one writer at a time)."""
+    for raw in iter(stream.readline, b""):
+        line = raw.decode(errors="replace").rstrip("\n")
+        with lock:
+            print(f"{prefix}{line}", file=sink, flush=True)
+    stream.close()
+
 
 # Removes a cluster whose maker died: reads the namespaces the maker made, one a line, until its
 # stdin closes; unless the last line is "done", kills every process in them (twice: one may have
@@ -383,7 +425,8 @@ s.sendall(b"x" * int(sys.argv[3])); s.close()
 def main(argv: Sequence[str] | None = None) -> int:
     """``python -m perfscope.emulate --nodes N [--rate R] -- COMMAND ...``: build the cluster, run
     COMMAND once on every node at once (``{node}`` and ``{master}`` in it replaced by the node's
-    index and node 0's address), print each node's output, remove the cluster. Exit status: the
+    index and node 0's address), print each node's output as it comes (``[node i]`` before each
+    line), remove the cluster. Exit status: the
     first non-zero one of the nodes', 0 if all succeeded, 2 on bad usage or a cluster that cannot
     be built (one line on stderr)."""
     import argparse
@@ -413,18 +456,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         with EmulatedCluster(a.nodes, LinkShape(rate=a.rate), net=a.net) as cluster:
             cmds = [[part.replace("{node}", str(i)).replace("{master}", cluster.addresses[0]) for part in command]
                     for i in range(a.nodes)]
-            done = cluster.run(cmds, timeout_s=a.timeout)
+            statuses = cluster.stream(cmds, timeout_s=a.timeout)  # each node's lines as they come
     except (ClusterError, ValueError) as exc:
         print(f"perfscope.emulate: error: {str(exc).splitlines()[0] if str(exc) else exc!r}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("perfscope.emulate: interrupted; the cluster and its processes were removed", file=sys.stderr)
         return 130
-    for i, d in enumerate(done):
-        for stream, text in ((sys.stdout, d.stdout), (sys.stderr, d.stderr)):
-            for line in text.splitlines():
-                print(f"[node {i}] {line}", file=stream)
-    status = next((d.returncode for d in done if d.returncode), 0)
+    status = next((code for code in statuses if code), 0)
     return 128 - status if status < 0 else status  # killed by a signal: as a shell reports it
 
 

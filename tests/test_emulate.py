@@ -132,3 +132,22 @@ def test_a_second_cluster_on_the_same_net_is_refused_without_touching_the_first(
         with pytest.raises(ClusterError, match="exist already"):
             EmulatedCluster(2).__enter__()
         assert [d.returncode for d in first.run([["true"], ["true"]])] == [0, 0]
+
+
+def test_each_nodes_output_is_shown_as_it_comes():
+    # The two-node tune printed nothing for 408 s: output came only once every node had ended.
+    cmd = [sys.executable, "-m", "perfscope.emulate", "--nodes", "2", "--net", "94", "--",
+           "sh", "-c", "echo first {node}; echo oops {node} >&2; sleep 30; echo second {node}"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = {proc.stdout.readline().strip() for _ in range(2)}
+        assert first == {"[node 0] first 0", "[node 1] first 1"}
+        assert proc.poll() is None  # read while the nodes still sleep
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0
+    assert sorted(out.split("\n")[:-1]) == ["[node 0] second 0", "[node 1] second 1"]
+    assert {"[node 0] oops 0", "[node 1] oops 1"} <= set(err.splitlines())
