@@ -121,17 +121,33 @@ def _check_folders(folder: Path) -> None:
 
 
 def _make_cache_dir() -> Path:
-    """:func:`cache_dir`, each folder it creates of mode 0700 (whatever the umask)."""
+    """:func:`cache_dir`, each folder it creates of mode 0700 (whatever the umask). Nothing is
+    created under a folder that another user could have written (the folders that exist are
+    checked first, as :func:`_check_folders` checks them), and the mode is set on the folder made,
+    never through a link.
+
+    Raises:
+        Untrusted: an existing folder on the way fails the checks.
+    """
     folder = cache_dir()
     missing = []
     for path in (folder, *folder.parents):
-        if path.exists():
+        if os.path.lexists(path):
             break
         missing.append(path)
+    if missing:  # the deepest existing folder, and everything above it, before anything is made there
+        existing = missing[-1].parent
+        for above in dict.fromkeys([*existing.absolute().parents, *existing.resolve().parents,
+                                    existing, existing.resolve()]):
+            _trusted(above, "folder above")
     for path in reversed(missing):
         with contextlib.suppress(FileExistsError):
             path.mkdir(mode=0o700)
-            os.chmod(path, 0o700)
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            try:
+                os.fchmod(fd, 0o700)
+            finally:
+                os.close(fd)
     return folder
 
 

@@ -273,3 +273,15 @@ def test_a_provisional_run_against_a_clean_baseline_is_compared_and_noted(tmp_pa
     r = run_cli(tmp_path, "check", run, "--baseline", base)
     assert r.returncode == 0, r.stderr
     assert "the run had no clean step (busy host)" in r.stdout and "result: pass" in r.stdout
+
+
+def test_impossible_summaries_from_a_hostile_read_are_refused_or_not_trusted():
+    # steps of 285,000 years each
+    with pytest.raises(CheckInputError, match="longer than 115 days"):
+        compare(summary([9e15] * 30), summary([400] * 30))
+    # a provisional flag beside 30 clean counted steps is a hand edit: the verdict is judged as usual
+    base = summary(noisy(30, 40, 1))
+    run = summary(noisy(30, 40, 2), verdict="io-bound")
+    run["overall"]["provisional"] = True
+    r = compare(base, run)
+    assert r.verdict_regression and r.failed

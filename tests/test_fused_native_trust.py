@@ -209,3 +209,19 @@ def test_a_link_another_user_owns_on_the_way_to_the_cache_is_refused(shared_tmp)
     status, ok, _ = probe({"PERFSCOPE_CACHE_DIR": str(link)})
     assert status.startswith("not loaded: folder above") and "link that belongs to uid 65534" in status, status
     assert ok == "True"
+
+
+@needs_root
+def test_nothing_is_created_through_a_folder_another_user_controls(shared_tmp):
+    # Another user's folder holds a link to a private folder of this user's: the cache folders must
+    # not be made (nor chmod-ed) through it before the checks refuse it.
+    private = shared_tmp / "private"
+    private.mkdir(mode=0o700)
+    theirs = shared_tmp / "theirs"
+    theirs.mkdir()
+    os.chown(theirs, 65534, 65534)
+    (theirs / "c").symlink_to(private)
+    os.chown(theirs / "c", 65534, 65534, follow_symlinks=False)
+    status, ok, _ = probe({"PERFSCOPE_CACHE_DIR": str(theirs / "c" / "cache")})
+    assert status.startswith("not loaded: folder above") and ok == "True", status
+    assert list(private.iterdir()) == [], "a folder was made through another user's link"

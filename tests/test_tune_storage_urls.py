@@ -96,3 +96,9 @@ def test_every_password_the_url_parser_finds_is_masked_whole(url, shown, secret)
     if secret is not None:  # a driver's message quoting the password, decoded
         said = f"connection failed for user u with {secret!s}: authentication failed"
         assert secret not in scrub(said, url_secrets(url))
+
+
+def test_a_connection_string_nested_in_a_parameter_is_masked():
+    url = "mssql+pyodbc:///?odbc_connect=DRIVER%3D%7BODBC%7D%3BUID%3Du%3BPWD%3Dtopsecret9"
+    assert "topsecret9" not in describe_storage(url)
+    assert "topsecret9" not in describe_storage("postgresql://u@h/db?dsn=host%3Dh%20password%3Dtopsecret9")

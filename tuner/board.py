@@ -83,8 +83,10 @@ class Stop(msgspec.Struct, tag="stop", forbid_unknown_fields=True, frozen=True):
 
 
 class Done(msgspec.Struct, tag="done", forbid_unknown_fields=True, frozen=True):
-    """A follower: its ranks of run ``k`` ended with ``status`` (an exit status or ``timeout``)."""
+    """A follower: its ranks of run ``k`` of job ``job`` ended with ``status`` (an exit status or
+    ``timeout``)."""
 
+    job: _Job
     k: _Count
     node: _Node
     status: Union[int, Literal["timeout"]]

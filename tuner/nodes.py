@@ -206,7 +206,7 @@ class TrialBoard:
             done = self._board.get(key) if self._board.has(key) else None
         except Exception:  # noqa: BLE001 - not the node's, or deleted since
             return False
-        return isinstance(done, Done) and done.k == k and done.node == node
+        return isinstance(done, Done) and done.job == self.job and done.k == k and done.node == node
 
     def stop(self) -> None:
         """Tell the other nodes there is no further run, and wait (up to :data:`STOP_ACK_S`)
@@ -381,7 +381,7 @@ def follow(nodes: NodeLaunch, nproc_per_node: int, script: str, script_args: tup
                 print(f"perfscope: node {nodes.node_rank}: node 0 stopped during run {k}; node 0 wrote what finished",
                       flush=True)
                 return 0
-            board.put(f"done/{k}/{nodes.node_rank}", Done(k=k, node=nodes.node_rank, status=status))
+            board.put(f"done/{k}/{nodes.node_rank}", Done(job=job, k=k, node=nodes.node_rank, status=status))
             print(f"perfscope: node {nodes.node_rank}: run {k} ended (exit status {safe(str(status))})", flush=True)
             k += 1
     finally:

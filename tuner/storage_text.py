@@ -16,8 +16,9 @@ import sqlalchemy.exc
 from perfscope.redact import MASK, redact
 
 # Query parameters that hold a secret: password=, passwd=, pwd= (libpq, MySQL drivers),
-# sslpassword= (libpq's client key), and anything named a secret or token.
-_SECRET_KEY = re.compile(r"(?i)pass|pwd|secret|token")
+# sslpassword= (libpq's client key), anything named a secret or token, and whole connection
+# strings nested in one (pyodbc's odbc_connect=, a dsn=) whose own PWD= is encoded.
+_SECRET_KEY = re.compile(r"(?i)pass|pwd|secret|token|connect|dsn")
 
 
 def mask_password(url: str) -> str:

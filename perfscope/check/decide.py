@@ -6,6 +6,7 @@ import collections
 from dataclasses import dataclass, field
 
 from perfscope.check.changes import what_grew
+from perfscope import steptime
 from perfscope.check.stats import MIN_STEPS, POWER, detectable_slowdown, run_step_times, slowdown_p, step_sample
 
 ALPHA = 0.01
@@ -75,6 +76,7 @@ def _verdict(summaries: list[dict]) -> str | None:
 # The shortest step a run can have: the profiler's clock ticks in microseconds, and a training
 # step (a forward, a backward and an optimizer update) takes far longer than one tick.
 MIN_STEP_US = 1.0
+MAX_STEP_US = 1e13  # 115 days: the host record's own bound on a step (perfscope.host_steps.MAX_US)
 
 
 def _check_inputs(baselines: list[dict], runs: list[dict], max_regression: float, alpha: float) -> None:
@@ -91,11 +93,11 @@ def _check_inputs(baselines: list[dict], runs: list[dict], max_regression: float
             sample = step_sample(s)
             n = len(sample)
             which = f"the {name}" + (f" #{k + 1}" if len(side) > 1 else "")
-            impossible = sum(1 for t in sample if not t >= MIN_STEP_US)
-            if impossible:  # a step takes time: a summary that says otherwise was not measured
+            impossible = sum(1 for t in sample if not MIN_STEP_US <= t <= MAX_STEP_US)
+            if impossible:  # a step takes time, and not years: a summary that says otherwise was not measured
                 raise CheckInputError(f"{which} has {impossible} counted step(s) that took no time (under "
-                                      f"{MIN_STEP_US:g} µs), which no run does: not compared (was its summary edited or "
-                                      "made by hand?)")
+                                      f"{MIN_STEP_US:g} µs) or longer than 115 days, which no run does: not compared "
+                                      "(was its summary edited or made by hand?)")
             if n < MIN_STEPS:
                 raise CheckInputError(f"{which} has {n} counted step(s){_why_left_out(s)}; the test needs at least "
                                       f"{MIN_STEPS} in each run (profile more steps: perfscope profile --active N)")
@@ -138,8 +140,9 @@ def compare(baseline, run, *, max_regression: float = DEFAULT_MAX_REGRESSION, al
     if verdict_b is None or verdict_r is None:
         which = " and ".join(n for n, v in (("the baseline", verdict_b), ("the run", verdict_r)) if v is None)
         notes.append(f"verdict not compared: {which} has no verdict (its evidence is incomplete)")
+    # provisional where the verdict rests on no counted step (a flag beside counted steps is a hand edit)
     provisional = [name for name, side in (("the baseline", baselines), ("the run", runs))
-                   if any((s.get("overall") or {}).get("provisional") is True for s in side)]
+                   if any((s.get("overall") or {}).get("provisional") is True and not steptime.counted_rows(s.get("steps") or []) for s in side)]
     if provisional:
         notes.append(f"{' and '.join(provisional)} had no clean step (busy host): {'their' if len(provisional) > 1 else 'its'} "
                      "verdict is provisional and step times are compared without the waits for a core "
