@@ -137,7 +137,7 @@ def test_a_second_cluster_on_the_same_net_is_refused_without_touching_the_first(
 def test_each_nodes_output_is_shown_as_it_comes():
     # The two-node tune printed nothing for 408 s: output came only once every node had ended.
     cmd = [sys.executable, "-m", "perfscope.emulate", "--nodes", "2", "--net", "94", "--",
-           "sh", "-c", "echo first {node}; echo oops {node} >&2; sleep 30; echo second {node}"]
+           "sh", "-c", "echo first {node}; echo oops {node} >&2; sleep 10; echo second {node}"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         first = {proc.stdout.readline().strip() for _ in range(2)}
