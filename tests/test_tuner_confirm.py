@@ -180,3 +180,5 @@ def test_an_interval_that_decides_nothing_says_why_instead_of_its_numbers():
     text = interval_text(0.36, 1e-9, 3.6e27, [130.0, 10.0], [40.0, 41.0])
     assert text.startswith("0.36x, undecided: the baseline's rounds differ 13x and the candidate's rounds differ 1x")
     assert "e+" not in text and "3603" not in text
+    # wide but wholly above 1x: decided (faster), so its numbers are shown, not "undecided"
+    assert interval_text(6.84, 2.1, 22.0, [130.0, 30.0], [800.0, 810.0]) == "6.84x (2.10x-22.00x)"

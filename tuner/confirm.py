@@ -46,9 +46,10 @@ WIDE_INTERVAL = 4.0
 
 
 def interval_text(speedup: float, low: float, high: float, baseline=(), candidate=()) -> str:
-    """``"1.42x (1.31x-1.55x)"``; for an interval wider than :data:`WIDE_INTERVAL`, what made it
-    so: ``"0.36x, undecided: the baseline's rounds differ 13x"``."""
-    if high > 0 and low > 0 and high / low <= WIDE_INTERVAL:
+    """``"1.42x (1.31x-1.55x)"``; for an interval that holds 1x and is wider than
+    :data:`WIDE_INTERVAL`, what made it so: ``"0.36x, undecided: the baseline's rounds differ 13x"``
+    (a wide interval wholly above or below 1x decides, and is shown as it is)."""
+    if not (low <= 1.0 <= high) or (low > 0 and high / low <= WIDE_INTERVAL):
         return f"{speedup:.2f}x ({low:.2f}x-{high:.2f}x)"
     spreads = [f"the {name}'s rounds differ {max(v) / min(v):.0f}x" for name, v in
                (("baseline", baseline), ("candidate", candidate)) if len(v) > 1 and min(v) > 0]
@@ -96,7 +97,7 @@ class Confirmation:
         interval = f"{self.confidence:.0%} {kind} {self.ci_low:.2f}x-{self.ci_high:.2f}x, {self.rounds} rounds"
         if self.faster:
             return f"{self.speedup:.2f}x faster ({interval})"
-        if self.ci_low <= 0 or self.ci_high / self.ci_low > WIDE_INTERVAL:
+        if self.ci_low <= 1.0 <= self.ci_high and (self.ci_low <= 0 or self.ci_high / self.ci_low > WIDE_INTERVAL):
             return (f"not shown faster: {interval_text(self.speedup, self.ci_low, self.ci_high, self.baseline, self.candidate)}"
                     "; keep your current settings")
         return f"not faster beyond the noise: {self.speedup:.2f}x ({interval}); keep your current settings"
