@@ -319,13 +319,7 @@ class EmulatedCluster:
             try:
                 procs = [self.popen(i, cmd, env=env, stdout=out, stderr=err, text=True, **kwargs)
                          for i, (cmd, (out, err)) in enumerate(zip(cmds, files))]
-                deadline = time.monotonic() + timeout_s
-                for i, proc in enumerate(procs):
-                    try:
-                        proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-                    except subprocess.TimeoutExpired:
-                        self.close()
-                        raise ClusterError(f"node {i}: {' '.join(cmds[i])[:120]} ran past {timeout_s:g} s") from None
+                self._wait_all(procs, cmds, timeout_s)
                 results = []
                 for proc, (out, err) in zip(procs, files):
                     out.seek(0)
@@ -336,6 +330,20 @@ class EmulatedCluster:
                     out.close()
                     err.close()
         return results
+
+    def _wait_all(self, procs: list[subprocess.Popen], cmds: Sequence[Sequence[str]], timeout_s: float) -> None:
+        """Wait for every node's command, within one deadline.
+
+        Raises:
+            ClusterError: one ran past ``timeout_s`` (the cluster and all its processes are removed).
+        """
+        deadline = time.monotonic() + timeout_s
+        for i, proc in enumerate(procs):
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                self.close()
+                raise ClusterError(f"node {i}: {' '.join(cmds[i])[:120]} ran past {timeout_s:g} s") from None
 
     def stream(self, cmds: Sequence[Sequence[str]], *, timeout_s: float = 300.0, env: dict | None = None,
                out=None, err=None) -> list[int]:
@@ -359,13 +367,7 @@ class EmulatedCluster:
                   for i, p in enumerate(procs) for pipe, sink in ((p.stdout, out), (p.stderr, err))]
         for t in relays:
             t.start()
-        deadline = time.monotonic() + timeout_s
-        for i, proc in enumerate(procs):
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                self.close()
-                raise ClusterError(f"node {i}: {' '.join(cmds[i])[:120]} ran past {timeout_s:g} s") from None
+        self._wait_all(procs, cmds, timeout_s)
         for t in relays:  # the pipes close when the nodes' processes (and their children) are gone
             t.join(timeout=10)
         return [proc.returncode for proc in procs]

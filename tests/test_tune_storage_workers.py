@@ -246,24 +246,7 @@ def test_a_worker_ending_inside_a_dead_workers_grace_fails_its_trial(kind, tmp_p
 def test_killed_workers_trial_is_failed_and_queued_again(kind, tmp_path, request):
     url = storage_url(kind, tmp_path, request)
     out, name = tmp_path / "out", study_name()
-    script = tmp_path / "hang.py"
-    script.write_text(HANGING_WORKER.replace("GRACE", str(GRACE_S)))
-    started = tmp_path / "started"
-    proc = subprocess.Popen(
-        [sys.executable, str(script), url or "-", name, str(out), str(started)],
-        cwd=tmp_path, env=worker_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )
-    try:
-        deadline = time.monotonic() + WORKER_TIMEOUT_S
-        while not started.exists():
-            assert proc.poll() is None, proc.communicate()[1]
-            assert time.monotonic() < deadline, "the worker never started its trial"
-            time.sleep(0.05)
-        time.sleep(0.2)  # past the trial's first heartbeat
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.communicate()
-    killed_at = time.monotonic()
+    killed_at = _killed_worker(url, tmp_path, name, out)
 
     storage = open_storage(url, out, heartbeat_interval=1, grace_period=GRACE_S)
     study = optuna.load_study(storage=storage, study_name=name)
