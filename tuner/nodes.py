@@ -107,9 +107,11 @@ class Board:
         store.set_timeout(datetime.timedelta(seconds=GET_TIMEOUT_S))  # waits give their own
 
     def put(self, key: str, record: Record) -> None:
+        """Write ``record`` under ``key``, signed where this board has a secret."""
         self.store.set(key, encode(record, key, self.secret))
 
     def has(self, key: str) -> bool:
+        """Whether ``key`` holds a value now (of anyone's: :meth:`get` checks it)."""
         return bool(self.store.check([key]))
 
     def get(self, key: str) -> Record:
