@@ -54,24 +54,23 @@ def without_core_wait(rows: pd.DataFrame, mode: str) -> pd.DataFrame:
     return out
 
 
-def provisional_verdict(frame: pd.DataFrame, statuses: tuple[str, ...], mode: str,
-                        facts: dict | None = None) -> tuple[RunVerdict, pd.Series] | None:
-    """The provisional verdict of the steps with a status in ``statuses`` and a known wait.
+def provisional_verdict(rows: pd.DataFrame, mode: str, facts: dict | None = None) -> tuple[RunVerdict, pd.Series] | None:
+    """The provisional verdict of ``rows``: the analysis frame's steps that waited for cores,
+    with a known ``core_wait_us`` (the caller chooses them: ``combine`` in
+    :mod:`perfscope.analysis.run`).
 
     Args:
-        frame: The analysis frame (one row per rank and step, ``status`` and ``core_wait_us`` included).
-        statuses: The statuses classified (``host-contended``).
+        rows: Those rows of the analysis frame (``mode``, ``step_time_us``, the cost columns and
+            ``core_wait_us``).
         mode: ``"gpu"`` or ``"cpu"``.
         facts: As for :func:`perfscope.analysis.verdict.run_verdict`.
 
     Returns:
         ``(verdict, per-step verdicts)`` -- the run's :class:`RunVerdict` with ``provisional`` set
         and ``core_wait_share`` the waits' share of those steps' wall time, and each classified
-        row's verdict (indexed as ``frame``) -- or None when no such step has a known wait.
+        row's verdict (indexed as ``rows``) -- or None when no row has a positive step time.
     """
-    if "core_wait_us" not in frame.columns:
-        return None
-    rows = frame[frame["status"].isin(statuses) & frame["core_wait_us"].notna() & (frame["step_time_us"] > 0)]
+    rows = rows[rows["step_time_us"] > 0]
     if rows.empty:
         return None
     parts: list[pd.DataFrame] = []

@@ -232,7 +232,7 @@ def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, commo
         rv = run_verdict(frame.loc[counted, "verdict"].to_numpy(), costs.loc[counted],
                          frame.loc[counted, "step_time_us"].to_numpy(), mode, facts)
     else:
-        provisional = provisional_verdict(frame, (ev.HOST_CONTENDED,), mode, facts)
+        provisional = provisional_verdict(frame.loc[basis], mode, facts) if basis.any() else None
         rv = provisional[0] if provisional else verdict_of_none(frame, [rt.evidence.run_reason for rt in rank_traces])
     if provisional is not None:
         frame["provisional_verdict"] = pd.Series(None, index=frame.index, dtype=object)
