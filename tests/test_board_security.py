@@ -139,6 +139,13 @@ def _follower(endpoint: str) -> subprocess.Popen:
     return proc
 
 
+def _kill(follower: subprocess.Popen) -> None:
+    """The follower and what it started, gone (a no-op once it ended)."""
+    if follower.poll() is None:
+        os.killpg(follower.pid, signal.SIGKILL)
+        follower.wait()
+
+
 @pytest.mark.parametrize("secret", [None, SECRET], ids=["loopback-no-secret", "secret"])
 def test_a_command_written_into_the_board_is_never_run(tmp_path, monkeypatch, secret):
     for key in (wire.SECRET_ENV, wire.SECRET_FILE_ENV):
@@ -158,9 +165,7 @@ def test_a_command_written_into_the_board_is_never_run(tmp_path, monkeypatch, se
             store.set("trial/0", wire.encode(trial(0), "trial/0", None))
         out, err = follower.communicate(timeout=60)
     finally:
-        if follower.poll() is None:
-            os.killpg(follower.pid, signal.SIGKILL)
-            follower.wait()
+        _kill(follower)
     assert follower.returncode != 0
     assert not planted.exists()
     lines = err.strip().splitlines()
@@ -178,9 +183,7 @@ def test_a_configuration_that_is_not_of_the_schema_is_refused_by_the_follower(tm
         _attacker(endpoint).set("trial/0", wire.encode(trial(0, config={"script": "evil.py"}), "trial/0", None))
         _, err = follower.communicate(timeout=60)
     finally:
-        if follower.poll() is None:
-            os.killpg(follower.pid, signal.SIGKILL)
-            follower.wait()
+        _kill(follower)
     assert follower.returncode != 0
     assert "its configuration is not valid: unknown config key(s) 'script'" in err, err
     del board
@@ -198,8 +201,7 @@ def test_node_0_notices_a_follower_that_went_away_within_seconds(monkeypatch):
             time.sleep(0.2)
         assert board._beats, "no heartbeat from the follower"
     finally:
-        os.killpg(follower.pid, signal.SIGKILL)
-        follower.wait()
+        _kill(follower)
     killed = time.monotonic()
     line = None
     while line is None and time.monotonic() - killed < 60:
@@ -254,8 +256,6 @@ def test_a_replayed_record_of_another_job_and_a_forged_report_are_refused(monkey
         attacker.set("trial/1", wire.encode(trial(1, job="f" * 32), "trial/1", None))
         _, err = follower.communicate(timeout=120)
     finally:
-        if follower.poll() is None:
-            os.killpg(follower.pid, signal.SIGKILL)
-            follower.wait()
+        _kill(follower)
     assert "trial/1: a record of another job (replayed?); refusing it" in err, err
     del board

@@ -24,6 +24,15 @@ def _gzip_of_spaces(path, mib: int, tail: bytes = b"") -> None:
         f.write(d.compress(tail) + d.flush())
 
 
+def _read(path, streamed: bool) -> None:
+    """Read ``path`` as the streamed read does, or as the whole-file read does."""
+    if streamed:
+        for _ in chunks(path):
+            pass
+    else:
+        read_trace(path)
+
+
 def test_a_run_of_whitespace_is_searched_once(tmp_path):
     # 48 MiB of spaces before the object, in 1 MiB pieces: each search starts where the last ended
     # (quadratic before: every piece re-searched the whole run), and the run is dropped as read.
@@ -61,11 +70,7 @@ def test_a_gzip_bomb_is_refused_as_too_large(tmp_path, monkeypatch, streamed):
     _gzip_of_spaces(path, 64)  # 64 MiB of text from about 64 KiB: 1000x
     assert path.stat().st_size < 200 << 10
     with pytest.raises(TraceTooLarge, match=r"too large: its [\d,]+ bytes of gzip inflate past [\d,]+ MiB of text \(200x\)"):
-        if streamed:
-            for _ in chunks(path):
-                pass
-        else:
-            read_trace(path)
+        _read(path, streamed)
     assert isinstance(TraceTooLarge(path, 1), TraceFormatError)  # one line from the CLI, as any bad trace
 
 
@@ -87,11 +92,7 @@ def test_thousands_of_empty_gzip_members_are_refused_at_once(tmp_path, streamed)
     trace = gzip.compress(b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 2}]}')
     path.write_bytes(trace + gzip.compress(b"") * 200_000 + b"X")
     with pytest.raises(TooManyMembers, match=f"more than {MAX_GZIP_MEMBERS:,} gzip members"):
-        if streamed:
-            for _ in chunks(path):
-                pass
-        else:
-            read_trace(path)
+        _read(path, streamed)
 
 
 def test_a_few_gzip_members_still_read_as_one_text(tmp_path):
