@@ -8,7 +8,7 @@ from pathlib import Path
 
 from perfscope import __version__
 from perfscope.cli_args import MAX_JOBS, MAX_NPROC_PER_NODE, add_node_options, not_empty, number, out_path, whole
-from perfscope.collect.schedule import MAX_ACTIVE, MAX_STEPS
+from perfscope.collect.schedule import MAX_ACTIVE, MAX_EXTEND_S, MAX_STEPS
 from perfscope.text import safe
 
 EXIT_USAGE = 2  # bad input, as argparse uses
@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-first", type=whole(0, MAX_STEPS), default=3, help="steps run unprofiled first (default 3)")
     p.add_argument("--warmup", type=whole(0, MAX_STEPS), default=2, help="steps traced then discarded (default 2)")
     p.add_argument("--active", type=whole(1, MAX_ACTIVE), default=5, help="steps recorded (default 5)")
+    p.add_argument("--extend-s", type=number(0.0, MAX_EXTEND_S, "a number of seconds"), default=60.0, metavar="S",
+                   help="on a busy machine, seconds spent recording more steps while fewer than --active of them "
+                   "ran without waiting for a core (default 60; 0: record exactly --active; one process only)")
     p.add_argument(
         "--max-steps", type=whole(0, MAX_STEPS), default=None,
         help="end the script after this many steps (default: once profiling is done; 0: run to the end)",

@@ -50,6 +50,35 @@ MAX_STEPS = 256
 # A step of more than this many microseconds (115 days) is not a measurement: the entry is refused.
 MAX_US = 1e13
 
+# Descheduling: a quarter of the step spent runnable but off the CPU (as much as the launch
+# threshold, the largest of the verdict thresholds: enough to make or unmake any verdict). Measured
+# on a 2-core machine: quiet, under 10% of a step; with 3 busy processes beside the script, 40-70%.
+# The analysis (perfscope.analysis.evidence, status ``host-contended``) and the collector's window
+# extension (perfscope.collect.window) both judge a step by this one rule.
+RUN_QUEUE_SHARE = 0.25
+
+
+def queue_wait_us(wall: float, cpu: float, queue: float) -> float:
+    """The time (µs) a step's training thread waited for a core, from the kernel's run-queue
+    figure (``schedstat`` ``run_delay``), bounded by the time the thread was off the CPU: the
+    kernel books a wait when the thread next runs, so a step's figure can hold some of the
+    previous step's.
+
+    Args:
+        wall, cpu, queue: The step's wall time, the thread's CPU time and its run-queue wait (µs).
+    """
+    return min(queue, max(wall - cpu, 0.0))
+
+
+def waited_for_core(entry: dict) -> bool | None:
+    """Whether a host record entry's step waited for a core :data:`RUN_QUEUE_SHARE` of its wall
+    time or more; None where its entry cannot tell (no run-queue figure, no wall time). The trace
+    can still decide those (the analysis's rule without the run-queue figure needs it)."""
+    wall, cpu, queue = entry.get("wall_us"), entry.get("thread_cpu_us"), entry.get("run_queue_us")
+    if queue is None or cpu is None or not wall or wall <= 0:
+        return None
+    return queue_wait_us(wall, cpu, queue) >= RUN_QUEUE_SHARE * wall
+
 
 def _number(v, high: float = MAX_US) -> bool:
     return type(v) in (int, float) and v == v and 0 <= v <= high

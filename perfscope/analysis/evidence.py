@@ -47,6 +47,7 @@ from perfscope.analysis.intervals import locate, union, window_segments
 from perfscope.analysis.steps import Launches, StepWindows, graph_launched, shared_correlation_calls
 from perfscope.analysis.verdict import classify, cost_fractions
 from perfscope.text import named, plural
+from perfscope.host_steps import RUN_QUEUE_SHARE, queue_wait_us
 from perfscope.trace.kinds import (
     GPU_KINDS, EventKind, is_gpu_work_call, is_init_call, is_kernel_launch, is_sync_call, profiler_step_numbers,
 )
@@ -68,11 +69,8 @@ QUEUED_MARK = "launched before the profiler's window"  # in the reason, so that 
 # A kernel lost now and then at a buffer's end is noise; one launch in a hundred is a failure of the
 # profiler, and the GPU then looks idle where it worked.
 LOST_LAUNCH_SHARE = 0.01
-# Descheduling. A quarter of the step spent waiting for a core (as much as the launch threshold,
-# the largest: enough to make or unmake any verdict). Measured on a 2-core machine: quiet, under
-# 10% of a step; with 3 busy processes beside the script, 40-70%. Without the run-queue figure,
-# the thread running less than half of the time nothing else explains.
-RUN_QUEUE_SHARE = 0.25
+# Descheduling: RUN_QUEUE_SHARE (perfscope.host_steps, shared with the collector). Without the
+# run-queue figure, the thread running less than half of the time nothing else explains.
 HOST_CPU_SHARE = 0.5
 _NS_PER_US = 1000.0
 
@@ -329,7 +327,7 @@ def core_wait_us(wall: float, cpu: float, queue: float | None, explained: float)
         explained: Time the thread waited for something other than a core (µs).
     """
     if queue is not None:
-        return min(queue, max(wall - cpu, 0.0))
+        return queue_wait_us(wall, cpu, queue)
     return max(wall - min(explained, wall) - cpu, 0.0)
 
 

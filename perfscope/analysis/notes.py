@@ -45,8 +45,20 @@ def status_notes(frame: pd.DataFrame) -> list[str]:
     left = frame[frame["status"] != ev.OK]
     if left.empty:
         return []
-    groups = left.groupby(["worker", "status", "status_reason"], sort=False)["step"]
     notes = []
+    # Waits for a core differ a little from step to step: one note per worker for all of them, not
+    # one per figure (a lengthened window on a busy machine holds tens of such steps).
+    contended = left["status"].eq(ev.HOST_CONTENDED)
+    if "core_wait_us" in left.columns and contended.sum() > 1:
+        for worker, rows in left[contended].groupby("worker", sort=False):
+            share = 100 * rows["core_wait_us"] / rows["step_time_us"].where(rows["step_time_us"] > 0)
+            if len(rows) < 2 or share.isna().any():
+                continue
+            notes.append(f"{worker}: {plural(len(rows), 'step')} {spans(rows['step'])} {ev.HOST_CONTENDED} (the "
+                         f"training thread waited {share.min():.0f}-{share.max():.0f}% of each step for a core; "
+                         "summary.json has each step's figures); not counted in the verdict")
+            left = left.drop(rows.index)
+    groups = left.groupby(["worker", "status", "status_reason"], sort=False)["step"]
     for (worker, status, reason), steps in groups:
         word = "step" if len(steps) == 1 else "steps"
         notes.append(f"{worker}: {word} {spans(steps)} {status} ({reason}); not counted in the verdict")

@@ -12,6 +12,8 @@ MAX_STEPS = 10**9
 # Recorded steps: the profiler holds every event of the window in memory until the trace is
 # written, so a window of thousands of steps exhausts memory long before it ends.
 MAX_ACTIVE = 1000
+# Seconds ``extend_s`` may ask for: an hour of extra recording is beyond any window worth reading.
+MAX_EXTEND_S = 3600.0
 
 
 def _check_int(name: str, value: object, minimum: int, allowed: str, maximum: int = MAX_STEPS) -> None:
@@ -42,6 +44,13 @@ class ProfileSchedule:
             ``skip_first + warmup + active`` steps; ``0`` lets the script run
             to its own end. Any other value must be at least the window, since
             stopping earlier would silently record fewer steps.
+        extend_s: Seconds (0 to :data:`MAX_EXTEND_S`) the window may be lengthened by when too
+            few of its steps are clean: while fewer than ``active`` recorded steps ran without
+            waiting for a core, more steps are recorded, for at most this long and at most
+            :func:`perfscope.collect.window.max_recorded` steps in all
+            (:class:`perfscope.collect.window.Window`). 0 (the default here; ``perfscope
+            profile`` asks for 60) records exactly ``active`` steps. Only single-process runs
+            extend: ranks of one job must stop at the same step.
 
     Every count is at most :data:`MAX_STEPS` (``active``: :data:`MAX_ACTIVE`).
 
@@ -55,11 +64,16 @@ class ProfileSchedule:
     warmup: int = 2
     active: int = 5
     max_steps: int | None = None
+    extend_s: float = 0.0
 
     def __post_init__(self) -> None:
         _check_int("skip_first", self.skip_first, 0, "an integer >= 0")
         _check_int("warmup", self.warmup, 0, "an integer >= 0")
         _check_int("active", self.active, 1, "an integer >= 1", MAX_ACTIVE)
+        e = self.extend_s
+        if isinstance(e, bool) or not isinstance(e, (int, float)) or not 0 <= e <= MAX_EXTEND_S:
+            raise ScheduleError(f"ProfileSchedule.extend_s must be a number of seconds from 0 to {MAX_EXTEND_S:g}, "
+                                f"got {e!r}")
         if self.max_steps is not None and self.max_steps != 0:
             window = self.window_steps
             _check_int(

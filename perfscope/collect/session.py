@@ -94,12 +94,17 @@ def profile_in_process(
 
     from perfscope.collect.telemetry import TelemetrySampler
 
-    ours = build_profiler(torch, schedule, exporter)
+    from perfscope.collect.window import Window
+
+    # Ranks of one job must stop at the same step: only a process on its own lengthens its window.
+    alone = world_size == 1 and int(os.environ.get("WORLD_SIZE", "1") or 1) == 1
+    window = Window(torch, schedule, records=lambda: prof.steps, extend=alone)
+    ours = build_profiler(torch, schedule, exporter, window=window)
     job = JobWatch()
     telemetry = TelemetrySampler()  # samples nothing until the script has a CUDA device
     # CPU time and memory per step, the rank's node and DDP, GPU telemetry: in the trace header
     prof = HostStepRecorder(ours, job.header, telemetry=telemetry)
-    tracker = StepTracker(prof, schedule)
+    tracker = StepTracker(prof, schedule, window)
 
     started_at = utc_now_iso()
     t0 = time.perf_counter()
@@ -130,6 +135,9 @@ def profile_in_process(
         started_at=started_at,
         duration_s=duration_s,
     )
+    extension = window.outcome_dict()
+    if extension is not None:
+        run_info["window_extension"] = extension
     if accel_config is not None:
         run_info["config"] = accel_config.to_dict()
         run_info["config_applied"] = patch_report.to_dict()
@@ -145,7 +153,7 @@ def profile_in_process(
     )
 
 
-def build_profiler(torch, schedule: ProfileSchedule, on_trace_ready):
+def build_profiler(torch, schedule: ProfileSchedule, on_trace_ready, window=None):
     """The ``torch.profiler.profile`` a :class:`~perfscope.collect.steps.StepTracker` drives.
 
     CPU activity, plus CUDA where available; its torch schedule skips one step more than
@@ -155,10 +163,14 @@ def build_profiler(torch, schedule: ProfileSchedule, on_trace_ready):
         torch: The torch module (imported by the caller).
         schedule: The profiling window.
         on_trace_ready: Called with the profiler when the window is recorded (a TraceExporter).
+        window: A :class:`perfscope.collect.window.Window` to use as the profiler's schedule
+            (the same steps, lengthened on a busy machine), or None for torch's own schedule.
     """
     activities = [torch.profiler.ProfilerActivity.CPU]
     if torch.cuda.is_available():
         activities.append(torch.profiler.ProfilerActivity.CUDA)
+    if window is not None:
+        return torch.profiler.profile(activities=activities, schedule=window, on_trace_ready=on_trace_ready)
     with warnings.catch_warnings():
         # warmup=0 is a legitimate choice; torch warns about it on every run.
         warnings.filterwarnings("ignore", message=".*warmup.*")

@@ -71,6 +71,8 @@ class StepTracker:
             ``schedule.skip_first + 1`` steps (step 0 is the script's setup).
         schedule: The user's schedule; decides when the window is done and
             when to end the script.
+        window: The profiler's :class:`~perfscope.collect.window.Window` where it may lengthen
+            the recording: the window then ends, and the script with it, that many steps later.
 
     Attributes:
         steps_seen: Training steps counted so far in this process.
@@ -78,11 +80,12 @@ class StepTracker:
         window_done: True once the active window was recorded (trace exported).
     """
 
-    def __init__(self, prof: Any, schedule: ProfileSchedule) -> None:
+    def __init__(self, prof: Any, schedule: ProfileSchedule, window: Any = None) -> None:
         self._prof = prof
-        self._stop_after = schedule.stop_after
-        # prof.step_num after the boundary that closes the last active step.
-        self._window_end = schedule.window_steps + 1
+        self._schedule = schedule
+        # A perfscope.collect.window.Window that may lengthen the recording, or None.
+        self._window = window
+        self._delayed = 0  # steps the window was moved later by (delay_window)
         self._thread = threading.get_ident()
         self.steps_seen = 0
         self.stopped_early = False
@@ -266,7 +269,32 @@ class StepTracker:
         if not self.window_done:
             self._boundary()
 
+    def delay_window(self, steps: int = 1) -> None:
+        """End the window, and the script with it, ``steps`` steps later than the schedule says
+        (the measurement runner lengthens its warm-up so; its profiler follows on its own)."""
+        self._delayed += steps
+
     # ----------------------------------------------------------------- internals
+    @property
+    def _added(self) -> int | None:
+        """Steps added to the planned window; None while the window is still deciding."""
+        if self._window is None:
+            return self._delayed
+        return self._delayed + self._window.steps_added if self._window.last is not None else None
+
+    @property
+    def _window_end(self) -> int | None:
+        """prof.step_num after the boundary that closes the last active step (None: not known yet)."""
+        added = self._added
+        return None if added is None else self._schedule.window_steps + 1 + added
+
+    @property
+    def _stop_after(self) -> int | None:
+        if self._schedule.max_steps is not None:  # the user's own count (0: never)
+            return self._schedule.stop_after
+        added = self._added
+        return None if added is None else self._schedule.window_steps + added
+
     def _take_point(self) -> None:
         if self._stop_pending:
             self._stop()
@@ -322,7 +350,8 @@ class StepTracker:
         self._pending = False
         self._disarm()
         self._prof.step()  # exports the trace when this closes the window
-        if self._prof.step_num >= self._window_end:
+        end = self._window_end
+        if end is not None and self._prof.step_num >= end:
             self.window_done = True
             # Stop now: the rest of the run costs only the counting hooks.
             self._prof.__exit__(None, None, None)

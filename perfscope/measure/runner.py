@@ -22,7 +22,6 @@ for at most S seconds of measured steps (``perfscope/measure/window.py``).
 from __future__ import annotations
 
 import contextlib
-import functools
 import gc
 import json
 import os
@@ -172,7 +171,7 @@ def measure_in_process(
         ours = window_profiler(torch, recorder, profile_steps, exporter)
         inner = HostStepRecorder(ours)
     tracker = StepTracker(hooks.StepClock(inner, recorder), schedule)
-    recorder.on_extend = functools.partial(_delay_stop, tracker)
+    recorder.on_extend = tracker.delay_window  # one step added to the warm-up
 
     try:
         # Order matters: our constructor wrappers inside patching's (it looks at its caller's
@@ -226,13 +225,6 @@ def measure_in_process(
     return result
 
 
-def _delay_stop(tracker) -> None:
-    """One step was added to the warm-up: the tracker ends the window and the script a step later.
-
-    StepTracker takes both from the schedule it is built with; the measurement's window moves.
-    """
-    tracker._window_end += 1
-    tracker._stop_after += 1
 
 
 def seed_everything(seed: int, torch) -> None:
