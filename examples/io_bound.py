@@ -9,6 +9,7 @@ of every step is spent waiting for the DataLoader. More workers
 Usage::
 
     python examples/io_bound.py [--steps 100] [--num-workers 0] [--pin-memory]
+                                [--prefetch-factor P] [--threads T]
     perfscope profile examples/io_bound.py
 """
 
@@ -65,10 +66,14 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers")
     parser.add_argument("--pin-memory", action="store_true", help="DataLoader pin_memory")
+    parser.add_argument("--prefetch-factor", type=int, default=None, help="DataLoader prefetch_factor (with workers)")
+    parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
     parser.add_argument("--decode-ms", type=float, default=3.0, help="decode time per sample")
     args = parser.parse_args()
 
     torch.manual_seed(args.seed)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     dataset = SlowDecodeDataset(args.steps * args.batch_size, args.decode_ms, args.seed)
     loader = DataLoader(
         dataset,
@@ -76,6 +81,7 @@ def main() -> None:
         shuffle=True,
         num_workers=args.num_workers,
         pin_memory=args.pin_memory,
+        prefetch_factor=args.prefetch_factor if args.num_workers > 0 else None,
         generator=torch.Generator().manual_seed(args.seed),
     )
     model = build_model()
