@@ -17,6 +17,7 @@ its printed speed is at least the target too. Target: at least 4 of 5 studies pa
 Run (about 5-10 minutes per study on 2 busy cores)::
 
     python bench/bench_tune_busy.py [--studies 5] [--burners N] [--rounds 3] [--json out.json]
+"""
 
 from __future__ import annotations
 
