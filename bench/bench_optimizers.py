@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from fused_ops import Lamb, Lars  # noqa: E402
-from fused_ops.optimizer_reference import reference_lamb, reference_lars  # noqa: E402
+from perfscope.fused_ops import Lamb, Lars  # noqa: E402
+from perfscope.fused_ops.optimizer_reference import reference_lamb, reference_lars  # noqa: E402
 
 LR, WD = 1e-3, 0.01
 

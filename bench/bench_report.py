@@ -53,13 +53,13 @@ if kind == "analyze":  # the whole command that writes the report, analysis incl
         raise SystemExit("analyze failed")
     shutil.copy(out + ".d/report.html", out)
 elif kind == "tuning":
-    from reports import write_tuning
+    from perfscope.reports import write_tuning
     write_tuning(record, out)
 else:
-    from reports import write_report
+    from perfscope.reports import write_report
     write_report(record, out, base_dir=sys.argv[4] if len(sys.argv) > 4 else None,
                  find_traces=len(sys.argv) > 4)
-import reports
+from perfscope import reports
 print(json.dumps({"render_s": time.perf_counter() - t0, "module": reports.__file__}))
 """
 

@@ -56,7 +56,7 @@ import tune_grid  # bench/tune_grid.py, beside this file
 from tune_grid import ROOT
 
 from perfscope.runtime.config import load_config
-from tuner.trial import TrialSpec, run_trial
+from perfscope.tuner.trial import TrialSpec, run_trial
 
 SCRIPT = ROOT / "examples" / "io_bound.py"
 SCRIPT_ARGS = ("--steps", "100")

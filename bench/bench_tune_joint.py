@@ -36,8 +36,8 @@ from pathlib import Path
 import tune_grid  # bench/tune_grid.py, beside this file
 from tune_grid import ROOT
 
-from tuner.space import build_space, rule_based_guess
-from tuner.trial import TrialSpec
+from perfscope.tuner.space import build_space, rule_based_guess
+from perfscope.tuner.trial import TrialSpec
 
 SCRIPT = ROOT / "bench" / "joint_ddp.py"
 SCRIPT_ARGS = ("--steps", "80")

@@ -27,10 +27,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from fused_ops import window_attention, window_attention_reference  # noqa: E402
-from fused_ops.swin import shift_mask  # noqa: E402
-from fused_ops import native  # noqa: E402
-from fused_ops.attention import window_attention_sdpa  # noqa: E402
+from perfscope.fused_ops import window_attention, window_attention_reference  # noqa: E402
+from perfscope.fused_ops.swin import shift_mask  # noqa: E402
+from perfscope.fused_ops import native  # noqa: E402
+from perfscope.fused_ops.attention import window_attention_sdpa  # noqa: E402
 
 WINDOWS, TOKENS, HEADS, HEAD_DIM, IMAGES = 64, 49, 3, 32, 8  # 8 images x 64 windows = 512 windows
 

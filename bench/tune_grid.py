@@ -3,7 +3,7 @@
 * :func:`probe` runs the script once as ``perfscope tune`` profiles its baseline and returns the
   facts, verdict and fractions the tuner shapes its space from.
 * :func:`measure_grid` measures every configuration of the searched knobs with
-  :func:`tuner.trial.run_trial` (no profiled steps), a few repeats each, interleaved.
+  :func:`perfscope.tuner.trial.run_trial` (no profiled steps), a few repeats each, interleaved.
 * :func:`simulate` replays many Optuna studies on that lookup table (no script runs): the guided
   search as ``perfscope tune`` does it, and random search with the same budget.
 """
@@ -26,12 +26,12 @@ import optuna
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
-import tuner.study as study_module
-from tuner.space import SearchSpace, build_space, rule_based_guess
-from tuner.sampler import CoordinateSampler
-from tuner.study import DuplicateTrial, TuningStudy, trial_verdict
-from tuner.trial import TrialOutcome, TrialSpec, cleanup_traces, run_trial
-from tuner.tune import BASELINE_PROFILE_STEPS
+import perfscope.tuner.study as study_module
+from perfscope.tuner.space import SearchSpace, build_space, rule_based_guess
+from perfscope.tuner.sampler import CoordinateSampler
+from perfscope.tuner.study import DuplicateTrial, TuningStudy, trial_verdict
+from perfscope.tuner.trial import TrialOutcome, TrialSpec, cleanup_traces, run_trial
+from perfscope.tuner.tune import BASELINE_PROFILE_STEPS
 
 TARGET_SHARE = 0.95  # "reached": a configuration worth at least this share of the grid's best
 

@@ -21,7 +21,7 @@ import time
 import torch
 from torch import nn
 
-from fused_ops.swin import SwinBlock
+from perfscope.fused_ops.swin import SwinBlock
 
 RESOLUTION, WINDOW, PATCH = 28, 7, 4  # 112 x 112 images in 4 x 4 patches: a 28 x 28 token grid
 

@@ -6,7 +6,7 @@ textbook formulation (:func:`window_attention_reference`) takes about ten operat
 pass over the ``(B * nW, heads, N, N)`` scores. The operator here is one autograd node with its own
 backward, in two implementations:
 
-* fp32 on the CPU: a C++ kernel (:mod:`fused_ops.native`) that computes each window and head's
+* fp32 on the CPU: a C++ kernel (:mod:`perfscope.fused_ops.native`) that computes each window and head's
   scores, softmax, products and gradients while they are in the core's cache;
 * elsewhere (other dtypes, CUDA, head sizes that are not whole vectors, no compiler), the ATen
   formulation below: the forward as two batched matrix products around one in-place
@@ -32,7 +32,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from fused_ops import native
+from perfscope.fused_ops import native
 
 __all__ = ["window_attention", "window_attention_op", "window_attention_reference", "window_attention_sdpa"]
 

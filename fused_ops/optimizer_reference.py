@@ -1,5 +1,5 @@
 """Per-parameter LAMB and LARS, one tensor at a time in plain tensor arithmetic: the algorithms of
-the papers as written, which :class:`fused_ops.Lamb` and :class:`fused_ops.Lars` are tested
+the papers as written, which :class:`perfscope.fused_ops.Lamb` and :class:`perfscope.fused_ops.Lars` are tested
 against step by step (``tests/test_fused_optimizers.py``) and timed against
 (``bench/bench_optimizers.py``). Not for training: each tensor costs several small kernels and a
 host synchronisation (the ``> 0`` tests of the norms).

@@ -1,14 +1,14 @@
 """Swapping the fused window attention into a model: :func:`swap`, :func:`find`, :func:`unswap`.
 
 A module is swapped in place: its class becomes a subclass of its own whose ``forward`` runs the
-attention core on :func:`fused_ops.window_attention`. Parameters, buffers and their names do not
+attention core on :func:`perfscope.fused_ops.window_attention`. Parameters, buffers and their names do not
 change, so ``state_dict`` goes both ways (a checkpoint saved before or after loads into either),
 and references to the module (an optimizer's parameters, hooks) stay valid.
 
 The patterns it knows, recognised by the attributes the public implementations share
 (``qkv``, ``proj``, ``relative_position_bias_table``, ``relative_position_index``, ``num_heads``):
 
-* ``swin``: this project's :class:`fused_ops.swin.WindowAttention`;
+* ``swin``: this project's :class:`perfscope.fused_ops.swin.WindowAttention`;
 * ``timm``: timm's ``WindowAttention`` layout, ``forward(x, mask=None)`` on windows
   ``(B * nW, N, C)``, attributes ``scale``, ``attn_drop``, ``proj_drop``;
 * ``torchvision``: torchvision's ``ShiftedWindowAttention`` layout, ``forward(x)`` on
@@ -28,8 +28,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from fused_ops.swin import FusedWindowAttention, WindowAttention, region_mask
-from fused_ops.attention import window_attention
+from perfscope.fused_ops.swin import FusedWindowAttention, WindowAttention, region_mask
+from perfscope.fused_ops.attention import window_attention
 
 __all__ = ["Candidate", "find", "swap", "unswap"]
 

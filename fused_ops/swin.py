@@ -4,7 +4,7 @@ Shifted Windows", ICCV 2021), written the textbook way, and the same block on th
 :class:`WindowAttention` keeps the attribute and parameter names of the public implementations
 (``qkv``, ``proj``, ``relative_position_bias_table``, ``relative_position_index``, ``num_heads``,
 ``scale``), so a checkpoint of either module loads into the other; :class:`FusedWindowAttention`
-is the same module with its core on :func:`fused_ops.window_attention`. :class:`SwinBlock` does the
+is the same module with its core on :func:`perfscope.fused_ops.window_attention`. :class:`SwinBlock` does the
 shift and window partition, attention and the MLP with pre-norm residuals.
 
 Shapes: tokens ``(B, H * W, C)``; windows ``(B * nW, N, C)`` with ``N = window ** 2`` and
@@ -18,7 +18,7 @@ import functools
 import torch
 from torch import Tensor, nn
 
-from fused_ops.attention import window_attention
+from perfscope.fused_ops.attention import window_attention
 
 __all__ = ["FusedWindowAttention", "SwinBlock", "WindowAttention", "relative_position_index",
            "region_mask", "shift_mask", "window_order"]
@@ -124,7 +124,7 @@ class WindowAttention(nn.Module):
 
 
 class FusedWindowAttention(WindowAttention):
-    """:class:`WindowAttention` with its core on :func:`fused_ops.window_attention`: the same
+    """:class:`WindowAttention` with its core on :func:`perfscope.fused_ops.window_attention`: the same
     parameters and ``state_dict``, one operator instead of about ten."""
 
     def attend(self, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None) -> Tensor:

@@ -15,7 +15,10 @@ __all__ = [
     "Analysis", "PerfscopeError", "__version__", "accelerate", "accelerator", "analyze", "autocast", "backward", "step",
 ]
 
+from perfscope import _layout
 from perfscope.errors import PerfscopeError
+
+_layout.install(__path__[0])  # perfscope.tuner, .reports, .fused_ops from a source tree
 
 
 def analyze(path, run_info=None):

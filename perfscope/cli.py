@@ -22,7 +22,6 @@ from perfscope.errors import PerfscopeError
 from perfscope.outlock import FolderLock
 from perfscope.outputs import DEFAULT_OUT_ROOT, output_dir, remove_if_empty
 from perfscope.redact import redact
-from perfscope.siblings import import_sibling
 from perfscope.text import safe, safe_lines
 
 EXIT_PARTIAL = 3  # outputs written, but some trace files held damage and were left out
@@ -108,8 +107,8 @@ def cmd_report(args) -> int:
     out = (args.out if args.out is not None else path.parent / "report.html").resolve()
     if out.is_dir():
         raise PerfscopeError(f"--out {args.out}: is a directory; give the HTML file to write")
-    write_report = import_sibling("reports").write_report
-    from reports.traces import locate
+    from perfscope.reports import write_report
+    from perfscope.reports.traces import locate
 
     for replaced in locate(summary, path.parent).replaced:
         print(f"perfscope: warning: {safe(replaced)} is no longer the trace {safe(path)} was made from (a later run "
@@ -125,7 +124,8 @@ def cmd_report(args) -> int:
 
 
 def cmd_diff(args) -> int:
-    reports = import_sibling("reports")
+    from perfscope import reports
+
     path_a, a = _load(args.a)
     path_b, b = _load(args.b)
     if args.out is not None:

@@ -1,4 +1,4 @@
-"""``perfscope tune``: the command's options and its glue to :mod:`tuner.tune`."""
+"""``perfscope tune``: the command's options and its glue to :mod:`perfscope.tuner.tune`."""
 
 from __future__ import annotations
 
@@ -18,10 +18,7 @@ from perfscope.text import safe
 
 def _limits() -> dict[str, tuple[float, float]]:
     """The range of each numeric option, by its flag: the tuner's own (``tuner/options.py``)."""
-    from perfscope.siblings import import_sibling
-
-    import_sibling("tuner")
-    from tuner.options import LIMITS
+    from perfscope.tuner.options import LIMITS
 
     return {flag: (low, high) for flag, low, high in LIMITS.values()}
 
@@ -30,10 +27,7 @@ def _defaults() -> dict:
     """TuneOptions' field defaults: the CLI's defaults and help derive from them (one definition)."""
     import dataclasses
 
-    from perfscope.siblings import import_sibling
-
-    import_sibling("tuner")
-    from tuner.options import DEFAULT_MIN_ROUNDS, TuneOptions
+    from perfscope.tuner.options import DEFAULT_MIN_ROUNDS, TuneOptions
 
     found = {f.name: f.default for f in dataclasses.fields(TuneOptions) if f.default is not dataclasses.MISSING}
     return {**found, "min_rounds": DEFAULT_MIN_ROUNDS}  # confirm_min_rounds' default when unset
@@ -141,19 +135,17 @@ def cmd_tune(args, script_args: list[str], open_in_browser) -> int:
     """Run ``perfscope tune``; returns the exit status (130 after Ctrl-C)."""
     from perfscope.collect.script import check_script
     from perfscope.outputs import ensure_writable_dir
-    from perfscope.siblings import import_sibling
 
     script = check_script(args.script)  # one-line error before anything is created
     try:
-        import_sibling("tuner")
-        tune_mod = importlib.import_module("tuner.tune")
+        tune_mod = importlib.import_module("perfscope.tuner.tune")
     except ImportError as e:
         missing = getattr(e, "name", None) or str(e)
         raise PerfscopeError(f"perfscope tune needs {missing}, a dependency of perfscope-torch that is not "
                              "installed here: pip install perfscope-torch (again) in this environment") from None
     nodes = node_launch(args)  # one-line errors for an incomplete set
     if nodes is not None and nodes.node_rank > 0:
-        from tuner.nodes import follow
+        from perfscope.tuner.nodes import follow
 
         return follow(nodes, args.nproc_per_node, os.path.abspath(script), tuple(script_args))
     stem = Path(script).stem

@@ -10,7 +10,6 @@ from pathlib import Path
 
 from perfscope.atomic import write_files_atomic
 from perfscope.errors import PerfscopeError
-from perfscope.siblings import import_sibling
 from perfscope.summary import dump_summary
 
 DEFAULT_OUT_ROOT = Path("perfscope-out")  # where every command's default output goes
@@ -81,7 +80,8 @@ def write_outputs(summary: dict, out_dir: str | os.PathLike, tables: dict | None
         PerfscopeError: the directory cannot be written, or the files cannot be (a full disk);
             the earlier outputs in it are then unchanged, and the message says so.
     """
-    render_report = import_sibling("reports").render_report
+    from perfscope.reports import render_report
+
     out = ensure_writable_dir(out_dir)
     paths = {"summary": out / "summary.json", "report": out / "report.html"}
     html = render_report(summary, base_dir=out, tables=tables, timelines=timelines)

@@ -8,9 +8,9 @@ name or an argument is escaped; the page runs no script and loads nothing from o
 __all__ = ["render_diff", "render_report", "render_tuning", "text_diff", "write_diff", "write_report", "write_tuning"]
 
 # Each report's module loads on first use: an analysis renders one report and pays for that one.
-_HOME = {"render_report": "reports.bottleneck", "write_report": "reports.bottleneck",
-         "render_diff": "reports.diff", "text_diff": "reports.diff", "write_diff": "reports.diff",
-         "render_tuning": "reports.tuning", "write_tuning": "reports.tuning"}
+_HOME = {"render_report": "perfscope.reports.bottleneck", "write_report": "perfscope.reports.bottleneck",
+         "render_diff": "perfscope.reports.diff", "text_diff": "perfscope.reports.diff", "write_diff": "perfscope.reports.diff",
+         "render_tuning": "perfscope.reports.tuning", "write_tuning": "perfscope.reports.tuning"}
 
 
 def __getattr__(name: str):
@@ -18,4 +18,4 @@ def __getattr__(name: str):
         import importlib
 
         return getattr(importlib.import_module(_HOME[name]), name)
-    raise AttributeError(f"module 'reports' has no attribute {name!r}")
+    raise AttributeError(f"module 'perfscope.reports' has no attribute {name!r}")

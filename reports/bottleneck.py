@@ -11,10 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from perfscope.atomic import write_text_atomic
-from reports import model
-from reports import traces as _traces
-from reports.html import esc, page
-from reports.sections import facts, gaps, kernels, memcpy, memory, nodes, quality, ranks, steps, telemetry, timeline, verdict
+from perfscope.reports import model
+from perfscope.reports import traces as _traces
+from perfscope.reports.html import esc, page
+from perfscope.reports.sections import facts, gaps, kernels, memcpy, memory, nodes, quality, ranks, steps, telemetry, timeline, verdict
 
 NAV = (("verdict", "Verdict"), ("steps", "Steps"), ("timeline", "Timeline"), ("gaps", "Idle gaps"),
        ("kernels", "Top kernels"), ("launch", "Launches"), ("memcpy", "Copies"), ("memory", "Memory"), ("telemetry", "GPU telemetry"),

@@ -16,7 +16,7 @@ module turns its SVG file into an element that can sit in an HTML page beside ot
 The page keeps its Content-Security-Policy: matplotlib's output uses only inline ``style``
 attributes, which the report's CSP allows, and no script. Text never goes through mathtext
 (``text.parse_math`` off: a knob called ``$x$`` stays ``$x$``), and every label given to
-matplotlib goes through :func:`reports.html.clean` first.
+matplotlib goes through :func:`perfscope.reports.html.clean` first.
 
 matplotlib is imported on the first chart, not with the module: commands that draw nothing
 (``check``, ``merge``) never pay for it. No pyplot: each chart is its own ``Figure``, with no
@@ -35,7 +35,7 @@ from collections import OrderedDict
 import warnings
 from contextlib import ExitStack
 
-from reports.html import clean, esc
+from perfscope.reports.html import clean, esc
 
 # matplotlib's SVG backend draws at 72 units per inch: a figure of W/72 x H/72 inches has the
 # viewBox "0 0 W H", and one unit is one CSS pixel when the chart is shown at its own width.

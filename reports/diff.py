@@ -13,12 +13,12 @@ from pathlib import Path
 
 from perfscope.atomic import write_text_atomic
 from perfscope.text import safe
-from reports import model
-from reports.html import esc, figure, legend, ms, num, page, pct, section, table
-from reports.palette import CLASS_ORDER, part_us, parts
-from reports.sections import steps as steps_section
-from reports.sections import verdict as verdict_section
-from reports.plots import hbars
+from perfscope.reports import model
+from perfscope.reports.html import esc, figure, legend, ms, num, page, pct, section, table
+from perfscope.reports.palette import CLASS_ORDER, part_us, parts
+from perfscope.reports.sections import steps as steps_section
+from perfscope.reports.sections import verdict as verdict_section
+from perfscope.reports.plots import hbars
 
 
 def _median(summary: dict) -> float | None:

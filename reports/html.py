@@ -117,7 +117,7 @@ def figure(svg: str, caption: str) -> str:
 
 def page(title: str, header: str, nav: list[tuple[str, str]], body: str) -> str:
     """The whole document: CSP, inline CSS, header, section links, sections."""
-    css = resources.files("reports").joinpath("templates/report.css").read_text(encoding="utf-8")
+    css = resources.files("perfscope.reports").joinpath("templates/report.css").read_text(encoding="utf-8")
     links = "".join(f'<a href="#{esc(a)}">{esc(t)}</a>' for a, t in nav)
     return (
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"

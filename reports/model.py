@@ -11,7 +11,7 @@ from __future__ import annotations
 import statistics
 
 from perfscope import steptime
-from reports.html import num
+from perfscope.reports.html import num
 
 REMOVABLE = steptime.REMOVABLE
 

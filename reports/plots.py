@@ -1,4 +1,4 @@
-"""The report's common chart kinds, drawn through :class:`reports.charts.Chart`: stacked columns (the
+"""The report's common chart kinds, drawn through :class:`perfscope.reports.charts.Chart`: stacked columns (the
 per-step breakdown), plain columns (histograms, per-step peaks) and horizontal bars (shares, ranks,
 importances).
 
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 
-from reports.charts import NICE_STEPS, Chart, cached, integer_label, or_note
-from reports.html import clean
+from perfscope.reports.charts import NICE_STEPS, Chart, cached, integer_label, or_note
+from perfscope.reports.html import clean
 
 # Beyond this many columns the labels under them are thinned to round positions and a column's
 # second line (a step's verdict) is left to its tooltip and the table: they would overlap.
@@ -30,7 +30,7 @@ def stacked_columns(key: str, bars: list[dict], parts: list[tuple[str, str]], un
     """Vertical stacked columns, one per entry of ``bars``.
 
     Args:
-        key: the chart's id prefix, unique in the page (see :class:`reports.charts.Chart`).
+        key: the chart's id prefix, unique in the page (see :class:`perfscope.reports.charts.Chart`).
         bars: ``{"values": [v per part], "label": str, "sub": str, "title": str, "faded": bool}``;
             values in the unit of ``unit_label``, negative ones drawn as nothing.
         parts: (name, colour) per stacked segment, bottom first.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from reports.html import esc
+from perfscope.reports.html import esc
 
 
 def nice_ticks(top: float, target: int = 5) -> list[float]:

@@ -29,7 +29,7 @@ from perfscope.trace.kinds import (
     profiler_step_numbers,
 )
 from perfscope.trace.table import TraceTable
-from reports.palette import BLUE, DARK, GREEN, GREY, ORANGE, PURPLE, SKY, VERMILLION, YELLOW
+from perfscope.reports.palette import BLUE, DARK, GREEN, GREY, ORANGE, PURPLE, SKY, VERMILLION, YELLOW
 
 COLUMNS = 1000
 MAX_STREAM_LANES = 16  # GPU streams drawn as lanes of their own; the others share one lane

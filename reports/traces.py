@@ -43,7 +43,7 @@ class Found:
     def prepared(self) -> list:
         if self._prepared is None:
             from perfscope.trace.load import read_table
-            from reports.timeline_data import prepare
+            from perfscope.reports.timeline_data import prepare
 
             loaded = []
             for f in self.files:

@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from perfscope.atomic import write_text_atomic
-from reports.html import esc, page
-from reports.sections import (
+from perfscope.reports.html import esc, page
+from perfscope.reports.sections import (
     tuning_confirm,
     tuning_headline,
     tuning_importances,
@@ -24,7 +24,7 @@ from reports.sections import (
     tuning_trials,
     tuning_verdicts,
 )
-from reports.sections.tuning_record import obj, trials, unit, word
+from perfscope.reports.sections.tuning_record import obj, trials, unit, word
 
 NAV = (("recommendation", "Recommendation"), ("verdicts", "Verdict before and after"), ("trials", "Trials"),
        ("importances", "Importances"), ("confirmation", "Confirmation"), ("space", "Search space"),

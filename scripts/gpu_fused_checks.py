@@ -48,9 +48,9 @@ def check_window_attention(tmp: Path, device: str = "cuda", reps: int = 20, imag
     script is known to run before a GPU is lent)."""
     import torch
 
-    from fused_ops import window_attention, window_attention_reference
-    from fused_ops.attention import window_attention_sdpa
-    from fused_ops.swin import shift_mask
+    from perfscope.fused_ops import window_attention, window_attention_reference
+    from perfscope.fused_ops.attention import window_attention_sdpa
+    from perfscope.fused_ops.swin import shift_mask
 
     dev = torch.device(device)
     worst = {}
@@ -118,8 +118,8 @@ def check_optimizers(tmp: Path, device: str = "cuda", reps: int = 10, tensors: i
     import torch
 
     from bench_optimizers import resnet50_shapes
-    from fused_ops import Lamb, Lars
-    from fused_ops.optimizer_reference import reference_lamb, reference_lars
+    from perfscope.fused_ops import Lamb, Lars
+    from perfscope.fused_ops.optimizer_reference import reference_lamb, reference_lars
 
     dev = torch.device(device)
 

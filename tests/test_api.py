@@ -9,7 +9,7 @@ import orjson
 
 import perfscope
 from perfscope.summary import load_summary, write_summary
-from reports import render_report
+from perfscope.reports import render_report
 from tracegen import annotation, cpu_op, kernel, runtime, write_trace
 
 

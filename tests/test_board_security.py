@@ -18,8 +18,8 @@ import pytest
 
 from perfscope.collect.nodes import NodeLaunch
 from perfscope.errors import PerfscopeError
-from tuner import board as wire
-from tuner import nodes
+from perfscope.tuner import board as wire
+from perfscope.tuner import nodes
 
 SCRIPT = Path(__file__).parent / "scripts" / "measure_loop.py"
 SECRET = "s3cret-of-this-job-0123456789abcdef"
@@ -231,7 +231,7 @@ class _LostBoard:
 
 
 def test_a_trial_stops_at_once_when_a_node_is_lost(tmp_path):
-    from tuner.trial import TrialSpec, run_trial
+    from perfscope.tuner.trial import TrialSpec, run_trial
 
     spec = TrialSpec(script=str(SCRIPT), script_args=("--steps", "100000"), nproc_per_node=1, timeout_s=600.0,
                      board=_LostBoard())

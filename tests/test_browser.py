@@ -218,7 +218,7 @@ def test_report_screenshot_is_not_blank(loaded):
 def test_gpu_telemetry_section_and_lane_render_cleanly(chromium, tmp_path):
     """A GPU trace with NVML samples (synthetic: no GPU here): the telemetry section, its lane under the
     timeline and the throttling call-out render without a console message or a request."""
-    from reports import write_report
+    from perfscope.reports import write_report
     from test_telemetry import traced
 
     a = traced(tmp_path, [20, 40, 60, 80], reasons={1: 0x40})

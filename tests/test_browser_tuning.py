@@ -18,7 +18,7 @@ import pytest
 import test_browser
 from tunereportkit import EVIL, HEADLINE, hostile, keep_current, realistic
 
-from reports import write_tuning
+from perfscope.reports import write_tuning
 
 chromium = test_browser.chromium
 SIZE = test_browser.SIZE

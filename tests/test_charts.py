@@ -15,9 +15,9 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from reports import plots
-from reports import charts
-from reports.charts import Chart
+from perfscope.reports import plots
+from perfscope.reports import charts
+from perfscope.reports.charts import Chart
 
 EVIL = '<img src=x onerror=alert(1)> $x^2$ & "q" \x00\u202e'
 
@@ -289,7 +289,7 @@ def test_the_users_matplotlibrc_does_not_change_a_chart(tmp_path):
 def test_a_negative_trial_value_sits_on_the_axis_and_every_marker_keeps_its_own_tooltip():
     from tunereportkit import realistic
 
-    from reports import render_tuning
+    from perfscope.reports import render_tuning
 
     record = realistic()
     record["trials"][2]["value"] = -1e6

@@ -40,10 +40,13 @@ def test_failure_before_the_window_exits_with_the_scripts_code(tmp_path, code, e
     assert "perfscope: error" not in r.stderr
 
 
-def test_script_with_its_own_reports_module(tmp_path):
-    # perfscope's sibling package is also called `reports`: the script's must not replace it
-    (tmp_path / "reports.py").write_text("def make():\n    return 'mine'\n")
-    script = write_script(tmp_path / "train.py", "import reports\nassert reports.make() == 'mine'\n" + TRAIN)
+@pytest.mark.parametrize("name", ["reports", "tuner", "fused_ops"])
+def test_script_with_its_own_package_of_a_perfscope_folders_name(tmp_path, name):
+    # perfscope's folders reports/, tuner/, fused_ops/ are perfscope.reports, ...: the script's own
+    # package of that name is the script's, and perfscope's are untouched by it
+    (tmp_path / name).mkdir()
+    (tmp_path / name / "__init__.py").write_text("def make():\n    return 'mine'\n")
+    script = write_script(tmp_path / "train.py", f"import {name}\nassert {name}.make() == 'mine'\n" + TRAIN)
     r = run_cli(tmp_path, "profile", script, "--out", tmp_path / "out")
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "out" / "report.html").is_file()

@@ -8,7 +8,7 @@ import re
 import pytest
 
 import perfscope
-from reports import render_diff, text_diff
+from perfscope.reports import render_diff, text_diff
 from test_bad_input import assert_one_line_error, run_cli
 from test_report import EVIL_FILE, assert_self_contained, cpu_trace, gpu_trace
 
@@ -120,7 +120,7 @@ def _bursty(times_ms):
 
 
 def test_diff_headlines_throughput_not_the_median_of_bursty_steps():
-    from reports.diff import ratio, text_diff
+    from perfscope.reports.diff import ratio, text_diff
 
     # A: a loader wait every fourth step; B: even steps. Medians say B is slower, throughput faster.
     a, b = _bursty([200, 10, 10, 10] * 3), _bursty([40] * 12)

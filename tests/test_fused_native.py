@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from fused_ops import native, window_attention, window_attention_reference
-from fused_ops.swin import shift_mask
+from perfscope.fused_ops import native, window_attention, window_attention_reference
+from perfscope.fused_ops.swin import shift_mask
 
 ROOT = Path(__file__).resolve().parents[1]
 TOL = {"rtol": 1e-5, "atol": 1e-5}

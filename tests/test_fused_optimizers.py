@@ -10,8 +10,8 @@ import pytest
 import torch
 from torch import nn
 
-from fused_ops import Lamb, Lars
-from fused_ops.optimizer_reference import reference_lamb, reference_lars
+from perfscope.fused_ops import Lamb, Lars
+from perfscope.fused_ops.optimizer_reference import reference_lamb, reference_lars
 
 
 def model() -> nn.Module:

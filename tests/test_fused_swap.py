@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-import fused_ops
-from fused_ops.swin import SwinBlock, WindowAttention, region_mask, relative_position_index
+from perfscope import fused_ops
+from perfscope.fused_ops.swin import SwinBlock, WindowAttention, region_mask, relative_position_index
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}
 ROOT = Path(__file__).resolve().parents[1]
@@ -216,7 +216,7 @@ def test_a_swapped_model_loads_in_a_process_that_never_swapped(tmp_path):
     (tmp_path / "layouts.py").write_text(textwrap.dedent('''
         import torch
         from torch import nn
-        from fused_ops.swin import relative_position_index
+        from perfscope.fused_ops.swin import relative_position_index
 
         class TimmLike(nn.Module):
             def __init__(self):

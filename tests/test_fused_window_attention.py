@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fused_ops import window_attention, window_attention_reference
+from perfscope.fused_ops import window_attention, window_attention_reference
 
 # fp32: the same products in another order; bf16: 8-bit mantissas, relative to the values' scale.
 TOLERANCE = {torch.float32: {"rtol": 1e-5, "atol": 1e-5}, torch.bfloat16: {"rtol": 2e-2, "atol": 2e-2}}
@@ -93,7 +93,7 @@ def test_the_sdpa_formulation_matches_the_eager_twin(shifted):
     # window_attention_sdpa, kept beside the operator for comparison on GPUs (docs/gpu-check.md):
     # on CPU the same formulation (windows as SDPA heads, the bias broadcast over images from a
     # padded buffer) runs through SDPA's CPU kernels, forward and backward.
-    from fused_ops.attention import window_attention_sdpa
+    from perfscope.fused_ops.attention import window_attention_sdpa
 
     q, k, v, bias, mask = inputs(images=3, windows=4, heads=3, n=16, d=8, shifted=shifted)
     grad = torch.randn(q.shape, generator=torch.Generator().manual_seed(4))
@@ -108,8 +108,8 @@ def test_the_sdpa_formulation_matches_the_eager_twin(shifted):
 def test_no_subnormal_probability_reaches_the_products():
     # Swin's -100 shift mask puts exp() of the masked scores below fp32's smallest normal number;
     # the guard raises them to exp(-GUARD_SPAN) of the row maximum (fused_ops/attention.py).
-    from fused_ops.attention import GUARD_SPAN
-    from fused_ops.swin import shift_mask
+    from perfscope.fused_ops.attention import GUARD_SPAN
+    from perfscope.fused_ops.swin import shift_mask
 
     q, k, v, bias, _ = inputs(images=2, windows=4, heads=2, n=49, d=8)
     mask = shift_mask(14, 14, 7, 3)
@@ -125,7 +125,7 @@ def test_no_subnormal_probability_reaches_the_products():
 
 
 def test_the_fused_shift_and_partition_is_bit_exact():
-    from fused_ops.swin import _partition, window_order
+    from perfscope.fused_ops.swin import _partition, window_order
 
     x = torch.randn(2, 14, 21, 5)
     for shift in (0, 3):

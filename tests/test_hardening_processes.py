@@ -162,7 +162,7 @@ def test_sigkill_of_perfscope_profile_leaves_nothing_running(tmp_path, nproc):
 
 
 def test_a_trial_timeout_ends_a_grandchild_that_escaped_its_session_and_environment(tmp_path):
-    from tuner.trial import TrialSpec, run_trial
+    from perfscope.tuner.trial import TrialSpec, run_trial
 
     sleep, tag = _sleeper(tmp_path)
     script = tmp_path / "trial.py"

@@ -23,7 +23,7 @@ from perfscope.runtime.config import KEYS, config_from_dict
 from perfscope.runtime.groups import GROUPS, InputGroup, SearchPart, owner
 from perfscope.runtime.patching import plan
 from runtimekit import clean_state, data, mlp  # noqa: F401 (clean_state: autouse fixture)
-from tuner.space import SearchSpace, build_space, rule_based_guess
+from perfscope.tuner.space import SearchSpace, build_space, rule_based_guess
 
 LOADER = {"num_workers": 0, "pin_memory": False, "prefetch_factor": None, "iterable": False}
 RUNS = {

@@ -145,7 +145,7 @@ def test_profiled_steps_follow_an_extended_warmup(tmp_path):
 
 
 def test_only_one_process_trials_drain_the_prefetch(tmp_path):
-    from tuner.trial import TrialSpec, measure_command
+    from perfscope.tuner.trial import TrialSpec, measure_command
 
     one = measure_command(TrialSpec(script="train.py", script_args=("--x",)), tmp_path, None, 0)
     ranks = measure_command(TrialSpec(script="train.py", script_args=("--x",), nproc_per_node=2), tmp_path, None, 0)

@@ -110,7 +110,7 @@ def test_two_independent_two_node_jobs_share_one_postgresql_study(tmp_path, post
     import optuna
 
     from storagekit import study_name
-    from tuner.storage import open_storage
+    from perfscope.tuner.storage import open_storage
 
     name, jobs = study_name(), {"a": 0, "b": 2}  # each job's first node
     with EmulatedCluster(4, LinkShape(rate="1gbit")) as cluster:

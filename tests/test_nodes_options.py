@@ -41,7 +41,7 @@ def test_a_rank_refuses_a_world_that_is_not_the_nodes_times_its_ranks():
 
 
 def test_the_tuning_board_refuses_a_port_without_room_for_its_runs():
-    from tuner.nodes import TrialBoard
+    from perfscope.tuner.nodes import TrialBoard
 
     with pytest.raises(PerfscopeError, match="the 50 ports above it"):
         TrialBoard(NodeLaunch(nnodes=2, node_rank=0, rdzv_endpoint="127.0.0.1:65500"), 2)
@@ -50,7 +50,7 @@ def test_the_tuning_board_refuses_a_port_without_room_for_its_runs():
 NODE0 = """
 import os, sys
 from perfscope.collect.nodes import NodeLaunch
-from tuner.nodes import TrialBoard
+from perfscope.tuner.nodes import TrialBoard
 board = TrialBoard(NodeLaunch(nnodes=2, node_rank=0, rdzv_endpoint=sys.argv[1]), 1)
 print("serving", flush=True)
 sys.stdin.readline()  # the follower is waiting for trial 0
@@ -60,7 +60,7 @@ os._exit(0)  # at once, as node 0 does once it has written its results
 FOLLOWER = """
 import sys
 from perfscope.collect.nodes import NodeLaunch
-from tuner.nodes import follow
+from perfscope.tuner.nodes import follow
 sys.exit(follow(NodeLaunch(nnodes=2, node_rank=1, rdzv_endpoint=sys.argv[1]), 1, "train.py", setup_timeout_s=30))
 """
 

@@ -16,7 +16,7 @@ import pytest
 
 import perfscope
 from perfscope.summary import load_summary, write_summary
-from reports import render_report
+from perfscope.reports import render_report
 from test_bad_input import assert_one_line_error, run_cli
 from tracegen import annotation, cpu_op, dataloader, kernel, launch, memcpy, runtime, step, write_trace
 
@@ -314,7 +314,7 @@ def test_a100_report_timeline_shows_streams_and_idle_causes(a100_report):
 
 
 def test_control_characters_never_reach_the_page():
-    from reports.html import esc
+    from perfscope.reports.html import esc
 
     assert esc("gemm\x00<k>\x1f\ttab") == "gemm\ufffd&lt;k&gt;\ufffd\ttab"
 

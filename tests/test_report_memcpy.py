@@ -1,7 +1,7 @@
 """The copies section: pageable-copy advice fits the copies' direction and stays quiet about time
 that does not matter."""
 
-from reports.sections import memcpy
+from perfscope.reports.sections import memcpy
 
 
 def summary(entries, step_ms=100.0, steps=10):
@@ -32,7 +32,7 @@ def test_host_to_device_copies_get_the_dataloader_advice():
 
 
 def test_idle_gap_counts_spanning_decades_get_a_log_axis():
-    from reports.sections import gaps
+    from perfscope.reports.sections import gaps
 
     h = {"edges_us": [0, 1, 10, 100, 1000, None], "count": [50_000, 900, 30, 2, 1], "total_us": [1, 2, 3, 4, 50_000]}
     html = gaps.render({"mode": "gpu", "details": {"idle_gaps": h}, "overall": {"steps_counted": 3}})

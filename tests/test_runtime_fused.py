@@ -13,13 +13,13 @@ import pytest
 import torch
 from torch import nn
 
-import fused_ops
-from fused_ops.swin import SwinBlock
+from perfscope import fused_ops
+from perfscope.fused_ops.swin import SwinBlock
 from perfscope.analysis.patterns import match_spans
 from perfscope.runtime.accelerator import accelerate, active_accelerator
 from perfscope.runtime.patching import patched
 from runtimekit import clean_state, mlp  # noqa: F401 (clean_state: autouse fixture)
-from tuner.space import build_space, rule_based_guess
+from perfscope.tuner.space import build_space, rule_based_guess
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -151,4 +151,4 @@ def test_the_measurement_sees_the_fusable_modules_and_the_tuner_searches_and_gue
     assert rule_based_guess(space, facts, cpu_count=2, fractions={"compute": 0.9, "launch": 0.1})["fused_ops"] is True
     plain = dict(facts, model={"class": "Sequential", "fusable": [], "not_fusable": {}})
     assert "no window attention" in build_space(plain, {"compute": 1.0}, "compute-bound").excluded["fused_ops"]
-    assert sys.modules.get("fused_ops") is not None
+    assert sys.modules.get("perfscope.fused_ops") is not None

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from perfscope.analysis.rank import analyze_file
-from reports import timeline_data
-from reports.timeline_data import prepare, raster
+from perfscope.reports import timeline_data
+from perfscope.reports.timeline_data import prepare, raster
 
 TRACES = ["hta/a100_rank3_of8_train.json.gz", "hta/amd_mi250_rocm_train.json.gz", "hta/cpu_only_rank34.pt.trace.json.gz",
           "hta/v100_single_gpu_ns_timestamps.pt.trace.json.gz", "hta/a100_alexnet_no_profiler_steps.json.gz"]

@@ -156,7 +156,7 @@ def test_a_provisional_verdict_takes_the_wait_out_of_the_work_not_the_data_wait(
     assert summary["overall"]["step_time_us"] == pytest.approx(500)  # without the waits
     # what a user reads: the console and the report say provisional, and how busy the host was
     from perfscope.console import format_summary
-    from reports.sections.verdict import render
+    from perfscope.reports.sections.verdict import render
 
     text = format_summary(summary)
     assert "verdict: io-bound, provisional" in text and "0.50 ms without them, 1.00 ms as measured" in text

@@ -166,7 +166,7 @@ def test_thousands_of_streams_draw_a_bounded_timeline(tmp_path):
     r = run_cli(tmp_path, "analyze", path, "--out", tmp_path / "o")
     assert r.returncode == 0, r.stderr
     html = (tmp_path / "o" / "report.html").read_text()
-    from reports.timeline_data import MAX_STREAM_LANES
+    from perfscope.reports.timeline_data import MAX_STREAM_LANES
 
     assert html.count("· stream ") <= MAX_STREAM_LANES * 3  # lane labels (and their tooltips)
     assert "other streams" in html

@@ -12,7 +12,7 @@ from tracekit import analyze, check_partition, only_row
 
 import perfscope
 from perfscope.analysis import chunked
-from reports import render_report
+from perfscope.reports import render_report
 
 
 def _entry(a, reason_part, action=None):

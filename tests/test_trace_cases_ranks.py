@@ -52,7 +52,7 @@ def test_ranks_are_compared_on_base_time_plus_ts(tmp_path):
     assert rows[0]["median_collective_wait_us"] == pytest.approx(3000) and rows[1]["median_late_us"] == pytest.approx(3000)
     s = a.summary()
     assert s["details"]["straggler"]["rank"] == 1
-    from reports import render_report
+    from perfscope.reports import render_report
 
     ranks = render_report(s, find_traces=False).split('id="ranks"')[1].split("</section>")[0]
     assert "Rank 1 is the straggler" in ranks and "2 of 2 steps" in ranks

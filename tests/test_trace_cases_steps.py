@@ -194,7 +194,7 @@ def test_gpu_only_trace_is_one_window_of_other_idle(tmp_path):
 def test_the_partition_is_defined_once_for_the_metrics_and_the_timeline(tmp_path):
     # every part of the partition is a metric column, and the timeline draws each one
     from perfscope.analysis.partition import CPU_PARTS, GPU_PARTS
-    from reports.timeline_data import CPU_PARTITION_PARTS, GPU_PARTITION_PARTS
+    from perfscope.reports.timeline_data import CPU_PARTITION_PARTS, GPU_PARTITION_PARTS
 
     gpu = analyze(tmp_path, [step(1, 0, 100), *launch("k", 1, 10, 30, correlation=1)], name="g.json")
     cpu = analyze(tmp_path, [step(1, 0, 100), cpu_op("aten::mm", 0, 50)], name="c.json")

@@ -14,7 +14,7 @@ from tracekit import NCCL_NEW, analyze, check_partition, only_row
 
 from perfscope.analysis import chunked
 from perfscope.console import format_summary
-from reports import render_report
+from perfscope.reports import render_report
 
 
 def _other_dominated():

@@ -29,7 +29,7 @@ from tunekit import (
 )
 
 from perfscope.runtime.config import load_config
-from tuner.storage import open_storage
+from perfscope.tuner.storage import open_storage
 
 pytestmark = pytest.mark.slow
 

@@ -19,17 +19,17 @@ from optuna.trial import TrialState
 from storagekit import study_name
 from tunekit import ROOT, copy_script, read_record, run_tune, stderr_lines, wait_no_processes, wait_until
 
-import tuner.failure
+from perfscope.tuner import failure as tuner_failure
 from perfscope.runtime.config import load_config
-from tuner.command import check_same_command
-from tuner.failure import failure_line, seconds_text
+from perfscope.tuner.command import check_same_command
+from perfscope.tuner.failure import failure_line, seconds_text
 from perfscope.outlock import FolderBusy, FolderLock
-from tuner.output import OutputLog
-from tuner.results import RunOutputs
-from tuner.storage import open_storage
-from tuner.study import CATCH, SPACE_ATTR
-from tuner.trial import TrialSpec, run_trial
-from tuner.tune import _note_outputs, _note_stale
+from perfscope.tuner.output import OutputLog
+from perfscope.tuner.results import RunOutputs
+from perfscope.tuner.storage import open_storage
+from perfscope.tuner.study import CATCH, SPACE_ATTR
+from perfscope.tuner.trial import TrialSpec, run_trial
+from perfscope.tuner.tune import _note_outputs, _note_stale
 
 CHATTY = ROOT / "tests" / "scripts" / "tune_chatty.py"
 SMALL_LOG = {"output_keep_bytes": 64 * 1024, "output_limit_bytes": 1024 * 1024}
@@ -52,8 +52,8 @@ FACTS = {"cuda": False, "cpu_count": 2, "world_size": 1, "local_world_size": 1, 
 
 def chatty_study(tmp_path: Path, *args: str, storage=None):
     """(study, TuningStudy) set up as after a baseline, whose trials run tune_chatty.py ARGS."""
-    from tuner.space import build_space
-    from tuner.study import TuningStudy
+    from perfscope.tuner.space import build_space
+    from perfscope.tuner.study import TuningStudy
 
     study = optuna.create_study(storage=storage, study_name=study_name(), direction="maximize")
     session = TuningStudy(study, chatty_spec(tmp_path, *args), tmp_path / "trials")
@@ -131,9 +131,9 @@ def test_the_failure_reason_reads_only_the_end_of_the_log(tmp_path, monkeypatch)
         f.read = read_some
         return f
 
-    monkeypatch.setattr(tuner.failure, "open", counting_open, raising=False)
+    monkeypatch.setattr(tuner_failure, "open", counting_open, raising=False)
     assert failure_line(log) == "RuntimeError: boom"
-    assert sum(read) <= tuner.failure.TAIL_BYTES
+    assert sum(read) <= tuner_failure.TAIL_BYTES
 
 
 # ---------------------------------------------------------------------------------------------
@@ -272,7 +272,7 @@ def earlier_proven_run(out: Path) -> None:
     """The outputs of an earlier run that proved num_workers=4 (best/, diff.html included)."""
     from tunereportkit import realistic
 
-    from tuner import record as tune_record
+    from perfscope.tuner import record as tune_record
 
     out.mkdir(parents=True, exist_ok=True)
     (out / "best.yaml").write_text("# perfscope tune train.py: 9.56x faster\nnum_workers: 4\n")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner.options import LIMITS, TuneOptions, TuneOptionsError
+from perfscope.tuner.options import LIMITS, TuneOptions, TuneOptionsError
 
 
 def options(**kw) -> TuneOptions:

@@ -21,8 +21,8 @@ from tunereportkit import (
     section_of,
 )
 
-from reports import render_tuning
-from reports.sections import tuning_history
+from perfscope.reports import render_tuning
+from perfscope.reports.sections import tuning_history
 
 # ---------------------------------------------------------------------------------------------
 # The realistic record

@@ -18,7 +18,7 @@ from tunereportkit import (
     section_of,
 )
 
-from reports import render_tuning
+from perfscope.reports import render_tuning
 
 # ---------------------------------------------------------------------------------------------
 # Parts missing or malformed

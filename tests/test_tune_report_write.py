@@ -9,7 +9,7 @@ import pytest
 from tunereportkit import keep_current, realistic
 
 import perfscope.atomic
-from reports import render_tuning, write_tuning
+from perfscope.reports import render_tuning, write_tuning
 
 
 def test_write_tuning_writes_atomically(tmp_path, monkeypatch):

@@ -11,9 +11,9 @@ from pathlib import Path
 import optuna
 import pytest
 
-import tuner.storage
+from perfscope.tuner import storage as tuner_storage
 from perfscope.errors import PerfscopeError
-from tuner.storage import StorageError, open_storage
+from perfscope.tuner.storage import StorageError, open_storage
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 # fail_stale_trials and the retry callback's helpers are "experimental" in Optuna since 2.x.
@@ -111,7 +111,7 @@ def test_folder_that_cannot_be_written(form, tmp_path, monkeypatch):
     if os.geteuid() == 0:  # root writes anywhere: make the check see what another user would
         real_access = os.access
         monkeypatch.setattr(
-            tuner.storage.os, "access",
+            tuner_storage.os, "access",
             lambda path, mode: real_access(path, mode) and not (
                 Path(path) == folder and mode & os.W_OK),
         )

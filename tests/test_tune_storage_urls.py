@@ -11,7 +11,7 @@ from optuna.storages.journal import JournalStorage
 from optuna.trial import TrialState
 from storagekit import storage_url, study_name
 
-from tuner.storage import (
+from perfscope.tuner.storage import (
     GRACE_PERIOD,
     HEARTBEAT_INTERVAL,
     describe_storage,
@@ -90,7 +90,7 @@ def test_describe_storage_hides_passwords(tmp_path):
     ("postgresql://u:pw@h/db?pass%77ord=topsecret9", "postgresql://u:***@h/db?pass%77ord=***", "topsecret9"),  # key encoded
 ])
 def test_every_password_the_url_parser_finds_is_masked_whole(url, shown, secret):
-    from tuner.storage_text import scrub, url_secrets
+    from perfscope.tuner.storage_text import scrub, url_secrets
 
     assert describe_storage(url) == shown
     if secret is not None:  # a driver's message quoting the password, decoded

@@ -19,7 +19,7 @@ from optuna.storages import RetryHeartbeatStaleTrialCallback
 from optuna.trial import TrialState
 from storagekit import storage_url, study_name
 
-from tuner.storage import open_storage
+from perfscope.tuner.storage import open_storage
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER_TIMEOUT_S = 120
@@ -39,7 +39,7 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from tuner.storage import open_storage
+from perfscope.tuner.storage import open_storage
 
 url, name, n_trials, barrier, parties = sys.argv[1:6]
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -118,7 +118,7 @@ OPENER = r"""
 import os, sys, time
 from pathlib import Path
 
-from tuner.storage import open_storage
+from perfscope.tuner.storage import open_storage
 
 url, barrier, parties = sys.argv[1], Path(sys.argv[2]), int(sys.argv[3])
 (barrier / f"ready-{os.getpid()}").touch()
@@ -179,7 +179,7 @@ from pathlib import Path
 
 import optuna
 
-from tuner.storage import open_storage
+from perfscope.tuner.storage import open_storage
 
 url, name, out, started = sys.argv[1:5]
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -227,7 +227,7 @@ def _killed_worker(url, tmp_path, name, out) -> float:
 def test_a_worker_ending_inside_a_dead_workers_grace_fails_its_trial(kind, tmp_path, request):
     # The other worker ends its search right after the kill, well inside the grace period: its
     # last check found nothing stale, and the trial stayed RUNNING with no worker left.
-    from tuner.study import TuningStudy
+    from perfscope.tuner.study import TuningStudy
 
     url = storage_url(kind, tmp_path, request)
     out, name = tmp_path / "out", study_name()

@@ -6,9 +6,9 @@ import optuna
 import pytest
 
 from tunekit import copy_script, wait_no_processes
-from tuner.space import build_space
-from tuner.study import CATCH, TuningStudy
-from tuner.trial import Pruned, TrialSpec, run_trial
+from perfscope.tuner.space import build_space
+from perfscope.tuner.study import CATCH, TuningStudy
+from perfscope.tuner.trial import Pruned, TrialSpec, run_trial
 
 pytestmark = pytest.mark.slow
 
@@ -124,7 +124,7 @@ def test_ctrl_c_after_the_run_marks_the_trial_interrupted_and_it_is_queued_again
     def ctrl_c(outcome):  # Ctrl-C lands while the finished run is analysed, outside the run itself
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("tuner.study.trial_verdict", ctrl_c)
+    monkeypatch.setattr("perfscope.tuner.study.trial_verdict", ctrl_c)
     with pytest.raises(KeyboardInterrupt):
         study.optimize(session.objective, n_trials=1)
     stopped = study.get_trials()[1]
@@ -137,7 +137,7 @@ def test_ctrl_c_after_the_run_marks_the_trial_interrupted_and_it_is_queued_again
 
 def test_a_long_trial_says_it_is_still_running(tmp_path, monkeypatch):
     # The Swin baseline ran 81 s with no line at all.
-    import tuner.trial as trial_mod
+    import perfscope.tuner.trial as trial_mod
 
     monkeypatch.setattr(trial_mod, "PROGRESS_S", 0.5)
     said = []

@@ -11,10 +11,10 @@ import pytest
 
 from test_tune_hardening import one_error_line
 from tunekit import run_tune
-from tuner.space import build_space
-from tuner.study import CATCH, TuningStudy
-from tuner.trial import TrialOutcome, TrialSpec, _read_results, measure_command, noise_text
-from tuner.window import steps_needed
+from perfscope.tuner.space import build_space
+from perfscope.tuner.study import CATCH, TuningStudy
+from perfscope.tuner.trial import TrialOutcome, TrialSpec, _read_results, measure_command, noise_text
+from perfscope.tuner.window import steps_needed
 
 FACTS = {"cuda": False, "cpu_count": 2, "world_size": 1, "local_world_size": 1, "ddp": None,
          "dataloader": {"num_workers": 0, "pin_memory": False, "prefetch_factor": None, "iterable": False,
@@ -90,7 +90,7 @@ def test_a_trial_that_measured_nothing_is_stored_failed_counted_and_not_measured
         return TrialOutcome(status="unmeasured", reason="the 2 measured steps held no samples of their own",
                             step_samples=[16, 16], step_seconds=[0.01, 0.01], drawn_samples=32)
 
-    monkeypatch.setattr("tuner.study.run_trial", fake_run)
+    monkeypatch.setattr("perfscope.tuner.study.run_trial", fake_run)
     params = dict(space.baseline_params, num_workers=2)
     study.enqueue_trial(params)
     study.enqueue_trial(params)  # proposed again: not run a second time

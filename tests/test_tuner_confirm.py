@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tuner.confirm import confirm, confirm_candidates, speedup_interval
+from perfscope.tuner.confirm import confirm, confirm_candidates, speedup_interval
 
 
 class FakeRun:
@@ -173,7 +173,7 @@ def test_bad_round_counts_are_refused(rounds, min_rounds):
 
 
 def test_an_interval_that_decides_nothing_says_why_instead_of_its_numbers():
-    from tuner.confirm import interval_text
+    from perfscope.tuner.confirm import interval_text
 
     assert interval_text(1.42, 1.31, 1.55, [10, 11], [14, 15]) == "1.42x (1.31x-1.55x)"
     # seen under load: 0.36x (0.00x-3603666617123525507592224768.00x)

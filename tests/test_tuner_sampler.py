@@ -8,8 +8,8 @@ import json
 import optuna
 import pytest
 
-from tuner.sampler import CoordinateSampler, knob_values
-from tuner.space import build_space
+from perfscope.tuner.sampler import CoordinateSampler, knob_values
+from perfscope.tuner.space import build_space
 
 FACTS = {"cuda": False, "cpu_count": 2, "world_size": 2, "local_world_size": 2,
          "dataloader": {"num_workers": 0, "pin_memory": False, "prefetch_factor": None, "iterable": False},

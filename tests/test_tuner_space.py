@@ -8,11 +8,11 @@ import math
 import optuna
 import pytest
 
-from tuner.confirm import confirm_candidates
-from tuner.numerics import check_losses
-from tuner.pruner import SlowerThanBestPruner
-from tuner.space import SearchSpace, build_space, rule_based_guess
-from tuner.prove import range_hint as _range_hint
+from perfscope.tuner.confirm import confirm_candidates
+from perfscope.tuner.numerics import check_losses
+from perfscope.tuner.pruner import SlowerThanBestPruner
+from perfscope.tuner.space import SearchSpace, build_space, rule_based_guess
+from perfscope.tuner.prove import range_hint as _range_hint
 
 CPU_LOADER = {"cuda": False, "cpu_count": 2, "world_size": 1, "local_world_size": 1,
               "dataloader": {"num_workers": 0, "pin_memory": False, "prefetch_factor": None, "iterable": False},
@@ -174,7 +174,7 @@ def test_samples_drawn_from_prefilled_queues_are_not_counted(tmp_path):
     import json
 
     from perfscope.measure.records import drawn_from_queues
-    from tuner.window import window_throughput
+    from perfscope.tuner.window import window_throughput
 
     lines = [{"step": 1, "seconds": 0.1, "samples": 16, "measured": False, "ready": 12},
              {"step": 2, "seconds": 0.01, "samples": 16, "measured": True, "ready": 10},

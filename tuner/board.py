@@ -1,6 +1,6 @@
 """What crosses the multi-node tuning board: typed records, validated when read, signed.
 
-The board (:mod:`tuner.nodes`) is a ``torch.distributed.TCPStore`` that any process able to reach
+The board (:mod:`perfscope.tuner.nodes`) is a ``torch.distributed.TCPStore`` that any process able to reach
 its port can read and write. It therefore carries *data only*: a follower builds every command
 from its own command line, and takes from the board a trial's number, its step counts, seed,
 timeout and configuration (the knobs' values, validated by the configuration's own schema).
@@ -99,7 +99,7 @@ class Stopped(msgspec.Struct, tag="stopped", forbid_unknown_fields=True, frozen=
 
 
 class Alive(msgspec.Struct, tag="alive", forbid_unknown_fields=True, frozen=True):
-    """A follower's heartbeat: ``beat`` grows by one every :data:`tuner.nodes.HEARTBEAT_S`."""
+    """A follower's heartbeat: ``beat`` grows by one every :data:`perfscope.tuner.nodes.HEARTBEAT_S`."""
 
     node: _Node
     beat: Annotated[int, msgspec.Meta(ge=0)]

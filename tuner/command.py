@@ -34,7 +34,7 @@ def check_same_command(study: optuna.Study, options, *, space_attr: str) -> None
 
     Args:
         study: The study.
-        options: The :class:`tuner.tune.TuneOptions`.
+        options: The :class:`perfscope.tuner.tune.TuneOptions`.
         space_attr: The study attribute whose presence says the setup finished.
 
     Raises:

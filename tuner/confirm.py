@@ -35,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tuner.options import DEFAULT_MIN_ROUNDS, DEFAULT_ROUNDS
+from perfscope.tuner.options import DEFAULT_MIN_ROUNDS, DEFAULT_ROUNDS
 
 DEFAULT_CONFIDENCE = 0.95
 

@@ -5,14 +5,14 @@ each trial.
 is run on every node, as torchrun is. On node 0 the tuner runs as on one node (profile, search,
 confirm, write the results once) and, through a :class:`TrialBoard`, tells the other nodes each
 run before it starts it: a ``torch.distributed.TCPStore`` served at ``HOST:PORT`` (bound to that
-address only) holds, per run ``k``, a :class:`tuner.board.Trial` record: the configuration's
+address only) holds, per run ``k``, a :class:`perfscope.tuner.board.Trial` record: the configuration's
 values and the measurement's step counts, seed and timeout. Every other node (:func:`follow`)
 waits for run ``k``, builds the command from its *own* command line (script, arguments,
 ``--nproc-per-node``, node rank; the rendezvous port from its own endpoint and ``k``), runs its
 ranks, reports their exit status, and goes on to ``k + 1`` until node 0 says stop. Only node 0
 measures (its first rank's records), so one study and one result, however many nodes.
 
-Records are validated and, with a shared secret, signed (:mod:`tuner.board`). Followers send a
+Records are validated and, with a shared secret, signed (:mod:`perfscope.tuner.board`). Followers send a
 heartbeat every :data:`HEARTBEAT_S`; node 0 stops the tuning within :data:`LOST_AFTER_S` of the
 last one from a node that went away, as a follower stops once node 0's board is gone.
 """
@@ -32,7 +32,7 @@ from pathlib import Path
 from perfscope.collect.nodes import NNODES_ENV, NodeLaunch
 from perfscope.errors import PerfscopeError
 from perfscope.text import safe
-from tuner.board import Alive, BoardError, Done, Record, Stop, Stopped, Trial, decode, encode, require_secret
+from perfscope.tuner.board import Alive, BoardError, Done, Record, Stop, Stopped, Trial, decode, encode, require_secret
 
 # Runs rendezvous on ports above the board's, in turn: a run's port is free again long before it
 # comes round (its server closed when the run ended).
@@ -132,7 +132,7 @@ class TrialBoard:
         nproc_per_node: Ranks on every node.
 
     Raises:
-        PerfscopeError: no secret where the endpoint is not loopback (:func:`tuner.board.require_secret`);
+        PerfscopeError: no secret where the endpoint is not loopback (:func:`perfscope.tuner.board.require_secret`);
             the board's port cannot be served at the endpoint's address.
     """
 
@@ -319,8 +319,8 @@ def _run(nodes: NodeLaunch, nproc_per_node: int, script: str, script_args: tuple
     """This node's ranks of ``record``'s run, built from this node's own command line."""
     from perfscope.collect.launch import child_env
     from perfscope.runtime.config import CONFIG_ENV, ConfigError, config_from_dict, save_config
-    from tuner.procs import stop_trial, trial_command
-    from tuner.trial import TrialSpec, measure_command
+    from perfscope.tuner.procs import stop_trial, trial_command
+    from perfscope.tuner.trial import TrialSpec, measure_command
 
     try:
         config = config_from_dict(record.config)

@@ -15,7 +15,7 @@ from pathlib import Path
 from perfscope.cli_args import MAX_NPROC_PER_NODE  # as `perfscope profile --nproc-per-node`
 from perfscope.collect.nodes import NodeLaunch
 from perfscope.errors import PerfscopeError
-from tuner.window import DEFAULT_MEASURE_CAP_S, DEFAULT_TARGET_RSE
+from perfscope.tuner.window import DEFAULT_MEASURE_CAP_S, DEFAULT_TARGET_RSE
 
 # Confirmation rounds (tuner/confirm.py): the most, and those before the first decision (fewer
 # when fewer rounds are asked).
@@ -64,17 +64,17 @@ class TuneOptions:
         trials: Trials in the study, baseline included (the study-wide total).
         time_budget_s: Seconds after which no new trial starts (None: no limit).
         warmup_steps, measure_steps, target_rse, measure_cap_s, profile_steps: Per trial (see
-            :class:`tuner.trial.TrialSpec`); ``target_rse`` None measures exactly ``measure_steps``.
+            :class:`perfscope.tuner.trial.TrialSpec`); ``target_rse`` None measures exactly ``measure_steps``.
         nproc_per_node: Ranks per trial, or None.
         storage: Study storage URL (None: SQLite in ``out_dir``).
         seed: Seed for the script and the sampler.
         confirm_top, confirm_rounds (the most rounds), confirm_min_rounds (None: 3, or
             confirm_rounds when fewer), confirm_budget_s (seconds
             after which no new round starts; None: no limit), min_gain, confidence: The
-            confirmation step (:func:`tuner.confirm.confirm_candidates`).
+            confirmation step (:func:`perfscope.tuner.confirm.confirm_candidates`).
         trial_timeout_s: Limit of one trial (None: from the baseline's duration).
         progress: Show the progress bar.
-        nodes: This node's part of a job over several nodes (:mod:`tuner.nodes`; needs
+        nodes: This node's part of a job over several nodes (:mod:`perfscope.tuner.nodes`; needs
             ``nproc_per_node``), or None.
 
     Raises:

@@ -13,8 +13,8 @@ class Progress:
     """A tqdm bar advanced by an Optuna callback after each trial.
 
     Args:
-        session: The :class:`tuner.study.TuningStudy` (for the best value and the unit).
-        options: The :class:`tuner.tune.TuneOptions` (trial target and time budget).
+        session: The :class:`perfscope.tuner.study.TuningStudy` (for the best value and the unit).
+        options: The :class:`perfscope.tuner.tune.TuneOptions` (trial target and time budget).
         started: ``time.monotonic()`` at the start of the tuning (the budget counts from it).
         enabled: False: no bar; a line per finished trial instead (a log still shows progress).
     """
@@ -51,7 +51,7 @@ class Progress:
     def line(self, trial: optuna.trial.FrozenTrial) -> str:
         """``perfscope: trial 3 (2/8 done): 212.4 samples/s; best 250.1 samples/s`` (or its failure)."""
         from perfscope.text import safe
-        from tuner.pruner import best_feasible_value
+        from perfscope.tuner.pruner import best_feasible_value
 
         unit = (self.session.baseline or {}).get("unit", "samples/s")
         failure = trial.user_attrs.get("failure") or {}
@@ -69,7 +69,7 @@ class Progress:
                     + (f"{best:.4g} {unit}" if best is not None else "-"))
 
     def _postfix(self, trial: optuna.trial.FrozenTrial | None = None) -> None:
-        from tuner.pruner import best_feasible_value
+        from perfscope.tuner.pruner import best_feasible_value
 
         unit = (self.session.baseline or {}).get("unit", "samples/s")
         best = best_feasible_value(self.session.study)
@@ -84,8 +84,8 @@ class Progress:
 
 
 def still_running(what: str):
-    """A :func:`tuner.trial.run_trial` ``on_progress`` that says ``what`` is still running, so
-    that no phase is silent for longer than :data:`tuner.trial.PROGRESS_S`."""
+    """A :func:`perfscope.tuner.trial.run_trial` ``on_progress`` that says ``what`` is still running, so
+    that no phase is silent for longer than :data:`perfscope.tuner.trial.PROGRESS_S`."""
     def say(seconds: float, steps: int) -> None:
         print(f"perfscope: {what}: still running ({seconds:.0f} s, {steps} measured step(s) so far)", flush=True)
     return say

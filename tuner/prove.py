@@ -1,5 +1,5 @@
 """Proving the winner: the study's best few candidates re-measured against the baseline, in
-interleaved rounds (:mod:`tuner.confirm`), and the recommendation that follows, with a hint when a
+interleaved rounds (:mod:`perfscope.tuner.confirm`), and the recommendation that follows, with a hint when a
 recommended value is the largest one searched. See ``docs/tune.md``, step 6."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import time
 
 from perfscope.errors import PerfscopeError
 from perfscope.runtime.config import AccelConfig, config_from_dict
-from tuner.confirm import confirm_candidates, interval_text
-from tuner.progress import still_running
-from tuner.trial import run_trial
+from perfscope.tuner.confirm import confirm_candidates, interval_text
+from perfscope.tuner.progress import still_running
+from perfscope.tuner.trial import run_trial
 
 
 _DECIDED = {"cleared": "faster", "below": "not faster", "round budget": "undecided at the last round",
@@ -26,8 +26,8 @@ def prove(session, options, notes: list[str]) -> tuple[dict | None, dict]:
     """Confirm the best few candidates against the baseline.
 
     Args:
-        session: The :class:`tuner.study.TuningStudy`.
-        options: The :class:`tuner.tune.TuneOptions` (confirm_top, confirm_rounds, confidence, min_gain).
+        session: The :class:`perfscope.tuner.study.TuningStudy`.
+        options: The :class:`perfscope.tuner.tune.TuneOptions` (confirm_top, confirm_rounds, confidence, min_gain).
         notes: The record's notes; a failed confirmation run adds one.
 
     Returns:
@@ -132,7 +132,7 @@ def range_hint(space, config: dict) -> str | None:
     """What to try next when the recommendation sits at the top of a searched range.
 
     Args:
-        space: The :class:`tuner.space.SearchSpace` searched.
+        space: The :class:`perfscope.tuner.space.SearchSpace` searched.
         config: The recommended configuration's changes.
 
     Returns:

@@ -15,7 +15,6 @@ from optuna.trial import TrialState
 
 from perfscope import __version__
 from perfscope.atomic import write_bytes_atomic
-from perfscope.siblings import import_sibling
 
 SCHEMA = "perfscope.tune"
 SCHEMA_VERSION = 1
@@ -121,6 +120,7 @@ def write_outputs(out_dir: Path, record: dict, best: Path | None) -> dict[str, P
         except ValueError:
             record["best_config"] = str(Path(best).resolve())
     paths = {"record": write_bytes_atomic(out / "tune.json", orjson.dumps(record, option=orjson.OPT_INDENT_2))}
-    reports = import_sibling("reports")
+    from perfscope import reports
+
     paths["report"] = reports.write_tuning(record, out / "report.html")
     return paths

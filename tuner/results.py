@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path
 
 from perfscope.runtime.config import ConfigError, read_yaml
-from tuner import record as tune_record
+from perfscope.tuner import record as tune_record
 
 PREVIOUS = "previous"
 """Folder (in the output folder) of the last proven recommendation a later run superseded."""

@@ -4,7 +4,7 @@ A joint space (the loader's workers with DDP buckets, compression and accumulati
 configurations on two cores) is too large for TPE to learn from a dozen noisy trials: measured on
 such a table it needed as many trials as random search to reach 95% of the grid's best
 (``docs/tune-benchmark.md``). The profile knows more: the verdict's bottleneck and the others'
-shares order the knobs (:class:`tuner.space.SearchSpace` keeps them in that order), and the knobs
+shares order the knobs (:class:`perfscope.tuner.space.SearchSpace` keeps them in that order), and the knobs
 of different bottlenecks mostly act apart. So the search first walks the knobs in that order, as
 a coordinate search: each value of a knob not tried yet, with the other knobs at the best trial's
 values, a knob done once each of its values has run; the baseline and the rule-based guess are
@@ -50,7 +50,7 @@ class CoordinateSampler(BaseSampler):
     """Walk the space's knobs one at a time around the best trial, then delegate to ``base``.
 
     Args:
-        space: The :class:`tuner.space.SearchSpace` (its knobs in the profile's order, their
+        space: The :class:`perfscope.tuner.space.SearchSpace` (its knobs in the profile's order, their
             baselines, and the configuration a parameter set runs with).
         base: The sampler for the trials after the walk (and for float knobs).
         usable: Whether a finished trial may be the centre of the walk (default: complete with a

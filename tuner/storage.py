@@ -50,8 +50,8 @@ from optuna.storages.journal import JournalFileBackend, JournalStorage
 
 from perfscope.errors import PerfscopeError
 from perfscope.redact import host_has_at
-from tuner.storage_schema import foreign_tables
-from tuner.storage_text import (
+from perfscope.tuner.storage_schema import foreign_tables
+from perfscope.tuner.storage_text import (
     db_reason,
     first_line,
     mask_password,

@@ -1,4 +1,4 @@
-"""The tuning study: a plain Optuna study whose trials run the script through :mod:`tuner.trial`.
+"""The tuning study: a plain Optuna study whose trials run the script through :mod:`perfscope.tuner.trial`.
 
 State lives here: the Optuna study, the search space stored in it (so every worker and every
 resumed run searches the same one), the baseline, and the trial folders. Each trial keeps, as
@@ -27,10 +27,10 @@ from optuna.trial import TrialState
 
 from perfscope.collect.keeper import pid_alive
 from perfscope.errors import PerfscopeError
-from tuner.numerics import check_losses
-from tuner.pruner import FEASIBLE_ATTR
-from tuner.space import SearchSpace
-from tuner.trial import Pruned, TrialOutcome, TrialSpec, cleanup_traces, run_trial
+from perfscope.tuner.numerics import check_losses
+from perfscope.tuner.pruner import FEASIBLE_ATTR
+from perfscope.tuner.space import SearchSpace
+from perfscope.tuner.trial import Pruned, TrialOutcome, TrialSpec, cleanup_traces, run_trial
 
 SPACE_ATTR = "perfscope.space"
 BASELINE_ATTR = "perfscope.baseline"
@@ -168,7 +168,7 @@ class TuningStudy:
 
     def loader_settings(self, config) -> dict:
         """``loader_workers`` and ``prefetch_factor`` a configuration runs with (its own settings,
-        else the baseline's), as keyword arguments of :func:`tuner.trial.run_trial`."""
+        else the baseline's), as keyword arguments of :func:`perfscope.tuner.trial.run_trial`."""
         loader = ((self.baseline or {}).get("facts") or {}).get("dataloader") or {}
         workers, prefetch = loader.get("num_workers"), loader.get("prefetch_factor")
         if config is not None and config.num_workers is not None:

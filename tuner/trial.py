@@ -9,8 +9,8 @@ its exit status, losses, facts about the run and its trace. Whatever happens -- 
 Ctrl-C, an error here -- the whole process group is stopped (SIGTERM, then SIGKILL) before
 :func:`run_trial` returns or raises.
 
-The script's output goes through a pipe into a bounded ``output.log`` (:mod:`tuner.output`): a
-trial whose output outruns :data:`tuner.output.LIMIT_BYTES`, or whose log cannot be written (a
+The script's output goes through a pipe into a bounded ``output.log`` (:mod:`perfscope.tuner.output`): a
+trial whose output outruns :data:`perfscope.tuner.output.LIMIT_BYTES`, or whose log cannot be written (a
 full disk), is stopped and failed with that reason (kind ``output``).
 
 Throughput of measured step ``s``: the samples all ranks fetched in ``s`` divided by the longest
@@ -39,11 +39,11 @@ from pathlib import Path
 from perfscope.collect.launch import child_env
 from perfscope.runtime.config import CONFIG_ENV, AccelConfig, save_config
 from perfscope.text import safe
-from tuner.failure import failure_line, killed_reason, seconds_text
-from tuner.output import KEEP_BYTES, LIMIT_BYTES, OutputLog
-from tuner.procs import MARK_ENV, new_mark, stop_trial, trial_command
+from perfscope.tuner.failure import failure_line, killed_reason, seconds_text
+from perfscope.tuner.output import KEEP_BYTES, LIMIT_BYTES, OutputLog
+from perfscope.tuner.procs import MARK_ENV, new_mark, stop_trial, trial_command
 from perfscope.measure.records import StepReader, drawn_from_queues, new_measured, read_jsonl
-from tuner.window import (
+from perfscope.tuner.window import (
     DEFAULT_MEASURE_CAP_S,
     DEFAULT_TARGET_RSE,
     measure_steps_for,
@@ -89,7 +89,7 @@ class TrialSpec:
         timeout_s: Wall-clock limit of one trial (seconds), start-up included.
         output_keep_bytes: Bytes of the script's output kept in ``output.log`` (the last ones).
         output_limit_bytes: Bytes of output after which the trial is stopped and failed.
-        board: A job over several nodes (this being node 0): the :class:`tuner.nodes.TrialBoard`
+        board: A job over several nodes (this being node 0): the :class:`perfscope.tuner.nodes.TrialBoard`
             that tells the other nodes each trial; None for one node.
     """
 
@@ -320,7 +320,7 @@ def run_trial(
             for line in spec.board.finished(shared):
                 print(f"perfscope: {safe(line)}", flush=True)
     if status == "lost":
-        from tuner.nodes import NodeLost
+        from perfscope.tuner.nodes import NodeLost
 
         raise NodeLost(f"{reason}; stopped the tuning: the finished trials are kept in the study, run the same "
                        "command on every node to resume")

@@ -18,18 +18,18 @@ import sqlalchemy.exc
 from perfscope.errors import PerfscopeError
 from perfscope.runtime.config import config_from_dict
 from perfscope.text import safe
-from tuner import record as tune_record
-from tuner.command import check_same_command
+from perfscope.tuner import record as tune_record
+from perfscope.tuner.command import check_same_command
 from perfscope.outlock import FolderLock
-from tuner.progress import Progress, still_running
-from tuner.sampler import CoordinateSampler
-from tuner.prove import prove
-from tuner.pruner import SlowerThanBestPruner
-from tuner.results import RunOutputs
-from tuner.space import build_space, rule_based_guess
-from tuner.storage import StorageError, describe_storage, open_storage
-from tuner.storage_text import scrub, url_secrets
-from tuner.study import (
+from perfscope.tuner.progress import Progress, still_running
+from perfscope.tuner.sampler import CoordinateSampler
+from perfscope.tuner.prove import prove
+from perfscope.tuner.pruner import SlowerThanBestPruner
+from perfscope.tuner.results import RunOutputs
+from perfscope.tuner.space import build_space, rule_based_guess
+from perfscope.tuner.storage import StorageError, describe_storage, open_storage
+from perfscope.tuner.storage_text import scrub, url_secrets
+from perfscope.tuner.study import (
     CATCH as STUDY_CATCH,
     SPACE_ATTR,
     TuningStudy,
@@ -38,8 +38,8 @@ from tuner.study import (
     trial_verdict,
     worker_id,
 )
-from tuner.trial import TrialSpec, cleanup_traces, noise_text, run_trial
-from tuner.options import TuneOptions
+from perfscope.tuner.trial import TrialSpec, cleanup_traces, noise_text, run_trial
+from perfscope.tuner.options import TuneOptions
 
 BASELINE_PROFILE_STEPS = 5  # as `perfscope profile`'s default active window
 SETUP_WAIT_S = 180.0  # how long a second worker waits for the first one's baseline
@@ -87,7 +87,7 @@ def _tune(options: TuneOptions, started: float) -> dict:
     storage = open_storage(options.storage, out)
     board = None
     if options.nodes is not None:
-        from tuner.nodes import TrialBoard
+        from perfscope.tuner.nodes import TrialBoard
 
         board = TrialBoard(options.nodes, options.nproc_per_node)
         print(f"perfscope: node 0 of {options.nodes.nnodes}: driving the study; every trial runs on all nodes")
@@ -305,8 +305,8 @@ def _profile_after(session: TuningStudy, options: TuneOptions, recommendation: d
     cleanup_traces(outcome)
     if summary is None:
         return None
+    from perfscope import reports
     from perfscope.outputs import write_outputs
-    from perfscope.siblings import import_sibling
 
     write_outputs(summary, out / "best")
     after = {"verdict": verdict, "fractions": fractions, "step_time_us": step_time_of(summary),
@@ -315,7 +315,6 @@ def _profile_after(session: TuningStudy, options: TuneOptions, recommendation: d
     if baseline_summary.is_file():
         from perfscope.summary import load_summary
 
-        reports = import_sibling("reports")
         confirmed = {"ratio": recommendation.get("speedup"), "low": recommendation.get("ci_low"),
                      "high": recommendation.get("ci_high"), "rounds": recommendation.get("rounds"),
                      "unit": (session.baseline or {}).get("unit")}

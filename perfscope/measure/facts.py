@@ -89,7 +89,7 @@ def model_facts(model: Any) -> dict:
     """What the tuner needs of the script's model: its class and the window-attention modules
     ``fused_ops.swap`` would replace (``fusable``, qualified names) or leaves alone with why
     (``not_fusable``: name -> reason)."""
-    from fused_ops.swap import find
+    from perfscope.fused_ops.swap import find
 
     found = find(model)
     return {"class": type(model).__name__,

@@ -1,12 +1,12 @@
 """Run facts: what ran, where, with which versions and schedule; the traces read; the notes.
 
-The warnings head the page (:func:`reports.sections.quality.render_warnings`), not this section."""
+The warnings head the page (:func:`perfscope.reports.sections.quality.render_warnings`), not this section."""
 
 from __future__ import annotations
 
 import shlex
 
-from reports.html import esc, note, section, table
+from perfscope.reports.html import esc, note, section, table
 
 # (run field, label) in display order; any other field is listed after them.
 FIELDS = (

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from reports import model
-from reports.html import esc, figure, note, num, section
-from reports.palette import GREY, SKY
-from reports.plots import columns
+from perfscope.reports import model
+from perfscope.reports.html import esc, figure, note, num, section
+from perfscope.reports.palette import GREY, SKY
+from perfscope.reports.plots import columns
 
 
 LOG_SPAN = 100  # the count axis turns logarithmic when the fullest bin holds this many times the emptiest

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from reports import model
-from reports.html import count, dur, esc, ms, note, num, pct, section, table, truncate
+from perfscope.reports import model
+from perfscope.reports.html import count, dur, esc, ms, note, num, pct, section, table, truncate
 
 NAME_LIMIT = 160
 

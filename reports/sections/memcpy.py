@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from reports import model
-from reports.html import count, esc, ms, note, num, section, table
+from perfscope.reports import model
+from perfscope.reports.html import count, esc, ms, note, num, section, table
 
 
 def _bytes(b) -> str:

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from reports import model
-from reports.html import esc, figure, note, num, pct, section, table
-from reports.palette import BLUE, SKY
-from reports.plots import columns
+from perfscope.reports import model
+from perfscope.reports.html import esc, figure, note, num, pct, section, table
+from perfscope.reports.palette import BLUE, SKY
+from perfscope.reports.plots import columns
 
 MAX_BARS = 60  # per-step bars drawn; the table and summary.json hold the rest
 

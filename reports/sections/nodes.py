@@ -4,8 +4,8 @@ others wait for. Absent (an empty string) for a job of one node."""
 
 from __future__ import annotations
 
-from reports import model
-from reports.html import count, esc, ms, note, num, section, table
+from perfscope.reports import model
+from perfscope.reports.html import count, esc, ms, note, num, section, table
 
 
 def _rate(bits_per_s) -> str:

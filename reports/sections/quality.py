@@ -4,8 +4,8 @@ left out."""
 
 from __future__ import annotations
 
-from reports import model
-from reports.html import count, esc, note, section, table, truncate
+from perfscope.reports import model
+from perfscope.reports.html import count, esc, note, section, table, truncate
 
 MAX_SHOWN = 30  # warnings listed at the top; summary.json holds them all
 STATUS_WORDS = {

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from reports import model
-from reports.html import esc, figure, legend, ms, note, num, section, table
-from reports.palette import GREEN, GREY, VERMILLION
-from reports.plots import hbars
+from perfscope.reports import model
+from perfscope.reports.html import esc, figure, legend, ms, note, num, section, table
+from perfscope.reports.palette import GREEN, GREY, VERMILLION
+from perfscope.reports.plots import hbars
 
 
 def _chart(rows: list[dict], slowest) -> str:

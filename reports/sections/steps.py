@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from reports import model
-from reports.html import esc, figure, legend, ms, pct, section, table
-from reports.palette import part_us, parts
-from reports.plots import stacked_columns
+from perfscope.reports import model
+from perfscope.reports.html import esc, figure, legend, ms, pct, section, table
+from perfscope.reports.palette import part_us, parts
+from perfscope.reports.plots import stacked_columns
 
 SHORT = {"io-bound": "io", "comm-bound": "comm", "launch-bound": "launch", "compute-bound": "compute"}
 # Under the bar of a step the verdict leaves out: why, in a word.

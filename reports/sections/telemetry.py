@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from reports import model
-from reports.html import esc, note, num, pct, section, table
+from perfscope.reports import model
+from perfscope.reports.html import esc, note, num, pct, section, table
 
 MAX_ROWS = 60
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 
 from perfscope.telemetry_format import THROTTLE_MASK
-from reports import model
-from reports.html import esc, legend, ms, note, section, truncate
-from reports.palette import GREY, ORANGE, SKY, YELLOW
-from reports.svg import nice_ticks, open_svg, rect, text, tick_label
-from reports.timeline_data import COLUMNS, CPU_LABELLED, GPU_IDLE, STREAM_CATS, events_in, raster
+from perfscope.reports import model
+from perfscope.reports.html import esc, legend, ms, note, section, truncate
+from perfscope.reports.palette import GREY, ORANGE, SKY, YELLOW
+from perfscope.reports.svg import nice_ticks, open_svg, rect, text, tick_label
+from perfscope.reports.timeline_data import COLUMNS, CPU_LABELLED, GPU_IDLE, STREAM_CATS, events_in, raster
 
 MAX_VIEWS = 12
 MAX_OTHER_RANKS = 8  # further ranks' representative steps beside the first rank's steps (templates/report.css)
@@ -181,7 +181,7 @@ def _rank_view(summary: dict, found):
 
 
 def render(summary: dict, found, step=None, others=()) -> str:
-    """``found``: a :class:`reports.traces.Found` (traces located for one rank) or None;
+    """``found``: a :class:`perfscope.reports.traces.Found` (traces located for one rank) or None;
     ``others``: the Found of further ranks, each shown at its representative step."""
     title = "Timeline of a representative step"
     if found is None or found.problem:

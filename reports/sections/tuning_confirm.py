@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from itertools import zip_longest
 
-from reports.html import clean, esc, figure, note, num, section, table
-from reports.palette import DARK, GREEN, GREY, VERMILLION
-from reports.sections.tuning_record import (
+from perfscope.reports.html import clean, esc, figure, note, num, section, table
+from perfscope.reports.palette import DARK, GREEN, GREY, VERMILLION
+from perfscope.reports.sections.tuning_record import (
     amount,
     candidates,
     changes_text,
@@ -21,7 +21,7 @@ from reports.sections.tuning_record import (
     unit,
     word,
 )
-from reports.charts import Chart, cached, or_note
+from perfscope.reports.charts import Chart, cached, or_note
 
 NICE_RATIOS = (0.1, 0.2, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.2, 1.3, 1.5, 2.0, 3.0, 4.0, 5.0, 7.0,
                10.0, 20.0, 50.0, 100.0)
@@ -47,7 +47,7 @@ def _ticks(lo: float, hi: float, x_of) -> list[float]:
 def chart(threshold: float, cands: list[dict]) -> str:
     """Each candidate's speed-up with its interval and rounds, against 1.0x and ``threshold`` (the
     bar to clear, 1 + min_gain); from these two only, so that the drawing is cached across
-    checkpoints of the record (:func:`reports.charts.cached`)."""
+    checkpoints of the record (:func:`perfscope.reports.charts.cached`)."""
     from matplotlib.collections import LineCollection
     from matplotlib.ticker import FixedLocator, NullLocator
 

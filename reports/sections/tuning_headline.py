@@ -3,8 +3,8 @@ and links to the files next to the report."""
 
 from __future__ import annotations
 
-from reports.html import esc, note, num, section, table
-from reports.sections.tuning_record import (
+from perfscope.reports.html import esc, note, num, section, table
+from perfscope.reports.sections.tuning_record import (
     amount,
     baseline_values,
     best_trial,

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reports.html import clean, esc, num, truncate
-from reports.palette import BLUE, DARK, GREEN, ORANGE, VERMILLION
-from reports.sections.tuning_record import (
+from perfscope.reports.html import clean, esc, num, truncate
+from perfscope.reports.palette import BLUE, DARK, GREEN, ORANGE, VERMILLION
+from perfscope.reports.sections.tuning_record import (
     INFEASIBLE,
     amount,
     changes_text,
@@ -26,7 +26,7 @@ from reports.sections.tuning_record import (
     unit,
     word,
 )
-from reports.charts import NICE_STEPS, Chart, cached, integer_label, or_note
+from perfscope.reports.charts import NICE_STEPS, Chart, cached, integer_label, or_note
 
 LEFT, RIGHT, TOP, BOTTOM = 64, 96, 12, 44
 WIDTH, HEIGHT = 900, 320

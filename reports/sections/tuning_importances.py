@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from reports.html import figure, note, num, section, truncate
-from reports.palette import BLUE
-from reports.sections.tuning_record import obj
-from reports.plots import hbars
+from perfscope.reports.html import figure, note, num, section, truncate
+from perfscope.reports.palette import BLUE
+from perfscope.reports.sections.tuning_record import obj
+from perfscope.reports.plots import hbars
 
 
 def entries(record: dict) -> list[tuple[str, float]]:

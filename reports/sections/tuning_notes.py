@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import shlex
 
-from reports.html import esc, note, num, section
-from reports.sections.tuning_record import obj, seq, word
+from perfscope.reports.html import esc, note, num, section
+from perfscope.reports.sections.tuning_record import obj, seq, word
 
 
 def _args(value) -> str:

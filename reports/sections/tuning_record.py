@@ -12,7 +12,7 @@ import json
 import re
 from urllib.parse import quote
 
-from reports.html import num
+from perfscope.reports.html import num
 
 DEFAULT_UNIT = "samples/s"
 INFEASIBLE = "infeasible"

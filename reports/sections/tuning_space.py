@@ -4,8 +4,8 @@ record (``space.groups``), so an old record renders with what it was made with."
 
 from __future__ import annotations
 
-from reports.html import esc, note, section, table
-from reports.sections.tuning_record import dicts, obj, seq, value_text, word
+from perfscope.reports.html import esc, note, section, table
+from perfscope.reports.sections.tuning_record import dicts, obj, seq, value_text, word
 
 # The bottleneck names of tuning records written before the knob groups (``order`` held group names).
 _LEGACY_ORDER = {"input": "io", "precision": "compute", "communication": "comm"}

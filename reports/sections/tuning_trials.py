@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from perfscope.analysis.memory import NEAR_LIMIT_SHARE
-from reports.html import esc, figure, note, num, section, table, truncate
-from reports.sections import tuning_history
-from reports.sections.tuning_record import (
+from perfscope.reports.html import esc, figure, note, num, section, table, truncate
+from perfscope.reports.sections import tuning_history
+from perfscope.reports.sections.tuning_record import (
     INFEASIBLE,
     amount,
     changes_text,

@@ -3,10 +3,10 @@ class shares as a stacked bar (the colours of the bottleneck report's evidence b
 
 from __future__ import annotations
 
-from reports.html import esc, figure, legend, note, num, pct, section, table
-from reports.palette import CLASS_COLOURS, CLASS_ORDER
-from reports.sections.tuning_record import obj, word
-from reports.plots import hbars
+from perfscope.reports.html import esc, figure, legend, note, num, pct, section, table
+from perfscope.reports.palette import CLASS_COLOURS, CLASS_ORDER
+from perfscope.reports.sections.tuning_record import obj, word
+from perfscope.reports.plots import hbars
 
 
 def _fractions(part: dict) -> dict[str, float | None]:

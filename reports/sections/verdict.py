@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from perfscope.analysis.verdict import ADVICE, THRESHOLDS
-from reports import model
-from reports.sections import telemetry
-from reports.html import esc, figure, legend, ms, num, pct, section
-from reports.palette import CLASS_COLOURS, CLASS_ORDER
-from reports.svg import hbar
+from perfscope.reports import model
+from perfscope.reports.sections import telemetry
+from perfscope.reports.html import esc, figure, legend, ms, num, pct, section
+from perfscope.reports.palette import CLASS_COLOURS, CLASS_ORDER
+from perfscope.reports.svg import hbar
 
 MEANING = {
     ("io", "gpu"): "the GPU waits for the next batch (DataLoader on the main thread) or for its host-to-device copy",

@@ -162,7 +162,7 @@ class KnobGroup(abc.ABC):
             bottlenecks: The bottlenecks to act on (``"io"``, ``"comm"``, ``"launch"``,
                 ``"compute"``): the verdict's, and each other one whose share of the step reaches
                 the share at which the classifier would name it (see
-                :func:`tuner.space.guess_bottlenecks`).
+                :func:`perfscope.tuner.space.guess_bottlenecks`).
             facts: Run facts; fractions: the summary's ``overall.fractions`` (shares in [0, 1]).
             cpu: CPU cores of this node; params: the guess so far (trial parameters).
         """

@@ -60,10 +60,10 @@ def cannot_replace(old, name: str) -> str | None:
 
 
 def _replace_optimizer(old, name: str, accum_steps: int):
-    """A :class:`fused_ops.Lamb` / :class:`fused_ops.Lars` over ``old``'s parameter groups. The
+    """A :class:`perfscope.fused_ops.Lamb` / :class:`perfscope.fused_ops.Lars` over ``old``'s parameter groups. The
     group dicts are shared, so a learning-rate scheduler built on ``old`` still drives it; the
     batch rule's factor goes into each group's ``lr_scale``, which schedules leave alone."""
-    import fused_ops
+    from perfscope import fused_ops
 
     scale = lr_scale(name, accum_steps)
     groups = old.param_groups
@@ -85,9 +85,9 @@ def _replace_optimizer(old, name: str, accum_steps: int):
 
 def swap_into(model) -> tuple[str | None, str | None]:
     """``fused_ops.swap(model)``, described: (what was swapped, None), or (None, why nothing was:
-    the reasons :func:`fused_ops.find` gives, else that no known module is in the model). The one
+    the reasons :func:`perfscope.fused_ops.find` gives, else that no known module is in the model). The one
     description ``accelerate`` and launch-time patching both report."""
-    import fused_ops
+    from perfscope import fused_ops
 
     swapped = fused_ops.swap(model)
     if swapped:
