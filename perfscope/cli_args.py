@@ -9,8 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-# Ranks one node can hold: far above any machine's GPU count; a larger number is a typo.
-MAX_NPROC_PER_NODE = 1_024
+from perfscope.collect.nodes import MAX_NPROC_PER_NODE  # noqa: F401 - the CLI's bound, owned by the launch
 # Worker processes for an analysis: beyond the largest machines' core counts a number is a typo.
 MAX_JOBS = 1_024
 

@@ -12,8 +12,7 @@ import dataclasses
 import math
 from pathlib import Path
 
-from perfscope.cli_args import MAX_NPROC_PER_NODE  # as `perfscope profile --nproc-per-node`
-from perfscope.collect.nodes import NodeLaunch
+from perfscope.collect.nodes import MAX_NPROC_PER_NODE, NodeLaunch  # as `perfscope profile --nproc-per-node`
 from perfscope.errors import PerfscopeError
 from perfscope.tuner.window import DEFAULT_MEASURE_CAP_S, DEFAULT_TARGET_RSE
 
@@ -51,6 +50,12 @@ _OPEN_HIGH = {"min_gain"}  # nor the highest (a gain of 10x or more cannot be as
 
 class TuneOptionsError(PerfscopeError, ValueError):
     """An option out of its range, of the wrong type, or two options that contradict each other."""
+
+
+# The limit of the baseline trial when --trial-timeout is not given: its duration is what later
+# trials' limits are derived from, so it cannot be derived itself. Fifteen minutes hold the start-up
+# and measured steps of every shipped example many times over on a busy 2-core machine.
+BASELINE_TIMEOUT_S = 900.0
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -104,7 +109,7 @@ class TuneOptions:
     confirm_budget_s: float | None = None
     min_gain: float = 0.02
     confidence: float = 0.95
-    trial_timeout_s: float | None = None
+    trial_timeout_s: float | None = None  # the baseline gets BASELINE_TIMEOUT_S
     progress: bool = True
     nodes: NodeLaunch | None = None
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -37,15 +36,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 from perfscope.collect.launch import child_env
+from perfscope.errors import OOM_MESSAGE
 from perfscope.runtime.config import CONFIG_ENV, AccelConfig, save_config
 from perfscope.text import safe
 from perfscope.tuner.failure import failure_line, killed_reason, seconds_text
 from perfscope.tuner.output import KEEP_BYTES, LIMIT_BYTES, OutputLog
 from perfscope.tuner.procs import MARK_ENV, new_mark, stop_trial, trial_command
 from perfscope.measure.records import StepReader, drawn_from_queues, new_measured, read_jsonl
+from perfscope.tuner.options import BASELINE_TIMEOUT_S, TuneOptions
 from perfscope.tuner.window import (
-    DEFAULT_MEASURE_CAP_S,
-    DEFAULT_TARGET_RSE,
     measure_steps_for,
     steps_needed,
     warmup_steps_for,
@@ -53,6 +52,8 @@ from perfscope.tuner.window import (
 )
 
 POLL_S = 0.1
+# A trial's defaults are the study's (one definition: TuneOptions).
+_TUNE = {f.name: f.default for f in dataclasses.fields(TuneOptions) if f.default is not dataclasses.MISSING}
 PROGRESS_S = 10.0  # at least one line this often while a long trial runs (on_progress)
 # killed: SIGKILL from outside (the OOM killer, usually); output: too much output, or its log could
 # not be written; lost: its worker stopped sending heartbeats (tuner/study.py).
@@ -60,7 +61,6 @@ PROGRESS_S = 10.0  # at least one line this often while a long trial runs (on_pr
 # batches loaded before it).
 FAILURE_KINDS = ("oom", "crash", "killed", "timeout", "output", "too-few-steps", "unmeasured", "unsafe",
                  "interrupted", "lost")
-_OOM = re.compile(r"out of memory|OutOfMemoryError|MemoryError|can't allocate memory|Cannot allocate memory", re.IGNORECASE)
 # torchrun would outlive a killed perfscope: it is exec'd by this, which set PR_SET_PDEATHSIG to SIGKILL.
 _DIE_WITH_PARENT = ("import ctypes,os,sys;p=os.getppid();getattr(ctypes.CDLL(None),'prctl',lambda*a:0)(1,9);"
                     "os.getppid()==p or sys.exit(1);os.execv(sys.executable,[sys.executable,*sys.argv[1:]])")
@@ -96,13 +96,13 @@ class TrialSpec:
     script: str
     script_args: tuple[str, ...]
     nproc_per_node: int | None = None
-    warmup_steps: int = 3
-    measure_steps: int = 8
-    target_rse: float | None = DEFAULT_TARGET_RSE
-    measure_cap_s: float = DEFAULT_MEASURE_CAP_S
-    profile_steps: int = 2
-    seed: int = 0
-    timeout_s: float = 600.0
+    warmup_steps: int = _TUNE["warmup_steps"]
+    measure_steps: int = _TUNE["measure_steps"]
+    target_rse: float | None = _TUNE["target_rse"]
+    measure_cap_s: float = _TUNE["measure_cap_s"]
+    profile_steps: int = _TUNE["profile_steps"]
+    seed: int = _TUNE["seed"]
+    timeout_s: float = BASELINE_TIMEOUT_S
     output_keep_bytes: int = KEEP_BYTES
     output_limit_bytes: int = LIMIT_BYTES
     board: object | None = None
@@ -371,7 +371,7 @@ def _read_results(outcome: TrialOutcome, record_dir: Path, ranks: int, log: Path
             return
         if outcome.exit_code is not None and outcome.exit_code < 0:
             message = f"killed by {_signal_name(-outcome.exit_code)}; {message}"
-        kind = "oom" if first_failure.get("error_kind") == "oom" or _OOM.search(message) else "crash"
+        kind = "oom" if first_failure.get("error_kind") == "oom" or OOM_MESSAGE.search(message) else "crash"
         outcome.status, outcome.reason = kind, message
         return
     if len(outcome.step_values) < spec.measure_steps:

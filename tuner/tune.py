@@ -39,7 +39,7 @@ from perfscope.tuner.study import (
     worker_id,
 )
 from perfscope.tuner.trial import TrialSpec, cleanup_traces, noise_text, run_trial
-from perfscope.tuner.options import TuneOptions
+from perfscope.tuner.options import BASELINE_TIMEOUT_S, TuneOptions
 
 BASELINE_PROFILE_STEPS = 5  # as `perfscope profile`'s default active window
 SETUP_WAIT_S = 180.0  # how long a second worker waits for the first one's baseline
@@ -95,7 +95,7 @@ def _tune(options: TuneOptions, started: float) -> dict:
                      nproc_per_node=options.nproc_per_node, warmup_steps=options.warmup_steps,
                      measure_steps=options.measure_steps, target_rse=options.target_rse,
                      measure_cap_s=options.measure_cap_s, profile_steps=options.profile_steps, seed=options.seed,
-                     timeout_s=options.trial_timeout_s or 900.0, board=board)
+                     timeout_s=options.trial_timeout_s or BASELINE_TIMEOUT_S, board=board)
     try:
         return _tune_with(spec, storage, options, started)
     finally:

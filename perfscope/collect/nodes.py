@@ -13,6 +13,8 @@ import dataclasses
 from perfscope.collect.errors import CollectError
 
 MAX_NODES = 4096
+# Ranks one node can hold: far above any machine's GPU count; a larger number is a typo.
+MAX_NPROC_PER_NODE = 1_024
 NNODES_ENV = "PERFSCOPE_NNODES"  # set by perfscope for the ranks of a multi-node job
 
 

@@ -27,7 +27,6 @@ import json
 import os
 import pathlib
 import random
-import re
 import sys
 import time
 from collections.abc import Sequence
@@ -37,7 +36,7 @@ from perfscope.collect import traces
 from perfscope.collect.errors import CollectError
 from perfscope.collect.schedule import MAX_ACTIVE, MAX_STEPS, ProfileSchedule
 from perfscope.collect.script import check_script, run_script
-from perfscope.errors import PerfscopeError
+from perfscope.errors import OOM_MESSAGE, PerfscopeError
 from perfscope.text import safe
 
 _PROG = "perfscope.measure"
@@ -45,8 +44,6 @@ _INT_OPTIONS = {"--warmup-steps": 0, "--measure-steps": 1, "--profile-steps": 0,
 _FLOAT_OPTIONS = {"--target-rse": (0.0, 1.0), "--measure-cap": (0.0, 86400.0)}  # name -> open/closed range
 _OPTIONS = ("--record-dir", "--config", *_INT_OPTIONS, *_FLOAT_OPTIONS)
 _FLAGS = ("--drain-prefetch",)
-_OOM = re.compile(r"OutOfMemoryError|MemoryError|out of memory|can't allocate memory|cannot allocate memory|"
-                  r"not enough memory", re.IGNORECASE)
 _MAX_SEED = 2**32 - 1  # NumPy's legacy seed range
 _REAP_WAIT_S = 5.0
 
@@ -206,7 +203,7 @@ def measure_in_process(
     losses, loss_source = loss_means(recorder, tracker.steps_seen, torch)
     error_kind = None
     if outcome.exit_code != 0:
-        error_kind = "oom" if outcome.error and _OOM.search(outcome.error) else "error"
+        error_kind = "oom" if outcome.error and OOM_MESSAGE.search(outcome.error) else "error"
     result = {
         "exit_code": outcome.exit_code,
         "error": outcome.error,
