@@ -9,7 +9,7 @@ and ``perfscope.backward(loss)`` in the loop. Heavy modules load on first use, s
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from perfscope.version import __version__
 
 __all__ = [
     "Analysis", "PerfscopeError", "__version__", "accelerate", "accelerator", "analyze", "autocast", "backward", "step",

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from perfscope import __version__
+from perfscope.version import __version__
 from perfscope.cli_args import MAX_JOBS, MAX_NPROC_PER_NODE, add_node_options, not_empty, number, out_path, whole
 from perfscope.collect.schedule import MAX_ACTIVE, MAX_EXTEND_S, MAX_STEPS
 from perfscope.text import safe

@@ -47,7 +47,7 @@ def _clean_tree(value):
 
 def build_summary(analysis: Analysis) -> dict:
     """The summary record of an :class:`~perfscope.analysis.run.Analysis` (a JSON-able dict)."""
-    from perfscope import __version__
+    from perfscope.version import __version__
 
     v = analysis.verdict
     frame = analysis.steps

@@ -1,5 +1,5 @@
 """Helpers of the streaming-reader tests (``test_stream_reader.py``): the old whole-file read
-(:func:`perfscope.trace.reader.read_trace` then :func:`perfscope.trace.table.build_table`) is the
+(:func:`perfscope.trace.reader.read_trace` then :func:`perfscope.trace.assemble.build_table`) is the
 reference, and the streaming read (:func:`perfscope.trace.load.read_table`) must give the same
 table -- or the same exception, type and message -- at every batch size, serial or pooled.
 """
@@ -20,7 +20,8 @@ from tracegen import cpu_op, launch, memcpy, runtime, step, trace_bytes
 from perfscope.trace.events import Batch
 from perfscope.trace.load import read_table
 from perfscope.trace.reader import read_trace
-from perfscope.trace.table import TraceTable, build_table
+from perfscope.trace.assemble import build_table
+from perfscope.trace.table import TraceTable
 
 ARRAYS = ("kind", "name_id", "ts_ns", "dur_ns", "thread_id", "device", "stream", "correlation", "copy_bytes", "names")
 SCALARS = ("origin_us", "base_time_ns", "rank", "rank_source", "world_size", "device_properties", "distributed_info",

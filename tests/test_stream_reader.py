@@ -1,6 +1,6 @@
 """The streaming trace reader (:func:`perfscope.trace.load.read_table`) gives exactly the table of
 the whole-file read (:func:`perfscope.trace.reader.read_trace` then
-:func:`perfscope.trace.table.build_table`) -- or the same exception, type and message -- whatever
+:func:`perfscope.trace.assemble.build_table`) -- or the same exception, type and message -- whatever
 the batch size (cuts between events, inside events, inside strings), serial or with a process
 pool: on the real traces, on the damaged files the other tests build, on random events through
 both decoders, and on texts made to trip a cutter (see streamkit.py). Where a text is clean JSON

@@ -41,6 +41,10 @@ _Count = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
 _Node = Annotated[int, msgspec.Meta(ge=1, le=4095)]
 
 
+class NodeLost(PerfscopeError):
+    """A follower stopped sending heartbeats: its ranks cannot join another run."""
+
+
 class BoardError(PerfscopeError):
     """A record on the board that is not node 0's (or a follower's): unsigned, mis-signed, or not
     a record of this schema."""

@@ -32,7 +32,7 @@ from pathlib import Path
 from perfscope.collect.nodes import NNODES_ENV, NodeLaunch
 from perfscope.errors import PerfscopeError
 from perfscope.text import safe
-from perfscope.tuner.board import Alive, BoardError, Done, Record, Stop, Stopped, Trial, decode, encode, require_secret
+from perfscope.tuner.board import Alive, BoardError, Done, NodeLost, Record, Stop, Stopped, Trial, decode, encode, require_secret
 
 # Runs rendezvous on ports above the board's, in turn: a run's port is free again long before it
 # comes round (its server closed when the run ended).
@@ -49,10 +49,6 @@ LOST_AFTER_S = 10.0
 # How long a read of a key that was there a moment ago may wait: an attacker who deletes it between
 # the check and the read would otherwise hold the reader for the store's whole timeout.
 GET_TIMEOUT_S = 10.0
-
-
-class NodeLost(PerfscopeError):
-    """A follower stopped sending heartbeats: its ranks cannot join another run."""
 
 
 def trial_launch_args(nodes: NodeLaunch, k: int) -> list[str]:

@@ -13,7 +13,7 @@ from pathlib import Path
 import orjson
 from optuna.trial import TrialState
 
-from perfscope import __version__
+from perfscope.version import __version__
 from perfscope.atomic import write_bytes_atomic
 
 SCHEMA = "perfscope.tune"

@@ -320,7 +320,7 @@ def run_trial(
             for line in spec.board.finished(shared):
                 print(f"perfscope: {safe(line)}", flush=True)
     if status == "lost":
-        from perfscope.tuner.nodes import NodeLost
+        from perfscope.tuner.board import NodeLost
 
         raise NodeLost(f"{reason}; stopped the tuning: the finished trials are kept in the study, run the same "
                        "command on every node to resume")

@@ -13,10 +13,11 @@ import numpy as np
 import pandas as pd
 
 from perfscope import steptime
-from perfscope.analysis.intervals import locate, union, window_segments
+from perfscope.analysis.intervals import union, window_segments
 from perfscope.analysis.memory import memory_view
 from perfscope.analysis.telemetry import telemetry_view
 from perfscope.analysis.nodes import node_of_ranks, node_view, subgroup_count
+from perfscope.analysis.operators import top_level_ops
 from perfscope.analysis.ranks import collective_skew, rank_rows
 from perfscope.analysis.steps import graph_launched
 from perfscope.analysis.verdict import CLASSES, advice_for
@@ -24,7 +25,7 @@ from perfscope.analysis.waits import merge_waits, other_waits
 from perfscope.trace.kinds import GPU_KINDS, CopyKind, EventKind, copy_kind_of_names, is_pageable_copy
 
 if TYPE_CHECKING:
-    from perfscope.analysis.run import RankTrace
+    from perfscope.analysis.rank import RankTrace
 
 TOP_N = 20
 SHORT_KERNEL_US = 10.0  # a kernel this short costs about what launching it does
@@ -59,18 +60,6 @@ def _counted_rows(rt: RankTrace, counted_steps: set) -> np.ndarray:
     """Event rows that are GPU work of a counted step."""
     idx = np.flatnonzero(np.isin(rt.windows.step, list(counted_steps)))
     return np.isin(rt.windows.gpu_step, idx) & (rt.windows.gpu_step >= 0)
-
-
-def top_level_ops(rt: RankTrace, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Rows of operators on the main thread not nested in another one, inside the windows."""
-    t = rt.table
-    rows = np.flatnonzero((t.kind == EventKind.CPU_OP) & (t.thread_id == rt.windows.main_thread))
-    rows = rows[np.argsort(t.ts_ns[rows], kind="stable")]
-    ends = t.end_of(rows)
-    reach = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(ends)[:-1]])
-    rows = rows[t.ts_ns[rows] >= reach]
-    order = np.argsort(lo, kind="stable")
-    return rows[locate(t.ts_ns[rows], lo[order], hi[order]) >= 0]
 
 
 def _launch_delay_us(rt: RankTrace, kernel_rows: np.ndarray, graph: np.ndarray) -> np.ndarray:

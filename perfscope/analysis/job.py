@@ -15,7 +15,7 @@ from perfscope.analysis import evidence as ev
 from perfscope.errors import AnalysisError
 
 if TYPE_CHECKING:
-    from perfscope.analysis.run import RankTrace
+    from perfscope.analysis.rank import RankTrace
 
 
 def _file(rt: RankTrace) -> str:

@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:
-    from perfscope.analysis.run import RankTrace
+    from perfscope.analysis.rank import RankTrace
 
 _NS_PER_US = 1000.0
 MAX_BITS_PER_S = 8e15  # 1 PB/s: no link carries more

@@ -35,7 +35,7 @@ from perfscope import steptime
 from perfscope.trace.kinds import EventKind
 
 if TYPE_CHECKING:
-    from perfscope.analysis.run import RankTrace
+    from perfscope.analysis.rank import RankTrace
 
 MATMULS = frozenset({"aten::matmul", "aten::bmm", "aten::baddbmm", "aten::mm"})
 GATHERS = frozenset({"aten::index"})
@@ -125,7 +125,7 @@ def window_attention_cost(rank_traces: list[RankTrace], ranks: list[int], frame:
         run's step time now and without the removable time, :mod:`perfscope.steptime`),
         ``speedup``, and ``backward_factor``.
     """
-    from perfscope.analysis.details import top_level_ops
+    from perfscope.analysis.operators import top_level_ops
 
     parts = []
     for rt, rank in zip(rank_traces, ranks):

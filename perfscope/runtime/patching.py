@@ -25,7 +25,7 @@
 
 Each knob group (:mod:`perfscope.runtime.groups`) says what it patches
 (:meth:`~perfscope.runtime.groups.base.KnobGroup.launch_patches`); this module installs the
-groups' patches, and gives them the constructor-patching mechanism (:func:`patch_init`).
+groups' patches; the constructor-patching mechanism they use is :mod:`perfscope.runtime.constructors`.
 Everything is put back when the context exits (original ``__init__`` functions, flag values).
 The knobs that need the training loop's cooperation (fp16 or O2 ``amp_level``/``amp_dtype``,
 ``device_prefetch``, ``grad_accum_steps``) are not patched; the report lists them under
@@ -47,24 +47,18 @@ Coordination with ``perfscope.accelerate`` (no double application):
 from __future__ import annotations
 
 import contextlib
-import contextvars
-import functools
-import inspect
 import os
-import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 from perfscope.runtime.config import AccelConfig, load_config
 from perfscope.runtime.groups import GROUPS
 from perfscope.runtime.groups.base import KnobGroup
+from perfscope.runtime.constructors import (  # noqa: F401 - re-exported: the groups' mechanism
+    ACCELERATED_ATTR, PATCHED_ATTR, patch_init, suspended,
+)
 from perfscope.runtime.patch_report import PatchReport
 
-ACCELERATED_ATTR = "_perfscope_accelerated"
-PATCHED_ATTR = "_perfscope_patched"
-
-_RUNTIME_PACKAGE = "perfscope.runtime"
-_suspended: contextvars.ContextVar[bool] = contextvars.ContextVar("perfscope_patching_suspended", default=False)
 _lock = threading.Lock()
 _active = 0  # nesting depth: patches may not be stacked
 _report: PatchReport | None = None  # the active session's report, for accelerate() to complete
@@ -83,37 +77,6 @@ def plan(config: AccelConfig, groups: tuple[KnobGroup, ...] = GROUPS) -> PatchRe
     for group in groups:
         group.launch_plan(config, report)
     return report
-
-
-@contextlib.contextmanager
-def suspended() -> Iterator[None]:
-    """Within this block (this thread / task), loaders and DDP wrappers are built unpatched."""
-    token = _suspended.set(True)
-    try:
-        yield
-    finally:
-        _suspended.reset(token)
-
-
-def _called_from_runtime(depth: int = 2) -> bool:
-    """True when the constructor was called by perfscope.runtime code (accelerate), not the script."""
-    if _suspended.get():
-        return True
-    try:
-        frame = sys._getframe(depth)
-    except ValueError:
-        return False
-    # Skip torch's own frames (a DataLoader subclass's super().__init__ chain) up to the real caller.
-    while frame is not None:
-        name = frame.f_globals.get("__name__", "") or ""
-        if name == __name__:
-            frame = frame.f_back
-            continue
-        if name.startswith("torch.") or name == "torch":
-            frame = frame.f_back
-            continue
-        return name == _RUNTIME_PACKAGE or name.startswith(_RUNTIME_PACKAGE + ".")
-    return False
 
 
 @contextlib.contextmanager
@@ -155,43 +118,3 @@ def patched(config: str | os.PathLike | dict | AccelConfig | None,
         with _lock:
             _active -= 1
             _report = None
-
-
-# --- the mechanism the groups patch constructors with ---------------------------------------
-
-
-@contextlib.contextmanager
-def patch_init(cls, adjust: Callable) -> Iterator[None]:
-    """Patch ``cls.__init__`` for the session.
-
-    ``adjust(arguments, signature)`` sees the bound constructor arguments of a call made by the
-    script and edits them in place; it returns ``finish(obj) -> dict`` to run after the original
-    constructor (the dict of changes becomes the object's marker), or None to leave the call alone.
-    Calls from perfscope's own runtime (``accelerate``) and calls that do not bind pass through.
-    """
-    original = cls.__dict__["__init__"]
-    signature = inspect.signature(original)
-
-    @functools.wraps(original)
-    def __init__(self, *args, **kwargs):
-        if _called_from_runtime():
-            return original(self, *args, **kwargs)
-        try:
-            bound = signature.bind(self, *args, **kwargs)
-        except TypeError:
-            return original(self, *args, **kwargs)  # let the class report the script's mistake
-        finish = adjust(bound.arguments, signature)
-        if finish is None:
-            return original(self, *args, **kwargs)
-        original(*bound.args, **bound.kwargs)
-        changed = finish(self)
-        try:
-            setattr(self, PATCHED_ATTR, changed)
-        except Exception:  # noqa: BLE001 - a class with __slots__: only the marker is lost
-            pass
-
-    cls.__init__ = __init__
-    try:
-        yield
-    finally:
-        cls.__init__ = original

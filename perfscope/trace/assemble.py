@@ -22,6 +22,7 @@ from perfscope.trace.quality import (
 )
 from perfscope.trace.reader import RawTrace
 from perfscope.trace.rows import Rows
+from perfscope.trace.table import TraceTable
 from perfscope.trace.values import narrow, smallest_int
 
 # Plausible magnitudes (microseconds): epoch timestamps are ~1.7e15 today; beyond this bound the
@@ -73,8 +74,6 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
     Returns:
         The :class:`~perfscope.trace.table.TraceTable`.
     """
-    from perfscope.trace.table import TraceTable
-
     c, texts = rows.columns, rows.texts
     quality = DataQuality(list(raw.quality.entries))
     quality.add(DROPPED, "entries of traceEvents that are not event objects", rows.not_objects - raw.deep_events)
@@ -270,3 +269,26 @@ def _gpu_columns(k: dict, kind: np.ndarray, kept: np.ndarray, rows: Rows, qualit
 
 
 _ABSENT = object()
+
+
+def build_table(raw: RawTrace) -> TraceTable:
+    """Turn a parsed trace into a :class:`TraceTable`, repairing events in the documented order.
+
+    The streaming reader (:func:`perfscope.trace.load.read_table`) builds the same table without
+    the parsed tree; this is the path of a file read whole (one that needed repairs).
+
+    Args:
+        raw: The parsed file from :func:`perfscope.trace.reader.read_trace`.
+
+    Returns:
+        The table; zero rows when the trace holds no duration events (the analysis says so).
+        Its ``quality`` record and ``warnings`` say what was repaired, dropped, clipped or set
+        aside (:mod:`perfscope.trace.quality`).
+    """
+    from perfscope.trace.events import from_dicts
+    from perfscope.trace.rows import Rows
+
+    events = raw.data["traceEvents"]
+    rows = Rows()
+    rows.add(from_dicts(events))
+    return assemble(rows.finish(), raw, lambda entries: [col.fingerprint(events[i]) for i in entries.tolist()])

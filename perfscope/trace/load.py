@@ -23,7 +23,8 @@ from perfscope.trace.events import LIST_PREFIX, LIST_SUFFIX, ROOT_PREFIX, ROOT_S
 from perfscope.trace.reader import RawTrace, gc_paused, read_trace, worker_name
 from perfscope.trace.rows import Rows
 from perfscope.trace.stream import BATCH_BYTES, END, Cutter, NotStreamable, chunks
-from perfscope.trace.table import TraceTable, build_table
+from perfscope.trace.assemble import build_table
+from perfscope.trace.table import TraceTable
 
 Progress = Callable[[int], None]  # called with the file's bytes read so far
 

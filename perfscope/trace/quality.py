@@ -5,7 +5,7 @@ entry here. The record travels with the trace table into ``summary.json`` (``dat
 the report; its entries that changed or left out data are also warnings.
 
 Repair order of the duration events (``docs/metrics.md``, "Repairs"), applied by
-:func:`perfscope.trace.table.build_table`:
+:func:`perfscope.trace.assemble.build_table`:
 
 1. entries of ``traceEvents`` that are not JSON objects are dropped;
 2. events without a numeric ``ts``/``dur`` in range are dropped;

@@ -19,7 +19,6 @@ import pandas as pd
 from perfscope.trace import columns as col
 from perfscope.trace.kinds import EventKind
 from perfscope.trace.quality import DataQuality
-from perfscope.trace.reader import RawTrace
 
 
 @dataclass
@@ -135,28 +134,3 @@ class TraceTable:
     def absolute_ns(self, ts_ns: np.ndarray | int) -> np.ndarray | int:
         """Absolute time (ns since the epoch where the trace records one) of relative times."""
         return self.base_time_ns + int(round(self.origin_us * 1000)) + ts_ns
-
-
-
-def build_table(raw: RawTrace) -> TraceTable:
-    """Turn a parsed trace into a :class:`TraceTable`, repairing events in the documented order.
-
-    The streaming reader (:func:`perfscope.trace.load.read_table`) builds the same table without
-    the parsed tree; this is the path of a file read whole (one that needed repairs).
-
-    Args:
-        raw: The parsed file from :func:`perfscope.trace.reader.read_trace`.
-
-    Returns:
-        The table; zero rows when the trace holds no duration events (the analysis says so).
-        Its ``quality`` record and ``warnings`` say what was repaired, dropped, clipped or set
-        aside (:mod:`perfscope.trace.quality`).
-    """
-    from perfscope.trace.assemble import assemble
-    from perfscope.trace.events import from_dicts
-    from perfscope.trace.rows import Rows
-
-    events = raw.data["traceEvents"]
-    rows = Rows()
-    rows.add(from_dicts(events))
-    return assemble(rows.finish(), raw, lambda entries: [col.fingerprint(events[i]) for i in entries.tolist()])

@@ -136,7 +136,7 @@ def _ddp_knobs_set(config) -> bool:
 def _patch_ddp(config, report):
     from torch.nn.parallel import DistributedDataParallel
 
-    from perfscope.runtime.patching import patch_init
+    from perfscope.runtime.constructors import patch_init
 
     def adjust(arguments: dict, signature: inspect.Signature):
         if _accelerated(arguments.get("module")):
@@ -171,7 +171,7 @@ def _patch_ddp(config, report):
 
 def _accelerated(obj) -> bool:
     """True for an object ``perfscope.accelerate`` built or returned (marker, or its registry)."""
-    from perfscope.runtime.patching import ACCELERATED_ATTR
+    from perfscope.runtime.constructors import ACCELERATED_ATTR
 
     if getattr(obj, ACCELERATED_ATTR, False):
         return True

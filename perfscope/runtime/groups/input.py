@@ -185,7 +185,7 @@ def _patch_dataloader(config, report):
     from torch.utils.data import DataLoader
 
     from perfscope.runtime.data import ITERABLE_SKIP_REASON, iterable_without_sharding
-    from perfscope.runtime.patching import patch_init
+    from perfscope.runtime.constructors import patch_init
 
     def adjust(arguments: dict, signature: inspect.Signature):
         new = _loader_arguments(config, arguments)

@@ -1,0 +1,136 @@
+"""The library's import graph: no module imports itself back through others (an import made
+inside a function counts; one under ``if TYPE_CHECKING:`` does not), and each package imports only
+the packages below it, so the tree reads collect -> trace -> analyze -> record -> report and
+tune -> trial -> runtime -> ops."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDERS = {"perfscope": "perfscope", "tuner": "perfscope.tuner", "reports": "perfscope.reports",
+           "fused_ops": "perfscope.fused_ops"}
+# Which of the library's packages each package may import (besides its own modules and the loose
+# modules at the top of perfscope/: errors, text, host_steps ...). The command line (cli*,
+# __main__) may import anything; nothing imports it.
+MAY_IMPORT = {
+    "trace": set(),
+    "fused_ops": set(),
+    "runtime": {"trace", "fused_ops"},
+    "collect": {"runtime"},
+    "analysis": {"trace", "collect"},
+    "check": {"analysis", "trace"},
+    "forecast": {"analysis", "trace", "runtime"},
+    "reports": {"analysis", "trace"},
+    "measure": {"collect", "runtime", "fused_ops"},
+    "tuner": {"analysis", "collect", "measure", "reports", "runtime", "fused_ops", "trace"},
+}
+
+
+def modules() -> dict[str, tuple[Path, bool]]:
+    found = {}
+    for folder, package in FOLDERS.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            rel = path.relative_to(ROOT / folder).with_suffix("").parts
+            if folder == "perfscope" and rel[0] in FOLDERS:
+                continue
+            is_package = rel[-1] == "__init__"
+            found[".".join((package, *(rel[:-1] if is_package else rel)))] = (path, is_package)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    mods = modules()
+    graph: dict[str, set[str]] = {m: set() for m in mods}
+    for name, (path, is_package) in mods.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                node.body = []  # for the type checker only: never run
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = name.split(".") if is_package else name.split(".")[:-1]
+                    base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+                for alias in node.names:
+                    target = f"{base}.{alias.name}"
+                    if target in mods or base in mods:
+                        graph[name].add(target if target in mods else base)
+            elif isinstance(node, ast.Import):
+                graph[name].update(a.name for a in node.names if a.name in mods)
+        graph[name].discard(name)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            v, children = work[-1]
+            w = next(children, None)
+            if w is not None:
+                if w not in index:
+                    index[w] = low[w] = len(index)
+                    stack.append(w)
+                    on_stack.add(w)
+                    work.append((w, iter(sorted(graph[w]))))
+                elif w in on_stack:
+                    low[v] = min(low[v], index[w])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[v])
+            if low[v] == index[v]:
+                component = []
+                while True:
+                    w = stack.pop()
+                    on_stack.discard(w)
+                    component.append(w)
+                    if w == v:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def package_of(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1:
+        return "perfscope"
+    if parts[1].startswith("cli") or parts[1] == "__main__":
+        return "cli"
+    return parts[1] if parts[1] in MAY_IMPORT else "top"
+
+
+def test_the_library_has_no_import_cycle():
+    assert cycles(import_graph()) == []
+
+
+def test_the_cycle_finder_finds_one():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_each_package_imports_only_the_packages_below_it_and_nothing_imports_the_command_line():
+    wrong = []
+    for module, targets in import_graph().items():
+        mine = package_of(module)
+        for target in targets:
+            theirs = package_of(target)
+            if theirs == "cli" and mine != "cli":
+                wrong.append(f"{module} imports the command line ({target})")
+            elif mine in MAY_IMPORT and theirs in MAY_IMPORT and theirs != mine and theirs not in MAY_IMPORT[mine]:
+                wrong.append(f"{module} ({mine}) imports {target} ({theirs})")
+    assert wrong == []
