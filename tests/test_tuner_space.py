@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import optuna
 import pytest
@@ -264,3 +265,22 @@ def test_without_a_verdict_every_applicable_knob_is_searched_not_left_out_at_zer
     space = build_space(facts, {}, "unknown")
     assert {"num_workers", "intra_op_threads"} <= set(names(space))
     assert not any("takes only 0%" in why for why in space.excluded.values()), space.excluded
+
+
+# ---------------------------------------------------------------------------------------------
+# The baseline's verdict in words (tuner/tune.py verdict_text)
+
+def test_the_baseline_verdict_says_why_there_is_none():
+    from perfscope.tuner.trial import TrialOutcome
+    from perfscope.tuner.tune import verdict_text
+
+    ended = TrialOutcome(status="ok", losses=[1.0] * 30)
+    text = verdict_text(None, None, ended)
+    assert "the script ended before its profiled steps" in text and "-- --steps 60" in text
+    assert "every applicable knob is searched" in text
+    traced = TrialOutcome(status="ok", trace_files=[Path("rank0.json")])
+    assert "could not be read" in verdict_text(None, None, traced)
+    busy = {"overall": {"verdict": "io-bound", "provisional": True, "core_wait_share": 0.42}}
+    assert verdict_text("io-bound", busy, traced) == "io-bound, provisional (busy host: 42% of the profiled steps waiting for a core)"
+    none = {"overall": {"verdict": None, "reason": "every step is incomplete"}}
+    assert verdict_text(None, none, traced).startswith("none (every step is incomplete;")

@@ -238,14 +238,25 @@ def _set_up(session: TuningStudy, options: TuneOptions, out: Path) -> None:
         baseline["summary"], baseline["report"] = "baseline/summary.json", "baseline/report.html"
     cleanup_traces(outcome)
     print(safe(f"perfscope: baseline {outcome.value:.4g} {outcome.unit} ({noise_text(outcome)}), "
-               f"verdict {verdict_text(verdict, summary)}"))
+               f"verdict {verdict_text(verdict, summary, outcome)}"))
     space = build_space(outcome.facts, fractions or {}, verdict or "unknown")
     session.store_setup(space, baseline, rule_based_guess(space, outcome.facts, fractions=fractions))
 
 
-def verdict_text(verdict: str | None, summary: dict | None) -> str:
-    """The baseline's verdict in words: provisional where it is, and why there is none."""
+def verdict_text(verdict: str | None, summary: dict | None, outcome=None) -> str:
+    """The baseline's verdict in words: provisional where it is, and why there is none.
+
+    Args:
+        verdict, summary: The baseline's verdict and summary record (None: no trace analysed).
+        outcome: The baseline's :class:`~perfscope.tuner.trial.TrialOutcome`: when it wrote no
+            trace because the script ended before its profiled steps, the words say so.
+    """
     overall = (summary or {}).get("overall") or {}
+    if summary is None and outcome is not None and not outcome.trace_files:
+        ran = len(outcome.losses) if outcome.losses else None
+        more = f" (it ran {ran} steps; try `-- --steps {2 * ran}`)" if ran else ""
+        return ("unknown (the script ended before its profiled steps: let it run longer, its arguments after --"
+                f"{more}; every applicable knob is searched)")
     if summary is None:
         return "unknown (the profiled steps' trace could not be read: every applicable knob is searched)"
     if verdict is None:
