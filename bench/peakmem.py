@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfscope.collect.keeper import descendants
+from perfscope.process.keeper import descendants
 
 MiB = 1 << 20
 GiB = 1 << 30

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from perfscope.collect import keeper
+from perfscope.process import keeper
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux process control (/proc, prctl)")
 
@@ -75,7 +75,7 @@ def test_keeper_ends_an_escaped_grandchild_when_its_parent_is_killed(tmp_path):
     script.write_text(ESCAPER.format(sleep=sleep, tag=tag, ready=str(tmp_path / "ready"), then="time.sleep(1000)"))
     parent = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import subprocess, sys
-        from perfscope.collect import keeper
+        from perfscope.process import keeper
         subprocess.Popen(keeper.command([sys.executable, {str(script)!r}], 3), start_new_session=True).wait()
         """)], env=ENV)
     try:

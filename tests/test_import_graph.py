@@ -15,16 +15,17 @@ FOLDERS = {"perfscope": "perfscope", "tuner": "perfscope.tuner", "reports": "per
 # modules at the top of perfscope/: errors, text, host_steps ...). The command line (cli*,
 # __main__) may import anything; nothing imports it.
 MAY_IMPORT = {
+    "process": set(),
     "trace": set(),
     "fused_ops": set(),
     "runtime": {"trace", "fused_ops"},
-    "collect": {"runtime"},
-    "analysis": {"trace", "collect"},
+    "collect": {"runtime", "process"},
+    "analysis": {"trace", "process"},
     "check": {"analysis", "trace"},
     "forecast": {"analysis", "trace", "runtime"},
     "reports": {"analysis", "trace"},
-    "measure": {"collect", "runtime", "fused_ops"},
-    "tuner": {"analysis", "collect", "measure", "reports", "runtime", "fused_ops", "trace"},
+    "measure": {"collect", "runtime", "fused_ops", "process"},
+    "tuner": {"analysis", "collect", "measure", "reports", "runtime", "fused_ops", "trace", "process"},
 }
 
 

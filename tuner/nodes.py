@@ -313,8 +313,8 @@ def _next_record(board: Board, k: int, setup_timeout_s: float, job: str | None) 
 def _run(nodes: NodeLaunch, nproc_per_node: int, script: str, script_args: tuple[str, ...], record: Trial,
          board: Board):
     """This node's ranks of ``record``'s run, built from this node's own command line."""
-    from perfscope.collect.launch import child_env
-    from perfscope.runtime.config import CONFIG_ENV, ConfigError, config_from_dict, save_config
+    from perfscope.process.group import child_env
+    from perfscope.runtime.config import CONFIG_ENV, ConfigError, config_env_of, config_from_dict, save_config
     from perfscope.tuner.procs import stop_trial, trial_command
     from perfscope.tuner.trial import TrialSpec, measure_command
 
@@ -333,7 +333,7 @@ def _run(nodes: NodeLaunch, nproc_per_node: int, script: str, script_args: tuple
         records.mkdir()
         command = measure_command(spec, records, config_path, record.profile_steps,
                                   trial_launch_args(nodes, record.k))
-        env = child_env(config_path)
+        env = child_env(config_env_of(config_path))
         if config_path is None:
             env.pop(CONFIG_ENV, None)  # the baseline runs as the user runs it, as on node 0
         env[NNODES_ENV] = str(nodes.nnodes)

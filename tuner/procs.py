@@ -1,6 +1,6 @@
 """A trial's processes: started under a keeper, marked, and all stopped at the end.
 
-Every trial runs under :mod:`perfscope.collect.keeper`: a child subreaper that ends every process the
+Every trial runs under :mod:`perfscope.process.keeper`: a child subreaper that ends every process the
 trial started -- also one that left the trial's process group and session and cleared its
 environment -- when the trial is stopped or exits, and also when the tuner itself is killed
 outright (the kernel tells the keeper). As a second line, every trial runs with
@@ -16,8 +16,8 @@ import subprocess
 import uuid
 from pathlib import Path
 
-from perfscope.collect import keeper
-from perfscope.collect.launch import signal_group
+from perfscope.process import keeper
+from perfscope.process.group import signal_group
 
 MARK_ENV = "PERFSCOPE_TRIAL"
 # Seconds the trial gets after SIGTERM before SIGKILL: torchrun needs a moment to stop its ranks.

@@ -25,7 +25,7 @@ import optuna
 from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 from optuna.trial import TrialState
 
-from perfscope.collect.keeper import pid_alive
+from perfscope.process.keeper import pid_alive
 from perfscope.errors import PerfscopeError
 from perfscope.tuner.numerics import check_losses
 from perfscope.tuner.pruner import FEASIBLE_ATTR

@@ -35,9 +35,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from perfscope.collect.launch import child_env
+from perfscope.process.group import child_env
 from perfscope.errors import OOM_MESSAGE
-from perfscope.runtime.config import CONFIG_ENV, AccelConfig, save_config
+from perfscope.runtime.config import CONFIG_ENV, AccelConfig, config_env_of, save_config
 from perfscope.text import safe
 from perfscope.tuner.failure import failure_line, killed_reason, seconds_text
 from perfscope.tuner.output import KEEP_BYTES, LIMIT_BYTES, OutputLog
@@ -237,7 +237,7 @@ def run_trial(
     config_path = None
     if config is not None and config.changes():
         config_path = str(save_config(config, work_dir / "config.yaml", only_changes=True).resolve())
-    env = child_env(config_path)
+    env = child_env(config_env_of(config_path))
     if config_path is None:
         env.pop(CONFIG_ENV, None)  # the baseline runs as the user runs it
     mark = env[MARK_ENV] = new_mark()

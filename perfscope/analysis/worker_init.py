@@ -13,21 +13,7 @@ from __future__ import annotations
 import os
 import signal
 
-from perfscope.collect.keeper import PR_SET_PDEATHSIG, prctl
-
-
-def die_with_parent(parent: int | None = None) -> None:
-    """SIGKILL this process when its parent exits (Linux; nothing elsewhere).
-
-    ``parent`` is the pid this process's parent must have (default: its parent now). When the
-    parent is already another -- the one expected died while this process started, before the
-    request could take effect, and it was reparented, so the kernel's signal would never come --
-    exit now.
-    """
-    expected = os.getppid() if parent is None else parent
-    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != expected:
-        os._exit(1)
+from perfscope.process.keeper import die_with_parent
 
 
 def worker() -> None:
@@ -41,9 +27,9 @@ def worker() -> None:
 
     caller = multiprocessing.parent_process()
     if _IMPORTED_BY != os.getpid():
-        die_with_parent(_IMPORTED_BY)
+        die_with_parent(parent=_IMPORTED_BY)
     else:
-        die_with_parent(caller.pid if caller is not None else None)
+        die_with_parent(parent=caller.pid if caller is not None else None)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
@@ -54,4 +40,4 @@ _STARTER = os.environ.get("PERFSCOPE_FORKSERVER", "")
 if __name__ != "__main__" and _STARTER.isdigit():
     # The fork server, importing this as a preload module (and a spawned worker, whose parent is
     # the starter too): the starter's pid catches a starter killed while it was still starting.
-    die_with_parent(int(_STARTER))
+    die_with_parent(parent=int(_STARTER))

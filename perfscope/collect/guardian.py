@@ -1,6 +1,6 @@
 """The guardian: what a script started dies with perfscope, also when perfscope is killed outright.
 
-``perfscope profile`` runs the script in its own process, so no keeper (:mod:`perfscope.collect.keeper`)
+``perfscope profile`` runs the script in its own process, so no keeper (:mod:`perfscope.process.keeper`)
 can sit between them. Instead, while the script runs, a small guardian process watches::
 
     python -m perfscope.collect.guardian PID MARK
@@ -39,7 +39,7 @@ import time
 import uuid
 from collections.abc import Iterator
 
-from perfscope.collect.keeper import PR_SET_CHILD_SUBREAPER, prctl
+from perfscope.process.keeper import PR_SET_CHILD_SUBREAPER, prctl
 
 MARK_ENV = "PERFSCOPE_RUN"
 SCAN_INTERVAL_S = 0.25
@@ -110,7 +110,7 @@ def _end_left_over(pid: int, seen: dict[int, int]) -> None:
 
 def watch(pid: int, mark: str) -> int:
     """The guardian's loop (see the module docstring); returns its exit status."""
-    from perfscope.collect.keeper import descendants
+    from perfscope.process.keeper import descendants
 
     seen: dict[int, int] = {}
     me = os.getpid()

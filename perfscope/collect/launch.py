@@ -8,7 +8,7 @@
 (with ``nodes``, a :class:`~perfscope.collect.nodes.NodeLaunch`, ``--nnodes --node-rank
 --master-addr --master-port`` in place of ``--standalone``: this node's share of the job)
 
-under a keeper (:mod:`perfscope.collect.keeper`) in a new session, waits for
+under a keeper (:mod:`perfscope.process.keeper`) in a new session, waits for
 it, and gathers the ranks' trace files. On Ctrl-C, SIGTERM or any error while
 waiting, the keeper is told to stop: the launcher gets SIGTERM (it stops the
 ranks and their DataLoader workers) and, after a grace period, every process
@@ -30,11 +30,13 @@ import threading
 import time
 from collections.abc import Sequence
 
-import perfscope.collect
-from perfscope.collect import keeper, traces
+from perfscope.collect import traces
+from perfscope.process import keeper
+from perfscope.process.group import child_env, signal_group  # noqa: F401 - re-exported
 from perfscope.collect.result import CollectResult, build_run_info, utc_now_iso
 from perfscope.collect.nodes import NodeLaunch
 from perfscope.collect.schedule import ProfileSchedule
+from perfscope.runtime.config import config_env_of
 from perfscope.collect.script import check_script
 from perfscope.collect.worker import worker_argv
 
@@ -98,7 +100,7 @@ def launch_workers(
     started_at = utc_now_iso()
     t0 = time.perf_counter()
     try:
-        env = child_env(config_path)
+        env = child_env(config_env_of(config_path))
         if nodes is not None:
             from perfscope.collect.nodes import NNODES_ENV
 
@@ -151,25 +153,6 @@ def launch_workers(
         stopped_early=bool(rank0.get("stopped_early", False)),
         run_info=run_info,
     )
-
-
-def child_env(config_path: str | None = None) -> dict[str, str]:
-    """The environment for a child running perfscope code: this perfscope importable, and
-    ``$PERFSCOPE_CONFIG`` set to ``config_path`` when given."""
-    # The ranks must import the same perfscope as this process, also when it
-    # runs from a source checkout that is not installed. Appended, so the
-    # user's own PYTHONPATH entries keep precedence.
-    env = dict(os.environ)
-    root = str(pathlib.Path(perfscope.collect.__file__).resolve().parents[2])
-    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if root not in parts:
-        parts.append(root)
-    env["PYTHONPATH"] = os.pathsep.join(parts)
-    if config_path is not None:
-        from perfscope.runtime.config import CONFIG_ENV
-
-        env[CONFIG_ENV] = config_path  # what perfscope.accelerate(config=None) reads in the ranks
-    return env
 
 
 def _run_group(command: list[str], env: dict[str, str]) -> tuple[int, bool]:
@@ -231,14 +214,6 @@ def _terminate(proc: subprocess.Popen) -> None:
         keeper.kill_tree(proc.pid)
         signal_group(proc.pid, signal.SIGKILL)
         proc.wait()
-
-
-def signal_group(pgid: int, sig: int) -> None:
-    """Send ``sig`` to process group ``pgid``; a group already gone is not an error."""
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass  # the group is already gone
 
 
 def _read_rank_results(result_dir: pathlib.Path, ranks: range) -> dict[int, dict]:

@@ -22,6 +22,7 @@ import time
 from collections.abc import Sequence
 
 from perfscope.collect.schedule import ProfileSchedule
+from perfscope.process.keeper import die_with_parent
 from perfscope.errors import PerfscopeError
 from perfscope.text import safe
 
@@ -75,31 +76,13 @@ def parse_argv(argv: Sequence[str]) -> tuple[dict[str, str], str, list[str]]:
     return options, argv[0], argv[1:]
 
 
-def _die_with_launcher() -> None:
-    """Have the kernel kill this rank if the launcher dies (Linux only).
-
-    torchrun stops its ranks when it is terminated, but not when it is killed
-    (SIGKILL, OOM killer); without this the ranks would keep training.
-    """
-    if not sys.platform.startswith("linux"):
-        return
-    try:
-        import ctypes
-
-        pr_set_pdeathsig = 1
-        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
-    except (OSError, AttributeError):
-        return  # best effort: no libc prctl here
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """Profile this rank; returns the script's exit status."""
     from perfscope.collect.session import profile_in_process
 
-    launcher = os.getppid()
-    _die_with_launcher()
-    if os.getppid() != launcher:
-        return 1  # the launcher died before prctl took effect
+    # torchrun stops its ranks when it is terminated, but not when it is killed (SIGKILL, OOM
+    # killer): without this the ranks would keep training. Exits if the launcher is already gone.
+    die_with_parent(signal.SIGKILL)
 
     options, script, args = parse_argv(sys.argv[1:] if argv is None else argv)
     max_steps = options.get("max_steps", "none")

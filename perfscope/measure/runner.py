@@ -302,12 +302,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Measure this process's run of the script; returns the exit status (2: bad options)."""
     # Die with the parent (perfscope tune, or torch.distributed.run for a rank): a tuner killed
     # outright must not leave a trial training on.
-    from perfscope.collect.worker import _die_with_launcher
+    import signal
 
-    parent = os.getppid()
-    _die_with_launcher()
-    if os.getppid() != parent:
-        return 1  # the parent died before prctl took effect
+    from perfscope.process.keeper import die_with_parent
+
+    die_with_parent(signal.SIGKILL)  # exits if the parent died before it took effect
     try:
         options, script, args = parse_argv(sys.argv[1:] if argv is None else argv)
         rank = int(os.environ.get("RANK", "0"))

@@ -17,6 +17,12 @@ from perfscope.text import safe, short_repr
 
 CONFIG_ENV = "PERFSCOPE_CONFIG"  # path of the configuration a tuning trial runs with
 
+
+def config_env_of(path: str | None) -> dict[str, str]:
+    """The environment entry that makes ``perfscope.accelerate(config=None)`` in a child process
+    read the configuration at ``path`` (``{}`` for None)."""
+    return {} if path is None else {CONFIG_ENV: path}
+
 AMP_LEVELS = ("O0", "O1", "O2")
 AMP_DTYPES = ("bf16", "fp16")
 GRAD_COMPRESSIONS = ("none", "fp16", "bf16")

@@ -3,7 +3,7 @@ nothing the command started keeps running.
 
 perfscope starts the torchrun launcher of ``profile --nproc-per-node`` and every tuner trial as::
 
-    python -m perfscope.collect.keeper --grace S -- COMMAND ARGS...
+    python -m perfscope.process.keeper --grace S -- COMMAND ARGS...
 
 The keeper is a *child subreaper* (Linux ``PR_SET_CHILD_SUBREAPER``): a process of the command's
 tree whose parent exits is re-parented to the keeper, not to init, so the keeper's descendants are
@@ -47,10 +47,10 @@ def command(argv: Sequence[str], grace_s: float) -> list[str]:
         grace_s: Seconds between the stop signal and SIGKILL of everything left.
 
     Returns:
-        The keeper's command line (``sys.executable -m perfscope.collect.keeper ...``); start it
+        The keeper's command line (``sys.executable -m perfscope.process.keeper ...``); start it
         with ``start_new_session=True`` and stop it with :func:`stop`.
     """
-    return [sys.executable, "-m", "perfscope.collect.keeper", "--grace", f"{grace_s:g}",
+    return [sys.executable, "-m", "perfscope.process.keeper", "--grace", f"{grace_s:g}",
             "--parent", str(os.getpid()), "--", *argv]
 
 
@@ -139,6 +139,22 @@ def prctl(option: int, value: int) -> bool:
         return False
 
 
+def die_with_parent(sig: int = signal.SIGKILL, parent: int | None = None) -> None:
+    """Have the kernel send ``sig`` to this process when its parent exits (Linux
+    ``PR_SET_PDEATHSIG``; nothing elsewhere). The one helper for every process perfscope starts
+    that must not outlive its starter (a rank, a keeper, an analysis worker).
+
+    ``parent`` is the pid this process's parent must have (default: its parent now). When the
+    parent is already another -- the one expected died while this process started, before the
+    request could take effect, and it was reparented, so the kernel's signal would never come --
+    exit now (status 1).
+    """
+    expected = os.getppid() if parent is None else parent
+    prctl(PR_SET_PDEATHSIG, sig)
+    if os.getppid() != expected:
+        os._exit(1)
+
+
 class _Stop(Exception):
     def __init__(self, signum: int) -> None:
         super().__init__(signum)
@@ -215,13 +231,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     if argv[:1] == ["--"]:
         argv = argv[1:]
     if not argv:
-        print("perfscope.collect.keeper: missing COMMAND", file=sys.stderr)
+        print("perfscope.process.keeper: missing COMMAND", file=sys.stderr)
         os._exit(2)
     for sig in _STOP_SIGNALS:
         signal.signal(sig, _on_stop)
-    prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    if parent is not None and os.getppid() != parent:
-        os._exit(1)  # perfscope died before the death signal was armed: start nothing
+    die_with_parent(signal.SIGTERM, parent)  # perfscope died before it was armed: start nothing
     prctl(PR_SET_CHILD_SUBREAPER, 1)
     child = None
     try:
