@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
-REMOVABLE = ("io", "comm", "launch")
+from perfscope.classes import REMOVABLE  # the one table of classes
 
 
 def is_counted(row: Mapping) -> bool:

@@ -6,6 +6,8 @@ A part keeps its colour everywhere: in the evidence bar, the per-step bars, the 
 
 from __future__ import annotations
 
+from perfscope.classes import CHART_ORDER, OTHER, TABLE
+
 ORANGE = "#E69F00"
 SKY = "#56B4E9"
 GREEN = "#009E73"
@@ -17,8 +19,10 @@ GREY = "#999999"
 DARK = "#4D4D4D"
 
 # The run's classes (docs/metrics.md, Classification).
-CLASS_COLOURS = {"io": ORANGE, "comm": PURPLE, "launch": SKY, "compute": GREEN, "other": GREY}
-CLASS_ORDER = ("compute", "comm", "io", "launch", "other")
+NAMED = {"orange": ORANGE, "sky": SKY, "green": GREEN, "yellow": YELLOW, "blue": BLUE, "vermillion": VERMILLION,
+         "purple": PURPLE, "grey": GREY, "dark": DARK}
+CLASS_COLOURS = {c.name: NAMED[c.colour] for c in (*TABLE, OTHER)}
+CLASS_ORDER = CHART_ORDER
 
 # Per-step partition, grouped for the stacked bars: (key, label, colour, summary columns).
 # Each mode's groups add up to the step time (docs/metrics.md).

@@ -21,14 +21,8 @@ floor a step cannot go below without faster kernels. The verdict names the remov
 removal saves the most time, provided it costs at least its threshold; when none does, the step is
 compute-bound. The runner-up is the next class by cost.
 
-Thresholds (fraction of step time): io 0.10 and comm 0.10 follow the TensorBoard profiler
-plugin's advice triggers (DataLoader above 5% of a step, unhidden communication above 10%),
-raised to 10% for io so that a verdict needs twice the evidence of a hint. Launch is 0.25: its
-fixes (CUDA graphs, torch.compile, a larger batch) change the program rather than a setting, and
-eager PyTorch leaves a fifth of a well-fed step in host-launch gaps (17-22% on the plugin's
-ResNet-50 sample with ``num_workers=4``, whose GPU is busy 70% of the time); only when the GPU
-waits on the host for a quarter of the step or more does launch overhead, rather than the math,
-set the pace.
+The classes, their columns, thresholds (and where they come from), advice and wording are one
+table, :mod:`perfscope.classes`; this module classifies with it.
 """
 
 from __future__ import annotations
@@ -38,28 +32,9 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-CLASSES = ("io", "comm", "launch", "compute")
+from perfscope.classes import ADVICE, CLASSES, COSTS, THRESHOLDS  # noqa: F401 - the one table, re-exported
+
 VERDICTS = {c: f"{c}-bound" for c in CLASSES}
-
-THRESHOLDS = {"io": 0.10, "comm": 0.10, "launch": 0.25}
-
-_GPU_COSTS = {
-    "io": ("input_wait_us", "exposed_h2d_us", "h2d_wait_us"),
-    "comm": ("exposed_comm_us",),
-    "launch": ("launch_wait_us", "kernel_wait_us"),
-    "compute": ("compute_us", "exposed_other_mem_us"),
-    "other": ("other_idle_us",),
-}
-_CPU_COSTS = {
-    "io": ("dataloader_us",),
-    "comm": ("exposed_comm_us",),
-    "launch": ("framework_overhead_us",),
-    "compute": ("operator_us",),
-    "other": (),
-}
-
-# Which per-step columns each class costs, by mode: the charts name each part's class from it.
-COSTS = {"gpu": _GPU_COSTS, "cpu": _CPU_COSTS}
 
 # The launch advice for a run that already replays CUDA graphs: graphs are not a new idea to it.
 _LAUNCH_WITH_GRAPHS = ("Launch less often: a larger batch per step or gradient accumulation, capture more of the step "
@@ -68,28 +43,6 @@ _LAUNCH_WITH_GRAPHS = ("Launch less often: a larger batch per step or gradient a
 HOST_CONTENDED_ADVICE = ("Give the training process the CPU it needs: run on a quieter machine, or use fewer intra-op "
                          "threads and DataLoader workers than there are cores (torch.set_num_threads, num_workers); "
                          "then profile again.")
-
-ADVICE = {
-    ("io", "gpu"): "Feed the GPU faster: raise DataLoader num_workers, set pin_memory=True and "
-    "prefetch_factor, and copy batches with non_blocking=True (or prefetch on a side stream).",
-    ("io", "cpu"): "Load data off the training thread: raise DataLoader num_workers and "
-    "prefetch_factor (persistent_workers=True for short epochs).",
-    ("comm", "gpu"): "Hide the all-reduce behind backward: tune DDP bucket_cap_mb, set "
-    "gradient_as_bucket_view, compress gradients (fp16/bf16 hook), use hierarchical all-reduce "
-    "across nodes, or accumulate gradients (no_sync) to reduce less often.",
-    ("comm", "cpu"): "Reduce communication: tune DDP bucket_cap_mb, compress gradients (fp16/bf16 "
-    "hook), or accumulate gradients (no_sync) to all-reduce less often.",
-    ("launch", "gpu"): "Launch less often: a larger batch per step or gradient accumulation, "
-    "CUDA graphs (torch.compile mode='reduce-overhead'), fused/foreach optimizers and fused "
-    "operators to cut the number of small kernels.",
-    ("launch", "cpu"): "Cut per-operator dispatch overhead: a larger batch per step, "
-    "torch.compile, and fused operators instead of many tiny ones.",
-    ("compute", "gpu"): "Make the math cheaper: AMP (bf16/fp16) to use Tensor Cores, TF32 for "
-    "fp32 matmuls, cudnn.benchmark, channels_last for convolutions.",
-    ("compute", "cpu"): "Make the math cheaper: bf16 autocast on CPU, intra-op threads "
-    "(torch.set_num_threads) matched to the cores, torch.compile.",
-}
-
 
 def advice_for(cls: str, mode: str, facts: dict | None = None) -> str:
     """The advice line of a class, fitted to what the trace showed.
@@ -128,7 +81,7 @@ def cost_fractions(metrics: pd.DataFrame, mode: str) -> pd.DataFrame:
     """
     if mode not in ("gpu", "cpu"):
         raise ValueError(f"mode must be 'gpu' or 'cpu', got {mode!r}")
-    table = _GPU_COSTS if mode == "gpu" else _CPU_COSTS
+    table = COSTS[mode]
     step = metrics["step_time_us"].to_numpy(dtype=float)
     safe = np.where(step > 0, step, 1.0)
     return pd.DataFrame(

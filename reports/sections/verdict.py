@@ -3,34 +3,13 @@
 from __future__ import annotations
 
 from perfscope.analysis.verdict import ADVICE, THRESHOLDS
+from perfscope.classes import MEANING, REMOVAL, TITLE
 from perfscope.reports import model
 from perfscope.reports.sections import telemetry
 from perfscope.reports.html import esc, figure, legend, ms, num, pct, section
 from perfscope.reports.palette import CLASS_COLOURS, CLASS_ORDER
 from perfscope.reports.svg import hbar
 
-MEANING = {
-    ("io", "gpu"): "the GPU waits for the next batch (DataLoader on the main thread) or for its host-to-device copy",
-    ("io", "cpu"): "the training thread spends its time fetching data",
-    ("comm", "gpu"): "gradient communication is not hidden behind computation",
-    ("comm", "cpu"): "the training thread waits for collectives",
-    ("launch", "gpu"): "the GPU waits for the host to launch work: Python, dispatch and launch overhead between many small kernels",
-    ("launch", "cpu"): "per-operator dispatch and Python overhead between operators dominates",
-    ("compute", "gpu"): "kernels keep the GPU busy: the math itself sets the pace",
-    ("compute", "cpu"): "operators keep the cores busy: the math itself sets the pace",
-}
-
-# What removing a class means, as the start of a what-if sentence.
-REMOVAL = {
-    ("io", "gpu"): "Removing the input wait (DataLoader wait, exposed host-to-device copies and their staging)",
-    ("io", "cpu"): "Taking data loading off the training thread",
-    ("comm", "gpu"): "Hiding the exposed communication behind computation",
-    ("comm", "cpu"): "Hiding the exposed communication",
-    ("launch", "gpu"): "Removing the launch and kernel waits (the GPU idle while the host launches)",
-    ("launch", "cpu"): "Removing the framework overhead between operators",
-}
-TITLE = {"io": "Feed the input pipeline", "comm": "Hide communication", "launch": "Cut launch overhead",
-         "compute": "Speed up the math itself"}
 MIN_SPEEDUP = 1.01  # below this a removable class is not worth a recommendation
 
 
