@@ -201,3 +201,17 @@ def test_batch_size_is_the_leading_dimension_of_the_first_tensor():
     assert batch_size((torch.tensor(1.0), t)) == 5  # a 0-d tensor has no batch dimension
     assert batch_size(["a", 3, None]) is None
     assert batch_size(object()) is None
+
+
+# --------------------------------------------------------------------------- the rank record
+def test_the_rank_record_is_read_once_validated_and_keeps_nan_losses(tmp_path):
+    from perfscope.measure.protocol import RankResult, read_rank_result, result_path, write_rank_result
+
+    write_rank_result(tmp_path, 0, RankResult(exit_code=0, steps_seen=12, losses=[1.5, float("nan"), None]))
+    got = read_rank_result(tmp_path, 0)
+    assert got.steps_seen == 12 and got.losses[0] == 1.5 and got.losses[1] != got.losses[1] and got.losses[2] is None
+    assert "NaN" in result_path(tmp_path, 0).read_text()  # a diverged loss is kept, not turned into null
+    assert read_rank_result(tmp_path, 1) is None  # the rank died before it wrote one
+    for bad in ("{", "[]", '{"exit_code": "zero"}', '{"exit_code": 0, "error_kind": "segfault"}', "\udcff"):
+        result_path(tmp_path, 2).write_text(bad, errors="surrogateescape")
+        assert read_rank_result(tmp_path, 2) is None, bad

@@ -25,7 +25,6 @@ median step then overstates the throughput by up to N times (measured on example
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
 import signal
@@ -42,6 +41,7 @@ from perfscope.text import safe
 from perfscope.tuner.failure import failure_line, killed_reason, seconds_text
 from perfscope.tuner.output import KEEP_BYTES, LIMIT_BYTES, OutputLog
 from perfscope.tuner.procs import MARK_ENV, new_mark, stop_trial, trial_command
+from perfscope.measure.protocol import RankResult, read_rank_result
 from perfscope.measure.records import StepReader, drawn_from_queues, new_measured, read_jsonl
 from perfscope.tuner.options import BASELINE_TIMEOUT_S, TuneOptions
 from perfscope.tuner.window import (
@@ -336,60 +336,63 @@ def run_trial(
 
 
 def _read_results(outcome: TrialOutcome, record_dir: Path, ranks: int, log: Path, spec: TrialSpec) -> None:
-    results = {}
-    for rank in range(ranks):
-        try:
-            results[rank] = json.loads((record_dir / f"rank{rank}.json").read_text())
-        except (OSError, ValueError):
-            continue
-    rank0 = results.get(0, {})
-    outcome.window = rank0.get("window") if isinstance(rank0.get("window"), dict) else None
-    outcome.facts = rank0.get("facts") or {}
-    outcome.config_applied = rank0.get("config_applied")
-    outcome.losses = list(rank0.get("losses") or [])
-    outcome.trace_files = [Path(r["trace"]) for r in results.values() if r.get("trace") and Path(r["trace"]).is_file()]
-    outcome.drawn_samples = sum(drawn_from_queues(record_dir / f"rank{r}.steps.jsonl", results.get(r, {}),
-                                                  len(outcome.step_seconds) or spec.measure_steps)
-                                for r in range(ranks))
+    """Fill ``outcome`` from the ranks' records (:mod:`perfscope.measure.protocol`) and say why it
+    failed, where it did."""
+    results = {r: res for r in range(ranks) if (res := read_rank_result(record_dir, r)) is not None}
+    rank0 = results.get(0)
+    if rank0 is not None:
+        outcome.window, outcome.facts = rank0.window, rank0.facts or {}
+        outcome.config_applied, outcome.losses = rank0.config_applied, list(rank0.losses)
+    outcome.trace_files = [Path(r.trace) for r in results.values() if r.trace and Path(r.trace).is_file()]
+    outcome.drawn_samples = sum(
+        drawn_from_queues(record_dir / f"rank{r}.steps.jsonl", {"facts": res.facts},
+                          len(outcome.step_seconds) or spec.measure_steps)
+        for r, res in results.items())
     measured = [rec for rec in read_jsonl(record_dir / "rank0.steps.jsonl") if rec.get("measured")]
     total = sum(float(rec.get("seconds") or 0) for rec in measured)
     if total > 0:
         outcome.data_wait = sum(float(rec.get("data_wait_s") or 0) for rec in measured) / total
     if outcome.status != "ok":
         return
-    failed = [(r, d) for r, d in sorted(results.items()) if d.get("error")]
+    failed = [res for _, res in sorted(results.items()) if res.error]
     if outcome.exit_code != 0 or failed:
-        _, first_failure = failed[0] if failed else (None, {})
-        tail = failure_line(log)
-        message = first_failure.get("error") or tail or f"exited with status {outcome.exit_code}"
-        if "exited with status" in message and tail:  # e.g. argparse's error line
-            message = f"{message}: {tail}"
-        killed = None if first_failure.get("error") else killed_reason(outcome.exit_code, log)
-        if killed is not None:
-            outcome.status = "killed"
-            outcome.reason = killed + (f"; its last output: {tail}" if tail else "")
-            return
-        if outcome.exit_code is not None and outcome.exit_code < 0:
-            message = f"killed by {_signal_name(-outcome.exit_code)}; {message}"
-        kind = "oom" if first_failure.get("error_kind") == "oom" or OOM_MESSAGE.search(message) else "crash"
-        outcome.status, outcome.reason = kind, message
-        return
-    if len(outcome.step_values) < spec.measure_steps:
-        seen = int(rank0.get("steps_seen") or 0)
-        outcome.status = "too-few-steps"
-        used = rank0.get("warmup_steps_used", spec.warmup_steps)
-        outcome.reason = (f"the script ended after {seen} steps; this trial needed {used} warm-up + "
-                          f"{spec.measure_steps} measured steps")
-        if seen == 0:
-            outcome.reason += (" (no step was seen: a loop without a torch optimizer must call perfscope.step() "
-                               "once per iteration)")
-        else:  # the warm-up grows with the loader's workers: say what the script must run
-            outcome.reason += f": give the script at least {steps_needed(used, spec.measure_steps)} steps (e.g. -- --steps N)"
-        return
-    if outcome.value is None or not outcome.value > 0:
+        _failed(outcome, failed[0] if failed else None, log)
+    elif len(outcome.step_values) < spec.measure_steps:
+        _too_few_steps(outcome, rank0, spec)
+    elif outcome.value is None or not outcome.value > 0:
         outcome.status = "unmeasured"
         outcome.reason = (f"the {len(outcome.step_seconds)} measured steps held no samples of their own "
                           f"({outcome.drawn_samples} were drawn from batches loaded before the window)")
+
+
+def _failed(outcome: TrialOutcome, first: RankResult | None, log: Path) -> None:
+    """The trial's process failed (``first``: the first rank that said why): killed, oom or crash."""
+    tail = failure_line(log)
+    message = (first.error if first else None) or tail or f"exited with status {outcome.exit_code}"
+    if "exited with status" in message and tail:  # e.g. argparse's error line
+        message = f"{message}: {tail}"
+    killed = None if first is not None else killed_reason(outcome.exit_code, log)
+    if killed is not None:
+        outcome.status = "killed"
+        outcome.reason = killed + (f"; its last output: {tail}" if tail else "")
+        return
+    if outcome.exit_code is not None and outcome.exit_code < 0:
+        message = f"killed by {_signal_name(-outcome.exit_code)}; {message}"
+    oom = (first is not None and first.error_kind == "oom") or OOM_MESSAGE.search(message)
+    outcome.status, outcome.reason = ("oom" if oom else "crash"), message
+
+
+def _too_few_steps(outcome: TrialOutcome, rank0: RankResult | None, spec: TrialSpec) -> None:
+    seen = rank0.steps_seen if rank0 is not None else 0
+    used = rank0.warmup_steps_used if rank0 is not None and rank0.warmup_steps_used is not None else spec.warmup_steps
+    outcome.status = "too-few-steps"
+    outcome.reason = (f"the script ended after {seen} steps; this trial needed {used} warm-up + "
+                      f"{spec.measure_steps} measured steps")
+    if seen == 0:
+        outcome.reason += (" (no step was seen: a loop without a torch optimizer must call perfscope.step() "
+                           "once per iteration)")
+    else:  # the warm-up grows with the loader's workers: say what the script must run
+        outcome.reason += f": give the script at least {steps_needed(used, spec.measure_steps)} steps (e.g. -- --steps N)"
 
 
 def noise_text(outcome: TrialOutcome) -> str:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import json
 import os
 import pathlib
 import random
@@ -31,12 +30,14 @@ import sys
 import time
 from collections.abc import Sequence
 
-from perfscope.atomic import write_text_atomic
+import msgspec
+
 from perfscope.collect import traces
 from perfscope.collect.errors import CollectError
 from perfscope.collect.schedule import MAX_ACTIVE, MAX_STEPS, ProfileSchedule
 from perfscope.collect.script import check_script, run_script
 from perfscope.errors import OOM_MESSAGE, PerfscopeError
+from perfscope.measure.protocol import RankResult, result_path, write_rank_result
 from perfscope.text import safe
 
 _PROG = "perfscope.measure"
@@ -142,7 +143,7 @@ def measure_in_process(
 
     record_dir = traces.absolute_out_dir(record_dir)  # the script may chdir
     steps_path = record_dir / f"rank{rank}.steps.jsonl"
-    result_path = record_dir / f"rank{rank}.json"
+    result_file = result_path(record_dir, rank)
     timed = warmup_steps + measure_steps
     exporter = None
     if profile_steps:
@@ -154,7 +155,7 @@ def measure_in_process(
         schedule = ProfileSchedule(skip_first=0, warmup=0, active=timed)  # ended after step W+K
     try:
         record_dir.mkdir(parents=True, exist_ok=True)
-        result_path.unlink(missing_ok=True)  # an earlier run's result must not pass for this one's
+        result_file.unlink(missing_ok=True)  # an earlier run's result must not pass for this one's
         steps_file = open(steps_path, "w", encoding="utf-8")  # noqa: SIM115 - closed below
     except OSError as exc:
         raise CollectError(f"cannot write to record directory {record_dir}: {exc.strerror or exc}") from None
@@ -204,22 +205,14 @@ def measure_in_process(
     error_kind = None
     if outcome.exit_code != 0:
         error_kind = "oom" if outcome.error and OOM_MESSAGE.search(outcome.error) else "error"
-    result = {
-        "exit_code": outcome.exit_code,
-        "error": outcome.error,
-        "error_kind": error_kind,
-        "steps_seen": tracker.steps_seen,
-        "warmup_steps_used": recorder.warmup_steps,
-        "stopped_early": outcome.stopped_early,
-        "losses": losses,
-        "loss_source": loss_source,
-        "trace": trace,
-        "config_applied": config_applied,
-        "facts": run_facts(torch, recorder),
-        "window": window.summary(*recorder.measured_steps()) if window is not None else None,
-    }
-    write_text_atomic(result_path, json.dumps(result))  # NaN/Infinity losses stay as Python writes them
-    return result
+    result = RankResult(
+        exit_code=outcome.exit_code, error=outcome.error, error_kind=error_kind, steps_seen=tracker.steps_seen,
+        warmup_steps_used=recorder.warmup_steps, stopped_early=outcome.stopped_early, losses=losses,
+        loss_source=loss_source, trace=trace, config_applied=config_applied, facts=run_facts(torch, recorder),
+        window=window.summary(*recorder.measured_steps()) if window is not None else None,
+    )
+    write_rank_result(record_dir, rank, result)
+    return msgspec.to_builtins(result)
 
 
 
@@ -340,9 +333,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _write_failure(record_dir: pathlib.Path, rank: int, message: str) -> None:
     # So the parent reads why, not just a status; best effort (the folder may be the problem).
     with contextlib.suppress(OSError):
-        write_text_atomic(record_dir / f"rank{rank}.json", json.dumps({
-            "exit_code": 2, "error": message, "error_kind": "error", "steps_seen": 0, "stopped_early": False,
-            "losses": [], "loss_source": None, "trace": None, "config_applied": None, "facts": None}))
+        write_rank_result(record_dir, rank, RankResult(exit_code=2, error=message, error_kind="error"))
 
 
 def _reap_workers() -> None:

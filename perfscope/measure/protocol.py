@@ -1,0 +1,70 @@
+"""The record a measured run leaves for the tuner: ``rank<R>.json``, one writer, one reader.
+
+The measurement runner (:mod:`perfscope.measure.runner`) writes one :class:`RankResult` per rank
+when the script ends (or why it could not run); the trial (:mod:`perfscope.tuner.trial`) reads
+them with :func:`read_rank_result`, which validates once: a file that is missing (the rank died
+before it wrote one), unreadable or not of this shape reads as None, and the trial says what it
+could not measure. Losses are written as Python's ``json`` writes them (``NaN`` and ``Infinity``
+stay), since a loss that became NaN is what the numerics guard looks for.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+import msgspec
+
+from perfscope.atomic import write_text_atomic
+
+
+class RankResult(msgspec.Struct, kw_only=True):
+    """One rank's measured run.
+
+    Attributes:
+        exit_code: The script's exit status (2: perfscope could not run it).
+        error: One line when the script failed, else None.
+        error_kind: ``oom`` (:data:`perfscope.errors.OOM_MESSAGE` matched) or ``error``; None.
+        steps_seen: Training steps counted.
+        stopped_early: perfscope ended the script after its window.
+        losses: The loss of every step from step 1 (None where none was seen).
+        loss_source: Where the losses were read (``perfscope.measure.losses``), or None.
+        trace: Path of the trace of the profiled steps, or None.
+        config_applied: The patching report of the configuration (``PatchReport.to_dict``), or None.
+        facts: What the run showed about itself (``perfscope.measure.facts.run_facts``), or None.
+        warmup_steps_used: Warm-up steps after the runner lengthened it (loader queues to drain).
+        window: The measured window's record (``perfscope.measure.window``), None when fixed.
+    """
+
+    exit_code: int
+    error: str | None = None
+    error_kind: Literal["oom", "error"] | None = None
+    steps_seen: int = 0
+    stopped_early: bool = False
+    losses: list[float | None] = msgspec.field(default_factory=list)
+    loss_source: str | None = None
+    trace: str | None = None
+    config_applied: dict | None = None
+    facts: dict | None = None
+    warmup_steps_used: int | None = None
+    window: dict | None = None
+
+
+def result_path(record_dir: Path, rank: int) -> Path:
+    """Where rank ``rank``'s record lies in a trial's record folder."""
+    return Path(record_dir) / f"rank{rank}.json"
+
+
+def write_rank_result(record_dir: Path, rank: int, result: RankResult) -> Path:
+    """Write ``result`` atomically (OSError when the folder cannot take it)."""
+    return write_text_atomic(result_path(record_dir, rank), json.dumps(msgspec.to_builtins(result)))
+
+
+def read_rank_result(record_dir: Path, rank: int) -> RankResult | None:
+    """Rank ``rank``'s record, validated; None when it is missing, unreadable or malformed."""
+    try:
+        raw = json.loads(result_path(record_dir, rank).read_text())
+        return msgspec.convert(raw, RankResult)
+    except (OSError, ValueError, msgspec.ValidationError):
+        return None
