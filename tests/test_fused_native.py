@@ -291,7 +291,7 @@ def _python(code: str, env: dict, cwd=ROOT) -> subprocess.CompletedProcess:
                           check=False)
 
 
-STATUS = "from fused_ops import native; print(native.status()); print(sorted(p.name for p in native.cache_dir().glob('*')))"
+STATUS = "from perfscope.fused_ops import native; print(native.status()); print(sorted(p.name for p in native.cache_dir().glob('*')))"
 
 
 def test_the_build_is_cached_and_reused_by_the_next_process(built, tmp_path):
@@ -329,7 +329,7 @@ def test_processes_building_at_once_all_get_the_kernel(built, tmp_path):
 ])
 def test_without_a_kernel_the_status_says_why_and_results_stay_right(tmp_path, env, expected):
     code = (STATUS.split(";")[0] + "; import torch; print(native.status()); "
-            "from fused_ops import window_attention, window_attention_reference as ref; "
+            "from perfscope.fused_ops import window_attention, window_attention_reference as ref; "
             "q = torch.randn(4, 2, 9, 16); b = torch.randn(2, 9, 9); "
             "print(torch.allclose(window_attention(q, q, q, b), ref(q, q, q, b), atol=1e-5))")
     run_env = {**os.environ, "PERFSCOPE_CACHE_DIR": str(tmp_path), **env}

@@ -19,7 +19,7 @@ CXX = shutil.which("g++") or shutil.which("c++")
 pytestmark = pytest.mark.skipif(CXX is None, reason="no C++ compiler")
 
 # The status, then whether the fallback (or kernel) still gives the twin's result.
-PROBE = ("from fused_ops import native, window_attention, window_attention_reference as ref; import torch; "
+PROBE = ("from perfscope.fused_ops import native, window_attention, window_attention_reference as ref; import torch; "
          "print(native.status()); "
          "q = torch.randn(4, 2, 9, 16); b = torch.randn(2, 9, 9); "
          "print(torch.allclose(window_attention(q, q, q, b), ref(q, q, q, b), atol=1e-5))")
@@ -43,7 +43,7 @@ def probe(env: dict, code: str = PROBE, **kwargs) -> tuple[str, str, subprocess.
 
 def target_in(cache: Path) -> Path:
     """The library name this process would build for ``cache``."""
-    code = "from fused_ops import native; print(native._target(native._compiler()))"
+    code = "from perfscope.fused_ops import native; print(native._target(native._compiler()))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
                           env={**os.environ, "PERFSCOPE_CACHE_DIR": str(cache)}, check=True)
     return Path(done.stdout.strip())
@@ -168,7 +168,7 @@ def test_a_broken_library_in_the_cache_is_built_again(tmp_path):
 def test_a_hanging_compiler_is_stopped_with_its_children(tmp_path):
     tag = f"{uuid.uuid4().int % 10**6 + 10**6}"
     cxx = _fake_compiler(tmp_path, f"sleep {tag} &\nsleep {tag}")
-    code = "from fused_ops import native; native.BUILD_TIMEOUT_S = 2\n" + PROBE
+    code = "from perfscope.fused_ops import native; native.BUILD_TIMEOUT_S = 2\n" + PROBE
     status, ok, _ = probe({"PERFSCOPE_CACHE_DIR": str(tmp_path / "cache"), "CXX": str(cxx)}, code=code)
     assert status == "not built: the compiler ran past 2 s (stopped)" and ok == "True", status
     left = subprocess.run(["pgrep", "-f", f"sleep {tag}"], capture_output=True, text=True, check=False).stdout
