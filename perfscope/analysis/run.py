@@ -188,13 +188,8 @@ def analyze_tables(
 def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, common_steps_only: bool = False) -> Analysis:
     """Reduce the per-file results of one run into its analysis (see :func:`analyze_tables`);
     the same whichever executor produced them."""
-    tables = [rt.table for rt in rank_traces]
     job.check_world_sizes(rank_traces)
-    notes, warnings = [], []
-    for rt in rank_traces:
-        warnings.extend(rt.table.warnings + rt.warnings)
-        if not rt.has_markers:
-            notes.append(f"{rt.table.worker}: {NO_MARKERS_NOTE}")
+    notes, warnings = _reading_notes(rank_traces)
     ranks = job.assign_ranks(rank_traces, warnings)
     job.check_markers(rank_traces, ranks)
     job.mark_cpu_ranks_of_a_gpu_run(rank_traces, warnings)
@@ -203,8 +198,43 @@ def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, commo
     if rank_traces[0].has_markers:
         frame = job.check_steps(frame, common_steps_only, notes)
     frame = frame.sort_values(["rank", "step"], kind="stable").reset_index(drop=True).drop(columns="file")
-
     mode = "gpu" if (frame["mode"] == "gpu").any() else "cpu"
+    frame, costs = _classified(frame)
+    notes.extend(status_notes(frame))
+    facts = _job_facts(rank_traces, ranks)
+    counted = frame["counted"].to_numpy(dtype=bool)
+    # The steps the verdict rests on: the counted ones, else those a provisional verdict classifies.
+    basis = counted
+    if not counted.any() and "core_wait_us" in frame.columns:
+        basis = (frame["status"].eq(ev.HOST_CONTENDED) & frame["core_wait_us"].notna()).to_numpy()
+    facts["window_attention"] = window_attention_cost(rank_traces, ranks, frame.loc[basis]) if basis.any() else None
+    rv = _run_verdict(frame, costs, counted, basis, mode, facts, rank_traces, notes)
+    details = build_details(rank_traces, ranks, frame.loc[basis], mode, facts)
+    # who held the cores, where the verdict's steps waited for them
+    contended = frame["status"].eq(ev.HOST_CONTENDED).to_numpy()
+    details["host_cpu"] = cpu_sources(frame.loc[contended if contended.any() else basis])
+    _detail_findings(details, notes, warnings)
+    tables_by_path = {str(Path(rt.table.path).resolve()): rt.table for rt in rank_traces if rt.table.path is not None}
+    timelines = {str(Path(rt.table.path).resolve()): (rt.windows, rt.partition_sets) for rt in rank_traces
+                 if rt.table.path is not None}
+    traces = [_trace_facts(rt, r) for rt, r in zip(rank_traces, ranks)]
+    return Analysis(frame, rv, mode, traces, notes, warnings, dict(run_info or {}), details, [], tables_by_path,
+                    timelines)
+
+
+def _reading_notes(rank_traces: list[RankTrace]) -> tuple[list[str], list[str]]:
+    """(notes, warnings) of how each file was read: repairs, and files without step markers."""
+    notes, warnings = [], []
+    for rt in rank_traces:
+        warnings.extend(rt.table.warnings + rt.warnings)
+        if not rt.has_markers:
+            notes.append(f"{rt.table.worker}: {NO_MARKERS_NOTE}")
+    return notes, warnings
+
+
+def _classified(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The frame with each step's class costs, ``verdict`` and ``runner_up`` (None for steps not
+    counted), and the costs alone."""
     costs = pd.concat(
         [cost_fractions(frame[frame["mode"] == m], m) for m in ("gpu", "cpu") if (frame["mode"] == m).any()]
     ).loc[frame.index]
@@ -214,34 +244,40 @@ def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, commo
     # object columns: a step without a verdict holds None (pandas would make a string column's None NaN)
     frame["verdict"] = pd.Series(np.where(counted, verdict, None), index=frame.index, dtype=object)
     frame["runner_up"] = pd.Series(np.where(counted, runner_up, None), index=frame.index, dtype=object)
-    notes.extend(status_notes(frame))
+    return frame, costs
+
+
+def _job_facts(rank_traces: list[RankTrace], ranks: list[int]) -> dict:
+    """What the advice and the forecast need of the job: CUDA graph replays, and what perfscope
+    profile recorded of DDP and the job's layout (:mod:`perfscope.job_facts`), in rank order."""
     facts = {"cuda_graphs": any(rt.table.name_flag(is_graph_launch)[rt.table.kind == EventKind.RUNTIME].any()
                                 for rt in rank_traces)}
-    # What perfscope profile recorded of the job (perfscope.job_facts), for the forecast: rank order.
     by_rank = [rt for _, rt in sorted(zip(ranks, rank_traces), key=lambda p: p[0])]
     facts["ddp"] = next((rt.table.ddp for rt in by_rank if rt.table.ddp), None)
     facts["job"] = next(({k: rt.table.node[k] for k in ("nnodes", "local_world_size")} for rt in by_rank if rt.table.node),
                         None)
-    # The steps the verdict rests on: the counted ones, else those a provisional verdict classifies.
-    basis = counted
-    if not counted.any() and "core_wait_us" in frame.columns:
-        basis = (frame["status"].eq(ev.HOST_CONTENDED) & frame["core_wait_us"].notna()).to_numpy()
-    facts["window_attention"] = window_attention_cost(rank_traces, ranks, frame.loc[basis]) if basis.any() else None
-    provisional = None
+    return facts
+
+
+def _run_verdict(frame: pd.DataFrame, costs: pd.DataFrame, counted: np.ndarray, basis: np.ndarray, mode: str,
+                 facts: dict, rank_traces: list[RankTrace], notes: list[str]) -> RunVerdict:
+    """The run's verdict over the counted steps; else the provisional one over ``basis`` (its
+    per-step verdicts go into ``frame``, its note into ``notes``); else none, with why."""
     if counted.any():
-        rv = run_verdict(frame.loc[counted, "verdict"].to_numpy(), costs.loc[counted],
-                         frame.loc[counted, "step_time_us"].to_numpy(), mode, facts)
-    else:
-        provisional = provisional_verdict(frame.loc[basis], mode, facts) if basis.any() else None
-        rv = provisional[0] if provisional else verdict_of_none(frame, [rt.evidence.run_reason for rt in rank_traces])
-    if provisional is not None:
-        frame["provisional_verdict"] = pd.Series(None, index=frame.index, dtype=object)
-        frame.loc[provisional[1].index, "provisional_verdict"] = provisional[1]
-        notes.append(provisional_note(rv, int(len(provisional[1]))))
-    details = build_details(rank_traces, ranks, frame.loc[basis], mode, facts)
-    # who held the cores, where the verdict's steps waited for them
-    contended = frame["status"].eq(ev.HOST_CONTENDED).to_numpy()
-    details["host_cpu"] = cpu_sources(frame.loc[contended if contended.any() else basis])
+        return run_verdict(frame.loc[counted, "verdict"].to_numpy(), costs.loc[counted],
+                           frame.loc[counted, "step_time_us"].to_numpy(), mode, facts)
+    provisional = provisional_verdict(frame.loc[basis], mode, facts) if basis.any() else None
+    if provisional is None:
+        return verdict_of_none(frame, [rt.evidence.run_reason for rt in rank_traces])
+    rv, per_step = provisional
+    frame["provisional_verdict"] = pd.Series(None, index=frame.index, dtype=object)
+    frame.loc[per_step.index, "provisional_verdict"] = per_step
+    notes.append(provisional_note(rv, int(len(per_step))))
+    return rv
+
+
+def _detail_findings(details: dict, notes: list[str], warnings: list[str]) -> None:
+    """The run-level details' problems, as warnings and notes."""
     warnings.extend((details.get("nodes") or {}).get("problems") or [])
     warnings.extend(memory_warnings(details.get("memory")))
     if throttle_warning(details.get("telemetry")):
@@ -253,12 +289,6 @@ def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, commo
         warnings.append("the ranks' clocks do not agree (in most collectives a rank seems to arrive after another has "
                         "finished: a trace without its base time, or node clocks apart): arrivals are not compared, the "
                         "straggler is the rank that waits least in collectives")
-    tables_by_path = {str(Path(t.path).resolve()): t for t in tables if t.path is not None}
-    timelines = {str(Path(rt.table.path).resolve()): (rt.windows, rt.partition_sets) for rt in rank_traces
-                 if rt.table.path is not None}
-    traces = [_trace_facts(rt, r) for rt, r in zip(rank_traces, ranks)]
-    return Analysis(frame, rv, mode, traces, notes, warnings, dict(run_info or {}), details, [], tables_by_path,
-                    timelines)
 
 
 def analyze(path: str | Path, run_info: dict | None = None) -> Analysis:
