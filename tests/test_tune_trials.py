@@ -147,3 +147,4 @@ def test_a_long_trial_says_it_is_still_running(tmp_path, monkeypatch):
     outcome = run_trial(spec, None, tmp_path / "t", on_progress=lambda s, n: said.append((s, n)))
     assert outcome.ok, outcome.reason
     assert said and all(s >= 0.5 for s, _ in said)
+

@@ -108,3 +108,35 @@ def test_confirm_min_rounds_above_the_rounds_is_refused(tmp_path):
     assert done.returncode != 0
     assert "--confirm-min-rounds 5 is above --confirm-rounds 3" in one_error_line(done)
     assert not (tmp_path / "o").exists()
+
+
+# --------------------------------------------------------------------------- the watch, on a fake clock
+class _Running:
+    returncode = None
+
+    def poll(self):
+        return None
+
+
+class _Log:
+    problem = None
+
+
+def test_a_trial_that_never_ends_times_out_with_progress_lines_on_a_fake_clock(tmp_path):
+    from perfscope.measure.records import StepReader
+    from perfscope.tuner.trial import PROGRESS_S, TrialSpec, _Measured, _watch
+
+    now = [100.0]
+    slept = []
+
+    def sleep(s):
+        slept.append(s)
+        now[0] += 1.0
+
+    progress = []
+    spec = TrialSpec(script="train.py", script_args=(), timeout_s=35.0)
+    measured = _Measured([StepReader(tmp_path / "rank0.steps.jsonl")], 1, None)
+    status, reason = _watch(_Running(), measured, _Log(), spec, lambda s, n: progress.append((s, n)), 100.0,
+                            clock=lambda: now[0], sleep=sleep)
+    assert status == "timeout" and "35 s" in reason, reason
+    assert [s for s, _ in progress] == [PROGRESS_S * k for k in (1, 2, 3)] and len(slept) == 36  # past the limit, not at it

@@ -231,37 +231,12 @@ def run_trial(
     spec = dataclasses.replace(spec, measure_steps=measure_steps_for(spec.measure_steps, loader_workers),
                                warmup_steps=warmup_steps_for(spec.warmup_steps, loader_workers, prefetch_factor)
                                if spec.nproc_per_node else spec.warmup_steps)
-    shutil.rmtree(work_dir, ignore_errors=True)
-    record_dir = work_dir / "records"
-    record_dir.mkdir(parents=True)
-    config_path = None
-    if config is not None and config.changes():
-        config_path = str(save_config(config, work_dir / "config.yaml", only_changes=True).resolve())
-    env = child_env(config_env_of(config_path))
-    if config_path is None:
-        env.pop(CONFIG_ENV, None)  # the baseline runs as the user runs it
-    mark = env[MARK_ENV] = new_mark()
-    profile = spec.profile_steps if profile_steps is None else profile_steps
-    launch = shared = None
-    if spec.board is not None:  # tell the other nodes first: their ranks join this trial's rendezvous
-        shared = spec.board.announce(config.changes() if config_path else {}, warmup_steps=spec.warmup_steps,
-                                     measure_steps=spec.measure_steps, profile_steps=profile, seed=spec.seed,
-                                     timeout_s=spec.timeout_s)
-        launch = spec.board.launch_args(shared)
-    command = measure_command(spec, record_dir, config_path, profile, launch)
-    if spec.board is not None:
-        from perfscope.collect.nodes import NNODES_ENV
-
-        env[NNODES_ENV] = str(spec.board.nodes.nnodes)
+    record_dir, env, mark, command, shared = _set_up(spec, config, work_dir,
+                                                     spec.profile_steps if profile_steps is None else profile_steps)
     ranks = spec.nproc_per_node or 1
-    readers = [StepReader(record_dir / f"rank{r}.steps.jsonl") for r in range(ranks)]
-    values: list[float] = []
-    samples: list[int | None] = []
-    seconds: list[float] = []
-    unit = "samples/s"
-    status, reason = None, None
+    measured = _Measured([StepReader(record_dir / f"rank{r}.steps.jsonl") for r in range(ranks)],
+                         max(1, loader_workers or 1), on_step)
     started = time.monotonic()
-    said = started
     log = OutputLog(work_dir / "output.log", spec.output_keep_bytes, spec.output_limit_bytes)
     read_end, write_end = os.pipe()
     try:
@@ -280,33 +255,7 @@ def run_trial(
     finally:
         os.close(write_end)  # the child holds its own copy: EOF once every writer is gone
     try:
-        while True:
-            exited = proc.poll() is not None
-            for step_samples, step_seconds in new_measured(readers, len(values)):
-                samples.append(step_samples)
-                seconds.append(step_seconds)
-                values.append((step_samples if step_samples is not None else 1) / step_seconds)
-                unit = "samples/s" if all(n is not None for n in samples) else "steps/s"
-                # Intermediate values over whole worker rounds only: part of a round holds the
-                # bursts' fast steps without their waiting one.
-                if on_step is not None and len(values) % max(1, loader_workers or 1) == 0:
-                    on_step(len(values) - 1, window_throughput(samples, seconds))
-            if log.problem is not None:
-                status, reason = "output", log.problem
-                break
-            if exited:
-                break
-            if time.monotonic() - started > spec.timeout_s:
-                status, reason = "timeout", f"no result within the trial timeout of {seconds_text(spec.timeout_s)}"
-                break
-            if on_progress is not None and time.monotonic() - said >= PROGRESS_S:
-                said = time.monotonic()
-                on_progress(said - started, len(values))
-            gone = spec.board.lost() if spec.board is not None else None
-            if gone is not None:  # its ranks will never join: stop now, not at the timeout
-                status, reason = "lost", gone
-                break
-            time.sleep(POLL_S)
+        status, reason = _watch(proc, measured, log, spec, on_progress, started)
     except Pruned:
         status, reason = "pruned", "clearly slower than the best trial so far"
     except KeyboardInterrupt:
@@ -326,13 +275,86 @@ def run_trial(
                        "command on every node to resume")
     if status is None and log.problem is not None:  # e.g. the disk filled while joining the log
         status, reason = "output", log.problem
-    if unit == "steps/s":  # one rank or step without a batch size: count steps throughout
-        values = [1.0 / t for t in seconds]
-    outcome = TrialOutcome(status=status or "ok", reason=reason, step_values=values, step_samples=samples,
-                           step_seconds=seconds, unit=unit,
+    outcome = TrialOutcome(status=status or "ok", reason=reason, step_values=measured.final_values(),
+                           step_samples=measured.samples, step_seconds=measured.seconds, unit=measured.unit,
                            duration_s=time.monotonic() - started, exit_code=proc.returncode)
     _read_results(outcome, record_dir, ranks, work_dir / "output.log", spec)
     return outcome
+
+
+def _set_up(spec: TrialSpec, config: AccelConfig | None, work_dir: Path, profile: int):
+    """The trial's folders, environment, process mark, command line and (a job over several
+    nodes) its announcement on the board: ``(record_dir, env, mark, command, shared)``."""
+    shutil.rmtree(work_dir, ignore_errors=True)
+    record_dir = work_dir / "records"
+    record_dir.mkdir(parents=True)
+    config_path = None
+    if config is not None and config.changes():
+        config_path = str(save_config(config, work_dir / "config.yaml", only_changes=True).resolve())
+    env = child_env(config_env_of(config_path))
+    if config_path is None:
+        env.pop(CONFIG_ENV, None)  # the baseline runs as the user runs it
+    mark = env[MARK_ENV] = new_mark()
+    launch = shared = None
+    if spec.board is not None:  # tell the other nodes first: their ranks join this trial's rendezvous
+        shared = spec.board.announce(config.changes() if config_path else {}, warmup_steps=spec.warmup_steps,
+                                     measure_steps=spec.measure_steps, profile_steps=profile, seed=spec.seed,
+                                     timeout_s=spec.timeout_s)
+        launch = spec.board.launch_args(shared)
+        from perfscope.collect.nodes import NNODES_ENV
+
+        env[NNODES_ENV] = str(spec.board.nodes.nnodes)
+    return record_dir, env, mark, measure_command(spec, record_dir, config_path, profile, launch), shared
+
+
+class _Measured:
+    """The measured steps read so far from the ranks' step records, and their throughput."""
+
+    def __init__(self, readers: list, round_steps: int, on_step: Callable[[int, float], None] | None) -> None:
+        self.readers, self.round_steps, self.on_step = readers, round_steps, on_step
+        self.values: list[float] = []
+        self.samples: list[int | None] = []
+        self.seconds: list[float] = []
+        self.unit = "samples/s"
+
+    def take(self) -> None:
+        """Read the steps measured since the last call; ``on_step`` after each whole round of
+        DataLoader workers (part of a round holds the bursts' fast steps without their waiting one)."""
+        for step_samples, step_seconds in new_measured(self.readers, len(self.values)):
+            self.samples.append(step_samples)
+            self.seconds.append(step_seconds)
+            self.values.append((step_samples if step_samples is not None else 1) / step_seconds)
+            self.unit = "samples/s" if all(n is not None for n in self.samples) else "steps/s"
+            if self.on_step is not None and len(self.values) % self.round_steps == 0:
+                self.on_step(len(self.values) - 1, window_throughput(self.samples, self.seconds))
+
+    def final_values(self) -> list[float]:
+        """Each step's throughput; in steps/s throughout when a rank or step had no batch size."""
+        return [1.0 / t for t in self.seconds] if self.unit == "steps/s" else self.values
+
+
+def _watch(proc, measured: _Measured, log: OutputLog, spec: TrialSpec,
+           on_progress: Callable[[float, int], None] | None, started: float,
+           clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
+    """Follow the trial until it exits, fails its output, times out or loses a node:
+    ``(status, reason)``, ``(None, None)`` when it exited. Raises what ``on_step`` raises."""
+    said = started
+    while True:
+        exited = proc.poll() is not None
+        measured.take()
+        if log.problem is not None:
+            return "output", log.problem
+        if exited:
+            return None, None
+        if clock() - started > spec.timeout_s:
+            return "timeout", f"no result within the trial timeout of {seconds_text(spec.timeout_s)}"
+        if on_progress is not None and clock() - said >= PROGRESS_S:
+            said = clock()
+            on_progress(said - started, len(measured.values))
+        gone = spec.board.lost() if spec.board is not None else None
+        if gone is not None:  # its ranks will never join: stop now, not at the timeout
+            return "lost", gone
+        sleep(POLL_S)
 
 
 def _read_results(outcome: TrialOutcome, record_dir: Path, ranks: int, log: Path, spec: TrialSpec) -> None:
