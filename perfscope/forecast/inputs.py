@@ -99,38 +99,17 @@ def from_summary(summary: dict, *, gradient_mb: float | None = None) -> ProfileI
     Raises:
         PerfscopeError: no counted step, no DDP record and no ``gradient_mb``, or a profile of one rank.
     """
-    overall = summary.get("overall") if isinstance(summary.get("overall"), dict) else {}
+    overall = _part(summary, "overall")
     steps = steptime.verdict_rows(summary.get("steps") or [], overall)
     provisional = bool(steps) and not any(s.get("counted") for s in steps)
     if not steps:
         raise PerfscopeError("the profile has no counted step (every step's evidence was incomplete, and no step "
                              "got a provisional verdict); profile whole steps, later in the run")
-    step_us = [_number(s.get("step_time_us"), "steps[].step_time_us", positive=True) for s in steps]
-    exposed_us = [min(_number(s.get("exposed_comm_us") or 0.0, "steps[].exposed_comm_us"), t) for s, t in zip(steps, step_us)]
-    compute = _median([t - e for t, e in zip(step_us, exposed_us)]) / 1e6
-    comm = _median([_number(s.get("comm_us") or 0.0, "steps[].comm_us") for s in steps]) / 1e6
-    details = summary.get("details") if isinstance(summary.get("details"), dict) else {}
-    facts = details.get("facts") if isinstance(details.get("facts"), dict) else {}
+    compute, comm = _step_times(steps)
+    facts = _part(_part(summary, "details"), "facts")
     ddp = facts.get("ddp") if isinstance(facts.get("ddp"), dict) else None
-    if ddp and ddp.get("bucket_bytes") is not None:
-        buckets = ddp["bucket_bytes"]
-        if not (isinstance(buckets, list) and 0 < len(buckets) <= MAX_BUCKETS
-                and all(type(b) is int and 0 < b <= MAX_BUCKET_BYTES for b in buckets)):
-            raise PerfscopeError("malformed summary: details.facts.ddp.bucket_bytes is not a list of positive byte "
-                                 "counts (at most 2**50 each)")
-        buckets = tuple(buckets)
-    elif gradient_mb is not None:
-        total, cap = int(gradient_mb * 2**20), 25 * 2**20
-        buckets = tuple([cap] * (total // cap) + ([total % cap] if total % cap else []))
-    else:
-        raise PerfscopeError("the profile holds no DDP record (gradient buckets): profile the script with perfscope "
-                             "profile --nproc-per-node N, or give the gradient size with --gradient-mb")
-    run = summary.get("run") if isinstance(summary.get("run"), dict) else {}
-    job = facts.get("job") if isinstance(facts.get("job"), dict) else {}
-    world = _count(run.get("world_size"), "run.world_size") or 1
-    per_node = _count(job.get("local_world_size"), "details.facts.job.local_world_size") \
-        or _count(run.get("nproc_per_node"), "run.nproc_per_node") or world
-    nodes = _count(job.get("nnodes"), "details.facts.job.nnodes") or max(1, world // max(per_node, 1))
+    buckets = _buckets(ddp, gradient_mb)
+    world, nodes, per_node = _layout(_part(summary, "run"), _part(facts, "job"))
     backward_us = ddp.get("backward_compute_us") if ddp else None
     if backward_us:
         backward, source = _number(backward_us, "details.facts.ddp.backward_compute_us") / 1e6, \
@@ -141,3 +120,44 @@ def from_summary(summary: dict, *, gradient_mb: float | None = None) -> ProfileI
     return ProfileInputs(compute_s=compute, backward_s=backward, backward_source=source, buckets=buckets,
                          allreduce_s=comm, world=world, nodes=nodes, ranks_per_node=per_node,
                          mode=str(summary.get("mode") or "cpu"), steps=len(steps), provisional=provisional)
+
+
+def _part(record: dict, key: str) -> dict:
+    """``record[key]`` where it is an object, else ``{}`` (an older or partial summary)."""
+    value = record.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _step_times(steps: list[dict]) -> tuple[float, float]:
+    """(median compute, median all-reduce) of the steps, in seconds: compute is the step less its
+    exposed communication."""
+    step_us = [_number(s.get("step_time_us"), "steps[].step_time_us", positive=True) for s in steps]
+    exposed_us = [min(_number(s.get("exposed_comm_us") or 0.0, "steps[].exposed_comm_us"), t) for s, t in zip(steps, step_us)]
+    compute = _median([t - e for t, e in zip(step_us, exposed_us)]) / 1e6
+    comm = _median([_number(s.get("comm_us") or 0.0, "steps[].comm_us") for s in steps]) / 1e6
+    return compute, comm
+
+
+def _buckets(ddp: dict | None, gradient_mb: float | None) -> tuple[int, ...]:
+    """DDP's gradient buckets (bytes): as recorded, else ``gradient_mb`` in DDP's default 25 MiB buckets."""
+    if ddp and ddp.get("bucket_bytes") is not None:
+        buckets = ddp["bucket_bytes"]
+        if not (isinstance(buckets, list) and 0 < len(buckets) <= MAX_BUCKETS
+                and all(type(b) is int and 0 < b <= MAX_BUCKET_BYTES for b in buckets)):
+            raise PerfscopeError("malformed summary: details.facts.ddp.bucket_bytes is not a list of positive byte "
+                                 "counts (at most 2**50 each)")
+        return tuple(buckets)
+    if gradient_mb is not None:
+        total, cap = int(gradient_mb * 2**20), 25 * 2**20
+        return tuple([cap] * (total // cap) + ([total % cap] if total % cap else []))
+    raise PerfscopeError("the profile holds no DDP record (gradient buckets): profile the script with perfscope "
+                         "profile --nproc-per-node N, or give the gradient size with --gradient-mb")
+
+
+def _layout(run: dict, job: dict) -> tuple[int, int, int]:
+    """(world size, nodes, ranks per node) of the profiled job."""
+    world = _count(run.get("world_size"), "run.world_size") or 1
+    per_node = _count(job.get("local_world_size"), "details.facts.job.local_world_size") \
+        or _count(run.get("nproc_per_node"), "run.nproc_per_node") or world
+    nodes = _count(job.get("nnodes"), "details.facts.job.nnodes") or max(1, world // max(per_node, 1))
+    return world, nodes, per_node
