@@ -180,56 +180,80 @@ def _rank_view(summary: dict, found):
     return None
 
 
-def render(summary: dict, found, step=None, others=()) -> str:
-    """``found``: a :class:`perfscope.reports.traces.Found` (traces located for one rank) or None;
-    ``others``: the Found of further ranks, each shown at its representative step."""
+def _no_timeline(found) -> str:
+    """The section's words when there is nothing to draw from."""
     title = "Timeline of a representative step"
-    if found is None or found.problem:
-        if found is not None and found.replaced:  # the problem says what to do: another run's trace
-            return section("timeline", title, note(f"No timeline: {found.problem}."))
-        why = found.problem if found is not None else "no trace files were given"
-        return section("timeline", title, note(
-            f"The timeline needs the trace files ({why}). Re-render with the traces in the output "
-            "directory's traces/ folder (perfscope report OUT_DIR), or run perfscope analyze on them."))
-    rank = found.rank
-    steps = [s for s in model.steps_of(summary) if s.get("rank") == rank]
+    if found is not None and found.replaced:  # the problem says what to do: another run's trace
+        return section("timeline", title, note(f"No timeline: {found.problem}."))
+    why = found.problem if found is not None else "no trace files were given"
+    return section("timeline", title, note(
+        f"The timeline needs the trace files ({why}). Re-render with the traces in the output "
+        "directory's traces/ folder (perfscope report OUT_DIR), or run perfscope analyze on them."))
+
+
+def _views(summary: dict, found) -> list:
+    """``(summary step, prepared trace, window index)`` of each of the rank's steps the traces hold."""
     views = []
-    for s in steps:
+    for s in (s for s in model.steps_of(summary) if s.get("rank") == found.rank):
         for prep in found.prepared():
             i = prep.step_index(s.get("step"))
             if i is not None:
                 views.append((s, prep, i))
                 break
-    if not views:
-        return section("timeline", title, note(f"The traces of rank {rank} hold none of the summary's steps; "
-                                               "they are not the traces this summary was made from."))
+    return views
+
+
+def _choose(summary: dict, views: list, step) -> tuple[int, int | None, list[int]]:
+    """(the view shown first: ``step``'s, else the representative step's; the representative's;
+    the views pre-rendered, :data:`MAX_VIEWS` around the first)."""
     chosen = next((k for k, (s, _, _) in enumerate(views) if step is not None and s.get("step") == step), None)
     rep = model.representative_index(summary, [v[0] for v in views])
     if chosen is None:
         chosen = rep if rep is not None else 0
     lo = max(0, min(chosen - MAX_VIEWS // 2, len(views) - MAX_VIEWS))
-    shown = list(range(lo, min(len(views), lo + MAX_VIEWS)))
+    return chosen, rep, list(range(lo, min(len(views), lo + MAX_VIEWS)))
+
+
+def _pane(rid: str, label: str, tag: str, s: dict, prep, i: int, caption: str, checked: str = "") -> tuple[str, str]:
+    """(radio button with its label, the pane it shows) of one step's view; ``tag`` follows the
+    label on the button only."""
+    button = (f'<input type="radio" name="tl" id="{rid}"{checked}><label for="{rid}">{esc(label)}{esc(tag)} · '
+              f'{ms(s.get("step_time_us"))} · {esc(s.get("verdict") or s.get("status") or "-")}</label>')
+    pane = f'<div class="{rid}"><figure>{_svg(prep, i, label)}<figcaption>{esc(caption)}</figcaption></figure></div>'
+    return button, pane
+
+
+def render(summary: dict, found, step=None, others=()) -> str:
+    """``found``: a :class:`perfscope.reports.traces.Found` (traces located for one rank) or None;
+    ``others``: the Found of further ranks, each shown at its representative step."""
+    title = "Timeline of a representative step"
+    if found is None or found.problem:
+        return _no_timeline(found)
+    rank = found.rank
+    views = _views(summary, found)
+    if not views:
+        return section("timeline", title, note(f"The traces of rank {rank} hold none of the summary's steps; "
+                                               "they are not the traces this summary was made from."))
+    chosen, rep, shown = _choose(summary, views, step)
     picker, panes = [], []
     for pos, k in enumerate(shown):
         s, prep, i = views[k]
         label = f"step {s.get('step')}"
-        rid = f"tl{pos}"
-        checked = " checked" if k == chosen else ""
         tag = " (representative)" if k == rep else ""
-        picker.append(f'<input type="radio" name="tl" id="{rid}"{checked}><label for="{rid}">{esc(label)}{esc(tag)} · '
-                      f'{ms(s.get("step_time_us"))} · {esc(s.get("verdict") or s.get("status") or "-")}</label>')
         caption = (f"Rank {rank}, {label}{tag}: {ms(s.get('step_time_us'))}, {s.get('verdict') or s.get('status') or '-'}. One pixel is "
                    f"{(prep.windows.end[i] - prep.windows.start[i]) / 1e3 / COLUMNS:.1f} µs; events narrower than a "
                    "pixel are merged and a paler block is busy only part of its time. Hover for event names.")
-        panes.append(f'<div class="{rid}"><figure>{_svg(prep, i, label)}<figcaption>{esc(caption)}</figcaption></figure></div>')
+        button, pane = _pane(f"tl{pos}", label, tag, s, prep, i, caption, " checked" if k == chosen else "")
+        picker.append(button)
+        panes.append(pane)
     other_ranks = [v for v in (_rank_view(summary, f) for f in others) if v is not None]
     for pos, (s, prep, i) in enumerate(other_ranks, start=len(shown)):
-        label, rid = f"rank {s.get('rank')} · step {s.get('step')}", f"tl{pos}"
-        picker.append(f'<input type="radio" name="tl" id="{rid}"><label for="{rid}">{esc(label)} · '
-                      f'{ms(s.get("step_time_us"))} · {esc(s.get("verdict") or s.get("status") or "-")}</label>')
+        label = f"rank {s.get('rank')} · step {s.get('step')}"
         caption = (f"Rank {s.get('rank')}, step {s.get('step')} (its representative step): {ms(s.get('step_time_us'))}, "
                    f"{s.get('verdict') or s.get('status') or '-'}.")
-        panes.append(f'<div class="{rid}"><figure>{_svg(prep, i, label)}<figcaption>{esc(caption)}</figcaption></figure></div>')
+        button, pane = _pane(f"tl{pos}", label, "", s, prep, i, caption)
+        picker.append(button)
+        panes.append(pane)
     more = ""
     if len(views) > len(shown):
         more = note(f"{len(shown)} of rank {rank}'s {len(views)} steps are pre-rendered here; "
