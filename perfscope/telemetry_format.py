@@ -58,6 +58,24 @@ def _in_range(field: str, v) -> bool:
     return _number(v) and low <= v <= high
 
 
+def _text(v, limit: int) -> str | None:
+    return v[:limit] if isinstance(v, str) else None
+
+
+def _devices(value) -> list[dict]:
+    """The record's devices (``index``, ``name``, ``uuid``; None where not of their type)."""
+    return [{"index": d.get("index") if type(d.get("index")) is int else None, "name": _text(d.get("name"), 100),
+             "uuid": _text(d.get("uuid"), 100)} for d in (value if isinstance(value, list) else []) if isinstance(d, dict)]
+
+
+def _usable(sample, devices: int) -> bool:
+    """A sample row of :data:`FIELDS`: a time, a device index into the record's devices, and each
+    value of its type and within :data:`RANGES`."""
+    return (isinstance(sample, list) and len(sample) == len(FIELDS) and _number(sample[0]) and sample[0] >= 0
+            and type(sample[1]) is int and 0 <= sample[1] < devices
+            and all(_in_range(f, v) for f, v in zip(FIELDS[2:], sample[2:])))
+
+
 def parse(value) -> tuple[dict, list[str]]:
     """The telemetry record, checked, and what was refused.
 
@@ -73,22 +91,14 @@ def parse(value) -> tuple[dict, list[str]]:
             "not perfscope's telemetry record"]
     if isinstance(value.get("skipped"), str):
         return {"skipped": value["skipped"][:300]}, []
-    devices = [d for d in value.get("devices") or [] if isinstance(d, dict)]
-    devices = [{"index": d.get("index") if type(d.get("index")) is int else None,
-                "name": d.get("name")[:100] if isinstance(d.get("name"), str) else None,
-                "uuid": d.get("uuid")[:100] if isinstance(d.get("uuid"), str) else None} for d in devices]
+    devices = _devices(value.get("devices"))
     fields = value.get("fields")
     raw = value.get("samples")
     if fields != list(FIELDS) or not isinstance(raw, list):
         return {"skipped": "the trace's telemetry record has no usable fields or samples"}, [
             "telemetry record without its fields or samples"]
-    samples, bad = [], 0
-    for s in raw[:MAX_SAMPLES]:
-        if (not isinstance(s, list) or len(s) != len(FIELDS) or not _number(s[0]) or s[0] < 0 or type(s[1]) is not int
-                or not 0 <= s[1] < len(devices) or not all(_in_range(f, v) for f, v in zip(FIELDS[2:], s[2:]))):
-            bad += 1
-            continue
-        samples.append(dict(zip(FIELDS, s)))
+    samples = [dict(zip(FIELDS, s)) for s in raw[:MAX_SAMPLES] if _usable(s, len(devices))]
+    bad = min(len(raw), MAX_SAMPLES) - len(samples)
     problems = [f"{bad} telemetry samples are unusable (a value out of its range, or of the wrong type)"] if bad else []
     if len(raw) > MAX_SAMPLES:
         problems.append(f"{len(raw) - MAX_SAMPLES} telemetry samples beyond the first {MAX_SAMPLES}")
