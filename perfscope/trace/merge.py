@@ -66,15 +66,7 @@ def merge_traces(files: list[Path], node_offsets_us: dict[int, float] | None = N
     Raises:
         TraceFormatError: a file is no trace, or two files claim one rank.
     """
-    loaded, lines = [], []
-    for f in files:
-        data = load_trace(f)
-        if data.get(MERGED_KEY) is not None:  # an earlier merge's view, whatever its name
-            lines.append(f"left out {f.name}: a view merged earlier, not a rank's trace")
-            continue
-        loaded.append((f, data))
-    if not loaded:
-        raise TraceFormatError("no rank trace to merge (only merged views)")
+    loaded, lines = _rank_traces(files)
     ranks = [_rank(d, i) for i, (_, d) in enumerate(loaded)]
     if len(set(ranks)) != len(ranks):
         dup = sorted({r for r in ranks if ranks.count(r) > 1})
@@ -87,31 +79,7 @@ def merge_traces(files: list[Path], node_offsets_us: dict[int, float] | None = N
         # a file without a base time keeps its times as written: there is nothing to move them by
         shift = ((base - first) / 1000.0 if base is not None and first is not None else 0.0)
         shift -= (node_offsets_us or {}).get(rank, 0.0)
-        kept = 0
-        pids: dict = {}
-        named = set()
-        for e in data["traceEvents"]:
-            if not isinstance(e, dict):
-                continue
-            kept += 1
-            e = dict(e)
-            if "pid" in e:
-                key = str(e["pid"])
-                e["pid"] = pids.setdefault(key, (rank + 1) * PID_STRIDE + len(pids))
-            if isinstance(e.get("ts"), (int, float)) and not isinstance(e.get("ts"), bool):
-                e["ts"] = e["ts"] + shift
-            if e.get("ph") in _FLOW and "id" in e:
-                e["id"] = f"{rank}:{e['id']}"
-            if e.get("ph") == "M" and e.get("name") == "process_name" and isinstance(e.get("args"), dict):
-                e["args"] = {**e["args"], "name": f"rank {rank}: {e['args'].get('name', '')}"}
-                named.add(e.get("pid"))
-            if e.get("ph") == "M" and e.get("name") == "process_sort_index":
-                continue  # replaced below: ranks in order
-            events.append(e)
-        for key, pid in pids.items():
-            if pid not in named:
-                events.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"rank {rank}: {key}"}})
-            events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}})
+        kept = _add_rank(events, data["traceEvents"], rank, shift)
         dropped = len(data["traceEvents"]) - kept
         moved = f"clock moved {shift:+.1f} µs" if base is not None else "no baseTimeNanoseconds: times kept as written"
         lines.append(f"rank {rank}: {path.name}, {kept:,} events" + (f" ({dropped:,} not events, left out)" if dropped
@@ -119,6 +87,56 @@ def merge_traces(files: list[Path], node_offsets_us: dict[int, float] | None = N
     merged = {"traceEvents": events, "baseTimeNanoseconds": first or 0, "displayTimeUnit": "ms",
               MERGED_KEY: {"ranks": sorted(ranks), "files": [str(f) for f, _ in loaded]}}
     return merged, lines
+
+
+def _rank_traces(files: list[Path]) -> tuple[list[tuple[Path, dict]], list[str]]:
+    """The files' traces, less views an earlier merge wrote (a line says each was left out).
+
+    Raises:
+        TraceFormatError: a file is no trace, or only merged views are left.
+    """
+    loaded, lines = [], []
+    for f in files:
+        data = load_trace(f)
+        if data.get(MERGED_KEY) is not None:  # an earlier merge's view, whatever its name
+            lines.append(f"left out {f.name}: a view merged earlier, not a rank's trace")
+            continue
+        loaded.append((f, data))
+    if not loaded:
+        raise TraceFormatError("no rank trace to merge (only merged views)")
+    return loaded, lines
+
+
+def _add_rank(events: list, rank_events: list, rank: int, shift: float) -> int:
+    """Append one rank's events to ``events``: its processes renumbered and named after the rank,
+    times moved by ``shift`` µs, flow ids made the rank's own, its processes sorted in rank order.
+    Returns how many of ``rank_events`` were events (objects)."""
+    kept = 0
+    pids: dict = {}
+    named = set()
+    for e in rank_events:
+        if not isinstance(e, dict):
+            continue
+        kept += 1
+        e = dict(e)
+        if "pid" in e:
+            key = str(e["pid"])
+            e["pid"] = pids.setdefault(key, (rank + 1) * PID_STRIDE + len(pids))
+        if isinstance(e.get("ts"), (int, float)) and not isinstance(e.get("ts"), bool):
+            e["ts"] = e["ts"] + shift
+        if e.get("ph") in _FLOW and "id" in e:
+            e["id"] = f"{rank}:{e['id']}"
+        if e.get("ph") == "M" and e.get("name") == "process_name" and isinstance(e.get("args"), dict):
+            e["args"] = {**e["args"], "name": f"rank {rank}: {e['args'].get('name', '')}"}
+            named.add(e.get("pid"))
+        if e.get("ph") == "M" and e.get("name") == "process_sort_index":
+            continue  # replaced below: ranks in order
+        events.append(e)
+    for key, pid in pids.items():
+        if pid not in named:
+            events.append({"ph": "M", "name": "process_name", "pid": pid, "args": {"name": f"rank {rank}: {key}"}})
+        events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "args": {"sort_index": pid}})
+    return kept
 
 
 def write_merged(merged: dict, path: Path) -> Path:
