@@ -144,3 +144,14 @@ def what_if(rows: Iterable[Mapping]) -> list[dict]:
         out.append({"class": c, "step_time_us": now, "step_time_without_us": without,
                     "saved_us_per_step": now - without, "speedup": speedup(now, without)})
     return sorted(out, key=lambda e: e["step_time_without_us"])
+
+
+def slowest_rank(rows: Iterable[Mapping]):
+    """The rank the others wait for: the largest ``median_compute_us`` (µs) of per-rank rows
+    (``details.ranks``), its own work and not its waits -- a rank that waits for the others in
+    every collective has the longest *step* without being the cause. None for fewer than two ranks
+    or when no row has a number; the analysis and the report's fallback both use this rule."""
+    rows = [r for r in rows if isinstance(r, Mapping) and _finite(r.get("median_compute_us")) is not None]
+    if len(rows) < 2:
+        return None
+    return max(rows, key=lambda r: _finite(r.get("median_compute_us"))).get("rank")

@@ -95,8 +95,8 @@ def rank_rows(summary: dict) -> tuple[list[dict], int | None]:
     if isinstance(d.get("ranks"), list) and d["ranks"]:
         rows = [r for r in d["ranks"] if isinstance(r, dict)]
         slowest = d.get("slowest_rank")
-        if slowest is None and rows:
-            slowest = max(rows, key=lambda r: num(r.get("median_step_time_us")) or 0.0).get("rank")
+        if slowest is None:
+            slowest = steptime.slowest_rank(rows)
         return rows, slowest
     by_rank: dict = {}
     for s in counted_steps(summary):
@@ -112,5 +112,4 @@ def rank_rows(summary: dict) -> tuple[list[dict], int | None]:
             "median_comm_us": _median(s.get("comm_us") for s in ss),
             "wait_for_slowest_us": None,
         })
-    slowest = max(rows, key=lambda r: r["median_step_time_us"] or 0.0)["rank"] if len(rows) > 1 else None
-    return rows, slowest
+    return rows, steptime.slowest_rank(rows)

@@ -63,3 +63,12 @@ def test_speedup_is_throughput_ratio_and_refuses_unknowns():
 def test_rows_without_a_usable_time_are_left_out():
     r = rows([100, 100]) + [{"rank": 0, "step": 9, "step_time_us": float("nan")}, {"rank": 0, "step": 8}]
     assert steptime.step_time_us(r) == pytest.approx(100)
+
+
+def test_the_slowest_rank_is_the_one_with_the_most_compute_not_the_longest_step():
+    rows = [{"rank": 0, "median_step_time_us": 120.0, "median_compute_us": 60.0},   # waits in collectives
+            {"rank": 1, "median_step_time_us": 100.0, "median_compute_us": 90.0},   # the one waited for
+            {"rank": 2, "median_step_time_us": 130.0, "median_compute_us": None}]
+    assert steptime.slowest_rank(rows) == 1
+    assert steptime.slowest_rank(rows[:1]) is None  # one rank: nobody waits for it
+    assert steptime.slowest_rank([rows[0], rows[2], "junk"]) is None

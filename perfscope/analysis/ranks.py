@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from perfscope import steptime
 from perfscope.analysis.intervals import locate
 from perfscope.analysis.nodes import node_offsets_ns
 from perfscope.trace.kinds import EventKind, is_collective_range, is_comm_kernel
@@ -191,5 +192,4 @@ def rank_rows(frame: pd.DataFrame, mode: str, skew: dict) -> tuple[list[dict], i
             "median_late_us": float(mine["late_us"].median()) if len(mine) and mine["late_us"].notna().any() else None,
             "median_collective_wait_us": float(mine["wait_us"].median()) if len(mine) else None,
         })
-    slowest = max(rows, key=lambda r: r["median_compute_us"])["rank"] if len(rows) > 1 else None
-    return rows, slowest
+    return rows, steptime.slowest_rank(rows)
