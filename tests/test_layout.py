@@ -11,20 +11,11 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = {"perfscope": "perfscope", "tuner": "perfscope.tuner", "reports": "perfscope.reports",
-           "fused_ops": "perfscope.fused_ops"}
+from test_import_graph import FOLDERS, ROOT, modules
 
 
 def tree_packages() -> set[str]:
-    found = set()
-    for folder, name in FOLDERS.items():
-        for init in (ROOT / folder).rglob("__init__.py"):
-            rel = init.parent.relative_to(ROOT / folder).parts
-            if folder == "perfscope" and rel and rel[0] in FOLDERS:
-                continue
-            found.add(".".join((name, *rel)))
-    return found
+    return {name for name, (_, is_package) in modules().items() if is_package}
 
 
 def test_pyproject_lists_every_package_of_the_tree_and_maps_the_folders():

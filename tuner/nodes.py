@@ -32,7 +32,8 @@ from pathlib import Path
 from perfscope.collect.nodes import NNODES_ENV, NodeLaunch
 from perfscope.errors import PerfscopeError
 from perfscope.text import safe
-from perfscope.tuner.board import Alive, BoardError, Done, NodeLost, Record, Stop, Stopped, Trial, decode, encode, require_secret
+from perfscope.tuner.board import Alive, BoardError, Done, Record, Stop, Stopped, Trial, decode, encode, require_secret
+from perfscope.tuner.board import NodeLost  # noqa: F401 - raised by run_trial, named here too (nodes.NodeLost)
 
 # Runs rendezvous on ports above the board's, in turn: a run's port is free again long before it
 # comes round (its server closed when the run ended).

@@ -225,7 +225,7 @@ def run_trial(
     Raises:
         KeyboardInterrupt: after stopping the trial's processes.
         OSError: the work folder cannot be written.
-        tuner.nodes.NodeLost: a node of a multi-node job went away during the trial (after stopping it).
+        perfscope.tuner.board.NodeLost: a node of a multi-node job went away during the trial (after stopping it).
     """
     work_dir = Path(work_dir)
     spec = dataclasses.replace(spec, measure_steps=measure_steps_for(spec.measure_steps, loader_workers),

@@ -96,9 +96,9 @@ def profile_in_process(
 
     from perfscope.collect.window import Window
 
-    # Ranks of one job must stop at the same step: only a process on its own lengthens its window.
-    alone = world_size == 1 and int(os.environ.get("WORLD_SIZE", "1") or 1) == 1
-    window = Window(torch, schedule, records=lambda: prof.steps, extend=alone)
+    # Ranks of one job must stop at the same step: only a process on its own lengthens its window
+    # (collect() and the rank worker pass the job's world size, read and checked from torchrun's env).
+    window = Window(torch, schedule, records=lambda: prof.steps, extend=world_size == 1)
     ours = build_profiler(torch, schedule, exporter, window=window)
     job = JobWatch()
     telemetry = TelemetrySampler()  # samples nothing until the script has a CUDA device

@@ -16,7 +16,6 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from perfscope.trace import columns as col
 from perfscope.trace.kinds import EventKind
 from perfscope.trace.quality import DataQuality
 

@@ -180,9 +180,12 @@ def _rank_view(summary: dict, found):
     return None
 
 
+TITLE = "Timeline of a representative step"
+
+
 def _no_timeline(found) -> str:
     """The section's words when there is nothing to draw from."""
-    title = "Timeline of a representative step"
+    title = TITLE
     if found is not None and found.replaced:  # the problem says what to do: another run's trace
         return section("timeline", title, note(f"No timeline: {found.problem}."))
     why = found.problem if found is not None else "no trace files were given"
@@ -226,7 +229,7 @@ def _pane(rid: str, label: str, tag: str, s: dict, prep, i: int, caption: str, c
 def render(summary: dict, found, step=None, others=()) -> str:
     """``found``: a :class:`perfscope.reports.traces.Found` (traces located for one rank) or None;
     ``others``: the Found of further ranks, each shown at its representative step."""
-    title = "Timeline of a representative step"
+    title = TITLE
     if found is None or found.problem:
         return _no_timeline(found)
     rank = found.rank
