@@ -108,13 +108,20 @@ def cmd_report(args) -> int:
     if out.is_dir():
         raise PerfscopeError(f"--out {args.out}: is a directory; give the HTML file to write")
     from perfscope.reports import write_report
+    from perfscope.reports.bottleneck import timeline_of
+    from perfscope.reports.timeline_record import read_beside
     from perfscope.reports.traces import locate
 
-    for replaced in locate(summary, path.parent).replaced:
-        print(f"perfscope: warning: {safe(replaced)} is no longer the trace {safe(path)} was made from (a later run "
-              "replaced it): its events are left out of the timeline", file=sys.stderr)
+    stored, stored_problem = read_beside(path, summary)
+    if stored_problem:
+        print(f"perfscope: warning: {safe(stored_problem)}: the timeline is drawn from the traces", file=sys.stderr)
+    if stored is None or not stored.holds(args.step):
+        for replaced in locate(summary, path.parent).replaced:
+            print(f"perfscope: warning: {safe(replaced)} is no longer the trace {safe(path)} was made from (a later "
+                  "run replaced it): its events are left out of the timeline", file=sys.stderr)
     try:
-        written = write_report(summary, out, base_dir=path.parent, step=args.step)
+        drawn = timeline_of(summary, base_dir=path.parent, step=args.step, stored=stored, stored_problem=stored_problem)
+        written = write_report(summary, out, base_dir=path.parent, step=args.step, drawn=drawn)
     except (KeyError, TypeError, AttributeError) as e:
         raise PerfscopeError(f"{path}: malformed summary ({type(e).__name__}: {e})") from None
     print(f"wrote {safe(written)}")

@@ -1,5 +1,6 @@
 """A run's output directory: made (never shared by default), checked writable, given
-``summary.json`` and ``report.html`` as one unit, removed again when a run left it empty."""
+``summary.json``, ``report.html`` and ``timeline.json`` as one unit, removed again when a run left
+it empty."""
 
 from __future__ import annotations
 
@@ -67,28 +68,39 @@ def remove_if_empty(out: Path) -> None:
 
 def write_outputs(summary: dict, out_dir: str | os.PathLike, tables: dict | None = None,
                   timelines: dict | None = None) -> dict[str, Path]:
-    """Write ``summary.json`` and ``report.html`` of a summary record into ``out_dir``, as one
-    unit (:func:`perfscope.atomic.write_files_atomic`: both are complete before either replaces
-    an earlier file). The report's timeline uses ``tables`` -- the analysis's trace tables by
-    path -- and their ``timelines`` (``Analysis.timelines``), and reads any other trace it needs
-    from disk.
+    """Write ``summary.json``, ``report.html`` and, when the traces give one, ``timeline.json`` (the
+    timeline's drawings, so the report renders again without the traces:
+    :mod:`perfscope.reports.timeline_record`) into ``out_dir`` as one unit
+    (:func:`perfscope.atomic.write_files_atomic`: all are complete before any replaces an earlier
+    file). The timeline uses ``tables`` -- the analysis's trace tables by path -- and their
+    ``timelines`` (``Analysis.timelines``), and reads any other trace it needs from disk. An
+    earlier ``timeline.json`` there is removed when this run has none.
 
     Returns:
-        The written paths by name (``"summary"``, ``"report"``).
+        The written paths by name (``"summary"``, ``"report"``, ``"timeline"`` when written).
 
     Raises:
         PerfscopeError: the directory cannot be written, or the files cannot be (a full disk);
             the earlier outputs in it are then unchanged, and the message says so.
     """
     from perfscope.reports import render_report
+    from perfscope.reports.bottleneck import timeline_of
+    from perfscope.reports.timeline_record import FILE_NAME, TimelineRecord, encode
 
     out = ensure_writable_dir(out_dir)
     paths = {"summary": out / "summary.json", "report": out / "report.html"}
-    html = render_report(summary, base_dir=out, tables=tables, timelines=timelines)
+    drawn = timeline_of(summary, base_dir=out, tables=tables, timelines=timelines)
+    html = render_report(summary, base_dir=out, drawn=drawn)
+    files = {paths["summary"]: dump_summary(summary), paths["report"]: html.encode("utf-8")}
+    if isinstance(drawn, TimelineRecord):
+        paths["timeline"] = out / FILE_NAME
+        files[paths["timeline"]] = encode(drawn)
     try:
-        write_files_atomic({paths["summary"]: dump_summary(summary), paths["report"]: html.encode("utf-8")})
+        write_files_atomic(files)
+        if "timeline" not in paths:
+            (out / FILE_NAME).unlink(missing_ok=True)  # an earlier run's drawings are not this summary's
     except OSError as e:
-        raise PerfscopeError(f"cannot write summary.json and report.html to {out}: {e.strerror or e}; "
+        raise PerfscopeError(f"cannot write the outputs to {out}: {e.strerror or e}; "
                              "any earlier ones there are unchanged") from None
     return paths
 

@@ -4,8 +4,9 @@ Sections, verdict first (after the warnings, when there are any), in the order o
 from which both the page's nav and its body are built: verdict and recommendations, per-step
 breakdown, timeline of a representative step (needs the traces), idle gaps, top kernels, launch
 statistics, memory copies, memory (peak and headroom), GPU telemetry (GPU runs), ranks, nodes
-(multi-node runs), data quality, run facts. Every section renders from the summary record alone except the timeline, which
-reads the traces of one rank when they can be found (``reports.traces``) and otherwise says so.
+(multi-node runs), data quality, run facts. Every section renders from the summary record alone except the timeline,
+which draws from ``timeline.json`` beside it (written with the summary) or from the traces when they
+can be found (``reports.traces``), and otherwise says so.
 """
 
 from __future__ import annotations
@@ -18,17 +19,16 @@ from perfscope.atomic import write_text_atomic
 from perfscope.reports import model
 from perfscope.reports import traces as _traces
 from perfscope.reports.html import esc, page
+from perfscope.reports.timeline_record import TimelineRecord
 from perfscope.reports.sections import facts, gaps, kernels, memcpy, memory, nodes, quality, ranks, steps, telemetry, timeline, verdict
 
 
 @dataclass(frozen=True)
 class Traces:
-    """What the timeline draws from: the representative rank's trace and up to
-    ``timeline.MAX_OTHER_RANKS`` others (``reports.traces.load``; None when not found), and the step."""
+    """What the timeline section draws: a :class:`~perfscope.reports.timeline_record.TimelineRecord`
+    (built from the traces or stored beside the summary), or the note saying why there is none."""
 
-    found: object = None
-    others: tuple = ()
-    step: int | None = None
+    timeline: TimelineRecord | str
 
 
 def _gpu(summary: dict) -> bool:
@@ -58,7 +58,7 @@ def _fixed(text: str) -> Callable[[dict], str]:
 SECTIONS = (
     Section("verdict", _fixed("Verdict"), lambda s, t: verdict.render(s)),
     Section("steps", _fixed("Steps"), lambda s, t: steps.render(s)),
-    Section("timeline", _fixed("Timeline"), lambda s, t: timeline.render(s, t.found, t.step, list(t.others))),
+    Section("timeline", _fixed("Timeline"), lambda s, t: timeline.render(t.timeline)),
     Section("gaps", _fixed("Idle gaps"), lambda s, t: gaps.render(s)),
     Section("kernels", lambda s: "Top kernels" if _gpu(s) else "Top operators", lambda s, t: kernels.render_top(s)),
     Section("launch", _fixed("Launches"), lambda s, t: kernels.render_launch(s)),
@@ -88,8 +88,32 @@ def header(summary: dict, heading: str = "perfscope bottleneck report") -> str:
     return f'<h1>{esc(heading)}</h1>\n<p class="muted">{" · ".join(esc(b) for b in bits)}</p>'
 
 
+def timeline_of(summary: dict, *, base_dir: str | Path | None = None, step=None, tables: dict | None = None,
+                timelines: dict | None = None, stored: TimelineRecord | None = None,
+                stored_problem: str | None = None) -> TimelineRecord | str:
+    """What the timeline section draws: ``stored`` (a ``timeline.json`` of this summary) where it
+    holds ``step``, else a record built from the traces of up to ``1 + timeline.MAX_OTHER_RANKS``
+    ranks that are still on disk (``reports.traces``), else the note saying why there is none
+    (with ``stored_problem``, why a stored record could not serve).
+
+    ``base_dir``, ``tables`` and ``timelines`` as in :func:`render_report`.
+    """
+    if stored is not None and stored.holds(step):
+        return stored.choose(step)
+    if stored is not None:
+        stored_problem = (f"step {step} is not among its steps "
+                          f"({', '.join(str(v.step) for v in stored.views)})")
+    located = _traces.locate_ranks(summary, Path(base_dir) if base_dir is not None else None)
+    first = _traces.load(located[0], tables, timelines)
+    if first.problem:
+        return timeline.no_timeline(first, stored_problem)
+    others = tuple(_traces.load(f, tables, timelines) for f in located[1:1 + timeline.MAX_OTHER_RANKS])
+    return timeline.build(summary, first, step, others)
+
+
 def render_report(summary: dict, *, base_dir: str | Path | None = None, step=None, find_traces: bool = True,
-                  tables: dict | None = None, timelines: dict | None = None) -> str:
+                  tables: dict | None = None, timelines: dict | None = None,
+                  drawn: TimelineRecord | str | None = None) -> str:
     """The report page for a summary record (as from :func:`perfscope.summary.build_summary`).
 
     Args:
@@ -102,30 +126,31 @@ def render_report(summary: dict, *, base_dir: str | Path | None = None, step=Non
             instead of parsing those files again.
         timelines: Their step windows and partition sets by the same paths
             (``Analysis.timelines``): used instead of finding them again.
+        drawn: The timeline section's content already made (:func:`timeline_of`); the traces are
+            then not looked for.
 
     Returns:
         One self-contained HTML document (str).
     """
-    drawn = Traces(step=step)
-    if find_traces:
-        located = _traces.locate_ranks(summary, Path(base_dir) if base_dir is not None else None)
-        drawn = Traces(_traces.load(located[0], tables, timelines),
-                       tuple(_traces.load(f, tables, timelines) for f in located[1:1 + timeline.MAX_OTHER_RANKS]), step)
+    if drawn is None:
+        drawn = (timeline_of(summary, base_dir=base_dir, step=step, tables=tables, timelines=timelines)
+                 if find_traces else timeline.no_timeline(None))
     shown = [s for s in SECTIONS if s.shows(summary)]
     nav = [(s.anchor, s.label(summary)) for s in shown]
-    body = quality.render_warnings(summary) + "".join(s.render(summary, drawn) for s in shown)
+    body = quality.render_warnings(summary) + "".join(s.render(summary, Traces(drawn)) for s in shown)
     title = f"perfscope: {(summary.get('overall') or {}).get('verdict') or 'no verdict'}"
     return page(title, header(summary), nav, body)
 
 
 def write_report(summary: dict, path: str | Path, *, base_dir: str | Path | None = None, step=None,
-                 find_traces: bool = True, tables: dict | None = None, timelines: dict | None = None) -> Path:
+                 find_traces: bool = True, tables: dict | None = None, timelines: dict | None = None,
+                 drawn: TimelineRecord | str | None = None) -> Path:
     """Render the report and write it to ``path`` atomically.
 
-    ``base_dir`` defaults to the directory of ``path`` (the output directory); ``tables`` and ``timelines`` as in
+    ``base_dir`` defaults to the directory of ``path`` (the output directory); the others as in
     :func:`render_report`.
     """
     path = Path(path)
     html = render_report(summary, base_dir=path.parent if base_dir is None else base_dir, step=step,
-                         find_traces=find_traces, tables=tables, timelines=timelines)
+                         find_traces=find_traces, tables=tables, timelines=timelines, drawn=drawn)
     return write_text_atomic(path, html)

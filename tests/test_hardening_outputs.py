@@ -25,7 +25,7 @@ def test_a_full_disk_leaves_the_earlier_summary_and_report_together(tmp_path, mo
     first = _analysis(gpu_trace(tmp_path / "a.json", steps=3))
     out = tmp_path / "out"
     write_outputs(first.summary(), out, first.tables)
-    before = {name: (out / name).read_bytes() for name in ("summary.json", "report.html")}
+    before = {name: (out / name).read_bytes() for name in ("summary.json", "report.html", "timeline.json")}
 
     real_write = os.write
     calls = {"n": 0}
@@ -43,7 +43,7 @@ def test_a_full_disk_leaves_the_earlier_summary_and_report_together(tmp_path, mo
         write_outputs(second.summary(), out, second.tables)
     monkeypatch.undo()
     assert {name: (out / name).read_bytes() for name in before} == before
-    assert sorted(p.name for p in out.iterdir()) == ["report.html", "summary.json"]  # no temporary left
+    assert sorted(p.name for p in out.iterdir()) == ["report.html", "summary.json", "timeline.json"]  # no temporary
 
 
 class _RawFile:
@@ -78,6 +78,11 @@ def test_report_leaves_out_a_trace_that_a_later_run_replaced(tmp_path, capsys):
 
     # A re-run interrupted after its trace was written: the new trace beside the old summary.
     gpu_trace(trace, steps=6, kernel_name="second_run_kernel")
+    assert main(["report", str(out)]) == 0
+    html = (out / "report.html").read_text()  # drawn from the first run's timeline.json
+    assert "first_run_kernel" in html and "second_run_kernel" not in html
+
+    (out / "timeline.json").unlink()  # then only the traces could draw it
     assert main(["report", str(out)]) == 0
     err = capsys.readouterr().err
     assert "is no longer the trace" in err and "left out of the timeline" in err

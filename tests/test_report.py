@@ -199,13 +199,52 @@ def test_report_command_re_renders_with_and_without_traces(tmp_path):
     html = (out / "report.html").read_text()
     assert 'id="tl0"' in html  # the timeline, from the recorded trace path
 
-    trace.unlink()  # the summary alone
+    trace.unlink()  # the output folder alone: the timeline is drawn from timeline.json, as before
     r = run_cli(tmp_path, "report", out / "summary.json", "--out", tmp_path / "again.html")
     assert r.returncode == 0, r.stderr
-    html = (tmp_path / "again.html").read_text()
-    assert sections(html) == list(GPU_SECTIONS)
-    assert "The timeline needs the trace files" in html
-    assert 'id="tl0"' not in html
+    again = (tmp_path / "again.html").read_text()
+    assert sections(again) == list(GPU_SECTIONS)
+    assert _timeline(again) == _timeline(html)
+
+    (out / "timeline.json").unlink()  # the summary alone
+    r = run_cli(tmp_path, "report", out / "summary.json", "--out", tmp_path / "alone.html")
+    assert r.returncode == 0, r.stderr
+    alone = (tmp_path / "alone.html").read_text()
+    assert sections(alone) == list(GPU_SECTIONS)
+    assert "The timeline needs the trace files" in alone
+    assert 'id="tl0"' not in alone
+
+
+def test_a_saved_output_folder_renders_its_timeline_with_the_traces_deleted(tmp_path):
+    out = tmp_path / "out"
+    trace = gpu_trace(tmp_path / "t.json", steps=5)
+    assert run_cli(tmp_path, "analyze", trace, "--out", out).returncode == 0
+    first = _timeline((out / "report.html").read_text())
+    trace.unlink()
+    (out / "report.html").unlink()
+    r = run_cli(tmp_path, "report", out)
+    assert r.returncode == 0, r.stderr
+    assert _timeline((out / "report.html").read_text()) == first  # every pre-rendered step, as drawn at first
+    assert "<svg" in first and 'id="tl1"' in first
+
+    # a stored step is chosen from the record; one it lacks needs the traces, and the note says so
+    r = run_cli(tmp_path, "report", out, "--step", "4", "--out", tmp_path / "s4.html")
+    assert r.returncode == 0, r.stderr
+    assert re.search(r'id="tl\d+" checked><label[^>]*>step 4', (tmp_path / "s4.html").read_text())
+
+    # a timeline.json of another summary is not drawn as this one's
+    other = tmp_path / "other"
+    assert run_cli(tmp_path, "analyze", gpu_trace(tmp_path / "u.json", steps=4), "--out", other).returncode == 0
+    (out / "timeline.json").write_bytes((other / "timeline.json").read_bytes())
+    r = run_cli(tmp_path, "report", out, "--out", tmp_path / "mixed.html")
+    assert r.returncode == 0, r.stderr
+    assert "belongs to another summary" in r.stderr
+    assert 'id="tl0"' not in (tmp_path / "mixed.html").read_text()
+
+    (out / "timeline.json").write_text("{not json")  # damaged: one warning line, the rest renders
+    r = run_cli(tmp_path, "report", out, "--out", tmp_path / "damaged.html")
+    assert r.returncode == 0, r.stderr
+    assert "malformed timeline record" in r.stderr and "Traceback" not in r.stderr
 
 
 def test_traces_in_the_out_dir_are_found_after_a_move(tmp_path):
