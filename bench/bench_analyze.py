@@ -55,7 +55,7 @@ ta = TraceAnalysis(trace_dir=sys.argv[1], include_last_profiler_step=True)
 tb = ta.get_temporal_breakdown(visualize=False)
 print("hta ranks:", len(ta.t.traces), "rows:", sum(len(df) for df in ta.t.traces.values()))
 """
-IMPORTS_ONLY = "import numpy, pandas, orjson, msgspec; import perfscope.analysis.run, perfscope.summary"
+IMPORTS_ONLY = "import numpy, pandas, orjson, msgspec; import perfscope.analysis.run, perfscope.record"
 
 
 def parse_floor(path: Path) -> float:

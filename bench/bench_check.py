@@ -33,7 +33,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from perfscope.check import MIN_STEPS, compare, step_sample  # noqa: E402
-from perfscope.summary import load_summary  # noqa: E402
+from perfscope.record import load_summary  # noqa: E402
 
 EXAMPLE = ROOT / "examples" / "compute_bound.py"
 

@@ -36,7 +36,7 @@ if str(ROOT) not in sys.path:
 
 from perfscope.emulate import EmulatedCluster, LinkShape  # noqa: E402
 from perfscope.forecast import Link, forecast, from_summary, target_cluster  # noqa: E402
-from perfscope.summary import load_summary  # noqa: E402
+from perfscope.record import load_summary  # noqa: E402
 
 MODEL = ["--width", "1024", "--depth", "2"]
 PER_NODE = 2

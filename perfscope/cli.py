@@ -88,7 +88,7 @@ def _summary_path(text: str) -> Path:
 
 
 def _load(text: str) -> tuple[Path, dict]:
-    from perfscope.summary import load_summary
+    from perfscope.record import load_summary
 
     path = _summary_path(text)
     summary = load_summary(path)

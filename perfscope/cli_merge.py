@@ -28,7 +28,7 @@ def add_merge_parser(sub) -> None:
 
 def _node_offsets(folder: Path) -> dict[int, float]:
     """rank -> µs to take out, from a summary.json beside the traces (``details.nodes``)."""
-    from perfscope.summary import load_summary
+    from perfscope.record import load_summary
 
     for candidate in (folder / "summary.json", folder.parent / "summary.json"):
         if candidate.is_file():
@@ -47,7 +47,7 @@ def _node_offsets(folder: Path) -> dict[int, float]:
 
 def _recorded_traces(out_dir: Path) -> list[Path]:
     """The trace files an output directory's summary.json was made from, where they still are."""
-    from perfscope.summary import load_summary
+    from perfscope.record import load_summary
 
     found = []
     for t in load_summary(out_dir / "summary.json").get("traces") or []:

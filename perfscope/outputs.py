@@ -11,7 +11,7 @@ from pathlib import Path
 
 from perfscope.atomic import write_files_atomic
 from perfscope.errors import PerfscopeError
-from perfscope.summary import dump_summary
+from perfscope.record import encode as dump_summary
 
 DEFAULT_OUT_ROOT = Path("perfscope-out")  # where every command's default output goes
 

@@ -114,7 +114,7 @@ def timeline_of(summary: dict, *, base_dir: str | Path | None = None, step=None,
 def render_report(summary: dict, *, base_dir: str | Path | None = None, step=None, find_traces: bool = True,
                   tables: dict | None = None, timelines: dict | None = None,
                   drawn: TimelineRecord | str | None = None) -> str:
-    """The report page for a summary record (as from :func:`perfscope.summary.build_summary`).
+    """The report page for a summary record (as from :func:`perfscope.analysis.summary.build_summary`).
 
     Args:
         summary: The record.

@@ -23,7 +23,7 @@ from tracekit import NCCL_NEW
 
 RANKS = 6
 BASE_NS = 1_700_000_000_000_000_000
-# Fields of summary.json that differ between two analyses of the same traces (perfscope/summary.py):
+# Fields of summary.json that differ between two analyses of the same traces (perfscope/analysis/summary.py):
 # only when it was written.
 VOLATILE = ("generated_at",)
 CLI_TIMEOUT_S = 180

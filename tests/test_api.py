@@ -8,7 +8,7 @@ import sys
 import orjson
 
 import perfscope
-from perfscope.summary import load_summary, write_summary
+from perfscope.record import load_summary, write_summary
 from perfscope.reports import render_report
 from tracegen import annotation, cpu_op, kernel, runtime, write_trace
 

@@ -20,12 +20,13 @@ MAY_IMPORT = {
     "fused_ops": set(),
     "runtime": {"trace", "fused_ops"},
     "collect": {"runtime", "process"},
-    "analysis": {"trace", "process"},
-    "check": {"analysis", "trace"},
-    "forecast": {"analysis", "trace", "runtime"},
-    "reports": {"analysis", "trace"},
+    "record": set(),
+    "analysis": {"trace", "process", "record"},
+    "check": {"analysis", "trace", "record"},
+    "forecast": {"analysis", "trace", "runtime", "record"},
+    "reports": {"analysis", "trace", "record"},
     "measure": {"collect", "runtime", "fused_ops", "process"},
-    "tuner": {"analysis", "collect", "measure", "reports", "runtime", "fused_ops", "trace", "process"},
+    "tuner": {"analysis", "collect", "measure", "reports", "runtime", "fused_ops", "trace", "process", "record"},
 }
 
 

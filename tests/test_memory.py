@@ -162,7 +162,7 @@ def test_host_memory_of_ranks_on_one_machine_is_summed(tmp_path):
 
 def test_peaks_above_the_capacity_are_said_and_the_summary_stays_readable(tmp_path):
     import perfscope
-    from perfscope.summary import load_summary, write_summary
+    from perfscope.record import load_summary, write_summary
 
     a = analyze(tmp_path, gpu_steps(), **record(90, allocated_gib=85, capacity_gib=80))
     m = a.details["memory"]

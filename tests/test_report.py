@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 import perfscope
-from perfscope.summary import load_summary, write_summary
+from perfscope.record import load_summary, write_summary
 from perfscope.reports import render_report
 from test_bad_input import assert_one_line_error, run_cli
 from tracegen import annotation, cpu_op, dataloader, kernel, launch, memcpy, runtime, step, write_trace

@@ -324,7 +324,7 @@ def _profile_after(session: TuningStudy, options: TuneOptions, recommendation: d
              "summary": "best/summary.json", "report": "best/report.html", "diff": None}
     baseline_summary = out / "baseline" / "summary.json"
     if baseline_summary.is_file():
-        from perfscope.summary import load_summary
+        from perfscope.record import load_summary
 
         confirmed = {"ratio": recommendation.get("speedup"), "low": recommendation.get("ci_low"),
                      "high": recommendation.get("ci_high"), "rounds": recommendation.get("rounds"),

@@ -84,7 +84,7 @@ class Analysis:
 
     def summary(self) -> dict:
         """The versioned ``summary.json`` record (see ``docs/summary.md``)."""
-        from perfscope.summary import build_summary
+        from perfscope.analysis.summary import build_summary
 
         return build_summary(self)
 

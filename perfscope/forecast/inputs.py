@@ -92,7 +92,7 @@ def from_summary(summary: dict, *, gradient_mb: float | None = None) -> ProfileI
     """Read the inputs from a summary record (``summary.json``).
 
     Args:
-        summary: A summary as :func:`perfscope.summary.load_summary` returns it.
+        summary: A summary as :func:`perfscope.record.load_summary` returns it.
         gradient_mb: Gradient size in MiB to use when the profile has no DDP record (traces not
             recorded by ``perfscope profile``): split into DDP's default 25 MiB buckets.
 

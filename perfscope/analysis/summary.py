@@ -1,32 +1,20 @@
-"""``summary.json``: the versioned record of an analysis, for programs and for re-rendering.
+"""The summary record of an analysis (``summary.json``), built from its frames.
 
-The schema is documented in ``docs/summary.md``. A reader checks ``schema`` and
-``schema_version``; fields are only ever added within a major version.
+The record's schema, its reading and writing are :mod:`perfscope.record`; ``docs/summary.md`` is
+generated from the schema.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import math
-from pathlib import Path
 from typing import TYPE_CHECKING
 
-import orjson
-
 from perfscope import steptime
-from perfscope.atomic import write_bytes_atomic
-from perfscope.errors import PerfscopeError
-from perfscope.summary_check import summary_problem
-from perfscope.text import short_repr
+from perfscope.record.schema import SCHEMA, SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from perfscope.analysis.run import Analysis
-
-SCHEMA = "perfscope.summary"
-SCHEMA_VERSION = 2
-# Versions this perfscope still reads and renders (2 only added fields to 1; docs/summary.md).
-READABLE_VERSIONS = (1, 2)
-
 
 def _clean(value):
     """JSON-safe scalars: NaN (a metric that does not apply to a step's mode) becomes null."""
@@ -115,49 +103,3 @@ def merged_quality(traces: list[dict]) -> list[dict]:
     for m in merged.values():
         m["examples"] = dict(sorted(m["examples"].items(), key=lambda kv: -kv[1])[:5])
     return list(merged.values())
-
-
-def dump_summary(summary: dict) -> bytes:
-    """``summary`` as the indented JSON text of ``summary.json``."""
-    return orjson.dumps(summary, option=orjson.OPT_INDENT_2 | orjson.OPT_SERIALIZE_NUMPY)
-
-
-def write_summary(summary: dict, path: str | Path) -> Path:
-    """Write ``summary`` as indented JSON, atomically."""
-    return write_bytes_atomic(path, dump_summary(summary))
-
-
-def load_summary(path: str | Path) -> dict:
-    """Read a ``summary.json`` (or the one inside an output directory).
-
-    Raises:
-        PerfscopeError: missing, not JSON, not a perfscope summary of a known major version, or
-            malformed (a field of the wrong type or a number out of range: see
-            :func:`summary_problem`).
-    """
-    path = Path(path)
-    if path.is_dir():
-        path = path / "summary.json"
-    try:
-        text = path.read_bytes()
-    except FileNotFoundError:
-        raise PerfscopeError(f"{path}: no such summary file") from None
-    if text[:2] == b"\x1f\x8b":  # gzip: a .json.gz trace, most likely, passed where a summary belongs
-        raise PerfscopeError(f"{path}: a gzip file (a trace?), not a summary.json; run `perfscope analyze {path}` "
-                             "and pass its output directory")
-    try:
-        data = orjson.loads(text)
-    except orjson.JSONDecodeError as e:  # also Infinity, NaN and 1e999, which JSON has no room for
-        raise PerfscopeError(f"{path}: malformed summary: not valid JSON ({e})") from None
-    if isinstance(data, dict) and "traceEvents" in data or isinstance(data, list):
-        raise PerfscopeError(f"{path}: a trace, not a summary.json; run `perfscope analyze {path}` and pass its "
-                             "output directory")
-    if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-        raise PerfscopeError(f"{path}: not a perfscope summary (schema field missing)")
-    if data.get("schema_version") not in READABLE_VERSIONS:
-        raise PerfscopeError(f"{path}: summary schema version {short_repr(data.get('schema_version'))} is not "
-                             f"supported (this perfscope reads {', '.join(map(str, READABLE_VERSIONS))})")
-    problem = summary_problem(data)
-    if problem:
-        raise PerfscopeError(f"{path}: malformed summary: {problem}")
-    return data

@@ -1,0 +1,167 @@
+"""The summary record has one definition (perfscope/record/schema.py): every field the analysis
+writes is named by it, docs/summary.md is generated from it, the classes' fields derive from the
+one table of classes, version 1 records are migrated, and bad records are one line naming the field."""
+
+from __future__ import annotations
+
+import copy
+import types
+import typing
+from pathlib import Path
+
+import msgspec
+import orjson
+import pytest
+
+import perfscope
+from perfscope.classes import OTHER, TABLE
+from perfscope.errors import PerfscopeError
+from perfscope.record import Summary, decode, encode, validate
+from perfscope.record import docs as record_docs
+from perfscope.record import schema
+from test_report import cpu_trace, gpu_trace
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "traces" / "hta"
+
+
+def _struct_of(kind):
+    """The struct a field's type holds (through Annotated, unions and lists), or None."""
+    if typing.get_origin(kind) is typing.Annotated:
+        return _struct_of(typing.get_args(kind)[0])
+    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
+        return next((s for s in map(_struct_of, typing.get_args(kind)) if s is not None), None)
+    if typing.get_origin(kind) is list:
+        return _struct_of(typing.get_args(kind)[0])
+    if typing.get_origin(kind) is dict:
+        return _struct_of(typing.get_args(kind)[1])
+    return kind if isinstance(kind, type) and issubclass(kind, msgspec.Struct) else None
+
+
+def unnamed(data, struct, at: str = "") -> set[str]:
+    """Paths of ``data``'s fields that ``struct`` does not name."""
+    out: set[str] = set()
+    if isinstance(data, list):
+        for x in data:
+            out |= unnamed(x, struct, at + "[]")
+    elif isinstance(data, dict) and struct is not None:
+        hints = typing.get_type_hints(struct, include_extras=True)
+        names = {f.encode_name: f.name for f in msgspec.structs.fields(struct)}
+        for k, v in data.items():
+            if k not in names:
+                out.add(f"{at}.{k}")
+                continue
+            kind = hints[names[k]]
+            if typing.get_origin(typing.get_args(kind)[0] if typing.get_origin(kind) is typing.Annotated else kind) is dict \
+                    or "dict[" in str(kind):
+                sub = _struct_of(kind)
+                if sub is not None and isinstance(v, dict):  # an object of objects (causes by name)
+                    for name, x in v.items():
+                        out |= unnamed(x, sub, f"{at}.{k}.{name}")
+                continue
+            out |= unnamed(v, _struct_of(kind), f"{at}.{k}")
+    return out
+
+
+def _summaries(tmp_path) -> dict[str, dict]:
+    out = {"gpu": perfscope.analyze(gpu_trace(tmp_path / "g.json", steps=4)).summary(),
+           "cpu": perfscope.analyze(cpu_trace(tmp_path / "c.json", steps=4)).summary()}
+    for name in ("two_ranks", "cpu_only_rank34.pt.trace.json.gz"):
+        if (SHARED / name).exists():
+            out[name] = perfscope.analyze(SHARED / name).summary()
+    return {k: orjson.loads(encode(v)) for k, v in out.items()}
+
+
+def test_every_field_the_analysis_writes_is_named_by_the_schema(tmp_path):
+    for name, summary in _summaries(tmp_path).items():
+        assert unnamed(summary, Summary) == set(), name
+        assert validate(copy.deepcopy(summary)) == summary, name  # valid, and nothing changed
+
+
+def test_every_step_column_of_every_mode_is_named(tmp_path):
+    from perfscope.analysis.telemetry import COLUMNS as TELEMETRY
+    from perfscope.analysis.run import HOST_COLUMNS
+
+    fields = {f.encode_name for f in msgspec.structs.fields(schema.Step)}
+    assert set(TELEMETRY) <= fields and set(HOST_COLUMNS.values()) <= fields
+    summaries = _summaries(tmp_path)
+    for summary in summaries.values():
+        for row in summary["steps"]:
+            assert set(row) <= fields
+
+
+def test_the_docs_page_is_generated_from_the_schema():
+    page = (ROOT / "docs" / "summary.md").read_text(encoding="utf-8")
+    assert page == record_docs.render(), "docs/summary.md differs: python -m perfscope.record.docs > docs/summary.md"
+
+
+def test_every_struct_of_the_record_has_a_documented_section():
+    listed = {struct for _, struct in schema.SECTIONS}
+    reachable, todo = set(), [Summary]
+    while todo:
+        struct = todo.pop()
+        if struct in reachable:
+            continue
+        reachable.add(struct)
+        hints = typing.get_type_hints(struct, include_extras=True)
+        todo += [s for s in (_struct_of(hints[f.name]) for f in msgspec.structs.fields(struct)) if s is not None]
+    assert reachable == listed
+    for struct in listed:
+        hints = typing.get_type_hints(struct, include_extras=True)
+        undocumented = [f.name for f in msgspec.structs.fields(struct) if not record_docs._description(hints[f.name])]
+        assert undocumented == [], (struct.__name__, undocumented)
+
+
+def test_the_class_fields_derive_from_the_one_table():
+    names = [c.name for c in (*TABLE, OTHER)]
+    assert [f.name for f in msgspec.structs.fields(schema.Fractions)] == names
+    assert [f.encode_name for f in msgspec.structs.fields(schema.StepShare)] == [f"{c.name}-bound" for c in TABLE]
+    assert [f.name for f in msgspec.structs.fields(schema.Advice)] == [c.name for c in TABLE]
+    step = {f.name for f in msgspec.structs.fields(schema.Step)}
+    assert {f"{n}_cost_frac" for n in names} <= step
+
+
+def test_a_version_1_record_is_migrated_when_read(tmp_path):
+    summary = _summaries(tmp_path)["gpu"]
+    old = copy.deepcopy(summary)
+    old["schema_version"] = 1
+    for s in old["steps"]:
+        for k in ("counted", "status", "status_reason"):
+            s.pop(k, None)
+    old["steps"][0]["complete"] = False
+    read = decode(orjson.dumps(old))
+    assert read["schema_version"] == 2
+    assert [s["counted"] for s in read["steps"]] == [False] + [True] * (len(read["steps"]) - 1)
+    assert read["steps"][0]["status"] == "incomplete" and read["steps"][1]["status"] == "ok"
+
+    for s in old["steps"]:  # none complete: version 1 counted them all
+        s["complete"] = False
+    assert all(s["counted"] for s in decode(orjson.dumps(old))["steps"])
+
+
+@pytest.mark.parametrize("where, value, named", [
+    (("steps", 0, "step_time_us"), "abc", "steps[0].step_time_us"),
+    (("overall", "step_share", "io-bound"), 2.0, "overall.step_share.io-bound"),
+    (("overall", "verdict"), "io-bound\nforged", "overall.verdict"),
+    (("details", "memory"), {"ranks": [{"peak_rss_bytes": -1}]}, "details.memory.ranks[0].peak_rss_bytes"),
+    (("traces", 0, "rank"), 1.5, "traces[0].rank"),
+])
+def test_a_bad_field_is_one_line_naming_it(tmp_path, where, value, named):
+    summary = copy.deepcopy(_summaries(tmp_path)["gpu"])
+    target = summary
+    for k in where[:-1]:
+        target = target[k]
+    target[where[-1]] = value
+    with pytest.raises(PerfscopeError) as e:
+        decode(orjson.dumps(summary), "s.json")
+    text = str(e.value)
+    assert text.startswith("s.json: malformed summary: ") and named in text and "\n" not in text, text
+
+
+def test_other_versions_and_other_files_are_refused():
+    with pytest.raises(PerfscopeError, match="version 3 is not supported"):
+        decode(b'{"schema": "perfscope.summary", "schema_version": 3}')
+    with pytest.raises(PerfscopeError, match="not a perfscope summary"):
+        decode(b'{"schema": "other"}')
+    with pytest.raises(PerfscopeError, match="a trace, not a summary"):
+        decode(b'{"traceEvents": []}')
