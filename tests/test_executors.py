@@ -13,71 +13,28 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import time
 from concurrent.futures import Executor
 from pathlib import Path
 
 import pytest
 
 from perfscope.analysis.executors import DaskExecutor, ExecutorError, ProcessExecutor, RankExecutor, SerialExecutor
-from perfscope.errors import TraceFormatError
+from perfscope.testing import ContractError
+from perfscope.testing.executors import (
+    check_close,
+    check_dead_worker,
+    check_exceptions,
+    check_order,
+    check_running,
+    check_streaming,
+    gated,
+    square,
+)
 
 KINDS = ["serial", "process", "dask"]
 WITH_WORKERS = ["process", "dask"]  # where fn runs in another process, which may die
-GATE_WAIT_S = 15.0  # seconds a gated item waits for its gate before it gives up
 # No dashboard, and the scheduler's HTTP server on a free port (8787 may be another cluster's)
 NO_DASHBOARD = {"dashboard_address": None, "scheduler_kwargs": {"dashboard_address": ":0"}}
-
-
-class Boom(Exception):
-    """An exception class of the caller's own, which must cross to the caller as itself."""
-
-
-# --- the functions the executors run (module level: they must pickle) ---------------------------
-
-
-def _square(x):
-    return x * x
-
-
-def _later_ones_first(i):
-    # the last item finishes first: an executor that yields in completion order is caught
-    time.sleep(0.02 * (5 - i))
-    return i * i
-
-
-def _gated(arg):
-    """Item 0 returns at once; item 1 only once the caller has created the gate file."""
-    i, gate = arg
-    if i == 1:
-        deadline = time.monotonic() + GATE_WAIT_S
-        while not Path(gate).exists():
-            if time.monotonic() > deadline:
-                raise TimeoutError("the gate never opened: the first result was not yielded before the second was done")
-            time.sleep(0.01)
-    return i
-
-
-EXCEPTIONS = {
-    "ValueError": lambda: ValueError("bad value in item 2"),
-    "own class": lambda: Boom("boom at item 2"),
-    "OSError": lambda: FileNotFoundError(2, "No such file or directory", "/nowhere/rank2.json"),
-    "PerfscopeError": lambda: TraceFormatError("rank2.json: not a Kineto trace"),
-}
-
-
-def _raise_at_2(arg):
-    i, kind = arg
-    if i == 2:
-        raise EXCEPTIONS[kind]()
-    return i
-
-
-def _die_on_marked(item):
-    """Kills the worker process that runs an item marked ``die:`` (as the OOM killer would)."""
-    if item.startswith("die:"):
-        os._exit(1)
-    return item.upper()
 
 
 def _die_first_time(arg):
@@ -138,61 +95,46 @@ def worker_executor(request):
     yield from _made(request)
 
 
-# --- the contract --------------------------------------------------------------------------------
+# --- the contract (perfscope.testing.executors), on every executor ---------------------------------
 
 
 def test_results_come_in_item_order(executor):
-    assert list(executor.map(_later_ones_first, range(6))) == [i * i for i in range(6)]
+    check_order(executor)
 
 
-def test_items_may_be_any_iterable_and_none_is_fine(executor):
-    assert list(executor.map(_square, (x for x in (3, 1, 2)))) == [9, 1, 4]
-    assert list(executor.map(_square, [])) == []
+def test_a_result_is_yielded_before_later_items_are_done(executor):
+    check_streaming(executor)
 
 
-def test_a_result_is_yielded_before_later_items_are_done(executor, tmp_path):
-    # item 1 waits for a gate that is opened only once result 0 is here: an executor that
-    # collects every result before yielding the first makes item 1 give up (TimeoutError)
-    gate = tmp_path / "gate"
-    it = executor.map(_gated, [(0, str(gate)), (1, str(gate))])
-    assert next(it) == 0
-    gate.touch()
-    assert next(it) == 1
-    with pytest.raises(StopIteration):
-        next(it)
-
-
-@pytest.mark.parametrize("kind", list(EXCEPTIONS))
-def test_an_exception_of_fn_reaches_the_caller_at_its_item(executor, kind):
-    expected = EXCEPTIONS[kind]()
-    it = executor.map(_raise_at_2, [(i, kind) for i in range(5)])
-    got = []
-    with pytest.raises(type(expected)) as raised:
-        for r in it:
-            got.append(r)
-    assert got == [0, 1]  # the results before it, none after
-    assert type(raised.value) is type(expected)  # not a subclass or a wrapper of it
-    assert str(raised.value) == str(expected)
-    with pytest.raises(StopIteration):
-        next(it)
+def test_an_exception_of_fn_reaches_the_caller_at_its_item(executor):
+    check_exceptions(executor)
 
 
 def test_a_worker_that_dies_is_an_executor_error_naming_the_item(worker_executor):
-    items = ["rank0.json", "rank1.json", "die:rank2.json", "rank3.json"]
-    it = worker_executor.map(_die_on_marked, items)
-    got = []
-    with pytest.raises(ExecutorError) as raised:
-        for r in it:
-            got.append(r)
-    # Results come in order, so none from the dying item or after it. A process pool fails every
-    # item not done when one of its workers dies: the error names the first item not yielded.
-    k = len(got)
-    assert k <= 2 and got == [s.upper() for s in items[:k]]
-    assert items[k] in str(raised.value)
-    with pytest.raises(StopIteration):  # no later result
-        next(it)
-    # and the executor still works, on sound workers
-    assert list(worker_executor.map(_square, [1, 2, 3])) == [1, 4, 9]
+    check_dead_worker(worker_executor)
+
+
+def test_running_turns_a_dead_pool_worker_into_an_executor_error(executor):
+    check_running(executor)
+
+
+def test_close_may_be_called_again(executor):
+    check_close(executor)
+
+
+def test_the_suite_catches_an_executor_that_collects_before_yielding(monkeypatch):
+    from perfscope.testing import executors as suite
+
+    class Collecting(SerialExecutor):
+        def map(self, fn, items):
+            return iter([fn(x) for x in items])
+
+    monkeypatch.setattr(suite, "GATE_WAIT_S", 0.2)  # in this process: item 1 gives up soon
+    with pytest.raises(ContractError, match="not yielded"), Collecting() as ex:
+        check_streaming(ex)
+
+
+# --- each implementation's own -------------------------------------------------------------------
 
 
 def test_dask_runs_again_elsewhere_an_item_whose_worker_died(request, tmp_path):
@@ -205,30 +147,10 @@ def test_dask_runs_again_elsewhere_an_item_whose_worker_died(request, tmp_path):
         ex.close()
 
 
-def test_running_turns_a_dead_pool_worker_into_an_executor_error(executor):
-    # the work on one large file done here, its batches on the executor's pool
-    with pytest.raises(KeyError, match="a key"):  # the work's own errors pass through unchanged
-        with executor.running("big.json"):
-            raise KeyError("a key")
-    if executor.pool is None:
-        return
-    with pytest.raises(ExecutorError, match=r"big\.json"):
-        with executor.running("big.json"):
-            executor.pool.submit(os._exit, 1).result()
-    assert executor.pool.submit(pow, 2, 10).result() == 1024  # a sound pool again
-    assert list(executor.map(_square, [4, 5])) == [16, 25]
-
-
-def test_close_may_be_called_again(executor):
-    assert list(executor.map(_square, [2])) == [4]
-    executor.close()
-    executor.close()
-
-
 def test_as_a_context_manager_it_closes(request):
     for kind in KINDS:
         with _make(kind, request) as ex:
-            assert list(ex.map(_square, [3])) == [9]
+            assert list(ex.map(square, [3])) == [9]
         ex.close()  # once more, after __exit__
         if isinstance(ex, ProcessExecutor):
             assert ex.pool is None
@@ -248,11 +170,11 @@ def test_a_dask_executor_on_a_given_client_leaves_it_open(cluster):
 
     with Client(cluster.scheduler_address, set_as_default=False) as client:
         ex = DaskExecutor(client)
-        assert list(ex.map(_square, [7])) == [49]
+        assert list(ex.map(square, [7])) == [49]
         ex.close()
         ex.close()
         assert client.status == "running"
-        assert client.submit(_square, 8).result() == 64
+        assert client.submit(square, 8).result() == 64
 
 
 def test_an_unreachable_scheduler_is_an_executor_error():
@@ -288,7 +210,7 @@ def test_a_scheduler_that_goes_away_is_an_executor_error(tmp_path):
         ex = DaskExecutor(c.scheduler_address)
         gate = tmp_path / "gate"
         try:
-            it = ex.map(_gated, [(0, str(gate)), (1, str(gate))])
+            it = ex.map(gated, [(0, str(gate)), (1, str(gate))])
             assert next(it) == 0
             c.sync(c.scheduler.close)  # the scheduler alone, while item 1 waits at its gate on the worker
             with pytest.raises(ExecutorError, match=r"lost the Dask cluster while analyzing \(1, ") as raised:

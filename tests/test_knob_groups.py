@@ -1,10 +1,6 @@
-"""The knob-group contract (perfscope/runtime/groups/base.py), run against every group.
-
-Each group is checked on a set of runs that differ in what the tuner can see (a CPU script with or
-without a DataLoader, an IterableDataset, a GPU script calling perfscope.accelerate on two nodes, a
-GPU without bf16 on one node): every key is searched or left out with a reason, a knob's baseline
-is the script's own value and a point of its distribution, and every other value a knob can take
-is applied (or named as skipped) by perfscope.accelerate and at launch.
+"""The knob-group contract (perfscope/testing/knob_groups.py), run against every group on every
+sample run, and the space the groups make together: every key owned once, the guess inside the
+space, groups passed as instances, a stored space of the old format read back.
 """
 
 from __future__ import annotations
@@ -13,46 +9,16 @@ import dataclasses
 import itertools
 
 import pytest
-import torch
-from optuna.distributions import CategoricalDistribution, IntDistribution
-from torch.utils.data import DataLoader
 
 from perfscope.analysis.verdict import CLASSES, VERDICTS
-from perfscope.runtime.accelerator import accelerate, active_accelerator
-from perfscope.runtime.config import KEYS, config_from_dict
-from perfscope.runtime.groups import GROUPS, InputGroup, SearchPart, owner
-from perfscope.runtime.patching import plan
-from runtimekit import clean_state, data, mlp  # noqa: F401 (clean_state: autouse fixture)
+from perfscope.runtime.config import KEYS
+from perfscope.runtime.groups import GROUPS, InputGroup, owner
+from perfscope.testing import ContractError
+from perfscope.testing.knob_groups import SAMPLE_RUNS as RUNS
+from perfscope.testing.knob_groups import check_applied, check_baseline, check_names, check_search
+from runtimekit import clean_state  # noqa: F401 (autouse fixture)
 from perfscope.tuner.space import SearchSpace, build_space, rule_based_guess
 
-LOADER = {"num_workers": 0, "pin_memory": False, "prefetch_factor": None, "iterable": False}
-RUNS = {
-    "cpu-no-loader": {"cuda": False, "cpu_count": 2, "world_size": 1, "dataloader": None,
-                      "accelerate": {"called": False}, "ddp": None, "threads": {"intra_op_threads": 2}},
-    "cpu-loader": {"cuda": False, "cpu_count": 4, "world_size": 1, "dataloader": LOADER,
-                   "accelerate": {"called": False}, "ddp": None, "threads": {"intra_op_threads": 4}},
-    "cpu-iterable-accelerate": {"cuda": False, "cpu_count": 1, "world_size": 1,
-                                "dataloader": dict(LOADER, iterable=True),
-                                "accelerate": {"called": True, "optimizer": True, "loader": True}, "ddp": None,
-                                "threads": {"intra_op_threads": 1}},
-    "a100-two-nodes-accelerate": {"cuda": True, "cuda_capability": [8, 0], "bf16_supported": True, "cpu_count": 16,
-                                  "world_size": 4, "local_world_size": 2, "tf32": False, "cudnn_benchmark": False,
-                                  "dataloader": dict(LOADER, num_workers=2, prefetch_factor=3, pin_memory=True),
-                                  "accelerate": {"called": True, "optimizer": True, "loader": True,
-                                                 "optimizer_class": "SGD"},
-                                  "ddp": {"bucket_cap_mb": 40.0, "static_graph": True},
-                                  "threads": {"intra_op_threads": 8}},
-    "v100-one-node": {"cuda": True, "cuda_capability": [7, 0], "bf16_supported": False, "cpu_count": 8,
-                      "world_size": 2, "local_world_size": 2, "tf32": False, "cudnn_benchmark": True,
-                      "dataloader": LOADER, "accelerate": {"called": False},
-                      "ddp": {"bucket_cap_mb": None, "static_graph": False}, "threads": {}},
-    "cpu-swin-adamw-accelerate": {"cuda": False, "cpu_count": 2, "world_size": 1, "dataloader": LOADER,
-                                  "accelerate": {"called": True, "optimizer": True, "loader": True,
-                                                 "optimizer_class": "AdamW"},
-                                  "model": {"class": "Swin", "fusable": ["blocks.0.attn", "blocks.1.attn"],
-                                            "not_fusable": {}},
-                                  "ddp": None, "threads": {"intra_op_threads": 2}},
-}
 FRACTIONS = {"io": 0.3, "comm": 0.2, "launch": 0.2, "compute": 0.3}  # every bottleneck searched
 
 group_ids = [g.name for g in GROUPS]
@@ -70,74 +36,42 @@ def test_every_configuration_key_is_owned_by_exactly_one_group():
 
 @pytest.mark.parametrize("group", GROUPS, ids=group_ids)
 def test_a_group_names_itself_and_its_keys(group):
-    assert group.name and group.title and group.keys
-    assert len(set(group.keys)) == len(group.keys)
-    assert [g.name for g in GROUPS].count(group.name) == 1
+    check_names(group, GROUPS)
 
 
 @pytest.mark.parametrize(("group", "run"), cases, ids=case_ids)
 def test_search_puts_every_key_among_the_knobs_or_the_exclusions_with_a_reason(group, run):
-    part = group.search_part(RUNS[run], int(RUNS[run]["cpu_count"]))
-    searched = [k.name for k in part.knobs]
-    plainly_excluded = {k for k in part.excluded if "=" not in k}
-    assert len(searched) == len(set(searched))
-    assert set(searched) | {k.split("=")[0] for k in part.excluded} <= set(group.keys)
-    assert set(searched) | plainly_excluded == set(group.keys), "a key neither searched nor left out"
-    assert not set(searched) & plainly_excluded, "a key both searched and left out"
-    for key, why in part.excluded.items():
-        assert isinstance(why, str) and len(why) > 5, key
-        if "=" in key:  # one value of a searched knob left out
-            name, value = key.split("=")
-            assert name in searched and value not in map(str, _choices(part, name))
-    for knob in part.knobs:
-        assert knob.group == group.name
-        assert knob.serves and set(knob.serves) <= set(CLASSES)
-        if knob.when is not None:  # the parent: a knob of this group, or a key of another one
-            parent = next((k for k in part.knobs if k.name == knob.when[0]), None)
-            if parent is None:
-                assert owner(knob.when[0]).name != group.name, knob.name
-            else:
-                d = parent.distribution
-                assert all(d._contains(d.to_internal_repr(v)) for v in knob.when[1])
+    check_search(group, RUNS[run], CLASSES)
 
 
 @pytest.mark.parametrize(("group", "run"), cases, ids=case_ids)
 def test_a_knobs_baseline_is_the_scripts_own_value_and_a_point_of_its_distribution(group, run):
-    facts = RUNS[run]
-    part = group.search_part(facts, int(facts["cpu_count"]))
-    seen = group.observed(facts)
-    assert set(seen) <= set(group.keys)
-    for knob in part.knobs:
-        d = knob.distribution
-        assert d._contains(d.to_internal_repr(knob.baseline)), (knob.name, knob.baseline)
-        assert knob.name in seen and seen[knob.name] == knob.baseline, knob.name
+    check_baseline(group, RUNS[run])
 
 
 @pytest.mark.parametrize(("group", "run"), cases, ids=case_ids)
 def test_every_other_value_is_applied_or_named_by_accelerate_and_at_launch(group, run):
-    facts = RUNS[run]
-    part = group.search_part(facts, int(facts["cpu_count"]))
-    threads = torch.get_num_threads()
-    try:
-        for knob in part.knobs:
-            for value in _choices(part, knob.name):
-                if value == knob.baseline:
-                    continue
-                params = {knob.name: value}
-                if knob.when is not None:
-                    params[knob.when[0]] = knob.when[1][0]
-                config = config_from_dict(params)
-                report = plan(config, groups=(group,))
-                assert knob.name in {**report.applied, **report.needs_accelerate}, (knob.name, value)
-                if knob.name in report.applied:  # what the plan says it patches, a patch must do
-                    assert group.launch_patches(config, report), (knob.name, value)
-                model = mlp()
-                loader = DataLoader(data(16), batch_size=4)
-                accelerate(model, torch.optim.SGD(model.parameters(), lr=0.1), loader, config=config)
-                acc = active_accelerator()
-                assert knob.name in {**acc.applied, **acc.skipped}, (knob.name, value, acc.summary())
-    finally:
-        torch.set_num_threads(threads)
+    check_applied(group, RUNS[run])
+
+
+def test_the_suite_catches_a_group_that_breaks_the_contract():
+    class Forgetful(InputGroup):  # searches nothing and gives no reason
+        def search(self, facts, cpu):
+            part = super().search(facts, cpu)
+            part.knobs, part.excluded = [], {}
+            return part
+
+    with pytest.raises(ContractError, match="neither searched nor left out"):
+        check_search(Forgetful(), RUNS["cpu-loader"], CLASSES)
+
+    class Presumptuous(InputGroup):  # starts from a value of its own, not the script's
+        def search(self, facts, cpu):
+            part = super().search(facts, cpu)
+            part.knobs = [dataclasses.replace(k, baseline=2) if k.name == "num_workers" else k for k in part.knobs]
+            return part
+
+    with pytest.raises(ContractError, match="num_workers: baseline is not the script's"):
+        check_baseline(Presumptuous(), RUNS["cpu-loader"])
 
 
 @pytest.mark.parametrize("run", RUNS)
@@ -188,11 +122,3 @@ def test_a_stored_space_of_the_old_format_reads_back():
     assert [k.serves for k in back.knobs] == [("io",) if "io" in k.serves else k.serves for k in space.knobs]
     assert back.order == ["io", "compute", "comm", "launch"]
     assert dataclasses.replace(back.knobs[0], group="input") == space.knobs[0]
-
-
-def _choices(part: SearchPart, name: str) -> list:
-    d = next(k for k in part.knobs if k.name == name).distribution
-    if isinstance(d, CategoricalDistribution):
-        return list(d.choices)
-    assert isinstance(d, IntDistribution)
-    return sorted({d.low, (d.low + d.high) // 2, d.high})

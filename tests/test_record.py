@@ -5,7 +5,6 @@ one table of classes, version 1 records are migrated, and bad records are one li
 from __future__ import annotations
 
 import copy
-import types
 import typing
 from pathlib import Path
 
@@ -16,51 +15,15 @@ import pytest
 import perfscope
 from perfscope.classes import OTHER, TABLE
 from perfscope.errors import PerfscopeError
-from perfscope.record import Summary, decode, encode, validate
+from perfscope.record import Summary, decode, encode
 from perfscope.record import docs as record_docs
 from perfscope.record import schema
+from perfscope.testing import ContractError
+from perfscope.testing.record import check_record, struct_of
 from test_report import cpu_trace, gpu_trace
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "traces" / "hta"
-
-
-def _struct_of(kind):
-    """The struct a field's type holds (through Annotated, unions and lists), or None."""
-    if typing.get_origin(kind) is typing.Annotated:
-        return _struct_of(typing.get_args(kind)[0])
-    if isinstance(kind, types.UnionType) or typing.get_origin(kind) is typing.Union:
-        return next((s for s in map(_struct_of, typing.get_args(kind)) if s is not None), None)
-    if typing.get_origin(kind) is list:
-        return _struct_of(typing.get_args(kind)[0])
-    if typing.get_origin(kind) is dict:
-        return _struct_of(typing.get_args(kind)[1])
-    return kind if isinstance(kind, type) and issubclass(kind, msgspec.Struct) else None
-
-
-def unnamed(data, struct, at: str = "") -> set[str]:
-    """Paths of ``data``'s fields that ``struct`` does not name."""
-    out: set[str] = set()
-    if isinstance(data, list):
-        for x in data:
-            out |= unnamed(x, struct, at + "[]")
-    elif isinstance(data, dict) and struct is not None:
-        hints = typing.get_type_hints(struct, include_extras=True)
-        names = {f.encode_name: f.name for f in msgspec.structs.fields(struct)}
-        for k, v in data.items():
-            if k not in names:
-                out.add(f"{at}.{k}")
-                continue
-            kind = hints[names[k]]
-            if typing.get_origin(typing.get_args(kind)[0] if typing.get_origin(kind) is typing.Annotated else kind) is dict \
-                    or "dict[" in str(kind):
-                sub = _struct_of(kind)
-                if sub is not None and isinstance(v, dict):  # an object of objects (causes by name)
-                    for name, x in v.items():
-                        out |= unnamed(x, sub, f"{at}.{k}.{name}")
-                continue
-            out |= unnamed(v, _struct_of(kind), f"{at}.{k}")
-    return out
 
 
 def _summaries(tmp_path) -> dict[str, dict]:
@@ -73,9 +36,19 @@ def _summaries(tmp_path) -> dict[str, dict]:
 
 
 def test_every_field_the_analysis_writes_is_named_by_the_schema(tmp_path):
-    for name, summary in _summaries(tmp_path).items():
-        assert unnamed(summary, Summary) == set(), name
-        assert validate(copy.deepcopy(summary)) == summary, name  # valid, and nothing changed
+    for summary in _summaries(tmp_path).values():
+        check_record(summary)
+
+
+def test_the_record_suite_catches_an_unnamed_field_and_an_invalid_one(tmp_path):
+    summary = _summaries(tmp_path)["gpu"]
+    summary["details"]["memcpy"][0]["new_figure"] = 1
+    with pytest.raises(ContractError, match="details.memcpy\\[\\].new_figure"):
+        check_record(summary)
+    summary["details"]["memcpy"][0].pop("new_figure")
+    summary["overall"]["verdict"] = "not a class name"
+    with pytest.raises(AssertionError, match="overall.verdict"):
+        check_record(summary)
 
 
 def test_every_step_column_of_every_mode_is_named(tmp_path):
@@ -104,7 +77,7 @@ def test_every_struct_of_the_record_has_a_documented_section():
             continue
         reachable.add(struct)
         hints = typing.get_type_hints(struct, include_extras=True)
-        todo += [s for s in (_struct_of(hints[f.name]) for f in msgspec.structs.fields(struct)) if s is not None]
+        todo += [s for s in (struct_of(hints[f.name]) for f in msgspec.structs.fields(struct)) if s is not None]
     assert reachable == listed
     for struct in listed:
         hints = typing.get_type_hints(struct, include_extras=True)

@@ -17,6 +17,8 @@ import pytest
 import perfscope
 from perfscope.record import load_summary, write_summary
 from perfscope.reports import render_report
+from perfscope.testing import ContractError
+from perfscope.testing.sections import check_section, check_sections
 from test_bad_input import assert_one_line_error, run_cli
 from tracegen import annotation, cpu_op, dataloader, kernel, launch, memcpy, runtime, step, write_trace
 
@@ -102,8 +104,11 @@ def test_the_nav_and_the_body_come_from_one_list_of_sections(tmp_path, make, mon
 
     summary = perfscope.analyze(make(tmp_path / "t.json")).summary()
     shown = [s.anchor for s in bottleneck.SECTIONS if s.shows(summary)]
+    check_sections(bottleneck.SECTIONS, summary)  # the contract suite, on every shipped section
     html = render_report(summary, base_dir=tmp_path)
     assert nav_links(html) == sections(html) == shown
+    with pytest.raises(ContractError, match="renders sections"):
+        check_section(bottleneck.Section("broken", lambda s: "Broken", lambda s, t: ""), summary)
     # a section added to the list is in both; one whose renderer writes no section of its anchor fails
     extra = bottleneck.Section("extra", lambda s: "Extra", lambda s, t: '<section id="extra"><h2>x</h2></section>')
     monkeypatch.setattr(bottleneck, "SECTIONS", (*bottleneck.SECTIONS, extra))

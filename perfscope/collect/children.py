@@ -11,6 +11,8 @@ import contextlib
 import multiprocessing.process
 from collections.abc import Iterator
 
+from perfscope.patches import replace
+
 
 class Started:
     """How many non-DataLoader processes the script started (:attr:`count`)."""
@@ -28,15 +30,15 @@ def _is_loader_worker(process) -> bool:
 def counting() -> Iterator[Started]:
     """Count ``multiprocessing`` process starts while the block runs (every start method)."""
     started = Started()
-    original = multiprocessing.process.BaseProcess.__dict__["start"]
 
-    def start(self):
-        if not _is_loader_worker(self):
-            started.count += 1
-        return original(self)
+    def counted(original):
+        def start(self):
+            if not _is_loader_worker(self):
+                started.count += 1
+            return original(self)
 
-    multiprocessing.process.BaseProcess.start = start
-    try:
+        return start
+
+    with contextlib.ExitStack() as stack:
+        replace(stack, multiprocessing.process.BaseProcess, "start", counted)
         yield started
-    finally:
-        multiprocessing.process.BaseProcess.start = original

@@ -16,6 +16,7 @@ import weakref
 from typing import Any
 
 from perfscope.job_facts import JOB_KEY, VERSION
+from perfscope.patches import replace
 
 
 def _env_int(name: str) -> int | None:
@@ -69,16 +70,16 @@ class JobWatch:
     def __enter__(self) -> JobWatch:  # noqa: PYI034 - typing.Self needs Python 3.11
         from torch.nn.parallel import DistributedDataParallel
 
-        original = DistributedDataParallel.__dict__["__init__"]
+        def watched(original):
+            @functools.wraps(original)
+            def __init__(ddp, *args, **kwargs):
+                original(ddp, *args, **kwargs)
+                if self._ddp is None or self._ddp() is None:
+                    self._ddp = weakref.ref(ddp)
 
-        @functools.wraps(original)
-        def __init__(ddp, *args, **kwargs):
-            original(ddp, *args, **kwargs)
-            if self._ddp is None or self._ddp() is None:
-                self._ddp = weakref.ref(ddp)
+            return __init__
 
-        DistributedDataParallel.__init__ = __init__
-        self._stack.callback(setattr, DistributedDataParallel, "__init__", original)
+        replace(self._stack, DistributedDataParallel, "__init__", watched)
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from perfscope import control
+from perfscope.patches import replace
 
 MESSAGE = ("the script starts a PyTorch profiler of its own (torch.profiler.profile or "
            "torch.autograd.profiler.profile), but perfscope is profiling it "
@@ -50,10 +51,7 @@ def only_ours(torch: Any, ours: Any | None) -> Iterator[None]:
 
         return guarded
 
-    for name in originals:
-        setattr(cls, name, refuse(name))
-    try:
+    with contextlib.ExitStack() as stack:
+        for name in originals:
+            replace(stack, cls, name, lambda _original, name=name: refuse(name))
         yield
-    finally:
-        for name, original in originals.items():
-            setattr(cls, name, original)

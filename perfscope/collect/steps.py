@@ -39,6 +39,7 @@ the cost is a Python function call per fetch / backward / optimizer step /
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import weakref
 from typing import Any, Callable
@@ -50,6 +51,7 @@ import torch.utils.data.dataloader as dataloader_mod
 from torch.nn.modules import module as module_mod
 
 from perfscope import control
+from perfscope.patches import replace
 from perfscope.collect.hooks import (
     _forward_pre_hook,
     _optimizer_pre_hook,
@@ -102,7 +104,7 @@ class StepTracker:
         self.step_depth = 0
         self._closure_step = False
         self._optimizer_calls = 0  # every optimizer step, for the GradScaler check
-        self._undo: list[Callable[[], None]] = []
+        self._undo = contextlib.ExitStack()  # what start() installed, undone by close()
         self._forward_hook: Any = None
         # The one flag the per-fetch and per-backward hooks look at.
         self.point_armed = False
@@ -113,19 +115,20 @@ class StepTracker:
         if control.active is not None:
             raise RuntimeError("another perfscope profiling session is active in this process")
         control.active = self
-        self._undo.append(_restore_active)
+        self._undo.callback(_restore_active)
         handles = [
             optim_mod.register_optimizer_step_pre_hook(_optimizer_pre_hook),
             optim_mod.register_optimizer_step_post_hook(_optimizer_post_hook),
         ]
-        self._undo.extend(h.remove for h in handles)
-        self._undo.append(self._disarm)
-        self._patch(dataloader_mod._BaseDataLoaderIter, "__next__", _wrap_fetch)
-        self._patch(torch.autograd, "backward", _wrap_backward)
-        self._patch(torch.amp.GradScaler, "step", _wrap_scaler_step)
-        self._patch(profiler_mod.record_function, "__exit__", _wrap_range_exit)
+        for h in handles:
+            self._undo.callback(h.remove)
+        self._undo.callback(self._disarm)
+        replace(self._undo, dataloader_mod._BaseDataLoaderIter, "__next__", _wrap_fetch)
+        replace(self._undo, torch.autograd, "backward", _wrap_backward)
+        replace(self._undo, torch.amp.GradScaler, "step", _wrap_scaler_step)
+        replace(self._undo, profiler_mod.record_function, "__exit__", _wrap_range_exit)
         self._arm()  # the first iteration point ends the setup
-        self._patch(threading, "excepthook", _quiet_stop)
+        replace(self._undo, threading, "excepthook", _quiet_stop)
         try:
             self._prof.__enter__()
         except BaseException:
@@ -139,8 +142,7 @@ class StepTracker:
         Stopping inside the active window makes the profiler hand the steps
         recorded so far to its ``on_trace_ready`` callback.
         """
-        while self._undo:
-            self._undo.pop()()
+        self._undo.close()
         if not self.window_done:
             self.window_done = True
             self._prof.__exit__(None, None, None)
@@ -163,11 +165,6 @@ class StepTracker:
         if self._forward_hook is not None:
             self._forward_hook.remove()
             self._forward_hook = None
-
-    def _patch(self, owner: Any, name: str, wrapper: Callable) -> None:
-        original = owner.__dict__[name]
-        setattr(owner, name, wrapper(original))
-        self._undo.append(lambda: setattr(owner, name, original))
 
     # ----------------------------------------------------------------- events
     def _on_script_thread(self) -> bool:

@@ -22,6 +22,7 @@ from typing import Any, TextIO
 import torch
 
 from perfscope import control
+from perfscope.patches import replace
 from perfscope.measure.facts import (
     backend_flags,
     batch_size,
@@ -310,8 +311,8 @@ class Recorder:
         with contextlib.ExitStack() as stack:
             control.observer = self
             stack.callback(setattr, control, "observer", None)
-            _patch(stack, dataloader._BaseDataLoaderIter, "__init__", functools.partial(_wrap_init, self.note_iterator))
-            _patch(stack, DistributedDataParallel, "__init__", functools.partial(_wrap_init, self.note_ddp))
+            replace(stack, dataloader._BaseDataLoaderIter, "__init__", functools.partial(_wrap_init, self.note_iterator))
+            replace(stack, DistributedDataParallel, "__init__", functools.partial(_wrap_init, self.note_ddp))
             stack.enter_context(first_model(self.note_model))
             yield self
 
@@ -325,15 +326,9 @@ class Recorder:
         from torch.utils.data import dataloader
 
         with contextlib.ExitStack() as stack:
-            _patch(stack, dataloader._BaseDataLoaderIter, "__next__", functools.partial(_wrap_fetch, self))
-            _patch(stack, torch.autograd, "backward", functools.partial(_wrap_backward, self))
+            replace(stack, dataloader._BaseDataLoaderIter, "__next__", functools.partial(_wrap_fetch, self))
+            replace(stack, torch.autograd, "backward", functools.partial(_wrap_backward, self))
             yield self
-
-
-def _patch(stack: contextlib.ExitStack, owner: Any, name: str, make: Callable[[Callable], Callable]) -> None:
-    original = owner.__dict__[name]
-    setattr(owner, name, make(original))
-    stack.callback(setattr, owner, name, original)
 
 
 # --------------------------------------------------------------------------- wrappers

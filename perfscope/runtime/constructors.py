@@ -16,6 +16,8 @@ import inspect
 import sys
 from collections.abc import Callable, Iterator
 
+from perfscope.patches import replace
+
 ACCELERATED_ATTR = "_perfscope_accelerated"
 PATCHED_ATTR = "_perfscope_patched"
 
@@ -84,8 +86,6 @@ def patch_init(cls, adjust: Callable) -> Iterator[None]:
         except Exception:  # noqa: BLE001 - a class with __slots__: only the marker is lost
             pass
 
-    cls.__init__ = __init__
-    try:
+    with contextlib.ExitStack() as stack:
+        replace(stack, cls, "__init__", lambda _original: __init__)
         yield
-    finally:
-        cls.__init__ = original
