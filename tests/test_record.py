@@ -53,7 +53,7 @@ def test_the_record_suite_catches_an_unnamed_field_and_an_invalid_one(tmp_path):
 
 def test_every_step_column_of_every_mode_is_named(tmp_path):
     from perfscope.analysis.telemetry import COLUMNS as TELEMETRY
-    from perfscope.analysis.run import HOST_COLUMNS
+    from perfscope.analysis.combine import HOST_COLUMNS
 
     fields = {f.encode_name for f in msgspec.structs.fields(schema.Step)}
     assert set(TELEMETRY) <= fields and set(HOST_COLUMNS.values()) <= fields

@@ -137,9 +137,9 @@ def test_ctrl_c_after_the_run_marks_the_trial_interrupted_and_it_is_queued_again
 
 def test_a_long_trial_says_it_is_still_running(tmp_path, monkeypatch):
     # The Swin baseline ran 81 s with no line at all.
-    import perfscope.tuner.trial as trial_mod
+    import perfscope.tuner.watch as watch_mod
 
-    monkeypatch.setattr(trial_mod, "PROGRESS_S", 0.5)
+    monkeypatch.setattr(watch_mod, "PROGRESS_S", 0.5)
     said = []
     script = copy_script("examples/io_bound.py", tmp_path / "s")
     spec = TrialSpec(script=str(script), script_args=("--steps", "30", "--decode-ms", "2"), warmup_steps=2,

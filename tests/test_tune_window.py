@@ -124,7 +124,8 @@ class _Log:
 
 def test_a_trial_that_never_ends_times_out_with_progress_lines_on_a_fake_clock(tmp_path):
     from perfscope.measure.records import StepReader
-    from perfscope.tuner.trial import PROGRESS_S, TrialSpec, _Measured, _watch
+    from perfscope.tuner.trial import TrialSpec
+    from perfscope.tuner.watch import PROGRESS_S, Measured, watch
 
     now = [100.0]
     slept = []
@@ -135,8 +136,8 @@ def test_a_trial_that_never_ends_times_out_with_progress_lines_on_a_fake_clock(t
 
     progress = []
     spec = TrialSpec(script="train.py", script_args=(), timeout_s=35.0)
-    measured = _Measured([StepReader(tmp_path / "rank0.steps.jsonl")], 1, None)
-    status, reason = _watch(_Running(), measured, _Log(), spec, lambda s, n: progress.append((s, n)), 100.0,
+    measured = Measured([StepReader(tmp_path / "rank0.steps.jsonl")], 1, None)
+    status, reason = watch(_Running(), measured, _Log(), spec, lambda s, n: progress.append((s, n)), 100.0,
                             clock=lambda: now[0], sleep=sleep)
     assert status == "timeout" and "35 s" in reason, reason
     assert [s for s, _ in progress] == [PROGRESS_S * k for k in (1, 2, 3)] and len(slept) == 36  # past the limit, not at it

@@ -184,10 +184,9 @@ def test_samples_drawn_from_prefilled_queues_are_not_counted(tmp_path):
              {"step": 5, "seconds": 0.05, "samples": 16, "measured": False, "ready": 6}]
     path = tmp_path / "rank0.steps.jsonl"
     path.write_text("".join(json.dumps(x) + "\n" for x in lines))
-    facts = {"facts": {"dataloader": {"batch_size": 16}}}
     # The queue fell from 10 ready batches (first measured step) to 6 (the step after the window).
-    assert drawn_from_queues(path, facts, measure_steps=3) == 4 * 16
-    assert drawn_from_queues(path, {"facts": {}}, measure_steps=3) == 0  # batch size unknown
+    assert drawn_from_queues(path, 16, measure_steps=3) == 4 * 16
+    assert drawn_from_queues(path, None, measure_steps=3) == 0  # batch size unknown
     assert window_throughput([16, 16, 16], [0.01] * 3, drawn=32) == pytest.approx(16 / 0.03)
 
 

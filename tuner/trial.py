@@ -38,12 +38,13 @@ from perfscope.process.group import child_env
 from perfscope.errors import OOM_MESSAGE
 from perfscope.runtime.config import CONFIG_ENV, AccelConfig, config_env_of, save_config
 from perfscope.text import safe
-from perfscope.tuner.failure import failure_line, killed_reason, seconds_text
+from perfscope.tuner.failure import failure_line, killed_reason
 from perfscope.tuner.output import KEEP_BYTES, LIMIT_BYTES, OutputLog
 from perfscope.tuner.procs import MARK_ENV, new_mark, stop_trial, trial_command
 from perfscope.measure.protocol import RankResult, read_rank_result
-from perfscope.measure.records import StepReader, drawn_from_queues, new_measured, read_jsonl
+from perfscope.measure.records import StepReader, drawn_from_queues, read_jsonl
 from perfscope.tuner.options import BASELINE_TIMEOUT_S, TuneOptions
+from perfscope.tuner.watch import Measured, watch
 from perfscope.tuner.window import (
     measure_steps_for,
     steps_needed,
@@ -51,19 +52,14 @@ from perfscope.tuner.window import (
     window_throughput,
 )
 
-POLL_S = 0.1
 # A trial's defaults are the study's (one definition: TuneOptions).
 _TUNE = {f.name: f.default for f in dataclasses.fields(TuneOptions) if f.default is not dataclasses.MISSING}
-PROGRESS_S = 10.0  # at least one line this often while a long trial runs (on_progress)
 # killed: SIGKILL from outside (the OOM killer, usually); output: too much output, or its log could
 # not be written; lost: its worker stopped sending heartbeats (tuner/study.py).
 # unmeasured: the run ended well but its measured window held no samples (e.g. all drawn from
 # batches loaded before it).
 FAILURE_KINDS = ("oom", "crash", "killed", "timeout", "output", "too-few-steps", "unmeasured", "unsafe",
                  "interrupted", "lost")
-# torchrun would outlive a killed perfscope: it is exec'd by this, which set PR_SET_PDEATHSIG to SIGKILL.
-_DIE_WITH_PARENT = ("import ctypes,os,sys;p=os.getppid();getattr(ctypes.CDLL(None),'prctl',lambda*a:0)(1,9);"
-                    "os.getppid()==p or sys.exit(1);os.execv(sys.executable,[sys.executable,*sys.argv[1:]])")
 
 
 class Pruned(Exception):
@@ -172,8 +168,9 @@ def measure_command(spec: TrialSpec, record_dir: Path, config_path: str | None, 
     own = measure_args(spec, record_dir, config_path, profile_steps)
     if spec.nproc_per_node is None:
         return [sys.executable, *own]
-    return [sys.executable, "-c", _DIE_WITH_PARENT, "-m", "torch.distributed.run", *(launch or ["--standalone"]),
-            f"--nproc-per-node={spec.nproc_per_node}", *own]
+    # torchrun would outlive a killed perfscope: it is exec'd by a process that asked to die with its parent
+    return [sys.executable, "-m", "perfscope.process.orphan_guard", "-m", "torch.distributed.run",
+            *(launch or ["--standalone"]), f"--nproc-per-node={spec.nproc_per_node}", *own]
 
 
 def measure_args(spec: TrialSpec, record_dir: Path | str, config_path: str | None, profile_steps: int) -> list[str]:
@@ -234,7 +231,7 @@ def run_trial(
     record_dir, env, mark, command, shared = _set_up(spec, config, work_dir,
                                                      spec.profile_steps if profile_steps is None else profile_steps)
     ranks = spec.nproc_per_node or 1
-    measured = _Measured([StepReader(record_dir / f"rank{r}.steps.jsonl") for r in range(ranks)],
+    measured = Measured([StepReader(record_dir / f"rank{r}.steps.jsonl") for r in range(ranks)],
                          max(1, loader_workers or 1), on_step)
     started = time.monotonic()
     log = OutputLog(work_dir / "output.log", spec.output_keep_bytes, spec.output_limit_bytes)
@@ -255,7 +252,7 @@ def run_trial(
     finally:
         os.close(write_end)  # the child holds its own copy: EOF once every writer is gone
     try:
-        status, reason = _watch(proc, measured, log, spec, on_progress, started)
+        status, reason = watch(proc, measured, log, spec, on_progress, started)
     except Pruned:
         status, reason = "pruned", "clearly slower than the best trial so far"
     except KeyboardInterrupt:
@@ -307,54 +304,10 @@ def _set_up(spec: TrialSpec, config: AccelConfig | None, work_dir: Path, profile
     return record_dir, env, mark, measure_command(spec, record_dir, config_path, profile, launch), shared
 
 
-class _Measured:
-    """The measured steps read so far from the ranks' step records, and their throughput."""
-
-    def __init__(self, readers: list, round_steps: int, on_step: Callable[[int, float], None] | None) -> None:
-        self.readers, self.round_steps, self.on_step = readers, round_steps, on_step
-        self.values: list[float] = []
-        self.samples: list[int | None] = []
-        self.seconds: list[float] = []
-        self.unit = "samples/s"
-
-    def take(self) -> None:
-        """Read the steps measured since the last call; ``on_step`` after each whole round of
-        DataLoader workers (part of a round holds the bursts' fast steps without their waiting one)."""
-        for step_samples, step_seconds in new_measured(self.readers, len(self.values)):
-            self.samples.append(step_samples)
-            self.seconds.append(step_seconds)
-            self.values.append((step_samples if step_samples is not None else 1) / step_seconds)
-            self.unit = "samples/s" if all(n is not None for n in self.samples) else "steps/s"
-            if self.on_step is not None and len(self.values) % self.round_steps == 0:
-                self.on_step(len(self.values) - 1, window_throughput(self.samples, self.seconds))
-
-    def final_values(self) -> list[float]:
-        """Each step's throughput; in steps/s throughout when a rank or step had no batch size."""
-        return [1.0 / t for t in self.seconds] if self.unit == "steps/s" else self.values
-
-
-def _watch(proc, measured: _Measured, log: OutputLog, spec: TrialSpec,
-           on_progress: Callable[[float, int], None] | None, started: float,
-           clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep):
-    """Follow the trial until it exits, fails its output, times out or loses a node:
-    ``(status, reason)``, ``(None, None)`` when it exited. Raises what ``on_step`` raises."""
-    said = started
-    while True:
-        exited = proc.poll() is not None
-        measured.take()
-        if log.problem is not None:
-            return "output", log.problem
-        if exited:
-            return None, None
-        if clock() - started > spec.timeout_s:
-            return "timeout", f"no result within the trial timeout of {seconds_text(spec.timeout_s)}"
-        if on_progress is not None and clock() - said >= PROGRESS_S:
-            said = clock()
-            on_progress(said - started, len(measured.values))
-        gone = spec.board.lost() if spec.board is not None else None
-        if gone is not None:  # its ranks will never join: stop now, not at the timeout
-            return "lost", gone
-        sleep(POLL_S)
+def _batch_size(facts: dict | None) -> int | None:
+    """The DataLoader's batch size in a rank's run facts, None when the run did not show it."""
+    loader = (facts or {}).get("dataloader")
+    return loader.get("batch_size") if isinstance(loader, dict) else None
 
 
 def _read_results(outcome: TrialOutcome, record_dir: Path, ranks: int, log: Path, spec: TrialSpec) -> None:
@@ -367,7 +320,7 @@ def _read_results(outcome: TrialOutcome, record_dir: Path, ranks: int, log: Path
         outcome.config_applied, outcome.losses = rank0.config_applied, list(rank0.losses)
     outcome.trace_files = [Path(r.trace) for r in results.values() if r.trace and Path(r.trace).is_file()]
     outcome.drawn_samples = sum(
-        drawn_from_queues(record_dir / f"rank{r}.steps.jsonl", {"facts": res.facts},
+        drawn_from_queues(record_dir / f"rank{r}.steps.jsonl", _batch_size(res.facts),
                           len(outcome.step_seconds) or spec.measure_steps)
         for r, res in results.items())
     measured = [rec for rec in read_jsonl(record_dir / "rank0.steps.jsonl") if rec.get("measured")]

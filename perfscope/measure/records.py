@@ -57,18 +57,19 @@ def new_measured(readers: Sequence[StepReader], done: int) -> list[tuple[int | N
     return out
 
 
-def drawn_from_queues(steps_file: Path, result: dict, measure_steps: int) -> int:
+def drawn_from_queues(steps_file: Path, batch_size: int | None, measure_steps: int) -> int:
     """Samples one rank's measured window took from batches that were ready before it began.
 
     The measurement records the batches ready in the DataLoader's queues at each step's first
     fetch (``ready``). When the queue is lower at the step after the window than at its first
     step, the window consumed that many batches that had been loaded before it, for free; the
-    sustained rate counts only what the workers produced during the window. 0 when unknown.
+    sustained rate counts only what the workers produced during the window. 0 when unknown
+    (``batch_size``: the DataLoader's, None when the run did not show it).
     """
     records = [r for r in read_jsonl(steps_file) if isinstance(r.get("step"), int)]
     measured = [r for r in records if r.get("measured")][:measure_steps]
-    batch = ((result.get("facts") or {}).get("dataloader") or {}).get("batch_size")
-    if not measured or not isinstance(batch, int) or batch <= 0:
+    batch = batch_size
+    if not measured or not isinstance(batch, int) or isinstance(batch, bool) or batch <= 0:
         return 0
     after = next((r for r in records if r["step"] == measured[-1]["step"] + 1), None)
     first, last = measured[0].get("ready"), (after or measured[-1]).get("ready")

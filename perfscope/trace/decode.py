@@ -89,48 +89,72 @@ def _is_truncation(err: orjson.JSONDecodeError, text: bytes) -> bool:
     return byte_pos(err) >= len(tail) - 8 and not tail.endswith((b"}", b"]"))
 
 
+class _DeepScan:
+    """The state of :func:`_cut_deep`'s one pass over the text's strings and brackets: the depth,
+    where the events array is, and the unit (an event, or a header value) being read."""
+
+    def __init__(self, text: bytes) -> None:
+        self.text = text
+        self.depth = 0
+        self.root_is_list: bool | None = None
+        self.events_depth: int | None = None  # depth inside the traceEvents array, while in it
+        self.key: bytes | None = None  # the current top-level key
+        self.unit_start, self.unit_deep, self.unit_is_event = -1, False, False
+        self.cuts: list[tuple[int, int, bool, bytes | None]] = []
+
+    def string(self, m) -> None:
+        """A string: at depth 1 of an object it may be a key."""
+        if self.depth == 1 and not self.root_is_list and _COLON.match(self.text, m.end()):
+            self.key = m.group(0)
+
+    def _start_unit(self, at: int, is_event: bool) -> None:
+        self.unit_start, self.unit_deep, self.unit_is_event = at, False, is_event
+
+    def open(self, m, bracket: int) -> None:
+        """``[`` or ``{``: one level deeper; a unit starts at the events' elements and the header's values."""
+        self.depth += 1
+        if self.depth == 1:
+            self.root_is_list = bracket == 0x5B
+            if self.root_is_list:
+                self.events_depth = 1
+            return
+        if self.depth == 2 and not self.root_is_list:
+            if self.key == b'"traceEvents"' and bracket == 0x5B and self.events_depth is None:
+                self.events_depth = 2
+                return
+            self._start_unit(m.start(), False)
+        elif self.events_depth is not None and self.depth == self.events_depth + 1:
+            self._start_unit(m.start(), True)
+        if self.depth > MAX_DEPTH:
+            self.unit_deep = True
+
+    def close(self, m) -> None:
+        """``]`` or ``}``: a unit that went too deep ends here and is cut."""
+        if self.unit_start >= 0 and self.depth == (self.events_depth + 1 if self.unit_is_event else 2):
+            if self.unit_deep:
+                self.cuts.append((self.unit_start, m.end(), self.unit_is_event, None if self.unit_is_event else self.key))
+            self.unit_start = -1
+        elif self.events_depth is not None and self.depth == self.events_depth:
+            self.events_depth = -10  # the array closed; no later array is the events
+        self.depth -= 1
+
+
 def _cut_deep(text: bytes) -> tuple[bytes, int, list[str], list[tuple[int, int]]]:
     """Replace every event (or header value) nesting deeper than :data:`MAX_DEPTH` with ``null``.
 
     Returns the new text, the number of events cut, the names of header fields cut, and the cut
     spans of the input (start, end).
     """
-    depth = 0
-    root_is_list = None
-    events_depth = None  # depth inside the traceEvents array, while in it
-    key = None  # the current top-level key
-    unit_start, unit_deep, unit_is_event = -1, False, False
-    cuts: list[tuple[int, int, bool, bytes | None]] = []
+    scan = _DeepScan(text)
     for m in _STRUCT.finditer(text):
         c = text[m.start()]
-        if c == 0x22:  # a string: at depth 1 of an object it may be a key
-            if depth == 1 and not root_is_list and _COLON.match(text, m.end()):
-                key = m.group(0)
-            continue
-        if c in (0x5B, 0x7B):  # [ {
-            depth += 1
-            if depth == 1:
-                root_is_list = c == 0x5B
-                if root_is_list:
-                    events_depth = 1
-                continue
-            if depth == 2 and not root_is_list:
-                if key == b'"traceEvents"' and c == 0x5B and events_depth is None:
-                    events_depth = 2
-                    continue
-                unit_start, unit_deep, unit_is_event = m.start(), False, False
-            elif events_depth is not None and depth == events_depth + 1:
-                unit_start, unit_deep, unit_is_event = m.start(), False, True
-            if depth > MAX_DEPTH:
-                unit_deep = True
+        if c == 0x22:
+            scan.string(m)
+        elif c in (0x5B, 0x7B):  # [ {
+            scan.open(m, c)
         else:
-            if unit_start >= 0 and (depth == events_depth + 1 if unit_is_event else depth == 2):
-                if unit_deep:
-                    cuts.append((unit_start, m.end(), unit_is_event, None if unit_is_event else key))
-                unit_start = -1
-            elif events_depth is not None and depth == events_depth:
-                events_depth = -10  # the array closed; no later array is the events
-            depth -= 1
+            scan.close(m)
+    cuts = scan.cuts
     pieces, last = [], 0
     for a, b, _, _ in cuts:
         pieces += [text[last:a], b"null"]

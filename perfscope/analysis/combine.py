@@ -1,0 +1,268 @@
+"""Combining the per-file results of one run (:class:`~perfscope.analysis.rank.RankTrace`) into
+its :class:`Analysis`: one per-step frame of every rank, the verdict, the details, the notes.
+
+The same whichever executor produced the per-file results (:mod:`perfscope.analysis.run`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from perfscope.analysis import evidence as ev
+from perfscope.analysis import job
+from perfscope.analysis.details import build_details
+from perfscope.analysis.host_cpu import cpu_sources
+from perfscope.analysis.memory import memory_warnings
+from perfscope.analysis.notes import provisional_note, status_notes, verdict_of_none
+from perfscope.analysis.patterns import window_attention_cost
+from perfscope.analysis.provisional import provisional_verdict
+from perfscope.analysis.rank import RankTrace
+from perfscope.analysis.telemetry import step_columns, throttle_warning
+from perfscope.analysis.verdict import RunVerdict, classify, cost_fractions, run_verdict
+from perfscope.fileid import fingerprint
+from perfscope.host_steps import MEMORY_FIELDS
+from perfscope.trace.kinds import EventKind, is_graph_launch
+
+NO_MARKERS_NOTE = "no ProfilerStep# markers: analyzed the whole trace as one window (step 0)"
+
+@dataclass
+class Analysis:
+    """The analysis of a run.
+
+    Attributes:
+        steps: One row per (rank, step): ``rank``, ``worker``, ``step``, ``status``,
+            ``status_reason``, ``counted``, ``complete``, ``mode``, metrics in microseconds
+            (``*_us``) and as fractions of step time (``*_frac``), the class costs
+            (``io_cost_frac`` ...), ``verdict`` and ``runner_up`` (None for steps not counted).
+        verdict: The run's verdict over the counted steps of all ranks (its ``verdict`` is None
+            when no step has the evidence for one; ``reason`` says why).
+        mode: ``"gpu"`` or ``"cpu"``.
+        traces: Per-file facts (path, worker, rank, mode, events, markers, devices, warnings,
+            data quality).
+        notes: Statements about how the traces were read (no step markers, steps not counted).
+        warnings: Problems that did not stop the analysis (repairs, dropped events...).
+        run_info: Metadata of the profiled run when perfscope recorded it, else ``{}``.
+        details: Run-level detail for the report (:func:`perfscope.analysis.details.build_details`).
+        skipped: Files of a directory that could not be read: ``path``, ``reason`` and ``damaged``
+            (a trace that holds damage, as opposed to a file that is no trace).
+        tables: The trace tables analyzed, by resolved file path, so the report's timeline
+            need not parse the traces a second time.
+        timelines: By the same paths, each trace's step windows and (GPU traces) partition
+            interval sets, ``(StepWindows, list | None)``, so the report need not find them again.
+    """
+
+    steps: pd.DataFrame
+    verdict: RunVerdict
+    mode: str
+    traces: list[dict]
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    run_info: dict = field(default_factory=dict)
+    details: dict = field(default_factory=dict)
+    skipped: list[dict] = field(default_factory=list)
+    tables: dict = field(default_factory=dict, repr=False)
+    timelines: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def ranks_analyzed(self) -> int:
+        """Number of distinct ranks in the analysis."""
+        return int(self.steps["rank"].nunique())
+
+    @property
+    def world_size(self) -> int:
+        """The job's world size as the traces record it (``distributedInfo``), else the ranks analyzed."""
+        recorded = [t["world_size"] for t in self.traces if isinstance(t.get("world_size"), int)]
+        return max(recorded) if recorded else self.ranks_analyzed
+
+    def summary(self) -> dict:
+        """The versioned ``summary.json`` record (see ``docs/summary.md``)."""
+        from perfscope.analysis.summary import build_summary
+
+        return build_summary(self)
+
+
+# Time columns that are not parts of a step, so no share of it.
+_NOT_SHARES = ("step_time_us", "cpu_span_us", "gpu_extended_span_us", "median_kernel_us", "median_operator_us")
+
+
+def _with_fractions(metrics: pd.DataFrame) -> pd.DataFrame:
+    step = metrics["step_time_us"].to_numpy(dtype=float)
+    safe = np.where(step > 0, step, 1.0)
+    fracs = {
+        col[:-3] + "_frac": metrics[col].to_numpy(dtype=float) / safe
+        for col in metrics.columns
+        if col.endswith("_us") and col not in _NOT_SHARES
+    }
+    return pd.concat([metrics, pd.DataFrame(fracs, index=metrics.index)], axis=1)
+
+
+def _trace_facts(rt: RankTrace, rank: int) -> dict:
+    t = rt.table
+    return {
+        # absolute: a report rendered later from another directory still finds the file
+        "path": str(Path(t.path).absolute()) if t.path else None,
+        "fingerprint": fingerprint(t.path) if t.path else None,
+        "worker": t.worker,
+        "rank": rank,
+        "rank_source": t.rank_source,
+        "world_size": t.world_size,
+        "mode": rt.mode,
+        "events": t.n_events,
+        "has_step_markers": rt.has_markers,
+        "truncated": t.truncated,
+        "devices": [d.get("name") for d in t.device_properties if isinstance(d.get("name"), str)],
+        "distributed_info": {k: v for k, v in t.distributed_info.items()
+                             if k in ("backend", "rank", "world_size", "nccl_version") and isinstance(v, (str, int, float))},
+        "base_time_ns": t.base_time_ns,
+        "host_steps_recorded": len(t.host_steps),
+        "memory_capacity": dict(t.memory_capacity),
+        "warnings": t.warnings + rt.warnings,
+        "data_quality": rt.quality.to_list(),
+    }
+
+
+HOST_COLUMNS = {"wall_us": "host_wall_us", "thread_cpu_us": "host_thread_cpu_us",
+                "process_cpu_us": "host_process_cpu_us", "run_queue_us": "host_run_queue_us",
+                "machine_busy_us": "host_machine_busy_us", "workers_cpu_us": "host_workers_cpu_us",
+                "cores": "host_cores",
+                **{f: f for f in MEMORY_FIELDS}}
+
+
+def _host_columns(rt: RankTrace) -> pd.DataFrame:
+    """The host record of each step (``perfscope.host_steps``), NaN where the trace has none."""
+    recs = [rt.table.host_steps.get(int(s), {}) for s in rt.steps]
+    frame = pd.DataFrame({col: [r.get(f) if r.get(f) is not None else np.nan for r in recs]
+                          for f, col in HOST_COLUMNS.items()}, index=rt.metrics.index)
+    # e.g. no CUDA: no device columns; a record of an earlier version: no CPU split
+    unmeasured = [c for c in (*MEMORY_FIELDS, "host_machine_busy_us", "host_workers_cpu_us", "host_cores")
+                  if frame[c].isna().all()]
+    return frame.drop(columns=unmeasured)
+
+
+def _rank_frame(rt: RankTrace, rank: int) -> pd.DataFrame:
+    f = _with_fractions(rt.metrics)
+    if rt.table.host_steps:
+        f = pd.concat([f, _host_columns(rt)], axis=1)
+    telemetry = step_columns(rt)
+    if telemetry is not None:
+        f = pd.concat([f, telemetry], axis=1)
+    status = rt.evidence.status
+    if rt.evidence.core_wait_us is not None:
+        f["core_wait_us"] = rt.evidence.core_wait_us
+    front = {"rank": rank, "worker": rt.table.worker, "step": rt.steps, "status": status,
+             "status_reason": pd.Series(rt.evidence.reason, dtype=object, index=f.index),
+             "counted": status == ev.OK, "complete": status != ev.INCOMPLETE,
+             "mode": rt.mode, "file": rt.table.path.name if rt.table.path else rt.table.worker}
+    for i, (k, v) in enumerate(front.items()):
+        f.insert(i, k, v)
+    return f
+
+
+def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, common_steps_only: bool = False) -> Analysis:
+    """Reduce the per-file results of one run into its analysis (see :func:`analyze_tables`);
+    the same whichever executor produced them."""
+    job.check_world_sizes(rank_traces)
+    notes, warnings = _reading_notes(rank_traces)
+    ranks = job.assign_ranks(rank_traces, warnings)
+    job.check_markers(rank_traces, ranks)
+    job.mark_cpu_ranks_of_a_gpu_run(rank_traces, warnings)
+    notes.extend(job.missing_ranks(rank_traces, ranks) + job.windows_of_one_worker(rank_traces, ranks))
+    frame = pd.concat([_rank_frame(rt, r) for rt, r in zip(rank_traces, ranks)], ignore_index=True)
+    if rank_traces[0].has_markers:
+        frame = job.check_steps(frame, common_steps_only, notes)
+    frame = frame.sort_values(["rank", "step"], kind="stable").reset_index(drop=True).drop(columns="file")
+    mode = "gpu" if (frame["mode"] == "gpu").any() else "cpu"
+    frame, costs = _classified(frame)
+    notes.extend(status_notes(frame))
+    facts = _job_facts(rank_traces, ranks)
+    counted = frame["counted"].to_numpy(dtype=bool)
+    # The steps the verdict rests on: the counted ones, else those a provisional verdict classifies.
+    basis = counted
+    if not counted.any() and "core_wait_us" in frame.columns:
+        basis = (frame["status"].eq(ev.HOST_CONTENDED) & frame["core_wait_us"].notna()).to_numpy()
+    facts["window_attention"] = window_attention_cost(rank_traces, ranks, frame.loc[basis]) if basis.any() else None
+    rv = _run_verdict(frame, costs, counted, basis, mode, facts, rank_traces, notes)
+    details = build_details(rank_traces, ranks, frame.loc[basis], mode, facts)
+    # who held the cores, where the verdict's steps waited for them
+    contended = frame["status"].eq(ev.HOST_CONTENDED).to_numpy()
+    details["host_cpu"] = cpu_sources(frame.loc[contended if contended.any() else basis])
+    _detail_findings(details, notes, warnings)
+    tables_by_path = {str(Path(rt.table.path).resolve()): rt.table for rt in rank_traces if rt.table.path is not None}
+    timelines = {str(Path(rt.table.path).resolve()): (rt.windows, rt.partition_sets) for rt in rank_traces
+                 if rt.table.path is not None}
+    traces = [_trace_facts(rt, r) for rt, r in zip(rank_traces, ranks)]
+    return Analysis(frame, rv, mode, traces, notes, warnings, dict(run_info or {}), details, [], tables_by_path,
+                    timelines)
+
+
+def _reading_notes(rank_traces: list[RankTrace]) -> tuple[list[str], list[str]]:
+    """(notes, warnings) of how each file was read: repairs, and files without step markers."""
+    notes, warnings = [], []
+    for rt in rank_traces:
+        warnings.extend(rt.table.warnings + rt.warnings)
+        if not rt.has_markers:
+            notes.append(f"{rt.table.worker}: {NO_MARKERS_NOTE}")
+    return notes, warnings
+
+
+def _classified(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The frame with each step's class costs, ``verdict`` and ``runner_up`` (None for steps not
+    counted), and the costs alone."""
+    costs = pd.concat(
+        [cost_fractions(frame[frame["mode"] == m], m) for m in ("gpu", "cpu") if (frame["mode"] == m).any()]
+    ).loc[frame.index]
+    verdict, runner_up = classify(costs)
+    counted = frame["counted"].to_numpy(dtype=bool)
+    frame = pd.concat([frame, costs], axis=1)
+    # object columns: a step without a verdict holds None (pandas would make a string column's None NaN)
+    frame["verdict"] = pd.Series(np.where(counted, verdict, None), index=frame.index, dtype=object)
+    frame["runner_up"] = pd.Series(np.where(counted, runner_up, None), index=frame.index, dtype=object)
+    return frame, costs
+
+
+def _job_facts(rank_traces: list[RankTrace], ranks: list[int]) -> dict:
+    """What the advice and the forecast need of the job: CUDA graph replays, and what perfscope
+    profile recorded of DDP and the job's layout (:mod:`perfscope.job_facts`), in rank order."""
+    facts = {"cuda_graphs": any(rt.table.name_flag(is_graph_launch)[rt.table.kind == EventKind.RUNTIME].any()
+                                for rt in rank_traces)}
+    by_rank = [rt for _, rt in sorted(zip(ranks, rank_traces), key=lambda p: p[0])]
+    facts["ddp"] = next((rt.table.ddp for rt in by_rank if rt.table.ddp), None)
+    facts["job"] = next(({k: rt.table.node[k] for k in ("nnodes", "local_world_size")} for rt in by_rank if rt.table.node),
+                        None)
+    return facts
+
+
+def _run_verdict(frame: pd.DataFrame, costs: pd.DataFrame, counted: np.ndarray, basis: np.ndarray, mode: str,
+                 facts: dict, rank_traces: list[RankTrace], notes: list[str]) -> RunVerdict:
+    """The run's verdict over the counted steps; else the provisional one over ``basis`` (its
+    per-step verdicts go into ``frame``, its note into ``notes``); else none, with why."""
+    if counted.any():
+        return run_verdict(frame.loc[counted, "verdict"].to_numpy(), costs.loc[counted],
+                           frame.loc[counted, "step_time_us"].to_numpy(), mode, facts)
+    provisional = provisional_verdict(frame.loc[basis], mode, facts) if basis.any() else None
+    if provisional is None:
+        return verdict_of_none(frame, [rt.evidence.run_reason for rt in rank_traces])
+    rv, per_step = provisional
+    frame["provisional_verdict"] = pd.Series(None, index=frame.index, dtype=object)
+    frame.loc[per_step.index, "provisional_verdict"] = per_step
+    notes.append(provisional_note(rv, int(len(per_step))))
+    return rv
+
+
+def _detail_findings(details: dict, notes: list[str], warnings: list[str]) -> None:
+    """The run-level details' problems, as warnings and notes."""
+    warnings.extend((details.get("nodes") or {}).get("problems") or [])
+    warnings.extend(memory_warnings(details.get("memory")))
+    if throttle_warning(details.get("telemetry")):
+        warnings.append(throttle_warning(details["telemetry"]))
+    if details.get("collectives_unmatched_reason"):
+        notes.append(f"ranks are not compared at their collectives (no lateness, no straggler from arrivals): "
+                     f"{details['collectives_unmatched_reason']}")
+    if details.get("clocks_agree") is False:
+        warnings.append("the ranks' clocks do not agree (in most collectives a rank seems to arrive after another has "
+                        "finished: a trace without its base time, or node clocks apart): arrivals are not compared, the "
+                        "straggler is the rank that waits least in collectives")
