@@ -224,7 +224,7 @@ def test_a_chart_key_must_be_a_plain_name():
 
 
 def test_the_commands_that_draw_nothing_do_not_load_matplotlib():
-    code = ("import sys, reports.charts, reports.plots, perfscope.cli_check, perfscope.cli_merge; "
+    code = ("import sys, reports.charts, reports.plots, perfscope.cli.check, perfscope.cli.merge; "
             "assert 'matplotlib' not in sys.modules, 'imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -15,7 +15,7 @@ def options(**kw) -> TuneOptions:
 
 
 def test_the_command_line_checks_the_same_ranges():
-    from perfscope.cli_tune import _limits
+    from perfscope.cli.tune import _limits
 
     assert _limits() == {flag: (low, high) for flag, low, high in LIMITS.values()}
     assert set(LIMITS) <= {f.name for f in __import__("dataclasses").fields(TuneOptions)}

@@ -1,6 +1,6 @@
 """What ``perfscope tune`` is asked: one validated keyword-only dataclass, and the ranges of its numbers.
 
-The ranges live here, with the options they bound; the command line (``perfscope/cli_tune.py``)
+The ranges live here, with the options they bound; the command line (``perfscope/cli/tune.py``)
 derives its checks and messages from :data:`LIMITS`, so a program that builds
 :class:`TuneOptions` itself gets the same refusals as a user typing the command. This module
 imports neither Optuna nor torch: the command line reads it to build its parser.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perfscope.cli_args import out_path
+from perfscope.cli.args import out_path
 from perfscope.errors import PerfscopeError
 from perfscope.text import safe
 

@@ -8,7 +8,7 @@ import sys
 import time
 from pathlib import Path
 
-from perfscope.cli_args import one_line_errors, add_node_options, node_launch, not_empty, number, out_path, whole
+from perfscope.cli.args import one_line_errors, add_node_options, node_launch, not_empty, number, out_path, whole
 from perfscope.errors import PerfscopeError
 from perfscope.outputs import DEFAULT_OUT_ROOT
 from perfscope.redact import redact

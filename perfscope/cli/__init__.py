@@ -2,7 +2,7 @@
 
 ``perfscope profile SCRIPT [options] [-- script args]``, ``perfscope analyze PATH [options]``,
 ``perfscope report SUMMARY_OR_OUT_DIR [options]``, ``perfscope diff A B [options]``, and the commands of
-their own modules (``tune``, ``forecast``, ``check``); the options are in :mod:`perfscope.cli_parser`.
+their own modules (``tune``, ``forecast``, ``check``); the options are in :mod:`perfscope.cli.parser`.
 A user's mistake ends with one line on stderr (``perfscope: error: ...``) and a non-zero exit,
 never a traceback.
 """
@@ -16,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from perfscope.cli_args import node_launch
-from perfscope.cli_parser import EXIT_USAGE, build_parser
+from perfscope.cli.args import node_launch
+from perfscope.cli.parser import EXIT_USAGE, build_parser
 from perfscope.errors import PerfscopeError
 from perfscope.outlock import FolderLock
 from perfscope.outputs import DEFAULT_OUT_ROOT, output_dir, remove_if_empty
@@ -297,19 +297,19 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "diff":
             return cmd_diff(args)
         if args.command == "forecast":
-            from perfscope.cli_forecast import run
+            from perfscope.cli.forecast import run
 
             return run(args, *_load(args.summary))
         if args.command == "check":
-            from perfscope.cli_check import run
+            from perfscope.cli.check import run
 
             return run(args, _load)
         if args.command == "merge":
-            from perfscope.cli_merge import run
+            from perfscope.cli.merge import run
 
             return run(args)
         if args.command == "tune":
-            from perfscope.cli_tune import cmd_tune
+            from perfscope.cli.tune import cmd_tune
 
             return cmd_tune(args, script_args, _open_in_browser)
         return cmd_analyze(args)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import orjson
 
-from perfscope.cli_args import one_line_errors, number, out_path, whole
+from perfscope.cli.args import one_line_errors, number, out_path, whole
 from perfscope.errors import PerfscopeError
 from perfscope.text import safe
 from perfscope.units import format_bandwidth, parse_bandwidth

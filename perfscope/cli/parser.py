@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from perfscope.version import __version__
-from perfscope.cli_args import MAX_JOBS, MAX_NPROC_PER_NODE, add_node_options, not_empty, number, out_path, whole
+from perfscope.cli.args import MAX_JOBS, MAX_NPROC_PER_NODE, add_node_options, not_empty, number, out_path, whole
 from perfscope.collect.schedule import MAX_ACTIVE, MAX_EXTEND_S, MAX_STEPS
 from perfscope.text import safe
 
@@ -117,10 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--out", type=out_path, help="HTML file to write (default: perfscope-out/diff-<time>.html)")
     d.add_argument("--open", action="store_true", help="open the comparison in the web browser")
 
-    from perfscope.cli_check import add_check_parser
-    from perfscope.cli_forecast import add_forecast_parser
-    from perfscope.cli_merge import add_merge_parser
-    from perfscope.cli_tune import add_tune_parser
+    from perfscope.cli.check import add_check_parser
+    from perfscope.cli.forecast import add_forecast_parser
+    from perfscope.cli.merge import add_merge_parser
+    from perfscope.cli.tune import add_tune_parser
 
     for add in (add_tune_parser, add_forecast_parser, add_check_parser, add_merge_parser):
         add(sub)

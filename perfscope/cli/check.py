@@ -11,7 +11,7 @@ from pathlib import Path
 
 import orjson
 
-from perfscope.cli_args import one_line_errors, out_path
+from perfscope.cli.args import one_line_errors, out_path
 from perfscope.errors import PerfscopeError
 from perfscope.check import ALPHA, DEFAULT_MAX_REGRESSION, CheckInputError, compare, report_lines
 from perfscope.text import safe
