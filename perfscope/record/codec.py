@@ -34,9 +34,14 @@ def _bad_number(value) -> str | None:
             stack += [(x, f"{at}.{k}" if at else str(k)) for k, x in v.items()]
         elif isinstance(v, list):
             stack += [(x, f"{at}[{i}]") for i, x in enumerate(v)]
-        elif isinstance(v, (int, float)) and not isinstance(v, bool) and not (math.isfinite(v) and abs(v) <= _MAX_NUMBER):
+        elif _out_of_range(v):
             return f"{at}: {short_repr(v)} is out of range"
     return None
+
+
+def _out_of_range(v) -> bool:
+    """A number (not a bool) that is not finite, or beyond 2**63 either way."""
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and not (math.isfinite(v) and abs(v) <= _MAX_NUMBER)
 
 
 def _v1_to_v2(data: dict) -> dict:

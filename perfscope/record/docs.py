@@ -41,32 +41,41 @@ not name are kept but not shown.
 """
 
 
+_PLAIN = {str: "text", int: "whole number", float: "number", bool: "true/false", typing.Any: "any"}
+
+
+def _meta_words(base, meta: list) -> str:
+    """An ``Annotated`` type in words: its rule (``name``, ``share``, ``number ≥ 0``), else its base's."""
+    m = next((x for x in meta if isinstance(x, msgspec.Meta)), None)
+    if m is not None and m.pattern:
+        return "name"
+    if m is not None and m.le is not None:
+        return "share"
+    if m is not None and m.ge is not None:
+        return "number ≥ 0"
+    return _type_words(base)
+
+
+def _union_words(kind) -> str:
+    args = typing.get_args(kind)
+    present = [a for a in args if a is not type(None)]
+    return " or ".join(_type_words(a) for a in present) + (" or null" if len(present) < len(args) else "")
+
+
 def _type_words(kind) -> str:
     """A field's type in words."""
     origin = typing.get_origin(kind)
     if origin is typing.Annotated:
         base, *meta = typing.get_args(kind)
-        m = next((x for x in meta if isinstance(x, msgspec.Meta)), None)
-        if m is not None and m.pattern:
-            return "name"
-        if m is not None and m.le is not None:
-            return "share"
-        if m is not None and m.ge is not None:
-            return "number ≥ 0"
-        return _type_words(base)
+        return _meta_words(base, meta)
     if isinstance(kind, types.UnionType) or origin is typing.Union:
-        args = [a for a in typing.get_args(kind) if a is not type(None)]
-        words = " or ".join(_type_words(a) for a in args)
-        return words + (" or null" if len(args) < len(typing.get_args(kind)) else "")
-    if origin is list:
-        return f"list of {_type_words(typing.get_args(kind)[0])}"
-    if origin is tuple:
-        return "list"
-    if origin is dict:
-        return f"object of {_type_words(typing.get_args(kind)[1])}"
+        return _union_words(kind)
+    if origin in (list, tuple, dict):
+        inner = typing.get_args(kind)[-1]
+        return {list: f"list of {_type_words(inner)}", tuple: "list", dict: f"object of {_type_words(inner)}"}[origin]
     if isinstance(kind, type) and issubclass(kind, msgspec.Struct):
         return "object"
-    return {str: "text", int: "whole number", float: "number", bool: "true/false", typing.Any: "any"}.get(kind, str(kind))
+    return _PLAIN.get(kind, str(kind))
 
 
 def _description(kind) -> str:

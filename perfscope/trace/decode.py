@@ -119,14 +119,17 @@ class _DeepScan:
                 self.events_depth = 1
             return
         if self.depth == 2 and not self.root_is_list:
-            if self.key == b'"traceEvents"' and bracket == 0x5B and self.events_depth is None:
+            if self._opens_events(bracket):
                 self.events_depth = 2
                 return
             self._start_unit(m.start(), False)
         elif self.events_depth is not None and self.depth == self.events_depth + 1:
             self._start_unit(m.start(), True)
-        if self.depth > MAX_DEPTH:
-            self.unit_deep = True
+        self.unit_deep = self.unit_deep or self.depth > MAX_DEPTH
+
+    def _opens_events(self, bracket: int) -> bool:
+        """The ``[`` of the top-level ``traceEvents`` array (the first one only)."""
+        return self.key == b'"traceEvents"' and bracket == 0x5B and self.events_depth is None
 
     def close(self, m) -> None:
         """``]`` or ``}``: a unit that went too deep ends here and is cut."""
@@ -155,14 +158,20 @@ def _cut_deep(text: bytes) -> tuple[bytes, int, list[str], list[tuple[int, int]]
         else:
             scan.close(m)
     cuts = scan.cuts
+    n_events = sum(1 for c in cuts if c[2])
+    header = [c[3].decode("utf-8", "replace").strip('"') for c in cuts if not c[2] and c[3]]
+    spans = [(a, b) for a, b, _, _ in cuts]
+    return _nulled(text, spans), n_events, header, spans
+
+
+def _nulled(text: bytes, spans: list[tuple[int, int]]) -> bytes:
+    """``text`` with each of the sorted, disjoint ``spans`` replaced by ``null``."""
     pieces, last = [], 0
-    for a, b, _, _ in cuts:
+    for a, b in spans:
         pieces += [text[last:a], b"null"]
         last = b
     pieces.append(text[last:])
-    n_events = sum(1 for c in cuts if c[2])
-    header = [c[3].decode("utf-8", "replace").strip('"') for c in cuts if not c[2] and c[3]]
-    return b"".join(pieces), n_events, header, [(a, b) for a, b, _, _ in cuts]
+    return b"".join(pieces)
 
 
 def _map_back(pos: int, cuts: list[tuple[int, int]]) -> int:

@@ -121,41 +121,47 @@ def _step_view(prep, i: int, s: dict, representative: bool) -> StepView:
                     labels=[Label(a, b, t) for a, b, t in labels], telemetry=_telemetry_bars(prep, r))
 
 
-def _svg(view: StepView, step_label: str) -> str:
-    """The drawing of one stored step view."""
-    n_lanes = len(view.lanes) + 1
-    lane_t = view.telemetry is not None
-    height = TOP + n_lanes * (LANE_H + GAP) + 26 + ((TELEMETRY_H + GAP) if lane_t else 0)
-    width = LEFT + COLUMNS + 10
-    out = [open_svg(width, height, f"timeline of {step_label}")]
-    span_ms = view.span_ns / 1e6
+def _ticks(span_ms: float, height: float) -> list[str]:
+    """Grid lines and labels of the time axis (ms since the step started)."""
+    out = []
     for t in nice_ticks(span_ms, 8):
         if t > span_ms * 1.0001:
             break
         x = LEFT + t / span_ms * COLUMNS if span_ms else LEFT
         out.append(f'<line class="grid" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP - 4}" y2="{height - 26}"/>')
         out.append(text(x, TOP - 8, tick_label(t), "middle"))
-    out.append(text(LEFT + COLUMNS / 2, height - 6, "time since the step started (ms)", "middle"))
+    return out
+
+
+def _shading(view: StepView) -> list[str]:
+    """The idle stretches, shaded behind the GPU stream lanes."""
     gpu_lanes = [k for k, lane in enumerate(view.lanes) if lane.gpu]
-    if gpu_lanes:
-        y0 = TOP + gpu_lanes[0] * (LANE_H + GAP) - 2
-        y1 = TOP + (gpu_lanes[-1] + 1) * (LANE_H + GAP) - GAP + 2
-        out += [rect(LEFT + run.a, y0, run.b - run.a, y1 - y0, run.colour, None, 0.22) for run in view.shade]
-    for k, lane in enumerate(view.lanes):
-        y = TOP + k * (LANE_H + GAP)
-        out.append(text(LEFT - 6, y + LANE_H - 4, lane.label, "end"))
-        out.append(f'<line class="grid" x1="{LEFT}" x2="{LEFT + COLUMNS}" y1="{y + LANE_H + 0.5:.1f}" y2="{y + LANE_H + 0.5:.1f}"/>')
-        for run in lane.runs:
-            a, b, single = run.a, run.b, run.single
-            out.append(rect(LEFT + a, y, b - a, LANE_H, run.colour, run.title, run.level))
-            if single and b - a >= 3:  # mark where a wide event starts (it may touch the previous one)
-                out.append(f'<line x1="{LEFT + a:.1f}" x2="{LEFT + a:.1f}" y1="{y}" y2="{y + LANE_H}" stroke="#fff"/>')
-            if single and run.level == 1 and b - a >= 50:  # name a wide single event in place
-                ink = "#111" if run.colour in LIGHT else "#fff"
-                out.append(text(LEFT + a + 3, y + LANE_H - 4, truncate(single, int((b - a - 6) / 5.6)), "start", "lbl",
-                                f' style="fill:{ink}"'))
-    y = TOP + len(view.lanes) * (LANE_H + GAP)
-    out.append(text(LEFT - 6, y + LANE_H - 4, "counted as", "end"))
+    if not gpu_lanes:
+        return []
+    y0 = TOP + gpu_lanes[0] * (LANE_H + GAP) - 2
+    y1 = TOP + (gpu_lanes[-1] + 1) * (LANE_H + GAP) - GAP + 2
+    return [rect(LEFT + run.a, y0, run.b - run.a, y1 - y0, run.colour, None, 0.22) for run in view.shade]
+
+
+def _lane_runs(lane: Lane, y: float) -> list[str]:
+    """One lane: its label, its line, its runs (a wide single event marked and named in place)."""
+    out = [text(LEFT - 6, y + LANE_H - 4, lane.label, "end"),
+           f'<line class="grid" x1="{LEFT}" x2="{LEFT + COLUMNS}" y1="{y + LANE_H + 0.5:.1f}" y2="{y + LANE_H + 0.5:.1f}"/>']
+    for run in lane.runs:
+        a, b, single = run.a, run.b, run.single
+        out.append(rect(LEFT + a, y, b - a, LANE_H, run.colour, run.title, run.level))
+        if single and b - a >= 3:  # mark where a wide event starts (it may touch the previous one)
+            out.append(f'<line x1="{LEFT + a:.1f}" x2="{LEFT + a:.1f}" y1="{y}" y2="{y + LANE_H}" stroke="#fff"/>')
+        if single and run.level == 1 and b - a >= 50:  # name a wide single event in place
+            ink = "#111" if run.colour in LIGHT else "#fff"
+            out.append(text(LEFT + a + 3, y + LANE_H - 4, truncate(single, int((b - a - 6) / 5.6)), "start", "lbl",
+                            f' style="fill:{ink}"'))
+    return out
+
+
+def _counted_as(view: StepView, y: float) -> list[str]:
+    """The "counted as" lane, with the wide stretches labelled where the label fits."""
+    out = [text(LEFT - 6, y + LANE_H - 4, "counted as", "end")]
     out += [rect(LEFT + run.a, y, run.b - run.a, LANE_H, run.colour, run.title) for run in view.partition]
     for label in view.labels:
         a, b, text_ = label.a, label.b, label.text
@@ -165,14 +171,32 @@ def _svg(view: StepView, step_label: str) -> str:
                 continue
         out.append(rect(LEFT + (a + b) / 2 - 3.2 * len(text_), y + 2, 6.4 * len(text_), LANE_H - 4, "#ffffff", None, 0.8))
         out.append(text(LEFT + (a + b) / 2, y + LANE_H - 4, text_, "middle", "lbl"))
+    return out
+
+
+def _telemetry_lane(bars: list[Bar], y: float) -> list[str]:
+    """GPU utilisation samples (NVML) as bars, 0-100% of the lane's height."""
+    out = [text(LEFT - 6, y + TELEMETRY_H - 4, "GPU util (NVML)", "end"),
+           f'<line class="grid" x1="{LEFT}" x2="{LEFT + COLUMNS}" y1="{y + TELEMETRY_H + 0.5:.1f}" '
+           f'y2="{y + TELEMETRY_H + 0.5:.1f}"/>']
+    for bar in bars:
+        h = TELEMETRY_H * bar.height
+        out.append(rect(LEFT + bar.a, y + TELEMETRY_H - h, max(bar.b - bar.a, 1.0), h, SKY, bar.title))
+    return out
+
+
+def _svg(view: StepView, step_label: str) -> str:
+    """The drawing of one stored step view."""
+    lane_t = view.telemetry is not None
+    height = TOP + (len(view.lanes) + 1) * (LANE_H + GAP) + 26 + ((TELEMETRY_H + GAP) if lane_t else 0)
+    out = [open_svg(LEFT + COLUMNS + 10, height, f"timeline of {step_label}"), *_ticks(view.span_ns / 1e6, height),
+           text(LEFT + COLUMNS / 2, height - 6, "time since the step started (ms)", "middle"), *_shading(view)]
+    for k, lane in enumerate(view.lanes):
+        out += _lane_runs(lane, TOP + k * (LANE_H + GAP))
+    y = TOP + len(view.lanes) * (LANE_H + GAP)
+    out += _counted_as(view, y)
     if lane_t:
-        ty = y + LANE_H + GAP
-        out += [text(LEFT - 6, ty + TELEMETRY_H - 4, "GPU util (NVML)", "end"),
-                f'<line class="grid" x1="{LEFT}" x2="{LEFT + COLUMNS}" y1="{ty + TELEMETRY_H + 0.5:.1f}" '
-                f'y2="{ty + TELEMETRY_H + 0.5:.1f}"/>']
-        for bar in view.telemetry:
-            h = TELEMETRY_H * bar.height
-            out.append(rect(LEFT + bar.a, ty + TELEMETRY_H - h, max(bar.b - bar.a, 1.0), h, SKY, bar.title))
+        out += _telemetry_lane(view.telemetry, y + LANE_H + GAP)
     out.append("</svg>")
     return "".join(out)
 
