@@ -42,3 +42,4 @@ def postgres_socket_url(postgres_url):
     import pg
 
     return pg.socket_url(postgres_url)
+

@@ -3,8 +3,11 @@ the torchrun command of one node."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import sys
+import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -15,16 +18,24 @@ def in_ci() -> bool:
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 
+# Held while a test makes network namespaces: one such test at a time on the machine, whichever
+# pytest worker (pytest -n N) or run it belongs to, since a cluster's net number and the check
+# that none is left behind are the machine's, not one test's.
+LOCK = Path(tempfile.gettempdir()) / "perfscope-emulated-cluster-tests.lock"
+
+
 @pytest.fixture
 def root_cluster_host():
-    """Skip where not root (the reason named); fail under CI, which runs as root. Afterwards,
-    no namespace may be left behind."""
+    """Skip where not root (the reason named); fail under CI, which runs as root. Runs the test
+    holding :data:`LOCK`; afterwards, no namespace may be left behind."""
     if os.geteuid() != 0:
         if in_ci():
             pytest.fail("CI runs as root; the emulated cluster tests must run there")
         pytest.skip("the emulated cluster needs root (network namespaces, veth, tc)")
-    yield
-    assert emulate.namespaces() == [], "a test left namespaces behind"
+    with open(LOCK, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+        assert emulate.namespaces() == [], "a test left namespaces behind"
 
 
 def torchrun(cluster, node: int, script, *args: str, nproc: int = 2, port: int = 29511) -> list[str]:

@@ -33,6 +33,22 @@ def profile(tmp_path: Path, *args: str) -> dict:
 
 
 MIN_COUNTED = 3  # of the 5 profiled steps
+PLANNED = 5  # the default --active
+
+
+def _cut_by_the_scripts_end(summary: dict, step: dict) -> bool:
+    """A step left out because the script ended inside it: on a busy machine the window grew
+    (``run.window_extension``) until the script's last step, which the end of profiling cuts."""
+    ext = summary["run"].get("window_extension") or {}
+    return (ext.get("reason") == "script ended" and step["status"] == "incomplete"
+            and step["status_reason"].startswith("cut off by the end of profiling"))
+
+
+def recorded_steps(summary: dict) -> range:
+    """How many steps the summary may hold: the planned window on a quiet machine; on a busy one
+    the steps the longer window recorded (and a last one cut off when the script ended in it)."""
+    ext = summary["run"].get("window_extension")
+    return range(PLANNED, PLANNED + 1) if ext is None else range(PLANNED + 1, ext["recorded"] + 2)
 
 
 def profile_counted(tmp_path: Path, *args: str, attempts: int = 3) -> dict:
@@ -45,8 +61,8 @@ def profile_counted(tmp_path: Path, *args: str, attempts: int = 3) -> dict:
     """
     for k in range(attempts):
         summary = profile(tmp_path / f"try{k}", *args)
-        statuses = {s["status"] for s in summary["steps"]}
-        assert statuses <= {"ok", "host-contended"}, [s["status_reason"] for s in summary["steps"]]
+        left_out = [s for s in summary["steps"] if s["status"] not in ("ok", "host-contended")]
+        assert all(_cut_by_the_scripts_end(summary, s) for s in left_out), [s["status_reason"] for s in left_out]
         if summary["overall"]["steps_counted"] >= MIN_COUNTED:
             return summary
     pytest.skip(f"the machine starved the training thread in {attempts} runs (steps host-contended: "
@@ -67,7 +83,7 @@ def test_single_process_examples(tmp_path, script, verdict):
     assert summary["overall"]["verdict"] == verdict
     assert summary["run"]["script"].endswith(script.split("/")[-1])
     assert summary["run"]["world_size"] == 1
-    assert summary["overall"]["steps_total"] == 5  # the default --active
+    assert summary["overall"]["steps_total"] in recorded_steps(summary)
 
 
 @pytest.mark.slow

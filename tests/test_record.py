@@ -26,7 +26,11 @@ ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "traces" / "hta"
 
 
-def _summaries(tmp_path) -> dict[str, dict]:
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> dict[str, dict]:
+    """Summaries of a GPU and a CPU trace, and of the shared real traces where present, as plain
+    data (each test takes copies)."""
+    tmp_path = tmp_path_factory.mktemp("traces")
     out = {"gpu": perfscope.analyze(gpu_trace(tmp_path / "g.json", steps=4)).summary(),
            "cpu": perfscope.analyze(cpu_trace(tmp_path / "c.json", steps=4)).summary()}
     for name in ("two_ranks", "cpu_only_rank34.pt.trace.json.gz"):
@@ -35,13 +39,13 @@ def _summaries(tmp_path) -> dict[str, dict]:
     return {k: orjson.loads(encode(v)) for k, v in out.items()}
 
 
-def test_every_field_the_analysis_writes_is_named_by_the_schema(tmp_path):
-    for summary in _summaries(tmp_path).values():
+def test_every_field_the_analysis_writes_is_named_by_the_schema(built):
+    for summary in copy.deepcopy(built).values():
         check_record(summary)
 
 
-def test_the_record_suite_catches_an_unnamed_field_and_an_invalid_one(tmp_path):
-    summary = _summaries(tmp_path)["gpu"]
+def test_the_record_suite_catches_an_unnamed_field_and_an_invalid_one(built):
+    summary = copy.deepcopy(built["gpu"])
     summary["details"]["memcpy"][0]["new_figure"] = 1
     with pytest.raises(ContractError, match="details.memcpy\\[\\].new_figure"):
         check_record(summary)
@@ -51,14 +55,13 @@ def test_the_record_suite_catches_an_unnamed_field_and_an_invalid_one(tmp_path):
         check_record(summary)
 
 
-def test_every_step_column_of_every_mode_is_named(tmp_path):
+def test_every_step_column_of_every_mode_is_named(built):
     from perfscope.analysis.telemetry import COLUMNS as TELEMETRY
     from perfscope.analysis.combine import HOST_COLUMNS
 
     fields = {f.encode_name for f in msgspec.structs.fields(schema.Step)}
     assert set(TELEMETRY) <= fields and set(HOST_COLUMNS.values()) <= fields
-    summaries = _summaries(tmp_path)
-    for summary in summaries.values():
+    for summary in built.values():
         for row in summary["steps"]:
             assert set(row) <= fields
 
@@ -94,8 +97,8 @@ def test_the_class_fields_derive_from_the_one_table():
     assert {f"{n}_cost_frac" for n in names} <= step
 
 
-def test_a_version_1_record_is_migrated_when_read(tmp_path):
-    summary = _summaries(tmp_path)["gpu"]
+def test_a_version_1_record_is_migrated_when_read(built):
+    summary = built["gpu"]
     old = copy.deepcopy(summary)
     old["schema_version"] = 1
     for s in old["steps"]:
@@ -119,8 +122,8 @@ def test_a_version_1_record_is_migrated_when_read(tmp_path):
     (("details", "memory"), {"ranks": [{"peak_rss_bytes": -1}]}, "details.memory.ranks[0].peak_rss_bytes"),
     (("traces", 0, "rank"), 1.5, "traces[0].rank"),
 ])
-def test_a_bad_field_is_one_line_naming_it(tmp_path, where, value, named):
-    summary = copy.deepcopy(_summaries(tmp_path)["gpu"])
+def test_a_bad_field_is_one_line_naming_it(built, where, value, named):
+    summary = copy.deepcopy(built["gpu"])
     target = summary
     for k in where[:-1]:
         target = target[k]
