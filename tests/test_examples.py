@@ -40,8 +40,9 @@ def _cut_by_the_scripts_end(summary: dict, step: dict) -> bool:
     """A step left out because the script ended inside it: on a busy machine the window grew
     (``run.window_extension``) until the script's last step, which the end of profiling cuts."""
     ext = summary["run"].get("window_extension") or {}
+    reason = step["status_reason"] or ""
     return (ext.get("reason") == "script ended" and step["status"] == "incomplete"
-            and step["status_reason"].startswith("cut off by the end of profiling"))
+            and (reason.startswith("cut off by the end of profiling") or reason.endswith("the script ended inside it")))
 
 
 def recorded_steps(summary: dict) -> range:
@@ -56,8 +57,10 @@ def profile_counted(tmp_path: Path, *args: str, attempts: int = 3) -> dict:
 
     On a loaded machine perfscope marks steps whose training thread waited for a core as
     host-contended and leaves them out (that is the product working); the run is tried again in
-    a quieter moment, and skipped -- saying why -- if the machine starves it every time. Any other
-    reason to leave a step out is a failure.
+    a quieter moment. If the machine starves it every time, the last run's verdict -- over the
+    fewer clean steps, or provisional (the steps classified with their waits for a core taken
+    out): the product's answer on a busy machine -- is what the caller checks; without one the
+    test is skipped, saying why. Any other reason to leave a step out is a failure.
     """
     for k in range(attempts):
         summary = profile(tmp_path / f"try{k}", *args)
@@ -65,6 +68,8 @@ def profile_counted(tmp_path: Path, *args: str, attempts: int = 3) -> dict:
         assert all(_cut_by_the_scripts_end(summary, s) for s in left_out), [s["status_reason"] for s in left_out]
         if summary["overall"]["steps_counted"] >= MIN_COUNTED:
             return summary
+    if summary["overall"]["verdict"] is not None:
+        return summary
     pytest.skip(f"the machine starved the training thread in {attempts} runs (steps host-contended: "
                 f"{summary['overall']['steps_by_status']}); the example's verdict needs a quieter machine")
 
