@@ -15,6 +15,7 @@ a record of a version this perfscope reads, or whose fields have the wrong type.
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 
 import msgspec
 import orjson
@@ -146,8 +147,6 @@ def decode(data: bytes, where: str = FILE_NAME) -> TimelineRecord:
 def read_beside(summary_path, summary: dict) -> tuple[TimelineRecord | None, str | None]:
     """The ``timeline.json`` beside a summary file and belonging to it: (record, None); (None,
     why) when there is one that cannot be used; (None, None) when there is none."""
-    from pathlib import Path
-
     path = Path(summary_path).parent / FILE_NAME
     try:
         data = path.read_bytes()
