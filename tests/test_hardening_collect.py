@@ -32,9 +32,11 @@ def train(n):
 
 
 def profile(tmp_path, body: str, *options: str, timeout: int = 180) -> subprocess.CompletedProcess:
+    """``perfscope profile`` of ``body`` with a window of exactly steps 3-5: ``--extend-s 0``, since
+    on a busy machine the window would otherwise grow (tests/test_collect_window_extend.py)."""
     script = write_script(tmp_path, HEAD + body)
     return subprocess.run([sys.executable, "-m", "perfscope", "profile", str(script), "--out", str(tmp_path / "out"),
-                           "--skip-first", "1", "--warmup", "1", "--active", "3", *options],
+                           "--skip-first", "1", "--warmup", "1", "--active", "3", "--extend-s", "0", *options],
                           env=ENV, capture_output=True, text=True, timeout=timeout, cwd=tmp_path)
 
 
