@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -39,20 +39,32 @@ def test_the_launcher_dies_when_its_starter_is_killed(tmp_path):
             assert time.monotonic() < deadline, "the launcher never started"
             time.sleep(0.05)
         launcher = int(pid_file.read_text())
-        time.sleep(1.0)  # past the guard's request, into the exec'd module
-        os.kill(launcher, 0)  # running
+        while b"orphan_guard" in _cmdline(launcher):  # until the guard has become the module
+            assert time.monotonic() < deadline, "the guard never exec'd the module"
+            time.sleep(0.05)
+        assert b"http.server" in _cmdline(launcher)
         starter.kill()
         starter.wait(timeout=30)
         deadline = time.monotonic() + 30
-        while True:
-            try:
-                os.kill(launcher, 0)
-            except ProcessLookupError:
-                break
-            with open(f"/proc/{launcher}/stat") as f:
-                if f.read().split(")")[-1].split()[0] == "Z":  # a zombie: dead, waiting to be reaped
-                    break
+        while _alive(launcher):
             assert time.monotonic() < deadline, "the launcher outlived its starter"
             time.sleep(0.05)
     finally:
         starter.kill()
+
+
+def _cmdline(pid: int) -> bytes:
+    """The process's command line (NUL-separated), empty once it is gone."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except FileNotFoundError:
+        return b""
+
+
+def _alive(pid: int) -> bool:
+    """Running, and not a zombie (dead, waiting to be reaped)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[-1].split()[0] != "Z"
