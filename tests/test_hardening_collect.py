@@ -148,7 +148,7 @@ def test_measurement_options_are_bounded(option):
 
 
 def test_per_step_state_grows_with_the_steps_run_not_the_steps_asked_for(tmp_path):
-    with open(tmp_path / "steps.jsonl", "w") as f:
+    with open(tmp_path / "steps.jsonl", "wb") as f:
         recorder = Recorder(warmup_steps=10**9, measure_steps=10**9, last_step=2 * 10**9, steps_file=f)
         for now in range(5):
             recorder.boundary(float(now))

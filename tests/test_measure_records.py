@@ -45,7 +45,7 @@ def test_io_bound_steps_samples_and_losses(tmp_path):
     assert all(rec["samples"] == 16 for rec in lines)
     assert all(rec["data_wait_s"] > 0 and rec["seconds"] > 0 for rec in lines)
     assert all(rec["data_wait_s"] <= rec["seconds"] for rec in lines)
-    assert not any("profiled" in rec for rec in lines)
+    assert not any(rec["profiled"] for rec in lines)
     res = result(out)
     assert res["exit_code"] == 0 and res["error"] is None and res["error_kind"] is None
     assert res["stopped_early"] and res["steps_seen"] == 6
@@ -215,3 +215,33 @@ def test_the_rank_record_is_read_once_validated_and_keeps_nan_losses(tmp_path):
     for bad in ("{", "[]", '{"exit_code": "zero"}', '{"exit_code": 0, "error_kind": "segfault"}', "\udcff"):
         result_path(tmp_path, 2).write_text(bad, errors="surrogateescape")
         assert read_rank_result(tmp_path, 2) is None, bad
+
+
+def test_step_lines_have_one_writer_and_one_reader_that_drops_torn_and_bad_lines(tmp_path):
+    from perfscope.measure.protocol import StepLine, encode_step_line, read_step_lines, steps_path
+    from perfscope.measure.records import StepReader, drawn_from_queues
+
+    path = steps_path(tmp_path, 3)
+    assert path.name == "rank3.steps.jsonl"
+    lines = [StepLine(step=1, seconds=0.5, warmup=True, ready=4),
+             StepLine(step=2, seconds=0.25, samples=8, data_wait_s=0.1, measured=True, ready=4),
+             StepLine(step=3, seconds=0.25, samples=8, measured=True, ready=3),
+             StepLine(step=4, seconds=0.3, profiled=True, ready=1)]
+    bad = [b'{"step": 0, "seconds": 1}\n', b'{"step": 5, "seconds": -1}\n', b'{"step": "6"}\n', b"[]\n", b"{\n"]
+    path.write_bytes(b"".join(encode_step_line(x) for x in lines[:2]) + b"".join(bad)
+                     + b"".join(encode_step_line(x) for x in lines[2:]))
+    assert read_step_lines(path) == lines  # every malformed line dropped, the rest in order
+    assert json.loads(encode_step_line(lines[1]))["samples"] == 8  # plain JSON for anyone reading it
+    # 2 batches of 8 were ready at the window's first step and drained by the step after it
+    assert drawn_from_queues(path, 8, 2) == 3 * 8 and drawn_from_queues(path, None, 2) == 0
+    assert read_step_lines(tmp_path / "missing.jsonl") == []
+
+    torn = tmp_path / "torn.jsonl"
+    whole = encode_step_line(lines[1])
+    torn.write_bytes(whole[:10])
+    reader = StepReader(torn)
+    reader.poll()
+    assert reader.measured == []  # half a line waits for its end
+    torn.write_bytes(whole + encode_step_line(lines[0]))
+    reader.poll()
+    assert reader.measured == [lines[1]]  # the warm-up step is not a measured one

@@ -42,7 +42,8 @@ from perfscope.tuner.failure import failure_line, killed_reason
 from perfscope.tuner.output import KEEP_BYTES, LIMIT_BYTES, OutputLog
 from perfscope.tuner.procs import MARK_ENV, new_mark, stop_trial, trial_command
 from perfscope.measure.protocol import RankResult, read_rank_result
-from perfscope.measure.records import StepReader, drawn_from_queues, read_jsonl
+from perfscope.measure.protocol import read_step_lines, steps_path
+from perfscope.measure.records import StepReader, drawn_from_queues
 from perfscope.tuner.options import BASELINE_TIMEOUT_S, TuneOptions
 from perfscope.tuner.watch import Measured, watch
 from perfscope.tuner.window import (
@@ -231,7 +232,7 @@ def run_trial(
     record_dir, env, mark, command, shared = _set_up(spec, config, work_dir,
                                                      spec.profile_steps if profile_steps is None else profile_steps)
     ranks = spec.nproc_per_node or 1
-    measured = Measured([StepReader(record_dir / f"rank{r}.steps.jsonl") for r in range(ranks)],
+    measured = Measured([StepReader(steps_path(record_dir, r)) for r in range(ranks)],
                          max(1, loader_workers or 1), on_step)
     started = time.monotonic()
     log = OutputLog(work_dir / "output.log", spec.output_keep_bytes, spec.output_limit_bytes)
@@ -320,13 +321,13 @@ def _read_results(outcome: TrialOutcome, record_dir: Path, ranks: int, log: Path
         outcome.config_applied, outcome.losses = rank0.config_applied, list(rank0.losses)
     outcome.trace_files = [Path(r.trace) for r in results.values() if r.trace and Path(r.trace).is_file()]
     outcome.drawn_samples = sum(
-        drawn_from_queues(record_dir / f"rank{r}.steps.jsonl", _batch_size(res.facts),
+        drawn_from_queues(steps_path(record_dir, r), _batch_size(res.facts),
                           len(outcome.step_seconds) or spec.measure_steps)
         for r, res in results.items())
-    measured = [rec for rec in read_jsonl(record_dir / "rank0.steps.jsonl") if rec.get("measured")]
-    total = sum(float(rec.get("seconds") or 0) for rec in measured)
+    measured = [line for line in read_step_lines(steps_path(record_dir, 0)) if line.measured]
+    total = sum(line.seconds for line in measured)
     if total > 0:
-        outcome.data_wait = sum(float(rec.get("data_wait_s") or 0) for rec in measured) / total
+        outcome.data_wait = sum(line.data_wait_s for line in measured) / total
     if outcome.status != "ok":
         return
     failed = [res for _, res in sorted(results.items()) if res.error]

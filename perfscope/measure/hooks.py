@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import sys
 import threading
 import time
 import weakref
 from collections.abc import Callable
-from typing import Any, TextIO
+from typing import Any, BinaryIO
 
 import torch
 
@@ -30,6 +29,7 @@ from perfscope.measure.facts import (
     loader_settings,
     model_facts,
 )
+from perfscope.measure.protocol import StepLine, encode_step_line
 from perfscope.measure.warmup import DrainWarmup
 from perfscope.measure.window import SteadyWindow
 from perfscope.runtime.model_scan import first_model
@@ -106,8 +106,8 @@ class Recorder:
         warmup_steps: W; steps 1..W are not measured.
         measure_steps: K; steps W+1..W+K are measured.
         last_step: The last step anything is kept for (W+K, or W+K+1+P with profiling).
-        steps_file: Open text file receiving one JSON line per finished step (flushed at once:
-            the tuner reads it while the script runs).
+        steps_file: Open binary file receiving one :class:`~perfscope.measure.protocol.StepLine`
+            per finished step (flushed at once: the tuner reads it while the script runs).
         drain_prefetch: Extend the warm-up while the DataLoader drains its prefetched batches
             (:class:`~perfscope.measure.warmup.DrainWarmup`); each step added moves
             ``warmup_steps``, ``measured_end`` and ``last_step`` by one and calls ``on_extend``.
@@ -124,7 +124,7 @@ class Recorder:
         write_error: The OSError that stopped the steps file, if any.
     """
 
-    def __init__(self, *, warmup_steps: int, measure_steps: int, last_step: int, steps_file: TextIO,
+    def __init__(self, *, warmup_steps: int, measure_steps: int, last_step: int, steps_file: BinaryIO,
                  drain_prefetch: bool = False, window: SteadyWindow | None = None) -> None:
         self.thread = threading.get_ident()
         self.window = window
@@ -133,7 +133,7 @@ class Recorder:
         self.last_step = last_step
         self.warmup = DrainWarmup(enabled=drain_prefetch)
         self.on_extend: Callable[[], None] | None = None
-        self._file: TextIO | None = steps_file
+        self._file: BinaryIO | None = steps_file
         self.write_error: OSError | None = None
         self.current = 0
         self.times: list[float] = []
@@ -190,20 +190,13 @@ class Recorder:
         if self._file is None:
             return
         bucket = self.buckets.get(step) or _Bucket()
-        record = {
-            "step": step,
-            "seconds": self.times[step] - self.times[step - 1],
-            "samples": None if bucket.unknown or not bucket.fetches else bucket.samples,
-            "data_wait_s": bucket.wait_s,
-            "measured": self.warmup_steps < step <= self.measured_end,
-            "ready": bucket.ready,
-        }
-        if step <= self.warmup_steps:
-            record["warmup"] = True
-        elif step > self.measured_end:
-            record["profiled"] = True
+        line = StepLine(
+            step=step, seconds=max(0.0, self.times[step] - self.times[step - 1]),
+            samples=None if bucket.unknown or not bucket.fetches else bucket.samples,
+            data_wait_s=max(0.0, bucket.wait_s), measured=self.warmup_steps < step <= self.measured_end,
+            ready=bucket.ready, warmup=step <= self.warmup_steps, profiled=step > self.measured_end)
         try:
-            self._file.write(json.dumps(record) + "\n")
+            self._file.write(encode_step_line(line))
             self._file.flush()
         except OSError as exc:  # a full disk must not look like a crash of the script
             self.write_error, self._file = exc, None

@@ -1,6 +1,9 @@
-"""The record a measured run leaves for the tuner: ``rank<R>.json``, one writer, one reader.
+"""The records a measured run leaves for the tuner, each with one writer and one reader.
 
-The measurement runner (:mod:`perfscope.measure.runner`) writes one :class:`RankResult` per rank
+``rank<R>.steps.jsonl``: one :class:`StepLine` per finished step, appended and flushed as the
+step ends (the recorder in :mod:`perfscope.measure.hooks` writes it with :func:`encode_step_line`;
+the tuner reads it while the script runs with :func:`decode_step_lines`, which drops a line that
+is torn or not of this shape). ``rank<R>.json``: the measurement runner (:mod:`perfscope.measure.runner`) writes one :class:`RankResult` per rank
 when the script ends (or why it could not run); the trial (:mod:`perfscope.tuner.trial`) reads
 them with :func:`read_rank_result`, which validates once: a file that is missing (the rank died
 before it wrote one), unreadable or not of this shape reads as None, and the trial says what it
@@ -12,7 +15,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import msgspec
 
@@ -49,6 +52,64 @@ class RankResult(msgspec.Struct, kw_only=True):
     facts: dict | None = None
     warmup_steps_used: int | None = None
     window: dict | None = None
+
+
+class StepLine(msgspec.Struct, kw_only=True):
+    """One finished step of one rank.
+
+    Attributes:
+        step: The step's number, from 1.
+        seconds: Its wall time, boundary to boundary (``perf_counter``).
+        samples: Samples its DataLoader fetches yielded (leading dimension of the batch's first
+            tensor), or None when a fetch's batch size could not be told.
+        data_wait_s: Seconds the main thread waited in DataLoader fetches during the step.
+        measured: Inside the measured window.
+        ready: Batches ready in the DataLoader's queues at the step's first fetch, or None.
+        warmup: A warm-up step (before the window).
+        profiled: A step after the window (profiled, or the one step after it).
+    """
+
+    step: Annotated[int, msgspec.Meta(ge=1)]
+    seconds: Annotated[float, msgspec.Meta(ge=0)]
+    samples: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    data_wait_s: Annotated[float, msgspec.Meta(ge=0)] = 0.0
+    measured: bool = False
+    ready: Annotated[int, msgspec.Meta(ge=0)] | None = None
+    warmup: bool = False
+    profiled: bool = False
+
+
+_STEP_ENCODER = msgspec.json.Encoder()
+_STEP_DECODER = msgspec.json.Decoder(StepLine)
+
+
+def steps_path(record_dir: Path, rank: int) -> Path:
+    """Where rank ``rank``'s step lines lie in a trial's record folder."""
+    return Path(record_dir) / f"rank{rank}.steps.jsonl"
+
+
+def encode_step_line(line: StepLine) -> bytes:
+    """``line`` as one JSON line, newline included."""
+    return _STEP_ENCODER.encode(line) + b"\n"
+
+
+def decode_step_lines(data: bytes) -> list[StepLine]:
+    """The valid step lines of ``data`` (complete lines only; torn or malformed ones dropped)."""
+    out = []
+    for raw in data.splitlines():
+        try:
+            out.append(_STEP_DECODER.decode(raw))
+        except msgspec.DecodeError:  # ValidationError is a DecodeError
+            continue
+    return out
+
+
+def read_step_lines(path: Path) -> list[StepLine]:
+    """Every valid line of a steps file; [] when it is missing or unreadable."""
+    try:
+        return decode_step_lines(Path(path).read_bytes())
+    except OSError:
+        return []
 
 
 def result_path(record_dir: Path, rank: int) -> Path:

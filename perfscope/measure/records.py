@@ -1,27 +1,34 @@
 """Reading a trial's measurement records while it runs and after it ends.
 
-``perfscope.measure`` appends one JSON line per finished step to ``rank<R>.steps.jsonl``
-(fields: step, seconds, samples, data_wait_s, measured, warmup, ready). These helpers read them
+``perfscope.measure`` appends one :class:`~perfscope.measure.protocol.StepLine` per finished
+step to ``rank<R>.steps.jsonl``. These helpers read them
 incrementally, align the ranks' measured steps, and compute the samples a window drew from
 DataLoader queues filled before it.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from perfscope.measure.protocol import StepLine, decode_step_lines, read_step_lines
+
 
 class StepReader:
-    """Reads the complete lines a rank has appended to its steps file so far."""
+    """Reads the complete lines a rank has appended to its steps file so far.
+
+    Attributes:
+        path: The steps file (``rank<R>.steps.jsonl``).
+        measured: The measured steps' lines read so far, in order.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self.offset = 0
-        self.measured: list[dict] = []
+        self.measured: list[StepLine] = []
 
     def poll(self) -> None:
+        """Read what was appended since the last poll (a torn last line waits for its end)."""
         try:
             with open(self.path, "rb") as f:
                 f.seek(self.offset)
@@ -32,13 +39,7 @@ class StepReader:
         if end < 0:
             return
         self.offset += end + 1
-        for line in data[: end + 1].splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and record.get("measured"):
-                self.measured.append(record)
+        self.measured.extend(line for line in decode_step_lines(data[: end + 1]) if line.measured)
 
 
 def new_measured(readers: Sequence[StepReader], done: int) -> list[tuple[int | None, float]]:
@@ -49,10 +50,10 @@ def new_measured(readers: Sequence[StepReader], done: int) -> list[tuple[int | N
     complete = min(len(r.measured) for r in readers)
     out = []
     for i in range(done, complete):
-        records = [r.measured[i] for r in readers]
-        longest = max(1e-9, max(float(rec.get("seconds") or 0.0) for rec in records))
-        samples = [rec.get("samples") for rec in records]
-        known = all(isinstance(n, int) and not isinstance(n, bool) and n > 0 for n in samples)
+        lines = [r.measured[i] for r in readers]
+        longest = max(1e-9, max(line.seconds for line in lines))
+        samples = [line.samples for line in lines]
+        known = all(n is not None and n > 0 for n in samples)
         out.append((sum(samples) if known else None, longest))
     return out
 
@@ -66,31 +67,13 @@ def drawn_from_queues(steps_file: Path, batch_size: int | None, measure_steps: i
     sustained rate counts only what the workers produced during the window. 0 when unknown
     (``batch_size``: the DataLoader's, None when the run did not show it).
     """
-    records = [r for r in read_jsonl(steps_file) if isinstance(r.get("step"), int)]
-    measured = [r for r in records if r.get("measured")][:measure_steps]
+    lines = read_step_lines(steps_file)
+    measured = [line for line in lines if line.measured][:measure_steps]
     batch = batch_size
     if not measured or not isinstance(batch, int) or isinstance(batch, bool) or batch <= 0:
         return 0
-    after = next((r for r in records if r["step"] == measured[-1]["step"] + 1), None)
-    first, last = measured[0].get("ready"), (after or measured[-1]).get("ready")
-    if not isinstance(first, int) or not isinstance(last, int):
+    after = next((line for line in lines if line.step == measured[-1].step + 1), None)
+    first, last = measured[0].ready, (after or measured[-1]).ready
+    if first is None or last is None:
         return 0
     return max(0, first - last) * batch
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    try:
-        lines = path.read_bytes().splitlines()
-    except OSError:
-        return []
-    out = []
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            out.append(record)
-    return out
-
-

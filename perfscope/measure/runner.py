@@ -37,6 +37,7 @@ from perfscope.collect.errors import CollectError
 from perfscope.collect.schedule import MAX_ACTIVE, MAX_STEPS, ProfileSchedule
 from perfscope.collect.script import check_script, run_script
 from perfscope.errors import OOM_MESSAGE, PerfscopeError
+from perfscope.measure import protocol
 from perfscope.measure.protocol import RankResult, result_path, write_rank_result
 from perfscope.text import safe
 
@@ -142,7 +143,7 @@ def measure_in_process(
     from perfscope.collect.steps import StepTracker
 
     record_dir = traces.absolute_out_dir(record_dir)  # the script may chdir
-    steps_path = record_dir / f"rank{rank}.steps.jsonl"
+    steps_path = protocol.steps_path(record_dir, rank)
     result_file = result_path(record_dir, rank)
     timed = warmup_steps + measure_steps
     exporter = None
@@ -156,7 +157,7 @@ def measure_in_process(
     try:
         record_dir.mkdir(parents=True, exist_ok=True)
         result_file.unlink(missing_ok=True)  # an earlier run's result must not pass for this one's
-        steps_file = open(steps_path, "w", encoding="utf-8")  # noqa: SIM115 - closed below
+        steps_file = open(steps_path, "wb")  # noqa: SIM115 - closed below
     except OSError as exc:
         raise CollectError(f"cannot write to record directory {record_dir}: {exc.strerror or exc}") from None
     recorder = hooks.Recorder(warmup_steps=warmup_steps, measure_steps=measure_steps,
