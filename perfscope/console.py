@@ -208,7 +208,7 @@ def memory_line(summary: dict) -> str | None:
     """``memory: peak ... of ... (headroom)`` from ``details.memory``, or None when not measured."""
     m = (summary.get("details") or {}).get("memory")
     if not isinstance(m, dict) or not isinstance(m.get("peak_bytes"), (int, float)):
-        return None
+        return trace_memory_line(summary)
     what = "reserved on the device" if m.get("kind") == "device" else "resident on the host"
     line = f"memory: peak {m['peak_bytes'] / 2**30:.2f} GiB {what}"
     if isinstance(m.get("capacity_bytes"), (int, float)) and isinstance(m.get("headroom_share"), (int, float)):
@@ -218,6 +218,24 @@ def memory_line(summary: dict) -> str | None:
             line += f" of {m['capacity_bytes'] / 2**30:.1f} GiB ({m['headroom_share']:.0%} headroom"
             line += ", near the limit)" if m.get("near_limit") else ")"
     return line
+
+
+def trace_memory_line(summary: dict) -> str | None:
+    """``memory (allocator records): ...`` for the first trace's device with the most bytes
+    allocated, from ``details.trace_memory``; None without it."""
+    traces = (summary.get("details") or {}).get("trace_memory") or []
+    devices = traces[0].get("devices") or [] if traces and isinstance(traces[0], dict) else []
+    d = devices[0] if devices and isinstance(devices[0], dict) else None
+    if d is None or not isinstance(d.get("peak_allocated_bytes"), (int, float)):
+        return None
+    rise = " above the trace's first record" if d.get("relative") else ""
+    line = f"memory (allocator records): {d.get('device')} peak {d['peak_allocated_bytes'] / 2**30:.2f} GiB allocated{rise}"
+    if isinstance(d.get("growth_bytes"), (int, float)):
+        line += f", {d['growth_bytes'] / 2**20:+,.1f} MiB over the counted steps"
+    ops = d.get("top_operators") or []
+    if ops and isinstance(ops[0], dict) and isinstance(ops[0].get("share"), (int, float)):
+        line += f"; most allocated by {ops[0].get('name')} ({ops[0]['share']:.0%})"
+    return safe(line)
 
 
 def telemetry_line(summary: dict) -> str | None:

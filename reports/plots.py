@@ -196,3 +196,39 @@ def hbars(key: str, rows: list[dict], label: str, x_label: str | None, width: in
             ax.xaxis.set_visible(False)
             ax.spines["bottom"].set_visible(False)
         return c.svg(label)
+
+
+@or_note
+@cached
+def levels(key: str, series: list[tuple[str, list[float], list[float], str]], x_label: str, unit_label: str,
+           label: str, width: int = 900, height: int = 240) -> str:
+    """Levels over time as steps (a level holds until the next point), one line per series.
+
+    Args:
+        key: the chart's id prefix, unique in the page.
+        series: ``(name, xs, ys, colour)``, xs ascending in the x unit, ys in ``unit_label``; a
+            series with fewer than two points is not drawn. Each line's tooltip is its name and peak.
+        x_label, unit_label: the axes' titles with their units.
+    """
+    from matplotlib.ticker import MaxNLocator
+
+    drawn = [s for s in series if len(s[1]) >= 2 and len(s[1]) == len(s[2])]
+    with Chart(key, width, height, (64, 110, 10, 40)) as c:
+        ax = c.ax
+        low, high = 0.0, 0.0
+        for name, xs, ys, colour in drawn:
+            (line,) = ax.step(xs, ys, where="post", color=colour, linewidth=1.5)
+            c.tip(line, f"{name}: peak {max(ys):.3g} {unit_label}")
+            ax.annotate(clean(name), (xs[-1], ys[-1]), xytext=(4, 0), textcoords="offset points", va="center",
+                        fontsize=10, color=colour, annotation_clip=False)
+            low, high = min(low, min(ys)), max(high, max(ys))
+        ax.yaxis.set_major_locator(MaxNLocator(5, steps=NICE_STEPS))
+        ax.set_ylim(low, _round_top(high, ax.yaxis) if high > 0 else 1.0)
+        ax.yaxis.set_major_formatter(integer_label)
+        ax.xaxis.set_major_locator(MaxNLocator(8, steps=NICE_STEPS))
+        ax.set_xlim(0, max([s[1][-1] for s in drawn], default=1.0) or 1.0)
+        ax.xaxis.set_major_formatter(integer_label)
+        ax.yaxis.grid(True)
+        ax.set_ylabel(clean(unit_label))
+        ax.set_xlabel(clean(x_label))
+        return c.svg(label)

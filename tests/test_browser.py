@@ -167,6 +167,9 @@ def test_report_shows_memory(loaded):
     if name == "profile_io_bound":  # perfscope profile measured it: the peak against the machine
         assert summary["details"]["memory"]["kind"] == "host"
         assert "resident" in text and "headroom" in text and "GiB" in text
+    elif summary["details"].get("trace_memory"):  # the profiler's allocator instants: read from the trace
+        assert "From the traces' allocator records" in text and "Peak allocated" in text and "MiB" in text
+        assert "aten::" in text  # the operators charged with the allocations
     else:  # traces recorded without perfscope: the section says what would measure it
         assert "Not measured" in text
 

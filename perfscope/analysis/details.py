@@ -15,6 +15,7 @@ import pandas as pd
 from perfscope import steptime
 from perfscope.analysis.intervals import union, window_segments
 from perfscope.analysis.memory import memory_view
+from perfscope.analysis.trace_memory import trace_memory_view
 from perfscope.analysis.telemetry import telemetry_view
 from perfscope.analysis.nodes import node_of_ranks, node_view, subgroup_count
 from perfscope.analysis.operators import top_level_ops
@@ -187,6 +188,7 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
         "straggler": straggler,
         "nodes": node_view(rank_traces, ranks, nodes, node_source, rows, skew),
         "memory": memory_view(rank_traces, ranks, frame),
+        "trace_memory": trace_memory_view(rank_traces, ranks, frame),
         "telemetry": telemetry_view(rank_traces, ranks, frame),
         "collectives_matched": skew["matched"],
         "collectives_unmatched": skew["unmatched"],

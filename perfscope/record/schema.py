@@ -365,6 +365,59 @@ class Memory(_Record):
         'capacity'))] = None
 
 
+class TraceMemoryStep(_Record):
+    """`details.trace_memory[].devices[].steps[]`: one counted step."""
+
+    step: Annotated[Whole | None, Meta(description='the step')] = None
+    peak_allocated_bytes: Annotated[Number | None, Meta(description=(
+        'the highest allocated level in it (a change, when `relative`)'))] = None
+    growth_bytes: Annotated[Number | None, Meta(description=(
+        'allocated at its end less at its start (null when the level before it is unknown)'))] = None
+    allocations: Annotated[Whole | None, Meta(description='allocations in it')] = None
+
+
+class TraceMemoryOperator(_Record):
+    """`details.trace_memory[].devices[].top_operators[]`: an operator charged with allocations
+    (the innermost one around them that does not merely provide memory, such as `aten::empty`)."""
+
+    name: Annotated[str | None, Meta(description='the operator')] = None
+    allocations: Annotated[Whole | None, Meta(description='allocations charged to it')] = None
+    bytes: Annotated[NonNeg | None, Meta(description='their bytes')] = None
+    share: Annotated[Share | None, Meta(description="of the device's bytes allocated in the counted steps")] = None
+
+
+class TraceMemoryDevice(_Record):
+    """`details.trace_memory[].devices[]`: one device's allocator, from the trace's `[memory]`
+    instants in the counted steps."""
+
+    device: Annotated[str | None, Meta(description='`cuda:0`, `cpu`...')] = None
+    relative: Annotated[bool | None, Meta(description=(
+        'the trace has no allocator totals (2021 format): levels are changes since its first instant'))] = None
+    events: Annotated[Whole | None, Meta(description='instants in the counted steps')] = None
+    allocations: Annotated[Whole | None, Meta(description='allocations among them')] = None
+    allocated_bytes: Annotated[NonNeg | None, Meta(description='bytes those allocations took')] = None
+    peak_allocated_bytes: Annotated[Number | None, Meta(description='the highest allocated level')] = None
+    peak_reserved_bytes: Annotated[NonNeg | None, Meta(description=(
+        "the highest reserved level (null: the trace has no reserve, as the CPU allocator's)"))] = None
+    growth_bytes: Annotated[Number | None, Meta(description=(
+        'allocated at the end of the last counted step less at the start of the first'))] = None
+    steps: Annotated[list[TraceMemoryStep] | None, Meta(description='per counted step')] = None
+    curve: Annotated[list[list[Number | None]] | None, Meta(description=(
+        '`[ms since the first counted step began, allocated, reserved or null]`, the highest of each of at '
+        'most 240 time buckets'))] = None
+    top_operators: Annotated[list[TraceMemoryOperator] | None, Meta(description=(
+        'the 10 operators charged with the most bytes (null: too many operators to sweep)'))] = None
+
+
+class TraceMemoryRank(_Record):
+    """`details.trace_memory[]` (*v2*): one trace with the allocator's `[memory]` instants
+    (recorded with `profile_memory=True`); the section is null when no trace has any."""
+
+    rank: Annotated[Whole | None, Meta(description="the trace's rank")] = None
+    worker: Annotated[str | None, Meta(description='its worker name')] = None
+    devices: Annotated[list[TraceMemoryDevice] | None, Meta(description='per device, most bytes first')] = None
+
+
 class Telemetry(_Record):
     """`details.telemetry` (*v2*): `{"skipped": why}` without samples (no GPU, no NVML, traces
     not taken by `perfscope profile`); else NVML's samples over the counted steps
@@ -513,6 +566,8 @@ class Details(_Record):
     last_counts: Annotated[dict[str, Number] | None, Meta(description=(
         '*v2*: how many steps each rank (as text) was the last to arrive'))] = None
     memory: Annotated[Memory | None, Meta(description='peak memory and headroom')] = None
+    trace_memory: Annotated[list[TraceMemoryRank] | None, Meta(description=(
+        "*v2*: the allocator's instants in the traces, per trace and device"))] = None
     telemetry: Annotated[Telemetry | None, Meta(description='GPU samples (NVML)')] = None
     nodes: Annotated[Nodes | None, Meta(description='a job over several nodes')] = None
     facts: Annotated[Facts | None, Meta(description='run facts')] = None
@@ -646,7 +701,10 @@ SECTIONS = (
     ("details.top_kernels[]", TopRow), ("details.launch_stats", LaunchStats), ("details.memcpy[]", MemcpyRow),
     ("details.idle_gaps", IdleGaps), ("details.other_waits", OtherWaits),
     ("details.other_waits.causes.*", WaitCause), ("details.ranks[]", RankRow), ("details.straggler", Straggler),
-    ("details.memory", Memory), ("details.memory.ranks[]", MemoryRank), ("details.telemetry", Telemetry),
+    ("details.memory", Memory), ("details.memory.ranks[]", MemoryRank),
+    ("details.trace_memory[]", TraceMemoryRank), ("details.trace_memory[].devices[]", TraceMemoryDevice),
+    ("details.trace_memory[].devices[].steps[]", TraceMemoryStep),
+    ("details.trace_memory[].devices[].top_operators[]", TraceMemoryOperator), ("details.telemetry", Telemetry),
     ("details.nodes", Nodes), ("details.nodes.nodes[]", NodeRow), ("details.nodes.straggler_node", StragglerNode),
     ("details.nodes.process_groups", ProcessGroups), ("details.nodes.process_groups.groups[]", ProcessGroup),
     ("details.nodes.link", Link), ("details.facts", Facts), ("details.host_cpu", HostCpu),

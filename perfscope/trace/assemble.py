@@ -177,7 +177,7 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
         rank_source=header.rank_source, world_size=header.world_size, device_properties=header.device_properties,
         distributed_info=header.distributed_info, host_steps=header.host_steps,
         node=header.node, host=header.host, ddp=header.ddp, memory_capacity=header.memory_capacity,
-        telemetry=header.telemetry, path=raw.path, worker=raw.worker,
+        telemetry=header.telemetry, memory=memory_frame(rows.memory, origin, threads), path=raw.path, worker=raw.worker,
         truncated=raw.truncated, quality=quality, warnings=quality.warnings(raw.path.name) + header.warnings,
     )
 
@@ -225,6 +225,34 @@ def _threads(k: dict, texts: dict, thread_names: dict) -> tuple[np.ndarray, pd.D
     threads = pd.DataFrame({"pid": pid_of, "tid": tid_of,
                             "thread_name": [thread_names.get(p, "") for p in zip(pid_of, tid_of)]})
     return thread_id.reshape(-1), threads
+
+
+# c10::DeviceType values (c10/core/DeviceType.h) that Kineto writes as "Device Type"
+_DEVICE_TYPES = {0: "cpu", 1: "cuda", 13: "xpu", 17: "hpu", 23: "mtia", 24: "privateuseone"}
+
+
+def device_name(kind: int | None, index: int | None) -> str:
+    """``cpu``, ``cuda:0``... for a ``[memory]`` instant's Device Type and Device Id."""
+    name = _DEVICE_TYPES.get(kind, f"type {kind}") if kind is not None else "unknown"
+    return name if name == "cpu" or index is None or index < 0 else f"{name}:{index}"
+
+
+def memory_frame(instants: list, origin_us: float, threads: pd.DataFrame) -> pd.DataFrame | None:
+    """The table's ``memory`` frame (see :class:`~perfscope.trace.table.TraceTable`) from the
+    rows' ``[memory]`` tuples, times put on the table's clock (``origin_us``); None without any."""
+    if not instants:
+        return None
+    ts, size, allocated, reserved, kind, index, pid, tid = zip(*instants)
+    where = {(p, t): i for i, (p, t) in enumerate(zip(threads["pid"], threads["tid"]))}
+    frame = pd.DataFrame({
+        "ts_ns": np.rint((np.asarray(ts, np.float64) - origin_us) * 1000.0).astype(np.int64),
+        "bytes": np.asarray(size, np.float64),
+        "allocated": np.array(allocated, dtype=np.float64),  # None -> NaN
+        "reserved": np.array(reserved, dtype=np.float64),
+        "device": [device_name(k, i) for k, i in zip(kind, index)],
+        "thread_id": np.array([where.get(pair, -1) for pair in zip(pid, tid)], np.int32),
+    })
+    return frame.sort_values("ts_ns", kind="stable", ignore_index=True)
 
 
 def _kept_rows(rows: np.ndarray, kept: np.ndarray) -> np.ndarray:

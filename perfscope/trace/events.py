@@ -41,6 +41,12 @@ class _Args(msgspec.Struct, gc=False):
     bytes: int = -1
     name: str = ""
     external_id: int | None = msgspec.field(default=None, name="External id")
+    # the allocator's instants ([memory]): a float type so that any number passes the typed path
+    mem_bytes: float | None = msgspec.field(default=None, name="Bytes")
+    total_allocated: float | None = msgspec.field(default=None, name="Total Allocated")
+    total_reserved: float | None = msgspec.field(default=None, name="Total Reserved")
+    device_type: int | None = msgspec.field(default=None, name="Device Type")
+    device_id: int | None = msgspec.field(default=None, name="Device Id")
 
 
 class _Event(msgspec.Struct, gc=False):
@@ -98,6 +104,9 @@ class Batch:
         bad_values: ``(field, row) -> value`` of the unusable ``args`` values the table would keep
             (rare): counted as dropped, and an identifier column is re-coded as a whole when one
             does not fit 64 bits.
+        memory: The allocator's ``[memory]`` instants, one tuple each: ``(ts µs, Bytes, Total
+            Allocated, Total Reserved, Device Type, Device Id, pid text, tid text)``, a value None
+            where absent or not a number (:func:`memory_instant`).
     """
 
     n: int
@@ -112,6 +121,45 @@ class Batch:
     odd_names: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     odd_cats: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     correlation_minus_one: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    memory: list = field(default_factory=list)
+
+
+MEMORY_EVENT = "[memory]"  # the name Kineto gives the allocator's instants (profile_memory=True)
+
+
+def _number(v) -> float | None:
+    return float(v) if type(v) in (int, float) and v == v and abs(v) < 2**63 else None
+
+
+def memory_instant(ts, pid, tid, args) -> tuple | None:
+    """The tuple :attr:`Batch.memory` keeps of one ``[memory]`` instant (``args`` with ``.get``),
+    or None when it has no usable time or ``Bytes``."""
+    ts, size = _number(ts), _number(args.get("Bytes"))
+    if ts is None or size is None:
+        return None
+    kind, dev = args.get("Device Type"), args.get("Device Id")
+    return (ts, size, _number(args.get("Total Allocated")), _number(args.get("Total Reserved")),
+            kind if type(kind) is int else None, dev if type(dev) is int else None,
+            str(as_orjson(pid)), str(as_orjson(tid)))
+
+
+def _keep(batch: Batch, instant: tuple | None) -> None:
+    if instant is not None:
+        batch.memory.append(instant)
+
+
+class _ArgsView:
+    """``.get`` over the typed args of a ``[memory]`` instant, by the names the file uses."""
+
+    __slots__ = ("a",)
+    _FIELDS = {"Bytes": "mem_bytes", "Total Allocated": "total_allocated", "Total Reserved": "total_reserved",
+               "Device Type": "device_type", "Device Id": "device_id"}
+
+    def __init__(self, a) -> None:
+        self.a = a
+
+    def get(self, key):
+        return getattr(self.a, self._FIELDS[key]) if self.a is not None else None
 
 
 # ph values that are not duration events and that the analysis knowingly leaves out: metadata,
@@ -162,6 +210,17 @@ def _columns(ts, dur, names, cats, pids, tids, args: dict[str, list], entry: lis
     return batch
 
 
+def _not_durations(events: list[_Event], batch: Batch) -> None:
+    """Keep what ``batch`` keeps of typed events that are not duration events."""
+    skip = _SKIPPED_PHASES
+    for e in events:
+        ph = e.ph
+        if ph == "i" and e.name == MEMORY_EVENT:
+            _keep(batch, memory_instant(None if e.ts != e.ts else e.ts, e.pid, e.tid, _ArgsView(e.args)))
+        elif ph not in skip:  # flows, other instants, counters: nothing to keep
+            _other(ph, e.name, e.pid, e.tid, e.args.name if e.args is not None else "", batch)
+
+
 def from_structs(events: list[_Event]) -> Batch:
     """The :class:`Batch` of typed events (see the module docstring)."""
     batch = Batch(0, {}, {}, entries=len(events))
@@ -171,12 +230,7 @@ def from_structs(events: list[_Event]) -> Batch:
     xs = events
     if len(entry) < len(events):
         xs = [events[i] for i in entry.tolist()]
-        skip = _SKIPPED_PHASES
-        for i in np.flatnonzero(~is_x).tolist():
-            ph = phs[i]
-            if ph not in skip:  # flows, instants, counters: nothing to keep
-                e = events[i]
-                _other(ph, e.name, e.pid, e.tid, e.args.name if e.args is not None else "", batch)
+        _not_durations([events[i] for i in np.flatnonzero(~is_x).tolist()], batch)
     none = _Args()
     a = [e.args or none for e in xs]
     fields = {"device": [x.device for x in a], "stream": [x.stream for x in a],
@@ -196,6 +250,8 @@ def from_dicts(events: list) -> Batch:
         elif e.get("ph") == "X":
             xs.append(e)
             entry.append(i)
+        elif e.get("ph") == "i" and e.get("name") == MEMORY_EVENT:
+            _keep(batch, memory_instant(e.get("ts"), e.get("pid"), e.get("tid"), col.args_of(e)))
         else:
             _other(e.get("ph"), e.get("name"), e.get("pid"), e.get("tid"), col.args_of(e).get("name", ""), batch)
     arg = [col.args_of(e) for e in xs]

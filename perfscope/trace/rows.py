@@ -77,6 +77,7 @@ class Rows:
         self.begin_end = 0
         self.unknown_phases: dict[str, int] = {}
         self.thread_names: dict = {}
+        self.memory: list = []  # the batches' [memory] instants, in file order
         self.bad_values: dict = {}  # (field, row) -> value
         self._sparse: dict[str, list[np.ndarray]] = {"odd_names": [], "odd_cats": [], "correlation_minus_one": []}
         self.sparse: dict[str, np.ndarray] = {}  # those rows, over all batches (sorted)
@@ -107,6 +108,7 @@ class Rows:
         for k, v in b.unknown_phases.items():
             self.unknown_phases[k] = self.unknown_phases.get(k, 0) + v
         self.thread_names.update(b.thread_names)  # a later name of a thread wins, as in one dict
+        self.memory.extend(b.memory)
 
     def finish(self) -> Rows:
         """The columns as arrays (call once, after the last batch)."""

@@ -64,6 +64,13 @@ class TraceTable:
             (:class:`perfscope.trace.header.Header`); None when not recorded.
         memory_capacity: Host and device memory, bytes (:class:`perfscope.trace.header.Header`).
         telemetry: The GPU telemetry record (:class:`perfscope.trace.header.Header`).
+        memory: The allocator's ``[memory]`` instants (Kineto writes them with
+            ``profile_memory=True``), one row each in time order, or None when the file has none:
+            ``ts_ns`` (int64, on this table's clock), ``bytes`` (float64: allocated when positive,
+            freed when negative), ``allocated``/``reserved`` (float64 bytes after the event, from
+            ``Total Allocated``/``Total Reserved``; NaN where the file does not say, as 2021
+            traces), ``device`` (str: ``cpu``, ``cuda:0``, or ``type T:N``), ``thread_id`` (int32
+            into ``threads``; -1 for a thread with no duration event).
         path, worker: Source file and worker name.
         truncated: The file ended early (its last step is incomplete).
         quality: The data-quality record: what was repaired, dropped, clipped or set aside.
@@ -94,6 +101,7 @@ class TraceTable:
     ddp: dict | None = None
     memory_capacity: dict = field(default_factory=dict)
     telemetry: dict = field(default_factory=dict)
+    memory: pd.DataFrame | None = field(default=None, repr=False)
     path: Path | None = None
     worker: str = ""
     truncated: bool = False

@@ -7,6 +7,7 @@ from perfscope.reports import model
 from perfscope.reports.html import esc, figure, note, num, pct, section, table
 from perfscope.reports.palette import BLUE, SKY
 from perfscope.reports.plots import columns
+from perfscope.reports.sections import trace_memory
 
 MAX_BARS = 60  # per-step bars drawn; the table and summary.json hold the rest
 
@@ -37,10 +38,15 @@ def _chart(summary: dict, kind: str) -> str:
 def render(summary: dict) -> str:
     m = model.details(summary).get("memory")
     title = "Memory"
+    from_traces = trace_memory.render(summary)
     if not isinstance(m, dict):
         return section("memory", title, note(
-            "Not measured: the traces hold no per-step memory record. perfscope profile records it (the CUDA "
-            "caching allocator's peaks on a GPU, the process's peak resident set on the host)."))
+            ("No per-step peak record: the traces were not taken by perfscope profile, which records the CUDA "
+             "caching allocator's peaks on a GPU and the process's peak resident set on the host, against the "
+             "capacity." if from_traces else
+             "Not measured: the traces hold no per-step memory record and no allocator instants. perfscope profile "
+             "records the first (the CUDA caching allocator's peaks on a GPU, the process's peak resident set on "
+             "the host); the profiler's profile_memory=True the second.")) + from_traces)
     kind = "device" if m.get("kind") == "device" else "host"
     near = bool(m.get("near_limit"))
     what = "device memory (reserved by the CUDA caching allocator)" if kind == "device" else "host memory (resident)"
@@ -70,4 +76,4 @@ def render(summary: dict) -> str:
                "plus cached blocks). Headroom: capacity minus the peak reserved." if kind == "device" else
                "Resident: the process's peak resident set per step. Headroom: the machine's memory minus the peaks "
                "of the ranks on it (other processes use some too).")
-    return section("memory", title, head + _chart(summary, kind) + table(heads, rows, caption))
+    return section("memory", title, head + _chart(summary, kind) + table(heads, rows, caption) + from_traces)

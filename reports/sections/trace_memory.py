@@ -1,0 +1,81 @@
+"""Memory read from the traces' allocator instants (``details.trace_memory``): per trace and device,
+allocated and reserved bytes over the counted steps, each step's peak and growth, and the
+operators that allocate the most. Part of the Memory section (:mod:`perfscope.reports.sections.memory`)."""
+
+from __future__ import annotations
+
+from perfscope.reports import model
+from perfscope.reports.html import count, esc, figure, num, pct, table, truncate
+from perfscope.reports.palette import BLUE, ORANGE
+from perfscope.reports.plots import levels
+
+MAX_TRACES = 4  # traces drawn; summary.json holds every trace's record
+
+
+def mib(value) -> str:
+    v = num(value)
+    return "-" if v is None else f"{v / 2**20:,.1f} MiB"
+
+
+def _signed(value) -> str:
+    v = num(value)
+    return "-" if v is None else ("+" if v > 0 else "") + mib(v)
+
+
+def _chart(d: dict, key: str, who: str) -> str:
+    device = str(d.get("device") or "?")
+    curve = [p for p in d.get("curve") or [] if isinstance(p, list) and len(p) == 3 and num(p[0]) is not None]
+    xs = [num(p[0]) for p in curve]
+    series = [("allocated", xs, [(num(p[1]) or 0.0) / 2**20 for p in curve], BLUE)]
+    if curve and all(num(p[2]) is not None for p in curve):
+        series.append(("reserved", xs, [num(p[2]) / 2**20 for p in curve], ORANGE))
+    basis = ("change since the trace's first allocator instant (the trace has no allocator totals)"
+             if d.get("relative") else "bytes the allocator held")
+    return figure(levels(key, series, "ms since the first counted step began", "MiB",
+                         f"{who} {device}: memory over the counted steps"),
+                  f"{who} {device}: allocated{' and reserved' if len(series) > 1 else ''} memory over the "
+                  f"counted steps, the highest level of each time bucket; {basis}.")
+
+
+def _steps_table(d: dict) -> str:
+    rows = [("", [esc(s.get("step")), mib(s.get("peak_allocated_bytes")), _signed(s.get("growth_bytes")),
+                  count(s.get("allocations"))]) for s in d.get("steps") or [] if isinstance(s, dict)]
+    return table([("step", "l"), ("peak allocated", ""), ("growth", ""), ("allocations", "")], rows,
+                 "Growth: allocated at the step's end less at its start. A run whose every step grows "
+                 "keeps tensors alive across steps (a loss kept with its graph, a list of outputs).")
+
+
+def _operators_table(d: dict) -> str:
+    ops = d.get("top_operators")
+    if ops is None:
+        return '<p class="muted">Operators not swept: the trace has too many on the allocating threads.</p>'
+    rows = [("", [esc(truncate(o.get("name"), 90)), count(o.get("allocations")), mib(o.get("bytes")),
+                  pct(o.get("share"), 1)]) for o in ops if isinstance(o, dict)]
+    return table([("operator", "l"), ("allocations", ""), ("allocated", ""), ("share", "")], rows,
+                 "Each allocation is charged to the innermost operator around it that does more than provide "
+                 "memory (the convolution, not its aten::empty).")
+
+
+def _device(d: dict, key: str, who: str) -> str:
+    reserved = num(d.get("peak_reserved_bytes"))
+    head = (f"<h3>{esc(who)} {esc(d.get('device') or '?')}</h3><p>Peak allocated {esc(mib(d.get('peak_allocated_bytes')))}"
+            + (f", reserved {esc(mib(reserved))}" if reserved is not None else "")
+            + f"; {esc(count(d.get('allocations')))} allocations of {esc(mib(d.get('allocated_bytes')))} in all; "
+            f"growth over the counted steps {esc(_signed(d.get('growth_bytes')))}."
+            + (" Levels are changes since the trace's first allocator instant: the trace (2021 format) has no "
+               "allocator totals." if d.get("relative") else "") + "</p>")
+    return head + _chart(d, key, who) + _steps_table(d) + _operators_table(d)
+
+
+def render(summary: dict) -> str:
+    """The HTML of the traces' memory (empty when no trace holds allocator instants)."""
+    traces = [t for t in model.details(summary).get("trace_memory") or [] if isinstance(t, dict)]
+    if not traces:
+        return ""
+    parts = [_device(d, f"tmem{i}-{j}", f"rank {t.get('rank')}" if len(traces) > 1 else "trace")
+             for i, t in enumerate(traces[:MAX_TRACES])
+             for j, d in enumerate(d for d in t.get("devices") or [] if isinstance(d, dict))]
+    more = (f'<p class="muted">{len(traces) - MAX_TRACES} more traces in summary.json '
+            "(details.trace_memory).</p>" if len(traces) > MAX_TRACES else "")
+    return ("<h3>From the traces' allocator records</h3><p>The profiler recorded every allocation and free "
+            "(<code>profile_memory=True</code>).</p>" + "".join(parts) + more)
