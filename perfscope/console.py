@@ -150,7 +150,7 @@ def format_summary(summary: dict) -> str:
             lines.append(f"verdict: {o['verdict']} (runner-up {o['runner_up']}; share of step time: {fr}; "
                          f"step time {(per_step or 0.0) / 1000:.2f} ms" + (f", representative step {rep})" if rep is not None else ")"))
         lines += [line for line in (_waits_line(summary), _straggler_line(summary), _nodes_line(summary),
-                                    memory_line(summary), telemetry_line(summary)) if line]
+                                    memory_line(summary), efficiency_line(summary), telemetry_line(summary)) if line]
     else:
         lines.append(f"verdict: none ({safe(o.get('reason') or 'no step could be classified')})")
     lines.append(f"advice: {o['advice']}")
@@ -218,6 +218,19 @@ def memory_line(summary: dict) -> str | None:
             line += f" of {m['capacity_bytes'] / 2**30:.1f} GiB ({m['headroom_share']:.0%} headroom"
             line += ", near the limit)" if m.get("near_limit") else ")"
     return line
+
+
+def efficiency_line(summary: dict) -> str | None:
+    """``gpu efficiency: ...`` from ``details.gpu_efficiency``; None without it."""
+    e = (summary.get("details") or {}).get("gpu_efficiency")
+    if not isinstance(e, dict) or not isinstance(e.get("tensor_core_share"), (int, float)):
+        return None
+    parts = [f"{label} {e[key]:.0%}" for key, label in (("sm_efficiency", "est. SM efficiency"),
+                                                         ("achieved_occupancy", "est. achieved occupancy"))
+             if isinstance(e.get(key), (int, float))]
+    parts.append(f"Tensor Cores {e['tensor_core_share']:.0%} of kernel time"
+                 + (" (the GPU has them: none used)" if e.get("no_tensor_cores") else ""))
+    return "gpu efficiency: " + ", ".join(parts)
 
 
 def trace_memory_line(summary: dict) -> str | None:

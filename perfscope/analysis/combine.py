@@ -15,6 +15,7 @@ import pandas as pd
 from perfscope.analysis import evidence as ev
 from perfscope.analysis import job
 from perfscope.analysis.details import build_details
+from perfscope.analysis.gpu_efficiency import MIN_TENSOR_CORE_CAPABILITY, capability, tensor_core_names
 from perfscope.analysis.host_cpu import cpu_sources
 from perfscope.analysis.memory import memory_warnings
 from perfscope.analysis.notes import provisional_note, status_notes, verdict_of_none
@@ -224,6 +225,21 @@ def _classified(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return frame, costs
 
 
+def no_tensor_cores(rank_traces: list[RankTrace]) -> float | None:
+    """The compute capability (7.0 or more) of GPUs whose traces ran kernels, none of them on Tensor
+    Cores (:data:`perfscope.analysis.gpu_efficiency.TENSOR_CORE_PATTERN`); None otherwise."""
+    caps = []
+    for rt in rank_traces:
+        t = rt.table
+        used = np.unique(t.name_id[t.kind == EventKind.KERNEL])
+        cap = capability(t)
+        if used.size and cap is not None and cap >= MIN_TENSOR_CORE_CAPABILITY:
+            if tensor_core_names(t.names[used]).any():
+                return None
+            caps.append(cap)
+    return max(caps) if caps else None
+
+
 def _job_facts(rank_traces: list[RankTrace], ranks: list[int]) -> dict:
     """What the advice and the forecast need of the job: CUDA graph replays, and what perfscope
     profile recorded of DDP and the job's layout (:mod:`perfscope.job_facts`), in rank order."""
@@ -233,6 +249,7 @@ def _job_facts(rank_traces: list[RankTrace], ranks: list[int]) -> dict:
     facts["ddp"] = next((rt.table.ddp for rt in by_rank if rt.table.ddp), None)
     facts["job"] = next(({k: rt.table.node[k] for k in ("nnodes", "local_world_size")} for rt in by_rank if rt.table.node),
                         None)
+    facts["no_tensor_cores"] = no_tensor_cores(rank_traces)
     return facts
 
 

@@ -14,6 +14,7 @@ import pandas as pd
 
 from perfscope import steptime
 from perfscope.analysis.intervals import union, window_segments
+from perfscope.analysis.gpu_efficiency import capability, gpu_efficiency, kernel_sums
 from perfscope.analysis.memory import memory_view
 from perfscope.analysis.trace_memory import trace_memory_view
 from perfscope.analysis.telemetry import telemetry_view
@@ -140,7 +141,7 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
         mode: ``"gpu"`` or ``"cpu"``.
         facts: What the analysis found that changes the advice (``cuda_graphs``).
     """
-    kernels, operators, launch_parts, copies, idle, waits = [], [], [], [], [], []
+    kernels, operators, launch_parts, copies, idle, waits, efficiency, caps = [], [], [], [], [], [], [], []
     for rt, rank in zip(rank_traces, ranks):
         counted = set(frame.loc[(frame["rank"] == rank) & (frame["worker"] == rt.table.worker), "step"].tolist())
         if not counted:
@@ -156,6 +157,8 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
         mine = _counted_rows(rt, counted)
         k = np.flatnonzero(mine & (t.kind == EventKind.KERNEL))
         kernels.append((t.name_of(k), t.dur_ns[k] / 1000.0))
+        efficiency.append(kernel_sums(t, k, float((hi - lo).sum()) / 1000.0))
+        caps.append(capability(t))
         graph = graph_launched(t, k)
         launch_parts.append((t.dur_ns[k] / 1000.0, _launch_delay_us(rt, k, graph), graph))
         m = np.flatnonzero(mine & (t.kind == EventKind.MEMCPY))
@@ -189,6 +192,7 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
         "nodes": node_view(rank_traces, ranks, nodes, node_source, rows, skew),
         "memory": memory_view(rank_traces, ranks, frame),
         "trace_memory": trace_memory_view(rank_traces, ranks, frame),
+        "gpu_efficiency": gpu_efficiency(efficiency, caps),
         "telemetry": telemetry_view(rank_traces, ranks, frame),
         "collectives_matched": skew["matched"],
         "collectives_unmatched": skew["unmatched"],

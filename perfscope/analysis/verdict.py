@@ -53,9 +53,15 @@ def advice_for(cls: str, mode: str, facts: dict | None = None) -> str:
         facts: What the analysis found; ``cuda_graphs`` (the run replays CUDA graphs) drops the
             advice to start using them; ``window_attention`` (a fusable pattern,
             :func:`perfscope.analysis.patterns.window_attention_cost`) puts the fused operator,
-            with its what-if, first in the launch and compute advice.
+            with its what-if, first in the launch and compute advice; ``no_tensor_cores`` (the
+            compute capability of a GPU that ran no Tensor Core kernel) leads the GPU compute
+            advice with that finding.
     """
     text = _LAUNCH_WITH_GRAPHS if cls == "launch" and mode == "gpu" and (facts or {}).get("cuda_graphs") else ADVICE[(cls, mode)]
+    cap = (facts or {}).get("no_tensor_cores")
+    if cls == "compute" and mode == "gpu" and cap:
+        text = (f"No kernel ran on Tensor Cores, though this GPU has them (compute capability {cap:.1f}): its matmuls "
+                f"and convolutions ran on the slower fp32 units. {text}")
     if cls in ("launch", "compute"):
         from perfscope.analysis.patterns import advice_line
 

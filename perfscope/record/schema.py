@@ -418,6 +418,28 @@ class TraceMemoryRank(_Record):
     devices: Annotated[list[TraceMemoryDevice] | None, Meta(description='per device, most bytes first')] = None
 
 
+class GpuEfficiency(_Record):
+    """`details.gpu_efficiency` (*v2*): how the counted steps' kernels use the GPU, from the launch
+    figures Kineto writes per kernel (estimates, not hardware counters) and the kernels' names
+    (`docs/metrics.md`, GPU efficiency); null without kernels."""
+
+    kernel_us: Annotated[NonNeg | None, Meta(description="the kernels' time, summed over streams")] = None
+    window_us: Annotated[NonNeg | None, Meta(description="the counted steps' time")] = None
+    sm_efficiency: Annotated[Share | None, Meta(description=(
+        'estimated SM efficiency: kernel time weighted by blocks per SM (at most 1) over the steps\' time; null '
+        'without launch figures'))] = None
+    achieved_occupancy: Annotated[Share | None, Meta(description=(
+        'estimated achieved occupancy weighted by kernel time; null without launch figures'))] = None
+    figured_share: Annotated[Share | None, Meta(description='kernel time with launch figures')] = None
+    tensor_core_share: Annotated[Share | None, Meta(description=(
+        'kernel time in kernels whose names say they run on Tensor Cores'))] = None
+    tensor_core_kernels: Annotated[Whole | None, Meta(description='how many such kernels ran')] = None
+    capability: Annotated[Number | None, Meta(description=(
+        "the highest CUDA compute capability in the traces' `deviceProperties`"))] = None
+    no_tensor_cores: Annotated[bool | None, Meta(description=(
+        'a device with Tensor Cores (7.0 or more) ran none of its kernel time on them'))] = None
+
+
 class Telemetry(_Record):
     """`details.telemetry` (*v2*): `{"skipped": why}` without samples (no GPU, no NVML, traces
     not taken by `perfscope profile`); else NVML's samples over the counted steps
@@ -522,6 +544,9 @@ class Facts(_Record):
         "`comm_hook`, `world_size`, DDP's own `backward_compute_us`, `backward_comm_us`, "
         '`backward_overlap_us`'))] = None
     job: Annotated[dict[str, Any] | None, Meta(description='*v2*: `nnodes`, `local_world_size`')] = None
+    no_tensor_cores: Annotated[Number | None, Meta(description=(
+        '*v2*: the compute capability (7.0 or more) of a GPU whose kernels include none that runs on Tensor '
+        'Cores; null otherwise'))] = None
 
 
 class HostCpu(_Record):
@@ -568,6 +593,8 @@ class Details(_Record):
     memory: Annotated[Memory | None, Meta(description='peak memory and headroom')] = None
     trace_memory: Annotated[list[TraceMemoryRank] | None, Meta(description=(
         "*v2*: the allocator's instants in the traces, per trace and device"))] = None
+    gpu_efficiency: Annotated[GpuEfficiency | None, Meta(description=(
+        "*v2*: GPU runs: the kernels' SM efficiency, occupancy and Tensor Core share"))] = None
     telemetry: Annotated[Telemetry | None, Meta(description='GPU samples (NVML)')] = None
     nodes: Annotated[Nodes | None, Meta(description='a job over several nodes')] = None
     facts: Annotated[Facts | None, Meta(description='run facts')] = None
@@ -704,7 +731,8 @@ SECTIONS = (
     ("details.memory", Memory), ("details.memory.ranks[]", MemoryRank),
     ("details.trace_memory[]", TraceMemoryRank), ("details.trace_memory[].devices[]", TraceMemoryDevice),
     ("details.trace_memory[].devices[].steps[]", TraceMemoryStep),
-    ("details.trace_memory[].devices[].top_operators[]", TraceMemoryOperator), ("details.telemetry", Telemetry),
+    ("details.trace_memory[].devices[].top_operators[]", TraceMemoryOperator),
+    ("details.gpu_efficiency", GpuEfficiency), ("details.telemetry", Telemetry),
     ("details.nodes", Nodes), ("details.nodes.nodes[]", NodeRow), ("details.nodes.straggler_node", StragglerNode),
     ("details.nodes.process_groups", ProcessGroups), ("details.nodes.process_groups.groups[]", ProcessGroup),
     ("details.nodes.link", Link), ("details.facts", Facts), ("details.host_cpu", HostCpu),

@@ -41,6 +41,9 @@ class _Args(msgspec.Struct, gc=False):
     bytes: int = -1
     name: str = ""
     external_id: int | None = msgspec.field(default=None, name="External id")
+    # kernels' launch figures (Kineto computes them from the launch's grid and the device)
+    blocks_per_sm: float | None = msgspec.field(default=None, name="blocks per SM")
+    occupancy: float | None = msgspec.field(default=None, name="est. achieved occupancy %")
     # the allocator's instants ([memory]): a float type so that any number passes the typed path
     mem_bytes: float | None = msgspec.field(default=None, name="Bytes")
     total_allocated: float | None = msgspec.field(default=None, name="Total Allocated")
@@ -92,7 +95,9 @@ class Batch:
     ``stream``, ``correlation``, ``bytes``: the table's columns of the same names (from ``args``,
     -1 where absent, unusable or not kept for that kind of event; a 2021 trace's GPU index and
     stream from ``pid``/``tid``), int32 or int64; ``external_id`` (``args["External id"]``, to tell
-    near-copies apart); ``entry`` (int64: the event's index among the batch's entries).
+    near-copies apart); ``entry`` (int64: the event's index among the batch's entries);
+    ``sm_fill``, ``occupancy`` (uint8, kernels only, :data:`NO_FIGURE` elsewhere): the kernel's
+    ``blocks per SM`` capped at 1 in 250ths, and its ``est. achieved occupancy %`` (0-100).
     Rare facts are kept sparse: ``odd_names``/``odd_cats`` (rows whose value was not text),
     ``correlation_minus_one`` (rows whose correlation was written as -1), ``bad_values``.
 
@@ -122,6 +127,22 @@ class Batch:
     odd_cats: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     correlation_minus_one: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     memory: list = field(default_factory=list)
+
+
+NO_FIGURE = 255  # sm_fill / occupancy of a row that has none
+SM_FILL_SCALE = 250  # sm_fill 250 is a kernel with at least one block per SM
+
+
+def _kernel_figures(blocks: list, occupancy: list, kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ``sm_fill`` and ``occupancy`` columns (uint8) from the per-row values (numbers or
+    anything else, as the file had them) and the kernel rows."""
+    def column(values, scale, cap):
+        v = np.array([x if type(x) in (int, float) else np.nan for x in values], dtype=np.float64)
+        ok = kernel & np.isfinite(v) & (v >= 0)
+        out = np.full(len(values), NO_FIGURE, np.uint8)
+        out[ok] = np.rint(np.minimum(v[ok] * scale, cap)).astype(np.uint8)
+        return out
+    return column(blocks, SM_FILL_SCALE, SM_FILL_SCALE), column(occupancy, 1.0, 100)
 
 
 MEMORY_EVENT = "[memory]"  # the name Kineto gives the allocator's instants (profile_memory=True)
@@ -206,6 +227,7 @@ def _columns(ts, dur, names, cats, pids, tids, args: dict[str, list], entry: lis
     for f in ("device", "stream", "correlation", "bytes"):
         c[f] = narrow(c[f])
     c["external_id"] = narrow(discriminator(args["external_id"]))
+    c["sm_fill"], c["occupancy"] = _kernel_figures(args["blocks_per_sm"], args["occupancy"], kind == EventKind.KERNEL)
     c["entry"] = np.array(entry, dtype=np.int64)
     return batch
 
@@ -235,7 +257,8 @@ def from_structs(events: list[_Event]) -> Batch:
     a = [e.args or none for e in xs]
     fields = {"device": [x.device for x in a], "stream": [x.stream for x in a],
               "correlation": [x.correlation for x in a], "bytes": [x.bytes for x in a],
-              "external_id": [x.external_id for x in a]}
+              "external_id": [x.external_id for x in a], "blocks_per_sm": [x.blocks_per_sm for x in a],
+              "occupancy": [x.occupancy for x in a]}
     return _columns([e.ts for e in xs], [e.dur for e in xs], [e.name for e in xs], [e.cat for e in xs],
                     [e.pid for e in xs], [e.tid for e in xs], fields, entry, batch, True)
 
@@ -257,6 +280,8 @@ def from_dicts(events: list) -> Batch:
     arg = [col.args_of(e) for e in xs]
     fields = {f: [a.get(f) for a in arg] for f in INT_FIELDS}
     fields["external_id"] = [a.get("External id") for a in arg]
+    fields["blocks_per_sm"] = [a.get("blocks per SM") for a in arg]
+    fields["occupancy"] = [a.get("est. achieved occupancy %") for a in arg]
     return _columns([e.get("ts") for e in xs], [e.get("dur") for e in xs], [e.get("name", "") for e in xs],
                     [e.get("cat") for e in xs], [e.get("pid") for e in xs], [e.get("tid") for e in xs], fields,
                     entry, batch, False)

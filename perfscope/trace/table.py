@@ -64,6 +64,9 @@ class TraceTable:
             (:class:`perfscope.trace.header.Header`); None when not recorded.
         memory_capacity: Host and device memory, bytes (:class:`perfscope.trace.header.Header`).
         telemetry: The GPU telemetry record (:class:`perfscope.trace.header.Header`).
+        sm_fill, occupancy: Per row (uint8), a kernel's ``blocks per SM`` capped at 1 in 250ths and
+            its ``est. achieved occupancy %`` (0-100), as Kineto estimates them at launch; 255 where
+            the row is no kernel or the trace does not say (None: a table built without them).
         memory: The allocator's ``[memory]`` instants (Kineto writes them with
             ``profile_memory=True``), one row each in time order, or None when the file has none:
             ``ts_ns`` (int64, on this table's clock), ``bytes`` (float64: allocated when positive,
@@ -102,6 +105,8 @@ class TraceTable:
     memory_capacity: dict = field(default_factory=dict)
     telemetry: dict = field(default_factory=dict)
     memory: pd.DataFrame | None = field(default=None, repr=False)
+    sm_fill: np.ndarray | None = field(default=None, repr=False)
+    occupancy: np.ndarray | None = field(default=None, repr=False)
     path: Path | None = None
     worker: str = ""
     truncated: bool = False

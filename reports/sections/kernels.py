@@ -35,7 +35,29 @@ def render_top(summary: dict) -> str:
                                               "perfscope); run perfscope analyze on the traces again."))
     if not entries:
         return section("kernels", title, note("No kernels in the counted steps." if gpu else "No operators in the counted steps."))
-    return section("kernels", title, _top_table(entries, "kernel" if gpu else "top-level operator"))
+    return section("kernels", title, efficiency(d.get("gpu_efficiency")) + _top_table(entries, "kernel" if gpu else "top-level operator"))
+
+
+def efficiency(e) -> str:
+    """The kernels' use of the GPU (``details.gpu_efficiency``) as a line and a table; "" without it."""
+    if not isinstance(e, dict) or num(e.get("kernel_us")) is None:
+        return ""
+    cap = num(e.get("capability"))
+    rows = [("", ["estimated SM efficiency", pct(e.get("sm_efficiency"), 0),
+                  "kernel time weighted by blocks per SM (at most 1), over the steps' time: below 100% some SMs "
+                  "sat idle while kernels ran (grids smaller than the GPU, or no kernel at all)"]),
+            ("", ["estimated achieved occupancy", pct(e.get("achieved_occupancy"), 0),
+                  "resident warps over the SM's maximum, weighted by kernel time: low values leave latency unhidden"]),
+            ("hl" if e.get("no_tensor_cores") else "", [
+                "Tensor Core share", pct(e.get("tensor_core_share"), 0),
+                f"kernel time in {count(e.get('tensor_core_kernels'))} kernels whose names say they run on Tensor Cores"
+                + (f"; this GPU (compute capability {cap:.1f}) has them: AMP, or TF32 for fp32 matmuls, puts the math "
+                   "on them" if e.get("no_tensor_cores") and cap is not None else "")])]
+    figured = num(e.get("figured_share"))
+    caption = ("From the launch figures the profiler writes per kernel (estimates from the grid and the device, not "
+               "hardware counters)" + (f", present for {pct(figured, 0)} of kernel time" if figured is not None and
+                                       figured < 0.999 else "") + ". Counted steps, all ranks.")
+    return table([("GPU efficiency", "l"), ("", ""), ("what it means", "l")], rows, caption)
 
 
 def render_launch(summary: dict) -> str:
