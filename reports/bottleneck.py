@@ -20,7 +20,9 @@ from perfscope.reports import model
 from perfscope.reports import traces as _traces
 from perfscope.reports.html import esc, page
 from perfscope.reports.timeline_record import TimelineRecord
-from perfscope.reports.sections import facts, gaps, kernels, memcpy, memory, nodes, quality, ranks, steps, telemetry, timeline, verdict
+from perfscope.reports.sections import (
+    facts, gaps, kernels, memcpy, memory, nodes, operators, quality, ranks, steps, telemetry, timeline, verdict,
+)
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,7 @@ SECTIONS = (
     Section("timeline", _fixed("Timeline"), lambda s, t: timeline.render(t.timeline)),
     Section("gaps", _fixed("Idle gaps"), lambda s, t: gaps.render(s)),
     Section("kernels", lambda s: "Top kernels" if _gpu(s) else "Top operators", lambda s, t: kernels.render_top(s)),
+    Section("operators", _fixed("Operators"), lambda s, t: operators.render(s)),
     Section("launch", _fixed("Launches"), lambda s, t: kernels.render_launch(s)),
     Section("memcpy", _fixed("Copies"), lambda s, t: memcpy.render(s)),
     Section("memory", _fixed("Memory"), lambda s, t: memory.render(s)),

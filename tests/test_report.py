@@ -24,7 +24,7 @@ from tracegen import annotation, cpu_op, dataloader, kernel, launch, memcpy, run
 
 EVIL_KERNEL = "</script><script>alert(1)</script>"
 EVIL_FILE = "<img src=x onerror=alert(1)>"
-GPU_SECTIONS = ("verdict", "steps", "timeline", "gaps", "kernels", "launch", "memcpy", "memory", "telemetry", "ranks",
+GPU_SECTIONS = ("verdict", "steps", "timeline", "gaps", "kernels", "operators", "launch", "memcpy", "memory", "telemetry", "ranks",
                 "quality", "facts")
 
 

@@ -16,6 +16,7 @@ from perfscope import steptime
 from perfscope.analysis.intervals import union, window_segments
 from perfscope.analysis.gpu_efficiency import capability, gpu_efficiency, kernel_sums
 from perfscope.analysis.memory import memory_view
+from perfscope.analysis.operator_view import operator_view
 from perfscope.analysis.trace_memory import trace_memory_view
 from perfscope.analysis.telemetry import telemetry_view
 from perfscope.analysis.nodes import node_of_ranks, node_view, subgroup_count
@@ -193,6 +194,7 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
         "memory": memory_view(rank_traces, ranks, frame),
         "trace_memory": trace_memory_view(rank_traces, ranks, frame),
         "gpu_efficiency": gpu_efficiency(efficiency, caps),
+        "operators": operator_view(rank_traces, ranks, frame, mode),
         "telemetry": telemetry_view(rank_traces, ranks, frame),
         "collectives_matched": skew["matched"],
         "collectives_unmatched": skew["unmatched"],

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from perfscope.analysis.nesting import MAX_SWEPT, by_start, innermost
 from perfscope.trace.kinds import EventKind
 
 if TYPE_CHECKING:
@@ -24,9 +25,6 @@ if TYPE_CHECKING:
 
 CURVE_POINTS = 240  # points kept of each device's curve: the report's chart is 900 px wide
 TOP_OPERATORS = 10
-# Beyond this many operators on the allocating threads the attribution (a Python sweep) is skipped:
-# about a second per million operators on this project's machines.
-MAX_SWEPT_OPERATORS = 2_000_000
 # Operators that only provide the memory another operator asked for: an allocation is charged to
 # the innermost operator around it that is not one of these (the convolution, not its aten::empty).
 ALLOCATOR_OPS = frozenset({
@@ -97,42 +95,22 @@ def _curve(ts: np.ndarray, allocated: np.ndarray, reserved: np.ndarray | None, l
     return points
 
 
-def _innermost(starts: list, ends: list, skip: list, times: list) -> np.ndarray:
-    """Per time (ascending) the index of the innermost interval around it whose ``skip`` is False,
-    or -1; intervals sorted by start, an enclosing one before those nested in it (one sweep, a stack
-    of the open intervals)."""
-    out = np.full(len(times), -1, np.int64)
-    stack: list[int] = []
-    i = 0
-    for j, at in enumerate(times):
-        while i < len(starts) and starts[i] <= at:
-            while stack and ends[stack[-1]] < starts[i]:
-                stack.pop()
-            stack.append(i)
-            i += 1
-        while stack and ends[stack[-1]] < at:
-            stack.pop()
-        out[j] = next((k for k in reversed(stack) if not skip[k]), -1)
-    return out
-
-
 def _charged_ops(rt: RankTrace, ts: np.ndarray, thread: np.ndarray) -> np.ndarray | None:
     """Per instant the row of the operator it is charged to (-1: none around it); None when the
-    allocating threads hold more than :data:`MAX_SWEPT_OPERATORS` operators."""
+    allocating threads hold more than :data:`MAX_SWEPT` operators."""
     t = rt.table
     out = np.full(len(ts), -1, np.int64)
     ops = np.flatnonzero((t.kind == EventKind.CPU_OP) & np.isin(t.thread_id, np.unique(thread)))
-    if ops.size > MAX_SWEPT_OPERATORS:
+    if ops.size > MAX_SWEPT:
         return None
     provider = np.isin(t.names, list(ALLOCATOR_OPS))
     for th in np.unique(thread):
         rows = ops[t.thread_id[ops] == th]
         if not rows.size:
             continue
-        # by start, the longer first: an operator comes before those nested in it
-        rows = rows[np.lexsort((-t.dur_ns[rows].astype(np.int64), t.ts_ns[rows]))]
+        rows = by_start(t, rows)
         mine = np.flatnonzero(thread == th)
-        found = _innermost(t.ts_ns[rows].tolist(), t.end_of(rows).tolist(), provider[t.name_id[rows]].tolist(),
+        found = innermost(t.ts_ns[rows].tolist(), t.end_of(rows).tolist(), provider[t.name_id[rows]].tolist(),
                            ts[mine].tolist())
         out[mine] = np.where(found >= 0, rows[np.maximum(found, 0)], -1)
     return out

@@ -440,6 +440,44 @@ class GpuEfficiency(_Record):
         'a device with Tensor Cores (7.0 or more) ran none of its kernel time on them'))] = None
 
 
+class OperatorShape(_Record):
+    """`details.operators.rows[].shapes[]`: one input shape of an operator."""
+
+    input_dims: Annotated[str | None, Meta(description="the profiler's `Input Dims`, as compact JSON")] = None
+    calls: Annotated[Whole | None, Meta(description='calls with it')] = None
+    host_us: Annotated[NonNeg | None, Meta(description='their host time')] = None
+    host_self_us: Annotated[NonNeg | None, Meta(description='less the operators nested in them')] = None
+    device_us: Annotated[NonNeg | None, Meta(description='GPU time of what they and theirs launched')] = None
+    device_self_us: Annotated[NonNeg | None, Meta(description='GPU time of what they launched themselves')] = None
+
+
+class OperatorRow(_Record):
+    """`details.operators.rows[]`: one operator name over the counted steps, all ranks."""
+
+    name: Annotated[str | None, Meta(description='the operator')] = None
+    calls: Annotated[Whole | None, Meta(description='calls')] = None
+    host_us: Annotated[NonNeg | None, Meta(description='host time, nested operators included')] = None
+    host_self_us: Annotated[NonNeg | None, Meta(description='host time less the operators nested in it')] = None
+    device_us: Annotated[NonNeg | None, Meta(description=(
+        'GPU time of the kernels, copies and memsets it and the operators nested in it launched'))] = None
+    device_self_us: Annotated[NonNeg | None, Meta(description='GPU time of what it launched itself')] = None
+    shapes: Annotated[list[OperatorShape] | None, Meta(description=(
+        'the 3 input shapes with most time (empty without `record_shapes`)'))] = None
+
+
+class Operators(_Record):
+    """`details.operators` (*v2*): every CPU operator of the counted steps, on every thread, by
+    name (`docs/metrics.md`, Operators); null without operators."""
+
+    rows: Annotated[list[OperatorRow] | None, Meta(description=(
+        'the 30 names with most self time: device self time on GPU runs, host self time on CPU runs'))] = None
+    operators: Annotated[Whole | None, Meta(description='distinct names')] = None
+    calls: Annotated[Whole | None, Meta(description='calls of all of them')] = None
+    with_shapes: Annotated[bool | None, Meta(description='some operator recorded its input shapes')] = None
+    skipped: Annotated[Whole | None, Meta(description=(
+        'traces left out: more than 2 million operators to place'))] = None
+
+
 class Telemetry(_Record):
     """`details.telemetry` (*v2*): `{"skipped": why}` without samples (no GPU, no NVML, traces
     not taken by `perfscope profile`); else NVML's samples over the counted steps
@@ -593,6 +631,8 @@ class Details(_Record):
     memory: Annotated[Memory | None, Meta(description='peak memory and headroom')] = None
     trace_memory: Annotated[list[TraceMemoryRank] | None, Meta(description=(
         "*v2*: the allocator's instants in the traces, per trace and device"))] = None
+    operators: Annotated[Operators | None, Meta(description=(
+        '*v2*: the operators by name and input shape: calls, host and device time'))] = None
     gpu_efficiency: Annotated[GpuEfficiency | None, Meta(description=(
         "*v2*: GPU runs: the kernels' SM efficiency, occupancy and Tensor Core share"))] = None
     telemetry: Annotated[Telemetry | None, Meta(description='GPU samples (NVML)')] = None
@@ -732,7 +772,9 @@ SECTIONS = (
     ("details.trace_memory[]", TraceMemoryRank), ("details.trace_memory[].devices[]", TraceMemoryDevice),
     ("details.trace_memory[].devices[].steps[]", TraceMemoryStep),
     ("details.trace_memory[].devices[].top_operators[]", TraceMemoryOperator),
-    ("details.gpu_efficiency", GpuEfficiency), ("details.telemetry", Telemetry),
+    ("details.gpu_efficiency", GpuEfficiency), ("details.operators", Operators),
+    ("details.operators.rows[]", OperatorRow), ("details.operators.rows[].shapes[]", OperatorShape),
+    ("details.telemetry", Telemetry),
     ("details.nodes", Nodes), ("details.nodes.nodes[]", NodeRow), ("details.nodes.straggler_node", StragglerNode),
     ("details.nodes.process_groups", ProcessGroups), ("details.nodes.process_groups.groups[]", ProcessGroup),
     ("details.nodes.link", Link), ("details.facts", Facts), ("details.host_cpu", HostCpu),

@@ -148,6 +148,7 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
     device, stream, correlation, copy_bytes = _gpu_columns(k, kind, kept, rows, quality)
     external_id, entry = k.pop("external_id"), k.pop("entry")
     sm_fill, occupancy = k.pop("sm_fill"), k.pop("occupancy")
+    shape_id, shapes = _refactorize(k.pop("shape"), texts["shape"])
 
     # 5. exact copies of an earlier event
     # (copies share every column: the more columns compared, the fewer full events read again)
@@ -160,7 +161,7 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
         keep[dup] = False
         kind, name_id, ts_ns, dur_ns, thread_id = kind[keep], name_id[keep], ts_ns[keep], dur_ns[keep], thread_id[keep]
         device, stream, correlation, copy_bytes = device[keep], stream[keep], correlation[keep], copy_bytes[keep]
-        sm_fill, occupancy = sm_fill[keep], occupancy[keep]
+        sm_fill, occupancy, shape_id = sm_fill[keep], occupancy[keep], shape_id[keep]
 
     # 6. a GPU event cannot outlast the start of the next one on its stream
     gpu_rows = np.flatnonzero(np.isin(kind, np.array(GPU_KINDS, dtype=np.int8)))
@@ -175,6 +176,7 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
         kind=kind, name_id=smallest_int(name_id), ts_ns=ts_ns, dur_ns=dur_ns, thread_id=smallest_int(thread_id),
         device=smallest_int(device), stream=smallest_int(stream), correlation=narrow(correlation),
         copy_bytes=narrow(copy_bytes), sm_fill=sm_fill, occupancy=occupancy,
+        shape_id=smallest_int(shape_id), shapes=shapes,
         names=names, threads=threads, origin_us=origin, base_time_ns=header.base_time_ns, rank=header.rank,
         rank_source=header.rank_source, world_size=header.world_size, device_properties=header.device_properties,
         distributed_info=header.distributed_info, host_steps=header.host_steps,

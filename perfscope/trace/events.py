@@ -14,6 +14,7 @@ Only per-row values survive a batch: numbers as numpy columns and texts as codes
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import msgspec
@@ -41,6 +42,9 @@ class _Args(msgspec.Struct, gc=False):
     bytes: int = -1
     name: str = ""
     external_id: int | None = msgspec.field(default=None, name="External id")
+    # operators' input shapes (record_shapes=True), kept as the file's text: decoded only if shown
+    # (a Raw in a union decodes nothing: msgspec takes it alone, empty when absent)
+    input_dims: msgspec.Raw = msgspec.field(default_factory=msgspec.Raw, name="Input Dims")
     # kernels' launch figures (Kineto computes them from the launch's grid and the device)
     blocks_per_sm: float | None = msgspec.field(default=None, name="blocks per SM")
     occupancy: float | None = msgspec.field(default=None, name="est. achieved occupancy %")
@@ -96,6 +100,8 @@ class Batch:
     -1 where absent, unusable or not kept for that kind of event; a 2021 trace's GPU index and
     stream from ``pid``/``tid``), int32 or int64; ``external_id`` (``args["External id"]``, to tell
     near-copies apart); ``entry`` (int64: the event's index among the batch's entries);
+    ``shape`` (int32 codes into ``uniques["shape"]``): an operator's ``Input Dims`` as compact
+    JSON text (no spaces), ``""`` for other rows and operators recorded without shapes;
     ``sm_fill``, ``occupancy`` (uint8, kernels only, :data:`NO_FIGURE` elsewhere): the kernel's
     ``blocks per SM`` capped at 1 in 250ths, and its ``est. achieved occupancy %`` (0-100).
     Rare facts are kept sparse: ``odd_names``/``odd_cats`` (rows whose value was not text),
@@ -131,6 +137,24 @@ class Batch:
 
 NO_FIGURE = 255  # sm_fill / occupancy of a row that has none
 SM_FILL_SCALE = 250  # sm_fill 250 is a kernel with at least one block per SM
+
+
+@functools.lru_cache(maxsize=4096)
+def _raw_dims(raw: bytes) -> str:
+    try:  # through orjson, as the plain path writes it: the same text for the same value
+        return _dims_text(orjson.loads(raw)) if raw[:1] == b"[" else ""
+    except orjson.JSONDecodeError:
+        return ""
+
+
+def _dims_text(dims) -> str:
+    """An operator's ``Input Dims`` as compact JSON text ("" when absent or not a list)."""
+    if isinstance(dims, msgspec.Raw):
+        return _raw_dims(bytes(dims)) if len(dims) else ""
+    try:
+        return orjson.dumps(dims).decode() if isinstance(dims, list) else ""
+    except TypeError:  # an integer past 64 bits
+        return ""
 
 
 def _kernel_figures(blocks: list, occupancy: list, kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -227,6 +251,9 @@ def _columns(ts, dur, names, cats, pids, tids, args: dict[str, list], entry: lis
     for f in ("device", "stream", "correlation", "bytes"):
         c[f] = narrow(c[f])
     c["external_id"] = narrow(discriminator(args["external_id"]))
+    op = kind == EventKind.CPU_OP
+    c["shape"], batch.uniques["shape"], _ = text_codes(
+        [_dims_text(d) if o else "" for d, o in zip(args["input_dims"], op.tolist())], False, True)
     c["sm_fill"], c["occupancy"] = _kernel_figures(args["blocks_per_sm"], args["occupancy"], kind == EventKind.KERNEL)
     c["entry"] = np.array(entry, dtype=np.int64)
     return batch
@@ -257,7 +284,8 @@ def from_structs(events: list[_Event]) -> Batch:
     a = [e.args or none for e in xs]
     fields = {"device": [x.device for x in a], "stream": [x.stream for x in a],
               "correlation": [x.correlation for x in a], "bytes": [x.bytes for x in a],
-              "external_id": [x.external_id for x in a], "blocks_per_sm": [x.blocks_per_sm for x in a],
+              "external_id": [x.external_id for x in a], "input_dims": [x.input_dims for x in a],
+              "blocks_per_sm": [x.blocks_per_sm for x in a],
               "occupancy": [x.occupancy for x in a]}
     return _columns([e.ts for e in xs], [e.dur for e in xs], [e.name for e in xs], [e.cat for e in xs],
                     [e.pid for e in xs], [e.tid for e in xs], fields, entry, batch, True)
@@ -280,6 +308,7 @@ def from_dicts(events: list) -> Batch:
     arg = [col.args_of(e) for e in xs]
     fields = {f: [a.get(f) for a in arg] for f in INT_FIELDS}
     fields["external_id"] = [a.get("External id") for a in arg]
+    fields["input_dims"] = [a.get("Input Dims") for a in arg]
     fields["blocks_per_sm"] = [a.get("blocks per SM") for a in arg]
     fields["occupancy"] = [a.get("est. achieved occupancy %") for a in arg]
     return _columns([e.get("ts") for e in xs], [e.get("dur") for e in xs], [e.get("name", "") for e in xs],

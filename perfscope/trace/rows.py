@@ -18,7 +18,7 @@ from perfscope.heap import release_free_memory
 from perfscope.trace.events import Batch, Interner, from_structs
 from perfscope.trace.values import smallest_int
 
-TEXT_COLUMNS = ("name", "cat", "pid", "tid")
+TEXT_COLUMNS = ("name", "cat", "pid", "tid", "shape")
 
 
 class Column:

@@ -64,6 +64,8 @@ class TraceTable:
             (:class:`perfscope.trace.header.Header`); None when not recorded.
         memory_capacity: Host and device memory, bytes (:class:`perfscope.trace.header.Header`).
         telemetry: The GPU telemetry record (:class:`perfscope.trace.header.Header`).
+        shape_id, shapes: Per row the index into ``shapes`` (unique texts) of an operator's
+            ``Input Dims`` as compact JSON (``record_shapes=True``); ``""`` for other rows.
         sm_fill, occupancy: Per row (uint8), a kernel's ``blocks per SM`` capped at 1 in 250ths and
             its ``est. achieved occupancy %`` (0-100), as Kineto estimates them at launch; 255 where
             the row is no kernel or the trace does not say (None: a table built without them).
@@ -105,6 +107,8 @@ class TraceTable:
     memory_capacity: dict = field(default_factory=dict)
     telemetry: dict = field(default_factory=dict)
     memory: pd.DataFrame | None = field(default=None, repr=False)
+    shape_id: np.ndarray | None = field(default=None, repr=False)
+    shapes: np.ndarray | None = field(default=None, repr=False)
     sm_fill: np.ndarray | None = field(default=None, repr=False)
     occupancy: np.ndarray | None = field(default=None, repr=False)
     path: Path | None = None

@@ -1,0 +1,171 @@
+"""Operators of the counted steps: calls, host time and the device time of what they launched,
+by name and by input shape (``details.operators``, ``docs/metrics.md`` Operators).
+
+Every CPU operator that starts in a counted step's window, on every thread (the training loop's and
+autograd's), is placed in its thread's nesting (:mod:`perfscope.analysis.nesting`):
+
+* host time: the operator's duration; host self time: less the operators nested in it;
+* device time: the GPU events (kernels, copies, memsets) whose launching runtime call, matched by
+  correlation id, falls in the operator or those nested in it; device self time: those whose call
+  falls in it and in none nested in it.
+
+Totals by name add up calls of the name: an operator nested in another of its own name (an
+``aten::to`` inside an ``aten::to``) counts in both, as in the profiler's own tables.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from perfscope.analysis.nesting import MAX_SWEPT, by_start, innermost, parents
+from perfscope.analysis.steps import StepWindows, shared_correlation_calls
+from perfscope.trace.kinds import GPU_KINDS, EventKind
+from perfscope.trace.table import TraceTable
+
+if TYPE_CHECKING:
+    from perfscope.analysis.rank import RankTrace
+
+TOP_OPERATORS = 30
+TOP_SHAPES = 3  # input shapes shown per operator
+_COLUMNS = ("host_us", "host_self_us", "device_us", "device_self_us")
+
+
+def _launch_calls(t: TraceTable, gpu_rows: np.ndarray) -> np.ndarray:
+    """Per GPU event row its launching runtime call's row, or -1 (correlation ids that several calls
+    share link none, as :func:`perfscope.analysis.steps.launch_times` rules)."""
+    calls = np.flatnonzero((t.kind == EventKind.RUNTIME) & (t.correlation >= 0))
+    calls = calls[~np.isin(calls, shared_correlation_calls(t))]
+    calls = calls[np.argsort(t.correlation[calls], kind="stable")]
+    if not calls.size:
+        return np.full(len(gpu_rows), -1, np.int64)
+    corr, wanted = t.correlation[calls], t.correlation[gpu_rows]
+    at = np.minimum(np.searchsorted(corr, wanted), len(calls) - 1)
+    return np.where((wanted >= 0) & (corr[at] == wanted), calls[at], -1)
+
+
+def _thread_frame(t: TraceTable, ops: np.ndarray, gpu: np.ndarray, calls: np.ndarray) -> pd.DataFrame:
+    """Per operator of one thread (``ops``): row, name code, shape code and the four times (µs),
+    with the GPU events ``gpu`` whose launch calls ``calls`` lie on this thread."""
+    ops = by_start(t, ops)
+    starts, ends = t.ts_ns[ops].tolist(), t.end_of(ops).tolist()
+    dur = t.dur_ns[ops].astype(np.float64) / 1000.0
+    parent = parents(starts, ends)
+    child = parent >= 0
+    self_host = dur - np.bincount(parent[child], weights=dur[child], minlength=len(ops))
+    device_self = np.zeros(len(ops))
+    device = np.zeros(len(ops))
+    if gpu.size:
+        order = np.argsort(t.ts_ns[calls], kind="stable")
+        gpu, calls = gpu[order], calls[order]
+        owner = innermost(starts, ends, [False] * len(ops), t.ts_ns[calls].tolist())
+        g_dur = t.dur_ns[gpu].astype(np.float64) / 1000.0
+        mine = owner >= 0
+        device_self = np.bincount(owner[mine], weights=g_dur[mine], minlength=len(ops))
+        device = _inclusive(device_self, parent)
+    return pd.DataFrame({"row": ops, "name": t.name_id[ops], "shape": _shapes(t, ops), "host_us": dur,
+                         "host_self_us": np.maximum(self_host, 0.0), "device_us": device,
+                         "device_self_us": device_self})
+
+
+def _shapes(t: TraceTable, ops: np.ndarray) -> np.ndarray:
+    if t.shape_id is None or t.shapes is None:
+        return np.zeros(len(ops), np.int64)
+    return t.shape_id[ops]
+
+
+def _inclusive(own: np.ndarray, parent: np.ndarray) -> np.ndarray:
+    """Each interval's own value plus all its descendants' (children come after their parents)."""
+    total = own.copy()
+    for i in range(len(parent) - 1, -1, -1):  # children last: their totals are complete first
+        p = parent[i]
+        if p >= 0:
+            total[p] += total[i]
+    return total
+
+
+def operator_steps(t: TraceTable, windows: StepWindows) -> pd.DataFrame | None:
+    """Per step, operator name and input shape of one trace: ``calls`` and the four times (µs);
+    columns ``step``, ``name``, ``shape`` (texts), ``calls``, ``host_us``, ``host_self_us``,
+    ``device_us``, ``device_self_us``. An operator belongs to the step whose window it starts in.
+    None when the trace has more than :data:`MAX_SWEPT` operators in its steps (not placed).
+    Computed where the trace is analyzed: the run's view only adds up the counted steps."""
+    order = np.argsort(windows.start, kind="stable")
+    lo, hi, steps = windows.start[order], windows.end[order], windows.step[order]
+    ops = np.flatnonzero(t.kind == EventKind.CPU_OP)
+    where = np.searchsorted(lo, t.ts_ns[ops], side="right") - 1
+    inside = (where >= 0) & (t.ts_ns[ops] < hi[np.maximum(where, 0)])
+    ops, where = ops[inside], where[inside]
+    if ops.size > MAX_SWEPT:
+        return None
+    step_of = dict(zip(ops.tolist(), steps[where].tolist()))
+    gpu = np.flatnonzero(np.isin(t.kind, np.array(GPU_KINDS, dtype=np.int8)))
+    calls = _launch_calls(t, gpu) if gpu.size else np.zeros(0, np.int64)
+    gpu, calls = gpu[calls >= 0], calls[calls >= 0]
+    frames = [_thread_frame(t, ops[t.thread_id[ops] == th], gpu[t.thread_id[calls] == th], calls[t.thread_id[calls] == th])
+              for th in np.unique(t.thread_id[ops])]
+    if not frames:
+        return pd.DataFrame(columns=["step", "name", "shape", "calls", *_COLUMNS])
+    ops_frame = pd.concat(frames, ignore_index=True)
+    ops_frame["step"] = ops_frame["row"].map(step_of)
+    ops_frame["calls"] = 1
+    out = ops_frame.groupby(["step", "name", "shape"], sort=False)[["calls", *_COLUMNS]].sum().reset_index()
+    out["name"] = t.names[out["name"].to_numpy()]
+    shapes = t.shapes if t.shapes is not None else np.array([""], dtype=object)
+    out["shape"] = shapes[out["shape"].to_numpy()]
+    return out
+
+
+def _figures(r) -> dict:
+    return {"calls": int(r["calls"]), **{c: float(r[c]) for c in _COLUMNS}}
+
+
+def _rows(frame: pd.DataFrame, gpu: bool) -> list[dict]:
+    """The :data:`TOP_OPERATORS` names with most self time, each with its top input shapes."""
+    pairs = frame.groupby(["name", "shape"], sort=False)[["calls", *_COLUMNS]].sum()  # few: one per name and shape
+    names = pairs.groupby(level="name", sort=False).sum()
+    # by self time, as the profiler's tables sort: inclusive time puts every wrapper on top
+    key = ["device_self_us", "device_us", "host_self_us"] if gpu else ["host_self_us", "host_us"]
+    out = []
+    for name, r in names.sort_values(key, ascending=False).head(TOP_OPERATORS).iterrows():
+        shapes = pairs.loc[name]
+        shapes = shapes[shapes.index != ""].sort_values(key, ascending=False).head(TOP_SHAPES)
+        out.append({"name": str(name), **_figures(r),
+                    "shapes": [{"input_dims": str(k), **_figures(v)} for k, v in shapes.iterrows()]})
+    return out
+
+
+def operator_view(rank_traces: list[RankTrace], ranks: list[int], frame: pd.DataFrame, mode: str) -> dict | None:
+    """``details.operators``: the operators of the counted steps of every trace, by name.
+
+    Args:
+        rank_traces: Every analyzed trace.
+        ranks: The rank of each trace.
+        frame: The counted steps (``rank``, ``worker``, ``step`` columns).
+        mode: ``"gpu"`` (rows by device self time) or ``"cpu"`` (by host self time).
+
+    Returns:
+        None without operators; else ``rows[]`` (at most :data:`TOP_OPERATORS`): ``name``,
+        ``calls``, ``host_us``, ``host_self_us``, ``device_us``, ``device_self_us`` (µs, all
+        ranks) and ``shapes[]`` (the :data:`TOP_SHAPES` input shapes with most time, each with
+        ``input_dims`` as compact JSON and the same figures; empty when the trace has no shapes);
+        ``operators`` (distinct names), ``calls``, ``with_shapes`` (any operator recorded its
+        input shapes) and ``skipped`` (traces with too many operators to place: left out).
+    """
+    frames, skipped = [], 0
+    for rt, rank in zip(rank_traces, ranks):
+        counted = set(frame.loc[(frame["rank"] == rank) & (frame["worker"] == rt.table.worker), "step"].tolist())
+        if not counted:
+            continue
+        if rt.operators is None:
+            skipped += 1
+        else:
+            frames.append(rt.operators[rt.operators["step"].isin(counted)])
+    ops = pd.concat(frames, ignore_index=True) if frames else None
+    if ops is None or not len(ops):
+        return None if not skipped else {"rows": [], "operators": 0, "calls": 0, "with_shapes": False,
+                                         "skipped": skipped}
+    return {"rows": _rows(ops, mode == "gpu"), "operators": int(ops["name"].nunique()), "calls": int(ops["calls"].sum()),
+            "with_shapes": bool((ops["shape"] != "").any()), "skipped": skipped}
