@@ -6,6 +6,7 @@ The same whichever executor produced the per-file results (:mod:`perfscope.analy
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from perfscope.analysis.telemetry import step_columns, throttle_warning
 from perfscope.analysis.verdict import RunVerdict, classify, cost_fractions, run_verdict
 from perfscope.fileid import fingerprint
 from perfscope.host_steps import MEMORY_FIELDS
-from perfscope.trace.kinds import EventKind, is_graph_launch
+from perfscope.trace.kinds import EventKind, is_collective_range, is_comm_kernel, is_graph_launch
 
 NO_MARKERS_NOTE = "no ProfilerStep# markers: analyzed the whole trace as one window (step 0)"
 
@@ -225,6 +226,30 @@ def _classified(frame: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return frame, costs
 
 
+# Point-to-point and all-to-all communication, by kernel or record-function name: pipeline stages'
+# activations and expert/embedding exchanges, which gradient bucketing does not touch.
+_P2P = re.compile(r"SendRecv|all_?to_?all|alltoall|\b(?:nccl|gloo|mpi|ucc):(?:send|recv)|ncclKernel_(?:Send|Recv)|"
+                  r"ncclDevKernel_(?:Send|Recv)", re.IGNORECASE)
+
+
+def p2p_comm_share(rank_traces: list[RankTrace]) -> float | None:
+    """The share of communication time (NCCL/RCCL kernels on GPU traces, collective ranges on CPU
+    ones) in point-to-point and all-to-all operations, over every trace; None without any."""
+    total = p2p = 0.0
+    for rt in rank_traces:
+        t = rt.table
+        comm = (t.kind == EventKind.KERNEL) & t.name_flag(is_comm_kernel) if rt.mode == "gpu" else (
+            np.isin(t.kind, np.array([EventKind.CPU_OP, EventKind.ANNOTATION], dtype=np.int8)) & t.name_flag(is_collective_range))
+        rows = np.flatnonzero(comm)
+        if not rows.size:
+            continue
+        flag = np.fromiter((bool(_P2P.search(str(n))) for n in t.names), bool, len(t.names))[t.name_id[rows]]
+        dur = t.dur_ns[rows].astype(np.float64)
+        total += float(dur.sum())
+        p2p += float(dur[flag].sum())
+    return p2p / total if total > 0 else None
+
+
 def no_tensor_cores(rank_traces: list[RankTrace]) -> float | None:
     """The compute capability (7.0 or more) of GPUs whose traces ran kernels, none of them on Tensor
     Cores (:data:`perfscope.analysis.gpu_efficiency.TENSOR_CORE_PATTERN`); None otherwise."""
@@ -250,6 +275,7 @@ def _job_facts(rank_traces: list[RankTrace], ranks: list[int]) -> dict:
     facts["job"] = next(({k: rt.table.node[k] for k in ("nnodes", "local_world_size")} for rt in by_rank if rt.table.node),
                         None)
     facts["no_tensor_cores"] = no_tensor_cores(rank_traces)
+    facts["p2p_comm_share"] = p2p_comm_share(rank_traces)
     return facts
 
 

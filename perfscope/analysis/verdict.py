@@ -44,6 +44,28 @@ HOST_CONTENDED_ADVICE = ("Give the training process the CPU it needs: run on a q
                          "threads and DataLoader workers than there are cores (torch.set_num_threads, num_workers); "
                          "then profile again.")
 
+# At least this share of the communication time in point-to-point or all-to-all operations makes
+# them the comm advice's subject: gradient buckets no longer describe the wait.
+P2P_SHARE = 0.5
+_P2P_ADVICE = ("Most communication time is point-to-point SendRecv or all-to-all (pipeline stages' activations, "
+               "expert or embedding exchanges), which DDP's gradient buckets do not touch: overlap it with compute "
+               "(more micro-batches per pipeline step, an interleaved schedule, all-to-all on its own stream), balance "
+               "the stages or experts so none waits, and send less (bf16 activations, fewer tokens per exchange).")
+
+
+def _comm_advice(text: str, facts: dict) -> str:
+    """The comm advice fitted to the job: point-to-point traffic, or a job over several nodes."""
+    share = facts.get("p2p_comm_share")
+    if isinstance(share, (int, float)) and share >= P2P_SHARE:
+        return _P2P_ADVICE
+    nodes = (facts.get("job") or {}).get("nnodes")
+    if isinstance(nodes, int) and nodes > 1:
+        return (f"The job spans {nodes} nodes, and the link between them is the slow one: turn on hierarchical_allreduce "
+                "(reduce within each node first, so one copy per node crosses the link; perfscope tune tries it) and run "
+                f"perfscope forecast on this output to see the step at other link speeds. Then: {text[0].lower()}{text[1:]}")
+    return text
+
+
 def advice_for(cls: str, mode: str, facts: dict | None = None) -> str:
     """The advice line of a class, fitted to what the trace showed.
 
@@ -55,9 +77,13 @@ def advice_for(cls: str, mode: str, facts: dict | None = None) -> str:
             :func:`perfscope.analysis.patterns.window_attention_cost`) puts the fused operator,
             with its what-if, first in the launch and compute advice; ``no_tensor_cores`` (the
             compute capability of a GPU that ran no Tensor Core kernel) leads the GPU compute
-            advice with that finding.
+            advice with that finding; ``p2p_comm_share`` (of communication time in send/recv and
+            all-to-all, at least :data:`P2P_SHARE`) makes the comm advice about those, and
+            ``job.nnodes`` above 1 puts the hierarchical all-reduce and ``perfscope forecast`` first.
     """
     text = _LAUNCH_WITH_GRAPHS if cls == "launch" and mode == "gpu" and (facts or {}).get("cuda_graphs") else ADVICE[(cls, mode)]
+    if cls == "comm":
+        return _comm_advice(text, facts or {})
     cap = (facts or {}).get("no_tensor_cores")
     if cls == "compute" and mode == "gpu" and cap:
         text = (f"No kernel ran on Tensor Cores, though this GPU has them (compute capability {cap:.1f}): its matmuls "

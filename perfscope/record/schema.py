@@ -582,6 +582,8 @@ class Facts(_Record):
         "`comm_hook`, `world_size`, DDP's own `backward_compute_us`, `backward_comm_us`, "
         '`backward_overlap_us`'))] = None
     job: Annotated[dict[str, Any] | None, Meta(description='*v2*: `nnodes`, `local_world_size`')] = None
+    p2p_comm_share: Annotated[Share | None, Meta(description=(
+        '*v2*: the share of communication time in send/recv and all-to-all operations; null without any'))] = None
     no_tensor_cores: Annotated[Number | None, Meta(description=(
         '*v2*: the compute capability (7.0 or more) of a GPU whose kernels include none that runs on Tensor '
         'Cores; null otherwise'))] = None
