@@ -97,6 +97,19 @@ def test_a_rank_that_is_not_a_rank_is_refused(tmp_path, rank, why):
     assert a.traces[0]["rank"] == 0  # no rank: numbered among the traces analyzed
 
 
+def test_a_rank_less_distributed_info_is_warned_about_not_read_as_rank_0(tmp_path):
+    events = [step(1, 0, 100), cpu_op("aten::mm", 0, 90)]
+    a = perfscope.analyze(write_trace(tmp_path / "worker.json", events, distributedInfo={"world_size": 8}))
+    assert [w for w in a.warnings if "no rank" in w] == [
+        "worker.json: distributedInfo gives world size 8 but no rank; the rank shown is the file's place among those "
+        "analyzed, not its rank in the job"]
+    # one process (world size 1) or a rank in the file name: nothing to say
+    one = perfscope.analyze(write_trace(tmp_path / "one.json", events, distributedInfo={"world_size": 1}))
+    named = perfscope.analyze(write_trace(tmp_path / "rank3.json", events, distributedInfo={"world_size": 8}))
+    assert not [w for w in one.warnings + named.warnings if "no rank" in w]
+    assert named.traces[0]["rank"] == 3
+
+
 def test_values_past_64_bits_and_odd_shapes_are_refused_not_fatal(tmp_path):
     huge = 2**64 + 5
     k = kernel("gemm", 20, 30, correlation=2**63 + 7, device=0, stream=7)  # a u64 correlation id

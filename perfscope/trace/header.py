@@ -105,6 +105,9 @@ def read_header(raw: RawTrace) -> Header:
         else:
             h.rank, h.rank_source = rank, "distributedInfo"
     m = _RANK_IN_NAME.search(raw.worker)
+    if rank is None and not m and (h.world_size or 0) > 1:  # not rank 0 of the job: unknown
+        h.warnings.append(f"{name}: distributedInfo gives world size {h.world_size} but no rank; the rank shown is the "
+                          "file's place among those analyzed, not its rank in the job")
     if h.rank is None and m:  # the job check warns about it where ranks are compared (analysis/job.py)
         h.rank, h.rank_source = int(m.group(1)), "file name"
     elif m and int(m.group(1)) != h.rank:
