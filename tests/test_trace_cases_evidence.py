@@ -248,3 +248,26 @@ def test_a_busy_host_says_who_held_the_cores(tmp_path, process, workers, busy, c
         assert "oversubscribes the cores itself" in line and "num_workers" in line
     else:
         assert "a property of this machine" in line and "num_workers" not in line
+
+
+def test_a_long_step_with_almost_no_operators_on_its_thread_gets_a_note(tmp_path):
+    from tracegen import cpu_op, step, write_trace
+
+    import perfscope
+
+    # steps 1-2: 413 ms each with 4 operators on the training thread; step 3: 100 operators
+    events = []
+    for n in (1, 2):
+        s = (n - 1) * 413_000
+        events += [step(n, s, 413_000), *[cpu_op("aten::add", s + 1000 * k, 500) for k in range(4)]]
+    events += [step(3, 826_000, 413_000), *[cpu_op("aten::add", 826_000 + 4000 * k, 2000) for k in range(100)]]
+    a = perfscope.analyze(write_trace(tmp_path / "t.json", events))
+    assert set(a.steps.loc[a.steps["counted"], "step"]) == {1, 2, 3}
+    notes = [n for n in a.notes if "almost no operators" in n]
+    assert len(notes) == 1 and notes[0].startswith("2 counted steps of 413 ms or more"), a.notes
+    assert "as few as 4; rank 0: steps 1-2)" in notes[0]
+    # the same steps with their operators: no note
+    busy = [e for e in events if not e["name"].startswith("ProfilerStep")]
+    busy += [cpu_op("aten::mul", (n - 1) * 413_000 + 10_000 + 1000 * k, 500) for n in (1, 2) for k in range(20)]
+    again = perfscope.analyze(write_trace(tmp_path / "u.json", [e for e in events if e["name"].startswith("ProfilerStep")] + busy))
+    assert not [n for n in again.notes if "almost no operators" in n]

@@ -19,7 +19,7 @@ from perfscope.analysis.details import build_details
 from perfscope.analysis.gpu_efficiency import MIN_TENSOR_CORE_CAPABILITY, capability, tensor_core_names
 from perfscope.analysis.host_cpu import cpu_sources
 from perfscope.analysis.memory import memory_warnings
-from perfscope.analysis.notes import provisional_note, status_notes, verdict_of_none
+from perfscope.analysis.notes import provisional_note, sparse_steps_note, status_notes, verdict_of_none
 from perfscope.analysis.patterns import window_attention_cost
 from perfscope.analysis.provisional import provisional_verdict
 from perfscope.analysis.rank import RankTrace
@@ -180,6 +180,9 @@ def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, commo
     mode = "gpu" if (frame["mode"] == "gpu").any() else "cpu"
     frame, costs = _classified(frame)
     notes.extend(status_notes(frame))
+    sparse = sparse_steps_note(frame, _main_thread_operators(rank_traces, ranks, frame))
+    if sparse:
+        notes.append(sparse)
     facts = _job_facts(rank_traces, ranks)
     counted = frame["counted"].to_numpy(dtype=bool)
     # The steps the verdict rests on: the counted ones, else those a provisional verdict classifies.
@@ -294,6 +297,20 @@ def _run_verdict(frame: pd.DataFrame, costs: pd.DataFrame, counted: np.ndarray, 
     frame.loc[per_step.index, "provisional_verdict"] = per_step
     notes.append(provisional_note(rv, int(len(per_step))))
     return rv
+
+
+def _main_thread_operators(rank_traces: list[RankTrace], ranks: list[int], frame: pd.DataFrame) -> pd.Series:
+    """Per row of ``frame``, the operators its trace recorded on the training thread in the step's
+    CPU span (NaN for a step of no analyzed trace)."""
+    out = pd.Series(np.nan, index=frame.index)
+    for rt, rank in zip(rank_traces, ranks):
+        t, w = rt.table, rt.windows
+        ops = np.sort(t.ts_ns[(t.kind == EventKind.CPU_OP) & (t.thread_id == w.main_thread)])
+        count = np.searchsorted(ops, w.cpu_end, side="left") - np.searchsorted(ops, w.cpu_start, side="left")
+        per_step = dict(zip(w.step.tolist(), count.tolist()))
+        mine = (frame["rank"] == rank) & (frame["worker"] == t.worker)
+        out[mine] = frame.loc[mine, "step"].map(per_step)
+    return out
 
 
 def _detail_findings(details: dict, notes: list[str], warnings: list[str]) -> None:

@@ -93,3 +93,31 @@ def provisional_note(rv: RunVerdict, steps: int) -> str:
     return (f"provisional verdict: no step had clean evidence; {plural(steps, 'step')} that waited for cores "
             f"({share:.0%} of their time) were classified with that wait taken out (docs/metrics.md, \"Provisional "
             "verdict\"); profile on a quieter machine, or with fewer busy processes, for a verdict without it")
+
+
+# A counted step this long whose training thread recorded fewer operators than this: the work ran
+# where the trace does not show it (another thread or process, a compiled graph, code the profiler
+# does not instrument), so the partition of the step rests on little. The case that set the figures:
+# 4 operators in a 413 ms step.
+SPARSE_OPERATORS = 8
+SPARSE_STEP_US = 50_000.0
+
+
+def sparse_steps_note(frame: pd.DataFrame, operators: pd.Series) -> str | None:
+    """A note naming the counted steps of at least :data:`SPARSE_STEP_US` whose training thread
+    recorded fewer than :data:`SPARSE_OPERATORS` operators, or None.
+
+    Args:
+        frame: The steps (``rank``, ``step``, ``counted``, ``step_time_us``).
+        operators: Operators on each step's training thread, indexed like ``frame``.
+    """
+    sparse = frame["counted"].astype(bool) & (operators < SPARSE_OPERATORS) & (frame["step_time_us"] >= SPARSE_STEP_US)
+    if not sparse.any():
+        return None
+    rows = frame[sparse]
+    fewest = int(operators[sparse].min())
+    where = "; ".join(f"rank {r}: steps {spans(g['step'])}" for r, g in rows.groupby("rank"))
+    return (f"{plural(len(rows), 'counted step')} of {rows['step_time_us'].min() / 1000:.0f} ms or more recorded "
+            f"{'almost no' if fewest else 'no'} operators on the training thread (as few as {fewest}; {where}): the "
+            "work ran where the trace does not show it (another thread or process, a compiled graph), so the verdict "
+            "rests on little evidence; profile with the work on the training thread, or read it as a hint")
