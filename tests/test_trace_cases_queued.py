@@ -88,3 +88,25 @@ def test_events_without_a_stream_id_are_not_taken_for_one_stream(tmp_path):
     events += [x for i in range(4) for x in launch("gemm", 1000 * i + 10, 1000 * i + 20, 900, correlation=i + 1, stream=-5)]
     a = analyze(tmp_path, events)
     assert not any("before the profiler's window" in (r or "") for r in a.steps["status_reason"])
+
+
+def test_a_host_to_device_copy_without_a_launch_record_is_no_input_evidence(tmp_path):
+    from tracegen import launch, memcpy, runtime, step, write_trace
+
+    import perfscope
+
+    def run(linked: bool):
+        # one stream: a kernel, a 400 us host-to-device copy, a kernel; no DataLoader anywhere
+        events = [step(1, 1000, 1000), *launch("k1", 1005, 1100, 200, 1),
+                  memcpy("Memcpy HtoD (Pinned -> Device)", 1300, 400, 2), *launch("k2", 1030, 1700, 200, 3)]
+        if linked:
+            events.append(runtime("cudaMemcpyAsync", 1020, 5, 2))
+        return perfscope.analyze(write_trace(tmp_path / f"t{linked}.json", events))
+
+    linked, unlinked = run(True), run(False)
+    row = linked.steps.iloc[0]
+    assert row["exposed_h2d_us"] == 400 and linked.verdict.verdict == "io-bound"  # launched by the host: input
+    row = unlinked.steps.iloc[0]
+    # launched before the window (no launch record): another copy, part of the GPU's own work
+    assert row["exposed_h2d_us"] == 0 and row["exposed_other_mem_us"] == 400
+    assert unlinked.verdict.verdict == "compute-bound"

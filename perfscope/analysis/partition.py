@@ -7,7 +7,8 @@ GPU traces (unions over every stream and device of the rank):
 ========================  ===========================================================
 ``compute``               at least one compute kernel runs
 ``exposed_comm``          a communication kernel runs and no compute kernel
-``exposed_h2d``           a host-to-device copy runs and no kernel
+``exposed_h2d``           a host-to-device copy runs and no kernel (a copy without a launch
+                          record, queued before the window, counts as another memcpy)
 ``exposed_other_mem``     another memcpy or a memset runs and nothing above
 ``input_wait``            GPU idle, nothing launched yet, main thread in a DataLoader fetch
 ``launch_wait``           GPU idle, nothing launched yet, host busy elsewhere
@@ -137,12 +138,25 @@ def dataloader_intervals(table: TraceTable, main_thread: int) -> Intervals:
 
 
 
+def _queued_before(launches: Launches, h2d: np.ndarray) -> np.ndarray:
+    """Rows of host-to-device copies with no launch record in a trace whose other GPU work has
+    them: copies queued before the profiler's window, whose purpose is unknown. They count as other
+    copies, not as input: without them a trace with no DataLoader read io-bound from its first
+    steps' catch-up. A trace with no launch record at all (correlation ids not written) keeps its
+    copies as they are."""
+    rows = np.flatnonzero(h2d)
+    if not rows.size or not (launches.call_start_ns >= 0).any():
+        return np.zeros(0, np.int64)
+    return rows[launches.start_of(rows) < 0]
+
+
 def gpu_sets(table: TraceTable, launches: Launches, main_thread: int) -> list[Intervals]:
     """The interval sets of a GPU trace's partition, in :data:`GPU_SETS` order (ns)."""
     kernel = table.kind == EventKind.KERNEL
     comm = kernel & table.name_flag(is_comm_kernel)
     memcpy = table.kind == EventKind.MEMCPY
     h2d = memcpy & (copy_kind_of_names(table.names)[table.name_id] == CopyKind.HTOD)
+    h2d[_queued_before(launches, h2d)] = False
     other_mem = (memcpy & ~h2d) | (table.kind == EventKind.MEMSET)
     busy = _union_of(table, np.flatnonzero(table.mask(*GPU_KINDS)))
     horizon = int(table.end_ns.max()) if table.n_events else 0
