@@ -176,3 +176,16 @@ def test_old_capitalised_categories_parse_like_new_ones(tmp_path):
     old = analyze(tmp_path, _copies_trace("old"), name="old.json").steps
     metric_cols = [c for c in new.columns if c not in ("worker",)]
     pd.testing.assert_frame_equal(new[metric_cols], old[metric_cols])
+
+
+def test_operators_too_short_to_do_more_than_their_dispatch_count_as_framework_overhead(tmp_path):
+    from perfscope.analysis.partition import DISPATCH_OP_US
+
+    # a CPU step of 10 ms: 1,000 operators of 4 us with 1 us between them (5 ms), then one of 5 ms
+    events = [step(1, 0, 10_000), *[cpu_op("aten::add", 5 * k, 4) for k in range(1000)], cpu_op("aten::mm", 5000, 5000)]
+    assert 4 < DISPATCH_OP_US <= 5_000
+    row = only_row(analyze(tmp_path, events))
+    # before this rule the adds' 4,000 us were operator time: 90% of the step, compute-bound
+    assert row["operator_us"] == pytest.approx(5000) and row["framework_overhead_us"] == pytest.approx(5000)
+    assert row["operator_count"] == 1001  # still counted as operators
+    assert row["verdict"] == "launch-bound"

@@ -13,7 +13,7 @@ import pandas as pd
 
 from perfscope.analysis.gpu_metrics import per_step_median
 from perfscope.analysis.intervals import locate, union, window_segments
-from perfscope.analysis.partition import cpu_parts, cpu_rows
+from perfscope.analysis.partition import cpu_parts, cpu_rows, working_ops
 from perfscope.analysis.steps import StepWindows
 from perfscope.trace.table import TraceTable
 
@@ -32,7 +32,7 @@ def cpu_step_metrics(table: TraceTable, steps: StepWindows) -> pd.DataFrame:
     """
     rows = cpu_rows(table, steps.main_thread)
     op_rows = rows[1]
-    sets = [union(table.ts_ns[r], table.end_of(r)) for r in rows]
+    sets = [union(table.ts_ns[r], table.end_of(r)) for r in (rows[0], working_ops(table, op_rows), *rows[2:])]
     seg = window_segments(sets, steps.start, steps.end)
     parts = cpu_parts(seg.member)
 
