@@ -77,12 +77,15 @@ def _shapes(t: TraceTable, ops: np.ndarray) -> np.ndarray:
 
 
 def _inclusive(own: np.ndarray, parent: np.ndarray) -> np.ndarray:
-    """Each interval's own value plus all its descendants' (children come after their parents)."""
-    total = own.copy()
-    for i in range(len(parent) - 1, -1, -1):  # children last: their totals are complete first
-        p = parent[i]
-        if p >= 0:
-            total[p] += total[i]
+    """Each interval's own value plus all its descendants' (``parent``: -1 for a root), added up
+    one nesting level at a time from the deepest."""
+    depth = np.zeros(len(parent), np.int64)
+    for i in np.flatnonzero(parent >= 0).tolist():  # parents come first: their depth is known
+        depth[i] = depth[parent[i]] + 1
+    total = own.astype(np.float64, copy=True)
+    for level in range(int(depth.max(initial=0)), 0, -1):
+        at = np.flatnonzero(depth == level)
+        np.add.at(total, parent[at], total[at])
     return total
 
 

@@ -160,11 +160,15 @@ def _dims_text(dims) -> str:
 def _kernel_figures(blocks: list, occupancy: list, kernel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The ``sm_fill`` and ``occupancy`` columns (uint8) from the per-row values (numbers or
     anything else, as the file had them) and the kernel rows."""
+    rows = np.flatnonzero(kernel)
+
     def column(values, scale, cap):
-        v = np.array([x if type(x) in (int, float) else np.nan for x in values], dtype=np.float64)
-        ok = kernel & np.isfinite(v) & (v >= 0)
         out = np.full(len(values), NO_FIGURE, np.uint8)
-        out[ok] = np.rint(np.minimum(v[ok] * scale, cap)).astype(np.uint8)
+        if rows.size:  # a kernel's only: most rows are host events
+            v = np.array([values[i] if type(values[i]) in (int, float) else np.nan for i in rows.tolist()],
+                         dtype=np.float64)
+            ok = np.isfinite(v) & (v >= 0)
+            out[rows[ok]] = np.rint(np.minimum(v[ok] * scale, cap)).astype(np.uint8)
         return out
     return column(blocks, SM_FILL_SCALE, SM_FILL_SCALE), column(occupancy, 1.0, 100)
 
@@ -251,9 +255,11 @@ def _columns(ts, dur, names, cats, pids, tids, args: dict[str, list], entry: lis
     for f in ("device", "stream", "correlation", "bytes"):
         c[f] = narrow(c[f])
     c["external_id"] = narrow(discriminator(args["external_id"]))
-    op = kind == EventKind.CPU_OP
-    c["shape"], batch.uniques["shape"], _ = text_codes(
-        [_dims_text(d) if o else "" for d, o in zip(args["input_dims"], op.tolist())], False, True)
+    dims = [""] * batch.n
+    given = args["input_dims"]
+    for i in np.flatnonzero(kind == EventKind.CPU_OP).tolist():  # operators' only
+        dims[i] = _dims_text(given[i])
+    c["shape"], batch.uniques["shape"], _ = text_codes(dims, False, True)
     c["sm_fill"], c["occupancy"] = _kernel_figures(args["blocks_per_sm"], args["occupancy"], kind == EventKind.KERNEL)
     c["entry"] = np.array(entry, dtype=np.int64)
     return batch
