@@ -231,3 +231,23 @@ def test_gpu_telemetry_section_and_lane_render_cleanly(chromium, tmp_path):
     text = browser.dom_text(page.dom)
     assert "GPU telemetry" in text and "GPU utilisation 50%" in text and "GPU util (NVML)" in text
     assert "thermal (hardware)" in text
+
+
+def test_report_shows_operators_and_gpu_efficiency(loaded):
+    name, summary, page, _ = loaded
+
+    def part(anchor: str) -> str:
+        return browser.dom_text(page.dom.split(f'<section id="{anchor}">')[1].split("</section>")[0])
+
+    operators = summary["details"].get("operators")
+    if operators and operators["rows"]:
+        text = part("operators")
+        assert operators["rows"][0]["name"][:40] in text and "host self (ms)" in text
+        assert ("device self (ms)" in text) is (summary["mode"] == "gpu")
+        shaped = [r for r in operators["rows"] if r["shapes"]]
+        if shaped:
+            assert shaped[0]["shapes"][0]["input_dims"][:30] in text
+    efficiency = summary["details"].get("gpu_efficiency")
+    if efficiency:
+        text = part("kernels")
+        assert "estimated SM efficiency" in text and "Tensor Core share" in text
