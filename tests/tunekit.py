@@ -89,7 +89,14 @@ def start_tune(*args: str, log_dir: Path, cwd: str | os.PathLike | None = None) 
     log_dir.mkdir(parents=True, exist_ok=True)
     with open(log_dir / "stdout.txt", "w") as out, open(log_dir / "stderr.txt", "w") as err:
         return subprocess.Popen(tune_command(*args), stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                text=True, cwd=cwd or ROOT, env=tune_env())
+                                text=True, cwd=cwd or ROOT, env=tune_env(), preexec_fn=_ctrl_c_works)
+
+
+def _ctrl_c_works() -> None:
+    """In the child before exec: SIGINT's default action, whatever the test runner was started
+    with (a shell's background job ignores SIGINT, and Python keeps an ignored SIGINT ignored, so
+    the Ctrl-C tests would see a tune that cannot be interrupted)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def logs(log_dir: Path) -> tuple[str, str]:
