@@ -5,8 +5,8 @@ Every CPU operator that starts in a counted step's window, on every thread (the 
 autograd's), is placed in its thread's nesting (:mod:`perfscope.analysis.nesting`):
 
 * host time: the operator's duration; host self time: less the operators nested in it;
-* device time: the GPU events (kernels, copies, memsets) whose launching runtime call, matched by
-  correlation id, falls in the operator or those nested in it; device self time: those whose call
+* device time: the GPU events (kernels, copies, memsets) whose launching runtime call (matched by
+  correlation id, :func:`perfscope.analysis.steps.launch_times`) falls in the operator or those nested in it; device self time: those whose call
   falls in it and in none nested in it.
 
 Totals by name add up calls of the name: an operator nested in another of its own name (an
@@ -21,8 +21,8 @@ import numpy as np
 import pandas as pd
 
 from perfscope.analysis.nesting import MAX_SWEPT, by_start, innermost, parents
-from perfscope.analysis.steps import StepWindows, shared_correlation_calls
-from perfscope.trace.kinds import GPU_KINDS, EventKind
+from perfscope.analysis.steps import Launches, StepWindows
+from perfscope.trace.kinds import EventKind
 from perfscope.trace.table import TraceTable
 
 if TYPE_CHECKING:
@@ -31,19 +31,6 @@ if TYPE_CHECKING:
 TOP_OPERATORS = 30
 TOP_SHAPES = 3  # input shapes shown per operator
 _COLUMNS = ("host_us", "host_self_us", "device_us", "device_self_us")
-
-
-def _launch_calls(t: TraceTable, gpu_rows: np.ndarray) -> np.ndarray:
-    """Per GPU event row its launching runtime call's row, or -1 (correlation ids that several calls
-    share link none, as :func:`perfscope.analysis.steps.launch_times` rules)."""
-    calls = np.flatnonzero((t.kind == EventKind.RUNTIME) & (t.correlation >= 0))
-    calls = calls[~np.isin(calls, shared_correlation_calls(t))]
-    calls = calls[np.argsort(t.correlation[calls], kind="stable")]
-    if not calls.size:
-        return np.full(len(gpu_rows), -1, np.int64)
-    corr, wanted = t.correlation[calls], t.correlation[gpu_rows]
-    at = np.minimum(np.searchsorted(corr, wanted), len(calls) - 1)
-    return np.where((wanted >= 0) & (corr[at] == wanted), calls[at], -1)
 
 
 def _thread_frame(t: TraceTable, ops: np.ndarray, gpu: np.ndarray, calls: np.ndarray) -> pd.DataFrame:
@@ -89,7 +76,7 @@ def _inclusive(own: np.ndarray, parent: np.ndarray) -> np.ndarray:
     return total
 
 
-def operator_steps(t: TraceTable, windows: StepWindows) -> pd.DataFrame | None:
+def operator_steps(t: TraceTable, windows: StepWindows, launches: Launches) -> pd.DataFrame | None:
     """Per step, operator name and input shape of one trace: ``calls`` and the four times (µs);
     columns ``step``, ``name``, ``shape`` (texts), ``calls``, ``host_us``, ``host_self_us``,
     ``device_us``, ``device_self_us``. An operator belongs to the step whose window it starts in.
@@ -104,9 +91,8 @@ def operator_steps(t: TraceTable, windows: StepWindows) -> pd.DataFrame | None:
     if ops.size > MAX_SWEPT:
         return None
     step_of = dict(zip(ops.tolist(), steps[where].tolist()))
-    gpu = np.flatnonzero(np.isin(t.kind, np.array(GPU_KINDS, dtype=np.int8)))
-    calls = _launch_calls(t, gpu) if gpu.size else np.zeros(0, np.int64)
-    gpu, calls = gpu[calls >= 0], calls[calls >= 0]
+    calls = launches.call_rows if launches.call_rows is not None else np.full(launches.rows.size, -1, np.int64)
+    gpu, calls = launches.rows[calls >= 0], calls[calls >= 0]
     frames = [_thread_frame(t, ops[t.thread_id[ops] == th], gpu[t.thread_id[calls] == th], calls[t.thread_id[calls] == th])
               for th in np.unique(t.thread_id[ops])]
     if not frames:

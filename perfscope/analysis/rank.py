@@ -92,7 +92,7 @@ def analyze_table(table: TraceTable) -> RankTrace:
     judged = ev.judge(table, windows, launch, metrics, mode)
     quality = DataQuality(table.quality.entries + judged.quality.entries)
     return RankTrace(table, mode, metrics, windows, launch, judged, quality, [f"{where}: {w}" for w in windows.warnings],
-                     sets, operator_steps(table, windows))
+                     sets, operator_steps(table, windows, launch))
 
 
 def load_table(path: Path, *, pool=None, progress=None, decoded=None) -> TraceTable:

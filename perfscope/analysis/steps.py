@@ -99,11 +99,14 @@ class Launches(NamedTuple):
         rows: Every GPU event row of the table (int64, ascending), shape ``(n_gpu,)``.
         call_start_ns, call_end_ns: Per one of ``rows``, start and end (ns) of its launch call; -1
             where the launch was not recorded. Shape ``(n_gpu,)``.
+        call_rows: Per one of ``rows``, the table row of its launch call, -1 where not recorded
+            (shape ``(n_gpu,)``); None in a record built without them.
     """
 
     rows: np.ndarray
     call_start_ns: np.ndarray
     call_end_ns: np.ndarray
+    call_rows: np.ndarray | None = None
 
     def start_of(self, rows: np.ndarray) -> np.ndarray:
         """Launch-call start (ns) of each of ``rows`` (event rows); -1 for a row that is no GPU
@@ -152,10 +155,11 @@ def launch_times(table: TraceTable) -> Launches:
     gpu_rows = np.flatnonzero(table.mask(*GPU_KINDS))
     start = np.full(gpu_rows.size, -1, dtype=np.int64)
     end = np.full(gpu_rows.size, -1, dtype=np.int64)
+    calls = np.full(gpu_rows.size, -1, dtype=np.int64)
     rt = np.flatnonzero((table.kind == EventKind.RUNTIME) & (table.correlation >= 0))
     rt = rt[~np.isin(rt, shared_correlation_calls(table))]
     if rt.size == 0 or gpu_rows.size == 0:
-        return Launches(gpu_rows, start, end)
+        return Launches(gpu_rows, start, end, calls)
     order = np.argsort(table.correlation[rt], kind="stable")
     corr_sorted, rt_sorted = table.correlation[rt][order], rt[order]
     want = table.correlation[gpu_rows]
@@ -164,7 +168,8 @@ def launch_times(table: TraceTable) -> Launches:
     call = rt_sorted[pos[found]]
     start[found] = table.ts_ns[call]
     end[found] = table.end_of(call)
-    return Launches(gpu_rows, start, end)
+    calls[found] = call
+    return Launches(gpu_rows, start, end, calls)
 
 
 def find_steps(table: TraceTable, launches: Launches) -> StepWindows:
