@@ -16,7 +16,7 @@ import pandas as pd
 from perfscope.analysis import evidence as ev
 from perfscope.analysis import job
 from perfscope.analysis.details import build_details
-from perfscope.analysis.gpu_efficiency import MIN_TENSOR_CORE_CAPABILITY, capability, tensor_core_names
+from perfscope.analysis.gpu_efficiency import no_tensor_cores
 from perfscope.analysis.host_cpu import cpu_sources
 from perfscope.analysis.memory import memory_warnings
 from perfscope.analysis.notes import provisional_note, sparse_steps_note, status_notes, verdict_of_none
@@ -251,21 +251,6 @@ def p2p_comm_share(rank_traces: list[RankTrace]) -> float | None:
         total += float(dur.sum())
         p2p += float(dur[flag].sum())
     return p2p / total if total > 0 else None
-
-
-def no_tensor_cores(rank_traces: list[RankTrace]) -> float | None:
-    """The compute capability (7.0 or more) of GPUs whose traces ran kernels, none of them on Tensor
-    Cores (:data:`perfscope.analysis.gpu_efficiency.TENSOR_CORE_PATTERN`); None otherwise."""
-    caps = []
-    for rt in rank_traces:
-        t = rt.table
-        used = np.unique(t.name_id[t.kind == EventKind.KERNEL])
-        cap = capability(t)
-        if used.size and cap is not None and cap >= MIN_TENSOR_CORE_CAPABILITY:
-            if tensor_core_names(t.names[used]).any():
-                return None
-            caps.append(cap)
-    return max(caps) if caps else None
 
 
 def _job_facts(rank_traces: list[RankTrace], ranks: list[int]) -> dict:

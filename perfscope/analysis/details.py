@@ -193,7 +193,7 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
         "nodes": node_view(rank_traces, ranks, nodes, node_source, rows, skew),
         "memory": memory_view(rank_traces, ranks, frame),
         "trace_memory": trace_memory_view(rank_traces, ranks, frame),
-        "gpu_efficiency": gpu_efficiency(efficiency, caps),
+        "gpu_efficiency": gpu_efficiency(efficiency, caps, (facts or {}).get("no_tensor_cores")),
         "operators": operator_view(rank_traces, ranks, frame, mode),
         "telemetry": telemetry_view(rank_traces, ranks, frame),
         "collectives_matched": skew["matched"],

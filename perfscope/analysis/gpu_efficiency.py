@@ -14,11 +14,16 @@ estimates from the grid, the block and the device, not hardware counters) and th
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from perfscope.trace.events import NO_FIGURE, SM_FILL_SCALE
+from perfscope.trace.kinds import EventKind
 from perfscope.trace.table import TraceTable
+
+if TYPE_CHECKING:
+    from perfscope.analysis.rank import RankTrace
 
 # Kernel-name fragments of matrix-multiply-accumulate kernels, the ones that run on Tensor Cores:
 # cuBLAS/cuDNN tile shapes of the MMA instruction (Volta h884/s884, Turing/Ampere 1688 and 16816,
@@ -74,7 +79,23 @@ def capability(t: TraceTable) -> float | None:
     return max(caps) if caps else None
 
 
-def gpu_efficiency(parts: list[dict], capabilities: list[float | None]) -> dict | None:
+def no_tensor_cores(rank_traces: list[RankTrace]) -> float | None:
+    """The compute capability (7.0 or more) of GPUs whose traces ran kernels, none of them on Tensor
+    Cores (:data:`TENSOR_CORE_PATTERN`): the one rule of the finding, in ``details.facts``
+    and ``details.gpu_efficiency``; None otherwise."""
+    caps = []
+    for rt in rank_traces:
+        t = rt.table
+        used = np.unique(t.name_id[t.kind == EventKind.KERNEL])
+        cap = capability(t)
+        if used.size and cap is not None and cap >= MIN_TENSOR_CORE_CAPABILITY:
+            if tensor_core_names(t.names[used]).any():
+                return None
+            caps.append(cap)
+    return max(caps) if caps else None
+
+
+def gpu_efficiency(parts: list[dict], capabilities: list[float | None], no_tensor_cores: float | None) -> dict | None:
     """``details.gpu_efficiency`` from each trace's :func:`kernel_sums`; None without kernels.
 
     Returns:
@@ -82,8 +103,8 @@ def gpu_efficiency(parts: list[dict], capabilities: list[float | None]) -> dict 
         without launch figures), ``achieved_occupancy`` (0-1, time-weighted, None likewise),
         ``figured_share`` (kernel time with launch figures), ``tensor_core_share`` (of kernel
         time), ``tensor_core_kernels``, ``capability`` (the highest compute capability, None when
-        the traces have no ``deviceProperties``) and ``no_tensor_cores`` (True when a device with
-        Tensor Cores ran none of its kernel time on them).
+        the traces have no ``deviceProperties``) and ``no_tensor_cores`` (True when the run's
+        fact of that name, :func:`no_tensor_cores`, is set).
     """
     total = {k: sum(p[k] for p in parts) for k in parts[0]} if parts else None
     if not total or total["kernel_us"] <= 0:
@@ -98,5 +119,5 @@ def gpu_efficiency(parts: list[dict], capabilities: list[float | None]) -> dict 
         "figured_share": figured / total["kernel_us"],
         "tensor_core_share": tc_share, "tensor_core_kernels": total["tensor_core_kernels"],
         "capability": cap,
-        "no_tensor_cores": bool(cap is not None and cap >= MIN_TENSOR_CORE_CAPABILITY and tc_share == 0.0),
+        "no_tensor_cores": no_tensor_cores is not None,
     }

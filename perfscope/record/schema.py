@@ -437,7 +437,7 @@ class GpuEfficiency(_Record):
     capability: Annotated[Number | None, Meta(description=(
         "the highest CUDA compute capability in the traces' `deviceProperties`"))] = None
     no_tensor_cores: Annotated[bool | None, Meta(description=(
-        'a device with Tensor Cores (7.0 or more) ran none of its kernel time on them'))] = None
+        'a GPU with Tensor Cores (7.0 or more) whose run launched none: `details.facts.no_tensor_cores` is set'))] = None
 
 
 class OperatorShape(_Record):
