@@ -440,27 +440,27 @@ class GpuEfficiency(_Record):
         'a GPU with Tensor Cores (7.0 or more) whose run launched none: `details.facts.no_tensor_cores` is set'))] = None
 
 
-class OperatorShape(_Record):
-    """`details.operators.rows[].shapes[]`: one input shape of an operator."""
+class _OperatorTimes(_Record):
+    """The figures an operator's row and each of its input shapes give (`docs/metrics.md`, Operators)."""
 
-    input_dims: Annotated[str | None, Meta(description="the profiler's `Input Dims`, as compact JSON")] = None
-    calls: Annotated[Whole | None, Meta(description='calls with it')] = None
-    host_us: Annotated[NonNeg | None, Meta(description='their host time')] = None
-    host_self_us: Annotated[NonNeg | None, Meta(description='less the operators nested in them')] = None
-    device_us: Annotated[NonNeg | None, Meta(description='GPU time of what they and theirs launched')] = None
-    device_self_us: Annotated[NonNeg | None, Meta(description='GPU time of what they launched themselves')] = None
-
-
-class OperatorRow(_Record):
-    """`details.operators.rows[]`: one operator name over the counted steps, all ranks."""
-
-    name: Annotated[str | None, Meta(description='the operator')] = None
     calls: Annotated[Whole | None, Meta(description='calls')] = None
     host_us: Annotated[NonNeg | None, Meta(description='host time, nested operators included')] = None
     host_self_us: Annotated[NonNeg | None, Meta(description='host time less the operators nested in it')] = None
     device_us: Annotated[NonNeg | None, Meta(description=(
         'GPU time of the kernels, copies and memsets it and the operators nested in it launched'))] = None
     device_self_us: Annotated[NonNeg | None, Meta(description='GPU time of what it launched itself')] = None
+
+
+class OperatorShape(_OperatorTimes):
+    """`details.operators.rows[].shapes[]`: the calls of an operator with one input shape."""
+
+    input_dims: Annotated[str | None, Meta(description="the profiler's `Input Dims`, as compact JSON")] = None
+
+
+class OperatorRow(_OperatorTimes):
+    """`details.operators.rows[]`: one operator name over the counted steps, all ranks."""
+
+    name: Annotated[str | None, Meta(description='the operator')] = None
     shapes: Annotated[list[OperatorShape] | None, Meta(description=(
         'the 3 input shapes with most time (empty without `record_shapes`)'))] = None
 
