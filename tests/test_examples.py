@@ -37,12 +37,17 @@ PLANNED = 5  # the default --active
 
 
 def _cut_by_the_scripts_end(summary: dict, step: dict) -> bool:
-    """A step left out because the script ended inside it: on a busy machine the window grew
-    (``run.window_extension``) until the script's last step, which the end of profiling cuts."""
+    """A step left out because the script ended inside it: the window's last step, which the end
+    of profiling cuts (on a busy machine the window grew, ``run.window_extension``, until the
+    script's last step; on any machine the host record may stop before the last step ends)."""
     ext = summary["run"].get("window_extension") or {}
     reason = step["status_reason"] or ""
-    return (ext.get("reason") == "script ended" and step["status"] == "incomplete"
-            and (reason.startswith("cut off by the end of profiling") or reason.endswith("the script ended inside it")))
+    last = step["step"] == max(s["step"] or 0 for s in summary["steps"])
+    if step["status"] != "incomplete":
+        return False
+    if reason.startswith("cut off by the end of profiling"):
+        return ext.get("reason") == "script ended" or last
+    return last and reason.endswith("the script ended inside it")
 
 
 def recorded_steps(summary: dict) -> range:
