@@ -150,9 +150,13 @@ def format_summary(summary: dict) -> str:
             lines.append(f"verdict: {o['verdict']} (runner-up {o['runner_up']}; share of step time: {fr}; "
                          f"step time {(per_step or 0.0) / 1000:.2f} ms" + (f", representative step {rep})" if rep is not None else ")"))
         lines += [line for line in (_waits_line(summary), _straggler_line(summary), _nodes_line(summary),
-                                    memory_line(summary), efficiency_line(summary), telemetry_line(summary)) if line]
+                                    memory_line(summary), efficiency_line(summary), mfu_console_line(summary),
+                                    telemetry_line(summary)) if line]
     else:
         lines.append(f"verdict: none ({safe(o.get('reason') or 'no step could be classified')})")
+    whole = run_line(summary)
+    if whole:
+        lines.append(whole)
     lines.append(f"advice: {o['advice']}")
     lines += [f"note: {n}" for n in summary.get("notes", [])]
     # Every line escaped as a whole: a newline inside a name, a verdict or the advice of a
@@ -231,6 +235,26 @@ def efficiency_line(summary: dict) -> str | None:
     parts.append(f"Tensor Cores {e['tensor_core_share']:.0%} of kernel time"
                  + (" (the GPU has them: none used)" if e.get("no_tensor_cores") else ""))
     return "gpu efficiency: " + ", ".join(parts)
+
+
+def mfu_console_line(summary: dict) -> str | None:
+    """``mfu: ...`` from ``details.mfu``; None without it."""
+    from perfscope.analysis.mfu import mfu_line
+
+    view = (summary.get("details") or {}).get("mfu")
+    return safe("mfu: " + mfu_line(view)) if isinstance(view, dict) and view.get("flops_per_step") else None
+
+
+def run_line(summary: dict) -> str | None:
+    """``whole run: ...`` of the slowest rank's ``details.run_steps`` entry; None without one."""
+    from perfscope.analysis.run_view import run_findings, run_headline
+
+    views = [v for v in (summary.get("details") or {}).get("run_steps") or [] if isinstance(v, dict)]
+    if not views:
+        return None
+    view = max(views, key=lambda v: v.get("median_s") or 0.0)
+    who = f"rank {view['rank']}: " if len(views) > 1 and view.get("rank") is not None else ""
+    return safe("whole run: " + who + "; ".join([run_headline(view), *run_findings(view)]))
 
 
 def trace_memory_line(summary: dict) -> str | None:

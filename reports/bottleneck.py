@@ -2,7 +2,8 @@
 
 Sections, verdict first (after the warnings, when there are any), in the order of :data:`SECTIONS`,
 from which both the page's nav and its body are built: verdict and recommendations, per-step
-breakdown, timeline of a representative step (needs the traces), idle gaps, top kernels, launch
+breakdown, the whole run (every step, timed outside the profiler), timeline of a representative step
+(needs the traces), idle gaps, top kernels, launch
 statistics, memory copies, memory (peak and headroom), GPU telemetry (GPU runs), ranks, nodes
 (multi-node runs), data quality, run facts. Every section renders from the summary record alone except the timeline,
 which draws from ``timeline.json`` beside it (written with the summary) or from the traces when they
@@ -21,7 +22,8 @@ from perfscope.reports import traces as _traces
 from perfscope.reports.html import esc, page
 from perfscope.reports.timeline_record import TimelineRecord
 from perfscope.reports.sections import (
-    facts, gaps, kernels, memcpy, memory, nodes, operators, quality, ranks, steps, telemetry, timeline, verdict,
+    facts, gaps, kernels, memcpy, memory, nodes, operators, quality, ranks, run_steps, steps, telemetry, timeline,
+    verdict,
 )
 
 
@@ -60,6 +62,8 @@ def _fixed(text: str) -> Callable[[dict], str]:
 SECTIONS = (
     Section("verdict", _fixed("Verdict"), lambda s, t: verdict.render(s)),
     Section("steps", _fixed("Steps"), lambda s, t: steps.render(s)),
+    Section("run", _fixed("Whole run"), lambda s, t: run_steps.render(s),
+            shows=lambda s: bool(model.details(s).get("run_steps"))),
     Section("timeline", _fixed("Timeline"), lambda s, t: timeline.render(t.timeline)),
     Section("gaps", _fixed("Idle gaps"), lambda s, t: gaps.render(s)),
     Section("kernels", lambda s: "Top kernels" if _gpu(s) else "Top operators", lambda s, t: kernels.render_top(s)),

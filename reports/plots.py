@@ -232,3 +232,48 @@ def levels(key: str, series: list[tuple[str, list[float], list[float], str]], x_
         ax.set_ylabel(clean(unit_label))
         ax.set_xlabel(clean(x_label))
         return c.svg(label)
+
+
+@or_note
+@cached
+def run_steps(key: str, xs: list[float], parts: list[tuple[str, list[float], str]], window: tuple[float, float] | None,
+              marks: list[tuple[float, float, str]], label: str, width: int = 900, height: int = 260) -> str:
+    """Every step of a run: its phases stacked over the step number, the profiled window shaded,
+    the slow steps marked (the legend is the caller's, in HTML).
+
+    Args:
+        key: the chart's id prefix, unique in the page.
+        xs: step numbers, ascending.
+        parts: ``(name, ms per step, colour)``, stacked in order; each as long as ``xs``.
+        window: (first, last) step of the profiled window, or None.
+        marks: ``(step, ms, tooltip)`` of the slow steps.
+    """
+    from matplotlib.ticker import MaxNLocator
+
+    with Chart(key, width, height, (64, 20, 10, 40)) as c:
+        ax = c.ax
+        if len(xs) >= 2:
+            # a step's band spans [step, step + 1): the last one needs its right edge
+            ends = [*xs, xs[-1] + 1]
+            areas = ax.stackplot(ends, *[[*p[1], p[1][-1]] for p in parts], colors=[p[2] for p in parts], step="post",
+                                 linewidth=0)
+            for area, (name, ys, colour) in zip(areas, parts):
+                c.tip(area, f"{name}: median {sorted(ys)[len(ys) // 2]:.3g} ms a step")
+            top = [sum(v) for v in zip(*[p[1] for p in parts])]
+            high = max(top + [m[1] for m in marks])
+        else:
+            high = max([m[1] for m in marks], default=1.0)
+        if window is not None:
+            span = ax.axvspan(window[0], window[1] + 1, color="#999999", alpha=0.25, linewidth=0)
+            c.tip(span, f"profiled window: steps {window[0]:g}-{window[1]:g}")
+        for step, value, tip in marks:
+            (dot,) = ax.plot([step + 0.5], [value], marker="v", color="#D55E00", markersize=7, linestyle="none")
+            c.tip(dot, tip)
+        ax.yaxis.set_major_locator(MaxNLocator(5, steps=NICE_STEPS))
+        ax.set_ylim(0, _round_top(high, ax.yaxis) if high > 0 else 1.0)
+        ax.xaxis.set_major_locator(MaxNLocator(8, integer=True))
+        ax.set_xlim(xs[0] if xs else 0, (xs[-1] + 1) if xs else 1)
+        ax.yaxis.grid(True)
+        ax.set_ylabel("ms")
+        ax.set_xlabel("step")
+        return c.svg(label)

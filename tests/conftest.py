@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -43,3 +46,27 @@ def postgres_socket_url(postgres_url):
 
     return pg.socket_url(postgres_url)
 
+
+
+ONE_CORE = {0}
+
+
+def on_one_core():
+    """Pin the calling process to core 0 (a ``preexec_fn`` for the process under test)."""
+    os.sched_setaffinity(0, ONE_CORE)
+
+
+@pytest.fixture
+def busy_core():
+    """Two busy processes on core 0 (killed at the end): a process pinned there with
+    :func:`on_one_core` gets about a third of it whatever else the machine does."""
+    if not hasattr(os, "sched_setaffinity"):
+        pytest.skip("needs Linux CPU affinity")
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=on_one_core)
+             for _ in range(2)]
+    try:
+        yield
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()

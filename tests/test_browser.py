@@ -251,3 +251,34 @@ def test_report_shows_operators_and_gpu_efficiency(loaded):
     if efficiency:
         text = part("kernels")
         assert "estimated SM efficiency" in text and "Tensor Core share" in text
+
+
+def test_report_shows_the_whole_run_of_a_profiled_run_only(loaded):
+    """`perfscope profile` timed every step: the Whole run section draws them with the window's
+    band and phase bands carrying tooltips; traces analyzed alone have no such section."""
+    name, summary, page, _ = loaded
+    sections = re.findall(r'<section id="([a-z_-]+)">', page.dom)
+    if name != "profile_io_bound":
+        assert "run" not in sections and summary["details"].get("run_steps") is None
+        return
+    (view,) = summary["details"]["run_steps"]
+    part = page.dom.split('<section id="run">')[1].split("</section>")[0]
+    assert part.count("<svg") == 1 and "profiled window: steps" in part
+    assert len(re.findall(r'<g class="tip"><title>(input|forward|backward|optimizer|other): median', part)) == 5
+    text = browser.dom_text(part)
+    assert f"{view['steps']} steps, median" in text and "Whole run" in text
+
+
+def test_report_shows_the_model_flops_utilisation_with_its_assumptions(loaded):
+    name, summary, page, _ = loaded
+    view = summary["details"].get("mfu")
+    part = page.dom.split('<section id="kernels">')[1].split("</section>")[0]
+    if view is None:
+        assert "Model FLOPs utilisation" not in part
+        return
+    text = browser.dom_text(part)
+    assert "Model FLOPs utilisation" in text and "GFLOP a step" in text
+    for assumption in view["assumptions"]:
+        assert assumption[:60] in text, (name, assumption)
+    if view["mfu"] is not None:
+        assert f"{view['mfu']:.1%} of" in text

@@ -17,6 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from collectkit import loop_script  # noqa: E402
+from conftest import on_one_core  # noqa: E402
 
 from perfscope.collect import ProfileSchedule  # noqa: E402
 from perfscope.collect.errors import ScheduleError  # noqa: E402
@@ -127,29 +128,6 @@ def test_extend_s_out_of_range_is_refused_by_name(bad):
 
 
 # --------------------------------------------------------------------------- end to end, one core
-ONE_CORE = {0}
-
-
-def _on_one_core():
-    os.sched_setaffinity(0, ONE_CORE)
-
-
-@pytest.fixture
-def busy_core():
-    """Two busy processes on core 0 (niced 0, killed at the end): a run on that core gets about a
-    third of it whatever else the machine does."""
-    if not hasattr(os, "sched_setaffinity"):
-        pytest.skip("needs Linux CPU affinity")
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], preexec_fn=_on_one_core)
-             for _ in range(2)]
-    try:
-        yield
-    finally:
-        for p in procs:
-            p.kill()
-            p.wait()
-
-
 # 20 ms of wall time per step, spent running: beside two busy processes on its core the thread
 # waits for the core for most of it.
 SPIN = "import time as _t\n        _s = _t.perf_counter()\n        while _t.perf_counter() - _s < 0.02: pass"
@@ -160,7 +138,7 @@ def _profile(tmp_path, *extra):
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, "-m", "perfscope", "profile", str(script), "--out", str(out),
                            "--skip-first", "1", "--warmup", "1", "--active", "3", *extra],
-                          capture_output=True, text=True, timeout=300, preexec_fn=_on_one_core)
+                          capture_output=True, text=True, timeout=300, preexec_fn=on_one_core)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc, json.loads((out / "summary.json").read_text())
 

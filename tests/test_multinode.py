@@ -60,7 +60,8 @@ def test_a_two_node_profile_is_analyzed_by_node_with_the_hierarchical_hooks_comm
     for i, d in enumerate(done):
         assert f"node {i} of 2: this summary covers ranks {2 * i}-{2 * i + 1}" in d.stdout, d.stdout
         traces = sorted(p.name for p in (tmp_path / "job" / f"node{i}" / "traces").iterdir())
-        assert traces == [f"rank{2 * i}.pt.trace.json.gz", f"rank{2 * i + 1}.pt.trace.json.gz"]
+        ranks = (2 * i, 2 * i + 1)  # each rank's trace and its whole-run record, and nothing else
+        assert traces == sorted([f"rank{r}.pt.trace.json.gz" for r in ranks] + [f"rank{r}.run.jsonl" for r in ranks])
     # The hook's collectives are in the traces: the step is communication-bound, not launch- or
     # compute-bound from a training thread that seems to idle or compute while it waits.
     assert "verdict: comm-bound" in done[0].stdout, done[0].stdout

@@ -17,6 +17,8 @@ from perfscope.analysis.intervals import union, window_segments
 from perfscope.analysis.gpu_efficiency import capability, gpu_efficiency, kernel_sums
 from perfscope.analysis.memory import memory_view
 from perfscope.analysis.operator_view import operator_view
+from perfscope.analysis.mfu import math_of_kernels, mfu_view
+from perfscope.analysis.run_view import run_steps_view
 from perfscope.analysis.trace_memory import trace_memory_view
 from perfscope.analysis.telemetry import telemetry_view
 from perfscope.analysis.nodes import node_of_ranks, node_view, subgroup_count
@@ -193,7 +195,10 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
         "nodes": node_view(rank_traces, ranks, nodes, node_source, rows, skew),
         "memory": memory_view(rank_traces, ranks, frame),
         "trace_memory": trace_memory_view(rank_traces, ranks, frame),
+        "run_steps": run_steps_view(rank_traces, ranks),
         "gpu_efficiency": gpu_efficiency(efficiency, caps, (facts or {}).get("no_tensor_cores")),
+        "mfu": mfu_view(rank_traces, ranks, steptime.step_time_us(frame.to_dict("records")) if len(frame) else None,
+                        mode, math_of_kernels(*joined(kernels))),
         "operators": operator_view(rank_traces, ranks, frame, mode),
         "telemetry": telemetry_view(rank_traces, ranks, frame),
         "collectives_matched": skew["matched"],

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import collections
+import statistics
 from dataclasses import dataclass, field
 
 from perfscope.check.changes import what_grew
 from perfscope import steptime
-from perfscope.check.stats import MIN_STEPS, POWER, detectable_slowdown, run_step_times, slowdown_p, step_sample
+from perfscope.check.stats import (
+    MIN_STEPS, POWER, detectable_slowdown, detectable_steps, run_step_times, slowdown_p, step_sample, whole_run_sample,
+)
 
 ALPHA = 0.01
 DEFAULT_MAX_REGRESSION = 0.05
@@ -79,7 +82,9 @@ MIN_STEP_US = 1.0
 MAX_STEP_US = 1e13  # 115 days: the host record's own bound on a step (perfscope.host_steps.MAX_US)
 
 
-def _check_inputs(baselines: list[dict], runs: list[dict], max_regression: float, alpha: float) -> None:
+def _check_inputs(baselines: list[dict], runs: list[dict], max_regression: float, alpha: float,
+                  whole: bool = False) -> None:
+    """Refuse what cannot be compared; ``whole``: the whole runs' steps are (the windows may be short)."""
     if not (0 < max_regression < 10) or not (0 < alpha < 1):
         raise CheckInputError(f"max_regression {max_regression} must be in (0, 10) and alpha {alpha} in (0, 1)")
     if not baselines or not runs:
@@ -98,7 +103,7 @@ def _check_inputs(baselines: list[dict], runs: list[dict], max_regression: float
                 raise CheckInputError(f"{which} has {impossible} counted step(s) that took no time (under "
                                       f"{MIN_STEP_US:g} µs) or longer than 115 days, which no run does: not compared "
                                       "(was its summary edited or made by hand?)")
-            if n < MIN_STEPS:
+            if n < MIN_STEPS and not whole:
                 raise CheckInputError(f"{which} has {n} counted step(s){_why_left_out(s)}; the test needs at least "
                                       f"{MIN_STEPS} in each run (profile more steps: perfscope profile --active N)")
 
@@ -113,12 +118,17 @@ def _why_left_out(summary: dict) -> str:
     return " (" + ", ".join(f"{v} {k}" for k, v in out.items()) + f" left out{hint})"
 
 
-def compare(baseline, run, *, max_regression: float = DEFAULT_MAX_REGRESSION, alpha: float = ALPHA) -> CheckResult:
+def compare(baseline, run, *, max_regression: float = DEFAULT_MAX_REGRESSION, alpha: float = ALPHA,
+            all_steps: bool = False) -> CheckResult:
     """Compare ``run`` against ``baseline`` (each a summary record or a list of them, one per run).
 
     Args:
         max_regression: The step-time regression to catch, a fraction (0.05: 5%).
         alpha: The test's significance level, a fraction.
+        all_steps: Compare every run's whole-run steps (``details.run_steps``, timed outside
+            the profiler) instead of its window's counted steps, where every run has them: each
+            run's step time is their mean, and one run each is tested over them (a note says what
+            that does to the test's power, and that drift between runs is still not in it).
 
     Raises:
         CheckInputError: The runs are of different modes (GPU and CPU-only), a side is empty, a
@@ -127,16 +137,29 @@ def compare(baseline, run, *, max_regression: float = DEFAULT_MAX_REGRESSION, al
             a contended host are not counted: the message says so).
     """
     baselines, runs = _side(baseline), _side(run)
-    _check_inputs(baselines, runs, max_regression, alpha)
+    whole = [whole_run_sample(s) for s in baselines + runs] if all_steps else []
+    missing = sum(1 for w in whole if w is None or len(w) < MIN_STEPS)
+    _check_inputs(baselines, runs, max_regression, alpha, whole=all_steps and not missing)
     vb, vr = run_step_times(baselines), run_step_times(runs)
+    notes = [ONE_RUN_NOTE] if len(baselines) == 1 and len(runs) == 1 else []
+    samples = None
+    if all_steps:
+        if missing:
+            notes.append(f"--all-steps: {missing} run(s) have no whole-run record of {MIN_STEPS} steps or more (only "
+                         "`perfscope profile` times every step): the windows' counted steps are compared")
+        else:
+            means = [statistics.fmean(w) for w in whole]
+            vb, vr = means[: len(baselines)], means[len(baselines):]
+            if len(baselines) == 1 and len(runs) == 1:
+                samples = (whole[0], whole[1])
+                notes.append(_power_note(samples, step_sample(baselines[0]), step_sample(runs[0]), alpha))
     sa, sb = sum(vb) / len(vb), sum(vr) / len(vr)
     if not sa > 0:
         raise CheckInputError("the baseline's step time is 0: there is nothing to compare a slowdown with")
     slowdown = sb / sa - 1
-    p, test = slowdown_p(vb, vr, baselines, runs)
+    p, test = slowdown_p(vb, vr, baselines, runs, samples)
     threshold = max_regression / 2
     verdict_b, verdict_r = _verdict(baselines), _verdict(runs)
-    notes = [ONE_RUN_NOTE] if len(baselines) == 1 and len(runs) == 1 else []
     if verdict_b is None or verdict_r is None:
         which = " and ".join(n for n, v in (("the baseline", verdict_b), ("the run", verdict_r)) if v is None)
         notes.append(f"verdict not compared: {which} has no verdict (its evidence is incomplete)")
@@ -159,6 +182,18 @@ def compare(baseline, run, *, max_regression: float = DEFAULT_MAX_REGRESSION, al
                        step_regression=bool(p < alpha and slowdown >= threshold), verdicts=(verdict_b, verdict_r),
                        verdict_regression=worse, changes=what_grew(baselines, runs), notes=notes, spread=spread,
                        detectable=detectable)
+
+
+def _power_note(samples: tuple[list[float], list[float]], window_b: list[float], window_r: list[float],
+                alpha: float) -> str:
+    """What testing every step instead of the windows' does to the smallest slowdown found."""
+    whole = detectable_steps(samples[0], len(samples[1]), alpha)
+    window = detectable_steps(window_b, len(window_r), alpha)
+    if whole is None:
+        return f"--all-steps: {len(samples[0])} and {len(samples[1])} steps of the whole runs compared"
+    than = f" (the windows' {len(window_b)} and {len(window_r)} steps: about {window:.1%})" if window is not None else ""
+    return (f"--all-steps: {len(samples[0])} and {len(samples[1])} steps of the whole runs: the smallest slowdown found "
+            f"{POWER:.0%} of the time is about {whole:.1%}{than}; the drift between runs is still not in the test")
 
 
 def report_lines(r: CheckResult) -> list[str]:

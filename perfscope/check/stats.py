@@ -25,6 +25,31 @@ def step_sample(summary: dict) -> list[float]:
     return list(steptime.job_step_times(counted_rows(summary)).values())
 
 
+def whole_run_sample(summary: dict) -> list[float] | None:
+    """The steady steps of the whole run (µs; ``details.run_steps[].sample_s``), of its slowest
+    rank where there are several; None when the summary has no whole-run record."""
+    views = [v for v in (summary.get("details") or {}).get("run_steps") or []
+             if isinstance(v, dict) and isinstance(v.get("sample_s"), list) and v["sample_s"]]
+    if not views:
+        return None
+    view = max(views, key=lambda v: statistics.fmean(v["sample_s"]))
+    return [float(t) * 1e6 for t in view["sample_s"]]
+
+
+def detectable_steps(baseline: list[float], run_n: int, alpha: float) -> float | None:
+    """The smallest slowdown a one-sided Mann-Whitney U test over ``len(baseline)`` and ``run_n``
+    steps finds with :data:`POWER` power at ``alpha``, the steps' spread taken from ``baseline``:
+    ``(z(1 - alpha) + z(POWER)) * cv * sqrt(1/n1 + 1/n2) * sqrt(pi/3)`` (the normal approximation,
+    with the U test's efficiency of 3/pi against the t-test on normal data). None without spread."""
+    from scipy.stats import norm
+
+    if len(baseline) < 2 or not statistics.fmean(baseline) > 0:
+        return None
+    cv = statistics.stdev(baseline) / statistics.fmean(baseline)
+    z = float(norm.ppf(1 - alpha) + norm.ppf(POWER))
+    return z * cv * math.sqrt(1 / len(baseline) + 1 / run_n) * math.sqrt(math.pi / 3)
+
+
 def p_steps(run: list[float], baseline: list[float]) -> float:
     """One-sided Mann-Whitney U p-value of "the run's steps are longer than the baseline's"."""
     from scipy.stats import mannwhitneyu
@@ -70,13 +95,16 @@ def run_step_times(summaries: list[dict]) -> list[float | None]:
     return [steptime.step_time_us(counted_rows(s)) for s in summaries]
 
 
-def slowdown_p(vb: list[float], vr: list[float], baselines: list[dict], runs: list[dict]) -> tuple[float, str]:
+def slowdown_p(vb: list[float], vr: list[float], baselines: list[dict], runs: list[dict],
+               samples: tuple[list[float], list[float]] | None = None) -> tuple[float, str]:
     """The p-value of "the runs are slower than the baselines" and the test's name.
 
     Args:
         vb, vr: Each side's run step times (:func:`run_step_times`).
         baselines, runs: The summary records behind them; each has at least :data:`MIN_STEPS`
             counted steps (a single run on each side is tested step by step).
+        samples: (baseline, run) step times (µs) of the whole runs to test one run each with
+            (``--all-steps``), or None for the windows' counted steps.
     """
     if len(vb) >= 2 and len(vr) >= 2:
         return p_runs(vr, vb), f"Welch's t-test over {len(vb)} and {len(vr)} runs"
@@ -84,8 +112,9 @@ def slowdown_p(vb: list[float], vr: list[float], baselines: list[dict], runs: li
         return p_prediction(vr[0], vb, True), f"prediction interval of {len(vb)} baseline runs"
     if len(vr) >= 2:
         return p_prediction(vb[0], vr, False), f"t-test of {len(vr)} runs against one baseline run"
-    a, b = step_sample(baselines[0]), step_sample(runs[0])
-    return p_steps(b, a), f"Mann-Whitney U over {len(a)} and {len(b)} steps"
+    a, b = samples if samples is not None else (step_sample(baselines[0]), step_sample(runs[0]))
+    where = " of the whole runs" if samples is not None else ""
+    return p_steps(b, a), f"Mann-Whitney U over {len(a)} and {len(b)} steps{where}"
 
 
 POWER = 0.8  # the power the smallest detectable regression is quoted at

@@ -91,6 +91,10 @@ def add_check_parser(sub) -> None:
                    "counts from half of it, when the test also finds it beyond the noise")
     c.add_argument("--alpha", type=_percent(0, 100), default=ALPHA, metavar="PCT",
                    help=f"the test's significance level (default {ALPHA * 100:.0f}%%)")
+    c.add_argument("--all-steps", action="store_true",
+                   help="compare every step of the whole runs (timed by perfscope profile outside the profiler) "
+                   "instead of the profiled windows' counted steps: more steps, a smaller slowdown found; the drift "
+                   "between runs is still not in a one-run test")
     c.add_argument("--junit", type=out_path, default=None, metavar="FILE",
                    help="also write the result as JUnit XML (test results in CI systems)")
 
@@ -110,7 +114,7 @@ def run(args, load) -> int:
         checked_output_file(args.junit, "--junit", [p for p, _ in baselines + runs])
     try:
         result = compare([s for _, s in baselines], [s for _, s in runs], max_regression=args.max_regression,
-                         alpha=args.alpha)
+                         alpha=args.alpha, all_steps=args.all_steps)
     except CheckInputError as e:
         raise PerfscopeError(f"cannot compare {' '.join(args.run)} with {' '.join(args.baseline)}: {e}") from None
     run_path = runs[0][0]

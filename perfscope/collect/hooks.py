@@ -59,9 +59,18 @@ def _wrap_fetch(original: Callable) -> Callable:
     @functools.wraps(original)
     def __next__(self: Any) -> Any:
         tracker = control.active
-        if tracker is not None and tracker.point_armed:
+        if tracker is None:
+            return original(self)
+        if tracker.point_armed:
             tracker.iteration_point()  # before the fetch opens its range
-        return original(self)
+        timer = tracker.timer
+        if timer is None or tracker.step_depth or not tracker._on_script_thread():
+            return original(self)
+        timer.fetch_begin()
+        try:
+            return original(self)
+        finally:
+            timer.fetch_end()
 
     return __next__
 
@@ -70,9 +79,18 @@ def _wrap_backward(original: Callable) -> Callable:
     @functools.wraps(original)
     def backward(*args: Any, **kwargs: Any) -> Any:
         tracker = control.active
-        if tracker is not None and tracker.point_armed and not _is_compiling():
+        if tracker is None or _is_compiling():
+            return original(*args, **kwargs)
+        if tracker.point_armed:
             tracker.iteration_point()
-        return original(*args, **kwargs)
+        timer = tracker.timer
+        if timer is None or tracker.step_depth or not tracker._on_script_thread():
+            return original(*args, **kwargs)
+        timer.backward_begin()
+        try:
+            return original(*args, **kwargs)
+        finally:
+            timer.backward_end()
 
     return backward
 

@@ -123,11 +123,15 @@ class HostStepRecorder:
             runs ahead of it; the window would then open on work launched before it, which the
             trace cannot show beside the window's own copies and idle time
             (``docs/metrics.md``, "Work from before the window").
+        flops: A :class:`~perfscope.collect.flops.FlopStep` told of every boundary, whose record
+            goes into the header, or None.
     """
 
     def __init__(self, inner: Any, extra: Callable[[], tuple[str, str] | None] | None = None,
-                 memory: MemoryProbe | None = None, telemetry=None, sync: Callable[[], None] | None = None) -> None:
+                 memory: MemoryProbe | None = None, telemetry=None, sync: Callable[[], None] | None = None,
+                 flops=None) -> None:
         self._inner = inner
+        self._flops = flops
         self._sync = sync if sync is not None else sync_cuda
         self._extra = extra
         self._telemetry = telemetry
@@ -148,6 +152,8 @@ class HostStepRecorder:
         return self
 
     def __exit__(self, *exc: object) -> Any:
+        if self._flops is not None:
+            self._flops.close()
         return self._inner.__exit__(*exc)
 
     def step(self) -> None:
@@ -168,11 +174,16 @@ class HostStepRecorder:
                     self._inner.add_metadata_json(*entry)
                 if self._telemetry is not None:
                     self._inner.add_metadata_json(*self._telemetry.header())
+                counted = self._flops.header() if self._flops is not None else None
+                if counted is not None:
+                    self._inner.add_metadata_json(*counted)
         if self._telemetry is not None:
             self._telemetry.bind()  # on the training thread: its CUDA device, once initialised
         if self._window_opens_next():
             self._sync()  # in the last warm-up step, which the trace drops: no recorded step pays
         self._inner.step()
+        if self._flops is not None:
+            self._flops.boundary(self._inner.step_num)  # the step now starting
         self._memory.begin()
         self._start = snapshot()  # after the profiler's own work at the boundary
 

@@ -103,8 +103,13 @@ def profile_in_process(
     job = JobWatch()
     telemetry = TelemetrySampler()  # samples nothing until the script has a CUDA device
     # CPU time and memory per step, the rank's node and DDP, GPU telemetry: in the trace header
-    prof = HostStepRecorder(ours, job.header, telemetry=telemetry)
-    tracker = StepTracker(prof, schedule, window)
+    from perfscope.collect.flops import FlopStep, target_step
+
+    flops = FlopStep(target_step(schedule.skip_first))  # one start-up step's FLOPs, for the MFU
+    prof = HostStepRecorder(ours, job.header, telemetry=telemetry, flops=flops)
+    # the profiler's and the FLOP counter's steps are slowed by them: not the run's pace
+    timer = _run_timer(trace_path, lambda: flops.active or (not tracker.window_done and _tracing(ours)))
+    tracker = StepTracker(prof, schedule, window, timer)
 
     started_at = utc_now_iso()
     t0 = time.perf_counter()
@@ -124,6 +129,8 @@ def profile_in_process(
 
     if exporter.error is not None:
         raise CollectError(f"could not write trace {trace_path}: {exporter.error}")
+    if timer.error is not None:
+        warnings.warn(f"perfscope: the whole-run step record is incomplete: {timer.error}", stacklevel=2)
     run_info = build_run_info(
         script=script,
         args=script_args,
@@ -151,6 +158,22 @@ def profile_in_process(
         run_info=run_info,
         processes_started=started.count,
     )
+
+
+def _tracing(profiler) -> bool:
+    """The torch profiler traces the current step (warm-up or recording)."""
+    return getattr(getattr(profiler, "current_action", None), "name", None) in ("WARMUP", "RECORD", "RECORD_AND_SAVE")
+
+
+def _run_timer(trace_path: pathlib.Path, traced):
+    """The timer of every step of the run, writing beside the rank's trace (a record a previous
+    run left there is removed first: it must not be read as this run's)."""
+    from perfscope.collect.run_timer import RunTimer
+    from perfscope.run_steps import run_steps_path
+
+    path = run_steps_path(trace_path)
+    path.unlink(missing_ok=True)  # the directory was just checked writable
+    return RunTimer(path, traced)
 
 
 def build_profiler(torch, schedule: ProfileSchedule, on_trace_ready, window=None):

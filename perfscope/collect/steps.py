@@ -75,6 +75,8 @@ class StepTracker:
             when to end the script.
         window: The profiler's :class:`~perfscope.collect.window.Window` where it may lengthen
             the recording: the window then ends, and the script with it, that many steps later.
+        timer: A :class:`~perfscope.collect.run_timer.RunTimer` that times every step of the run
+            in phases, or None.
 
     Attributes:
         steps_seen: Training steps counted so far in this process.
@@ -82,8 +84,9 @@ class StepTracker:
         window_done: True once the active window was recorded (trace exported).
     """
 
-    def __init__(self, prof: Any, schedule: ProfileSchedule, window: Any = None) -> None:
+    def __init__(self, prof: Any, schedule: ProfileSchedule, window: Any = None, timer: Any = None) -> None:
         self._prof = prof
+        self.timer = timer
         self._schedule = schedule
         # A perfscope.collect.window.Window that may lengthen the recording, or None.
         self._window = window
@@ -143,6 +146,8 @@ class StepTracker:
         recorded so far to its ``on_trace_ready`` callback.
         """
         self._undo.close()
+        if self.timer is not None:
+            self.timer.flush()
         if not self.window_done:
             self.window_done = True
             self._prof.__exit__(None, None, None)
@@ -207,6 +212,8 @@ class StepTracker:
         self.step_depth += 1
         if self.step_depth == 1:
             self._closure_step = _has_closure(args, kwargs)
+            if self.timer is not None:
+                self.timer.optimizer_begin()
         if not self.point_armed or not self._acting():
             return
         if not self._setup_done:
@@ -235,6 +242,8 @@ class StepTracker:
 
     def optimizer_stepped(self, optimizer: Any) -> None:
         """An optimizer finished (or GradScaler skipped) its update."""
+        if self.timer is not None and self.step_depth == 1 and self._on_script_thread():
+            self.timer.optimizer_end()
         if not self._acting() or self._explicit or not self._leads(optimizer):
             return
         self._count(at_boundary=False)
@@ -260,7 +269,7 @@ class StepTracker:
                 # told apart from the setup; it ends profiler step 0 (never
                 # traced), so profiler step N is training step N + 1 here.
                 self._end_setup()
-                self._count(at_boundary=True)
+                self._count(at_boundary=True, timed=False)  # the setup: profiler step 0
                 return
         self._count(at_boundary=True)
         if not self.window_done:
@@ -326,8 +335,10 @@ class StepTracker:
     def _is_lead(self, optimizer: Any) -> bool:
         return self._lead is not None and self._lead() is optimizer
 
-    def _count(self, *, at_boundary: bool) -> None:
+    def _count(self, *, at_boundary: bool, timed: bool = True) -> None:
         self.steps_seen += 1
+        if self.timer is not None and timed:
+            self.timer.step_end()
         if self.window_done and self._stop_reached():
             if at_boundary:
                 self._stop()
@@ -342,18 +353,24 @@ class StepTracker:
         if not self._pending:
             self._disarm()
         self._prof.step()
+        if self.timer is not None:
+            self.timer.start()  # after the profiler's step: the first step is timed from here
 
     def _boundary(self) -> None:
         self._pending = False
         self._disarm()
+        if self.timer is not None:
+            self.timer.profiler_begin()
         self._prof.step()  # exports the trace when this closes the window
         end = self._window_end
         if end is not None and self._prof.step_num >= end:
             self.window_done = True
             # Stop now: the rest of the run costs only the counting hooks.
             self._prof.__exit__(None, None, None)
-            if self._stop_reached():
-                self._stop()
+        if self.timer is not None:
+            self.timer.profiler_end()
+        if self.window_done and self._stop_reached():
+            self._stop()
 
     def _stop_reached(self) -> bool:
         return self._stop_after is not None and self.steps_seen >= self._stop_after

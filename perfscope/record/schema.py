@@ -418,6 +418,128 @@ class TraceMemoryRank(_Record):
     devices: Annotated[list[TraceMemoryDevice] | None, Meta(description='per device, most bytes first')] = None
 
 
+class RunPhase(_Record):
+    """`details.run_steps[].phases.*`: one phase of the steady steps (`input`, `forward`,
+    `backward`, `optimizer`, `other`)."""
+
+    median_s: Annotated[NonNeg | None, Meta(description='its median seconds per step')] = None
+    share: Annotated[Share | None, Meta(description="of the steady steps' time")] = None
+
+
+class RunWindow(_Record):
+    """`details.run_steps[].window`: the profiled window beside the whole run."""
+
+    first: Annotated[Whole | None, Meta(description="the window's first step")] = None
+    last: Annotated[Whole | None, Meta(description='its last step')] = None
+    steps: Annotated[Whole | None, Meta(description='its steps found in the record')] = None
+    median_s: Annotated[NonNeg | None, Meta(description='its median step, seconds')] = None
+    ratio: Annotated[NonNeg | None, Meta(description="its median over the run's steady median")] = None
+    percentile: Annotated[Share | None, Meta(description="share of the run's steady steps faster than its median")] = None
+    representative: Annotated[bool | None, Meta(description='`ratio` within 10% of 1')] = None
+
+
+class RunSlowStep(_Record):
+    """`details.run_steps[].slow_steps[]`: a steady step much slower than the run's pace."""
+
+    step: Annotated[Whole | None, Meta(description='the step')] = None
+    seconds: Annotated[NonNeg | None, Meta(description='its time')] = None
+    ratio: Annotated[NonNeg | None, Meta(description='over the median step')] = None
+    phase: Annotated[str | None, Meta(description='the phase that grew the most over its median')] = None
+    extra_s: Annotated[Number | None, Meta(description='how much it grew, seconds')] = None
+
+
+class RunPeriodic(_Record):
+    """`details.run_steps[].periodic`: slow steps at one interval (checkpoints, evaluation, GC)."""
+
+    every: Annotated[Whole | None, Meta(description='steps between them')] = None
+    steps: Annotated[list[Whole] | None, Meta(description='the slow steps (at most 20)')] = None
+    phase: Annotated[str | None, Meta(description='the phase most of them grew in')] = None
+
+
+class RunCreep(_Record):
+    """`details.run_steps[].memory_creep[]`: memory that kept growing over the steady steps."""
+
+    memory: Annotated[str | None, Meta(description='`rss` (host) or `device_allocated` (CUDA)')] = None
+    bytes_per_step: Annotated[Number | None, Meta(description='the Theil-Sen slope')] = None
+    growth_bytes: Annotated[Number | None, Meta(description='the slope over the steps read')] = None
+    from_bytes: Annotated[Number | None, Meta(description="the fitted line at the first step read")] = None
+    to_bytes: Annotated[Number | None, Meta(description='and at the last')] = None
+    first_step: Annotated[Whole | None, Meta(description='the first step read')] = None
+    last_step: Annotated[Whole | None, Meta(description='the last')] = None
+
+
+class RunSteps(_Record):
+    """`details.run_steps[]` (*v2*): one rank's every step, timed outside the profiler by `perfscope
+    profile` (the record `<trace>.run.jsonl` beside the trace; `docs/metrics.md`, "The whole run");
+    the section is null for traces without one. The first 2 steps are start-up; the figures below
+    are over the rest outside the profiler's trace (the steady steps), each step without the
+    profiler's own work at its boundaries."""
+
+    rank: Annotated[Whole | None, Meta(description="the trace's rank")] = None
+    worker: Annotated[str | None, Meta(description='its worker name')] = None
+    steps: Annotated[Whole | None, Meta(description='steps in the record')] = None
+    first_step: Annotated[Whole | None, Meta(description='the first')] = None
+    last_step: Annotated[Whole | None, Meta(description='the last')] = None
+    truncated: Annotated[bool | None, Meta(description='the record stopped at 200,000 steps')] = None
+    total_s: Annotated[NonNeg | None, Meta(description="every step's time, summed")] = None
+    startup_s: Annotated[NonNeg | None, Meta(description='the start-up steps\' time')] = None
+    traced_steps: Annotated[Whole | None, Meta(description='steps the profiler traced (warm-up and window)')] = None
+    steady_steps: Annotated[Whole | None, Meta(description='the steps the figures below are over')] = None
+    steady_untraced: Annotated[bool | None, Meta(description=(
+        'they are all outside the trace; false when fewer than 3 were (the run ended with its window) and the '
+        'traced steps stand in'))] = None
+    profiler_s: Annotated[NonNeg | None, Meta(description=(
+        "the profiler's own work at step boundaries (start, stop, writing the trace), left out of each step's "
+        "figures"))] = None
+    median_s: Annotated[NonNeg | None, Meta(description='the median steady step')] = None
+    mean_s: Annotated[NonNeg | None, Meta(description='the mean steady step')] = None
+    p90_s: Annotated[NonNeg | None, Meta(description='the 90th percentile')] = None
+    max_s: Annotated[NonNeg | None, Meta(description='the slowest steady step')] = None
+    phases: Annotated[dict[str, RunPhase] | None, Meta(description='per phase')] = None
+    window: Annotated[RunWindow | None, Meta(description='the profiled window beside the run')] = None
+    slow_threshold_s: Annotated[NonNeg | None, Meta(description=(
+        'a steady step above this is slow: 1.5x the median, 5 scaled MADs and 2 ms above it'))] = None
+    slow_steps: Annotated[list[RunSlowStep] | None, Meta(description='the 20 slowest of them')] = None
+    slow_count: Annotated[Whole | None, Meta(description='how many there were')] = None
+    periodic: Annotated[RunPeriodic | None, Meta(description='null: not at one interval')] = None
+    memory_creep: Annotated[list[RunCreep] | None, Meta(description='memory that kept growing ([]: none)')] = None
+    curve: Annotated[list[list[Number | None]] | None, Meta(description=(
+        '`[step, seconds, input, forward, backward, optimizer, rss bytes, device allocated bytes]` (seconds '
+        "without the profiler's work): the slowest step of each of at most 480 runs of consecutive steps"))] = None
+    sample_s: Annotated[list[NonNeg] | None, Meta(description=(
+        'the steady steps\' seconds, every k-th so that at most 2,000 remain (what `perfscope check --all-steps` '
+        'compares)'))] = None
+
+
+class MfuOperator(_Record):
+    """`details.mfu.top_operators[]`: an operator the FLOPs were counted in."""
+
+    name: Annotated[str | None, Meta(description='`aten::mm`...')] = None
+    flops: Annotated[NonNeg | None, Meta(description='its FLOPs a step (per rank)')] = None
+    share: Annotated[Share | None, Meta(description='of the counted FLOPs')] = None
+
+
+class Mfu(_Record):
+    """`details.mfu` (*v2*): model FLOPs utilisation (`docs/metrics.md`, Model FLOPs utilisation);
+    null when no trace has FLOPs (neither counted by `perfscope profile` nor input shapes)."""
+
+    flops_per_step: Annotated[NonNeg | None, Meta(description='FLOPs a step, the mean over the ranks with a figure')] = None
+    source: Annotated[str | None, Meta(description=(
+        '`counted` (one start-up step under `FlopCounterMode`) or `shapes` (the operators\' `Input Dims`)'))] = None
+    counted_step: Annotated[Whole | None, Meta(description='the step counted')] = None
+    ranks: Annotated[Whole | None, Meta(description='ranks with a figure')] = None
+    top_operators: Annotated[list[MfuOperator] | None, Meta(description='at most 8')] = None
+    math: Annotated[str | None, Meta(description='`fp32`, `tf32`, `bf16`, `fp16` or `fp64`')] = None
+    device: Annotated[str | None, Meta(description='the GPU\'s name (null on a CPU)')] = None
+    step_time_s: Annotated[NonNeg | None, Meta(description="the run's step time")] = None
+    achieved_tflops: Annotated[NonNeg | None, Meta(description='FLOPs a step over the step time, per rank')] = None
+    peak_tflops: Annotated[NonNeg | None, Meta(description='the device\'s (or the CPU cores\') dense peak')] = None
+    peak_math: Annotated[str | None, Meta(description='the math of that peak')] = None
+    mfu: Annotated[NonNeg | None, Meta(description='achieved over peak')] = None
+    why: Annotated[str | None, Meta(description='why `mfu` is null')] = None
+    assumptions: Annotated[list[str] | None, Meta(description='what the figure rests on')] = None
+
+
 class GpuEfficiency(_Record):
     """`details.gpu_efficiency` (*v2*): how the counted steps' kernels use the GPU, from the launch
     figures Kineto writes per kernel (estimates, not hardware counters) and the kernels' names
@@ -635,6 +757,9 @@ class Details(_Record):
         "*v2*: the allocator's instants in the traces, per trace and device"))] = None
     operators: Annotated[Operators | None, Meta(description=(
         '*v2*: the operators by name and input shape: calls, host and device time'))] = None
+    run_steps: Annotated[list[RunSteps] | None, Meta(description=(
+        '*v2*: every step of the run, timed outside the profiler, per rank'))] = None
+    mfu: Annotated[Mfu | None, Meta(description='*v2*: model FLOPs utilisation')] = None
     gpu_efficiency: Annotated[GpuEfficiency | None, Meta(description=(
         "*v2*: GPU runs: the kernels' SM efficiency, occupancy and Tensor Core share"))] = None
     telemetry: Annotated[Telemetry | None, Meta(description='GPU samples (NVML)')] = None
@@ -774,7 +899,11 @@ SECTIONS = (
     ("details.trace_memory[]", TraceMemoryRank), ("details.trace_memory[].devices[]", TraceMemoryDevice),
     ("details.trace_memory[].devices[].steps[]", TraceMemoryStep),
     ("details.trace_memory[].devices[].top_operators[]", TraceMemoryOperator),
-    ("details.gpu_efficiency", GpuEfficiency), ("details.operators", Operators),
+    ("details.run_steps[]", RunSteps), ("details.run_steps[].phases.*", RunPhase),
+    ("details.run_steps[].window", RunWindow), ("details.run_steps[].slow_steps[]", RunSlowStep),
+    ("details.run_steps[].periodic", RunPeriodic), ("details.run_steps[].memory_creep[]", RunCreep),
+    ("details.gpu_efficiency", GpuEfficiency), ("details.mfu", Mfu), ("details.mfu.top_operators[]", MfuOperator),
+    ("details.operators", Operators),
     ("details.operators.rows[]", OperatorRow), ("details.operators.rows[].shapes[]", OperatorShape),
     ("details.telemetry", Telemetry),
     ("details.nodes", Nodes), ("details.nodes.nodes[]", NodeRow), ("details.nodes.straggler_node", StragglerNode),

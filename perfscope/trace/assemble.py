@@ -181,7 +181,7 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
         rank_source=header.rank_source, world_size=header.world_size, device_properties=header.device_properties,
         distributed_info=header.distributed_info, host_steps=header.host_steps,
         node=header.node, host=header.host, ddp=header.ddp, memory_capacity=header.memory_capacity,
-        telemetry=header.telemetry, memory=memory_frame(rows.memory, origin, threads), path=raw.path, worker=raw.worker,
+        telemetry=header.telemetry, flops=header.flops, memory=memory_frame(rows.memory, origin, threads), path=raw.path, worker=raw.worker,
         truncated=raw.truncated, quality=quality, warnings=quality.warnings(raw.path.name) + header.warnings,
     )
 

@@ -17,6 +17,8 @@ from perfscope.telemetry_format import TELEMETRY_KEY
 
 MERGED_KEY = "perfscope_merged"  # perfscope merge's header key (perfscope/trace/merge.py)
 from perfscope.job_facts import JOB_KEY
+from perfscope import step_flops
+from perfscope.step_flops import FLOPS_KEY, StepFlops
 from perfscope.trace.columns import is_number
 from perfscope.trace.reader import RawTrace
 
@@ -46,6 +48,8 @@ class Header:
             when the trace has none.
         memory_capacity: The host's and device's memory as ``perfscope profile`` recorded them
             (:func:`perfscope.host_steps.parse_capacity`; bytes), ``{}`` when not recorded.
+        flops: The FLOPs of one step as ``perfscope profile`` counted them
+            (:class:`perfscope.step_flops.StepFlops`), or None.
         warnings: What was refused, one line each (file name first).
     """
 
@@ -61,6 +65,7 @@ class Header:
     ddp: dict | None = None
     memory_capacity: dict = field(default_factory=dict)
     telemetry: dict = field(default_factory=dict)
+    flops: StepFlops | None = None
     warnings: list[str] = field(default_factory=list)
 
 
@@ -122,6 +127,9 @@ def read_header(raw: RawTrace) -> Header:
     if data.get(JOB_KEY) is not None:
         h.node, h.ddp, problems = job_facts.parse(data.get(JOB_KEY))
         h.warnings += [f"{name}: {JOB_KEY}: {p}; ignored" for p in problems]
+    if data.get(FLOPS_KEY) is not None:
+        h.flops, problems = step_flops.parse(data.get(FLOPS_KEY))
+        h.warnings += [f"{name}: {FLOPS_KEY}: {p}; ignored" for p in problems]
     host = (h.node or {}).get("host") or data.get("host_name")
     h.host = host[:200] if isinstance(host, str) and host else None
     return h

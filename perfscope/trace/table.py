@@ -64,6 +64,8 @@ class TraceTable:
             (:class:`perfscope.trace.header.Header`); None when not recorded.
         memory_capacity: Host and device memory, bytes (:class:`perfscope.trace.header.Header`).
         telemetry: The GPU telemetry record (:class:`perfscope.trace.header.Header`).
+        flops: One step's FLOPs as ``perfscope profile`` counted them
+            (:class:`perfscope.step_flops.StepFlops`), or None.
         shape_id, shapes: Per row the index into ``shapes`` (unique texts) of an operator's
             ``Input Dims`` as compact JSON (``record_shapes=True``); ``""`` for other rows.
         sm_fill, occupancy: Per row (uint8), a kernel's ``blocks per SM`` capped at 1 in 250ths and
@@ -106,6 +108,7 @@ class TraceTable:
     ddp: dict | None = None
     memory_capacity: dict = field(default_factory=dict)
     telemetry: dict = field(default_factory=dict)
+    flops: object = None
     memory: pd.DataFrame | None = field(default=None, repr=False)
     shape_id: np.ndarray | None = field(default=None, repr=False)
     shapes: np.ndarray | None = field(default=None, repr=False)

@@ -35,7 +35,23 @@ def render_top(summary: dict) -> str:
                                               "perfscope); run perfscope analyze on the traces again."))
     if not entries:
         return section("kernels", title, note("No kernels in the counted steps." if gpu else "No operators in the counted steps."))
-    return section("kernels", title, efficiency(d.get("gpu_efficiency")) + _top_table(entries, "kernel" if gpu else "top-level operator"))
+    return section("kernels", title, efficiency(d.get("gpu_efficiency")) + utilisation(d.get("mfu"))
+                   + _top_table(entries, "kernel" if gpu else "top-level operator"))
+
+
+def utilisation(view) -> str:
+    """Model FLOPs utilisation (``details.mfu``) with its assumptions; "" without it."""
+    from perfscope.analysis.mfu import mfu_line
+
+    if not isinstance(view, dict) or num(view.get("flops_per_step")) is None:
+        return ""
+    rows = [("", [esc(o.get("name")), f"{(num(o.get('flops')) or 0) / 1e9:,.2f}", pct(o.get("share"), 0)])
+            for o in view.get("top_operators") or [] if isinstance(o, dict)]
+    assumptions = "".join(f"<li>{esc(a)}</li>" for a in view.get("assumptions") or [] if isinstance(a, str))
+    return (f"<h3>Model FLOPs utilisation</h3><p>{esc(mfu_line(view))}.</p>"
+            + (f'<ul class="muted">{assumptions}</ul>' if assumptions else "")
+            + table([("operator", "l"), ("GFLOP a step", ""), ("share", "")], rows,
+                    "The operators the FLOPs were counted in (docs/metrics.md, Model FLOPs utilisation)."))
 
 
 def efficiency(e) -> str:
