@@ -39,6 +39,17 @@ def details(summary: dict) -> dict:
     return d if isinstance(d, dict) else {}
 
 
+def withheld_note(summary: dict) -> str:
+    """The note above a detail table whose steps are outside the verdict (``details.scope``)."""
+    if details(summary).get("scope") != "withheld":
+        return ""
+    from perfscope.reports.html import note
+
+    return note("Over the steps the verdict leaves out: no step has the evidence for a verdict (the per-step "
+                "table and Data quality say why), so these figures are shown as recorded, outside any verdict.",
+                "warn")
+
+
 def _median(values) -> float | None:
     values = [v for v in (num(x) for x in values) if v is not None]
     return statistics.median(values) if values else None

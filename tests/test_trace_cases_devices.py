@@ -95,3 +95,83 @@ def test_a_run_without_graphs_is_told_about_them(tmp_path):
     a = analyze(tmp_path, events)
     assert a.verdict.verdict == "launch-bound"
     assert "CUDA graphs (torch.compile mode='reduce-overhead')" in a.verdict.advice
+
+
+def test_one_launch_cut_off_at_the_end_of_the_capture_does_not_cost_the_window_its_verdict(tmp_path):
+    # three steps of 50 launches and kernels, the GPU busy 92% of each; the capture stops right
+    # after the very last launch, before its kernel ran
+    events = []
+    for s in range(3):
+        base = 1000 * s
+        events.append(step(s + 1, base, 1000))
+        for i in range(50):
+            corr = 50 * s + i + 1
+            events.append(runtime("cudaLaunchKernel", base + 2 + 18 * i, 2, correlation=corr))
+            if (s, i) != (2, 49):
+                events.append(kernel("k", base + 40 + 18 * i, 18 if i < 49 else 16, correlation=corr))
+    a = analyze(tmp_path, events)
+    assert a.steps["status"].tolist() == ["ok", "ok", "ok"], a.steps["status_reason"].tolist()
+    assert a.verdict.verdict == "compute-bound"
+    quality = {e["reason"]: e["count"] for e in a.summary()["data_quality"]}
+    assert quality.get("kernel launch calls at the end of the capture (their kernels ran after it stopped)") == 1
+    assert "kernel launch calls without a kernel (lost by the profiler)" not in quality
+
+
+def test_an_mtia_event_wait_is_the_device_waiting_as_a_cuda_sync_event_is(tmp_path):
+    # step [0, 1000): kernels [100, 400) and [700, 900); between them the device waits on an event
+    # [400, 700): idle time (a cross-stream wait), not work
+    events = [
+        step(1, 0, 1000), cpu_op("aten::mm", 0, 90),
+        event("mtia_runtime", MTIA_LAUNCH, 10, 5, correlation=1), _mtia("fused_mm_kernel", 100, 300, 1),
+        event("mtia_runtime", MTIA_LAUNCH, 20, 5, correlation=2), _mtia("event_wait", 400, 300, 2),
+        event("mtia_runtime", MTIA_LAUNCH, 30, 5, correlation=3), _mtia("softmax_kernel", 700, 200, 3),
+    ]
+    a = analyze(tmp_path, events)
+    row = only_row(a)
+    assert row["kernel_count"] == 2 and row["compute_us"] == pytest.approx(500)
+    assert row["gpu_busy_us"] == pytest.approx(500)
+    waits = a.details["other_waits"]["causes"]["cross-stream wait"]
+    assert waits["us"] == pytest.approx(300)
+
+
+def test_kernels_perfscope_dropped_as_corrupt_are_not_blamed_on_the_profiler(tmp_path):
+    # step 2's 10 kernels carry negative durations: the reader drops them, and the step's evidence
+    # is incomplete -- but by perfscope's hand, not the profiler's
+    events = [step(1, 0, 1000), step(2, 1000, 1000)]
+    for i in range(10):
+        events += launch("k", 10 + 90 * i, 20 + 90 * i, 60, correlation=i + 1)
+        events.append(runtime("cudaLaunchKernel", 1010 + 90 * i, 5, correlation=100 + i))
+        events.append(kernel("k", 1020 + 90 * i, -60, correlation=100 + i))
+    a = analyze(tmp_path, events)
+    assert a.steps["status"].tolist() == ["ok", "incomplete"]
+    reason = a.steps["status_reason"].iloc[1]
+    assert reason == "10 of its 10 kernel launches have no kernel: perfscope dropped 10 as corrupt (Data quality says why)"
+    assert "profiler lost" not in reason
+    quality = {e["reason"]: e["count"] for e in a.summary()["data_quality"]}
+    assert quality["negative duration"] == 10 and "kernel launch calls without a kernel (lost by the profiler)" not in quality
+
+
+def test_steps_withheld_from_the_verdict_keep_their_detail_tables_marked_so(tmp_path):
+    # every step loses half its kernels to corrupt durations: no verdict, yet the kernels that are
+    # left, their launch delays and the idle gaps are still shown, as outside the verdict
+    from perfscope.reports.bottleneck import render_report
+
+    events = [step(1, 0, 1000), step(2, 1000, 1000)]
+    for s in range(2):
+        for i in range(10):
+            corr = 100 * s + i + 1
+            events.append(runtime("cudaLaunchKernel", 1000 * s + 10 + 90 * i, 5, correlation=corr))
+            events.append(kernel("gemm_k" if i % 2 else "bad_k", 1000 * s + 20 + 90 * i, 60 if i % 2 else -60,
+                                 correlation=corr))
+    a = analyze(tmp_path, events)
+    assert a.steps["status"].tolist() == ["incomplete", "incomplete"] and a.verdict.verdict is None
+    summary = a.summary()
+    d = summary["details"]
+    assert d["scope"] == "withheld"
+    assert [k["name"] for k in d["top_kernels"]] == ["gemm_k"] and d["top_kernels"][0]["count"] == 10
+    assert d["launch_stats"]["kernels"] == 10
+    html = render_report(summary, find_traces=False)
+    assert html.count("Over the steps the verdict leaves out") >= 3  # kernels, launches, idle gaps
+    counted = analyze(tmp_path, [step(1, 0, 100), cpu_op("aten::mm", 0, 90), *launch("k", 10, 20, 60, correlation=1)],
+                      name="ok.json")
+    assert counted.summary()["details"]["scope"] == "counted"

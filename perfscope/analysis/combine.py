@@ -191,7 +191,11 @@ def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, commo
         basis = (frame["status"].eq(ev.HOST_CONTENDED) & frame["core_wait_us"].notna()).to_numpy()
     facts["window_attention"] = window_attention_cost(rank_traces, ranks, frame.loc[basis]) if basis.any() else None
     rv = _run_verdict(frame, costs, counted, basis, mode, facts, rank_traces, notes)
-    details = build_details(rank_traces, ranks, frame.loc[basis], mode, facts)
+    # Without a step the verdict rests on, the tables are kept over the steps it left out, marked so.
+    scope = "counted" if counted.any() else ("provisional" if basis.any() else "withheld")
+    shown = basis if basis.any() else (frame["step_time_us"] > 0).to_numpy()
+    details = build_details(rank_traces, ranks, frame.loc[shown], mode, facts)
+    details["scope"] = scope
     # who held the cores, where the verdict's steps waited for them
     contended = frame["status"].eq(ev.HOST_CONTENDED).to_numpy()
     details["host_cpu"] = cpu_sources(frame.loc[contended if contended.any() else basis])

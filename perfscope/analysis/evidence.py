@@ -12,7 +12,8 @@ status              when (first that applies; the reason says which and by how m
                     interleaved marker), no event inside it, a range running mostly past the
                     trace's last event (more than :data:`UNOBSERVED_SHARE` of the step after it),
                     kernel launches whose kernels were lost (:data:`LOST_LAUNCH_SHARE` of them or
-                    more), or GPU activity missing altogether from a trace full of launches; a
+                    more; the last few launches of the capture, whose kernels ran after it stopped,
+                    are not lost), or GPU activity missing altogether from a trace full of launches; a
                     step the GPU spent :data:`QUEUED_SHARE` or more of still running work launched
                     before the profiler's window (a stream whose first events have no launch
                     record: the host ran ahead of the GPU, and what ran beside the step's copies
@@ -201,17 +202,48 @@ def _lost_kernels(table: TraceTable, steps: StepWindows, launches: Launches, ev:
     launch_rows = _launch_rows(table, is_kernel_launch)
     if launch_rows.size == 0:
         return
-    gpu_rows = np.flatnonzero(table.mask(*GPU_KINDS))
+    # the device recorded what the call queued: work, or a wait on an event (MTIA queues waits as launches)
+    gpu_rows = np.flatnonzero(table.mask(*GPU_KINDS, EventKind.SYNC))
     found = np.isin(table.correlation[launch_rows], table.correlation[gpu_rows]) & (table.correlation[launch_rows] >= 0)
+    cut = _cut_off_at_the_end(table.ts_ns[launch_rows], found)
+    ours = ~found & np.isin(table.correlation[launch_rows], table.dropped_correlations)  # dropped as corrupt
+    gone = ~found & ~cut & ~ours
     where = locate(table.ts_ns[launch_rows], steps.cpu_start, steps.cpu_end)
     ok = where >= 0
-    total = np.bincount(where[ok], minlength=len(steps))
-    lost = np.bincount(where[ok & ~found], minlength=len(steps))
-    ev.quality.add(NOTED, "kernel launch calls without a kernel (lost by the profiler)", int((~found).sum()),
-                   table.name_of(launch_rows[~found]), unit="event")
-    share = np.divide(lost, total, out=np.zeros(len(steps)), where=total > 0)
-    _set(ev, (lost > 0) & (share >= LOST_LAUNCH_SHARE), INCOMPLETE,
-         lambda i: f"{lost[i]:,} of its {total[i]:,} kernel launches have no kernel in the trace: the profiler lost them")
+    total = np.bincount(where[ok & ~cut], minlength=len(steps))
+    lost = np.bincount(where[ok & gone], minlength=len(steps))
+    dropped = np.bincount(where[ok & ours], minlength=len(steps))
+    ev.quality.add(NOTED, "kernel launch calls without a kernel (lost by the profiler)", int(gone.sum()),
+                   table.name_of(launch_rows[gone]), unit="event")
+    ev.quality.add(NOTED, "kernel launch calls at the end of the capture (their kernels ran after it stopped)",
+                   int(cut.sum()), table.name_of(launch_rows[cut]), unit="event")
+    missing = lost + dropped
+    share = np.divide(missing, total, out=np.zeros(len(steps)), where=total > 0)
+
+    def reason(i: int) -> str:
+        head = f"{missing[i]:,} of its {total[i]:,} kernel launches have no kernel"
+        if not dropped[i]:
+            return head + " in the trace: the profiler lost them"
+        ours_part = f"perfscope dropped {dropped[i]:,} as corrupt (Data quality says why)"
+        return head + (f": {ours_part}" if not lost[i] else f": the profiler lost {lost[i]:,}, {ours_part}")
+
+    _set(ev, (missing > 0) & (share >= LOST_LAUNCH_SHARE), INCOMPLETE, reason)
+
+
+def _cut_off_at_the_end(launch_ts: np.ndarray, found: np.ndarray) -> np.ndarray:
+    """Per launch call, whether it is one of the last ones of the capture whose kernels would have
+    run after the profiler stopped: the calls after the last one whose kernel the trace holds, as
+    long as they are at most :data:`LOST_LAUNCH_SHARE` of all calls. More than that is the
+    profiler losing kernels, wherever they fall."""
+    cut = np.zeros(len(found), bool)
+    if not len(found) or found.all():
+        return cut
+    order = np.argsort(launch_ts, kind="stable")
+    held = np.flatnonzero(found[order])
+    tail = order[held[-1] + 1:] if len(held) else order
+    if len(tail) <= LOST_LAUNCH_SHARE * len(found):
+        cut[tail] = True
+    return cut
 
 
 def queued_before_window(table: TraceTable, launches: Launches) -> list[tuple[int, int, int, int]]:

@@ -737,6 +737,10 @@ class Details(_Record):
     for a provisional verdict, over the steps it classifies."""
 
     advice: Annotated[Advice | None, Meta(description='the advice per class')] = None
+    scope: Annotated[str | None, Meta(description=(
+        "*v2*: the steps the tables below are over: `counted` (the verdict's), `provisional` (the host-contended "
+        "steps a provisional verdict classified), `withheld` (no step has a verdict: every step with a length, "
+        "each left out of the verdict for the reason its row gives)"))] = None
     what_if: Annotated[list[WhatIf] | None, Meta(description='the what-ifs, below')] = None
     top_kernels: Annotated[list[TopRow] | None, Meta(description=(
         'GPU runs: the 20 kernels with the largest total time'))] = None

@@ -16,7 +16,7 @@ import pandas as pd
 
 from perfscope.trace import columns as col
 from perfscope.trace.header import read_header
-from perfscope.trace.kinds import GPU_KINDS, EventKind, is_dma_category, is_dma_name, is_known_category, kinds_of_categories
+from perfscope.trace.kinds import GPU_KINDS, EventKind, is_known_category, kinds_of_categories, refine_device_kinds
 from perfscope.trace.quality import (
     ABSURD_DUR_US, CLIPPED, DROPPED, NOT_READ, REPAIRED, SET_ASIDE, DataQuality, duplicate_rows, stream_overruns,
 )
@@ -92,8 +92,10 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
     index = np.int32 if rows.n < 2**31 else np.int64
     if usable.all():
         kept = np.arange(rows.n, dtype=index)
+        unusable = np.zeros(0, np.int64)
     else:
         kept = np.flatnonzero(usable).astype(index)
+        unusable = np.flatnonzero(~usable)
         ts, dur = ts[kept], dur[kept]
     del usable
     zeroed = (ts == 0) & (dur == 0)
@@ -112,6 +114,11 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
     quality.add(DROPPED, "duration longer than a day", int(absurd.sum()), names_of(absurd))
     quality.add(DROPPED, "ts more than a day from the rest of the trace", int(astray.sum()), names_of(astray))
     keep = ~(zeroed | negative | absurd | astray)
+    # What the events perfscope dropped as corrupt were launched by: their launch calls must not
+    # read as kernels the profiler lost (analysis/evidence.py).
+    corrupt = c["correlation"][np.concatenate([unusable, kept[negative | absurd | astray]])]
+    dropped_correlations = np.unique(corrupt[corrupt >= 0])
+    del corrupt, unusable
     if not keep.all():
         kept, ts, dur = kept[keep], ts[keep], dur[keep]
     del keep, zeroed, negative, absurd, astray
@@ -134,10 +141,7 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
     kind = kinds_of_categories(cat_uniques)[cat_codes] if len(kept) else np.zeros(0, np.int8)
     name_id, names = _refactorize(k.pop("name"), all_names)
     names = _windows_paths(names, quality)
-    # MTIA's device events: a dma* transfer is a copy, the rest are kernels.
-    dma = is_dma_category(cat_uniques)[cat_codes] & is_dma_name(names)[name_id] if len(kept) else np.zeros(0, bool)
-    kind[dma & (kind == EventKind.KERNEL)] = EventKind.MEMCPY
-    del dma
+    refine_device_kinds(kind, cat_uniques, cat_codes, names, name_id)  # MTIA's copies and waits
     unknown = ~is_known_category(cat_uniques)
     if unknown.any():
         per_cat = np.bincount(cat_codes, minlength=cat_uniques.size)
@@ -181,7 +185,7 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
         rank_source=header.rank_source, world_size=header.world_size, device_properties=header.device_properties,
         distributed_info=header.distributed_info, host_steps=header.host_steps,
         node=header.node, host=header.host, ddp=header.ddp, memory_capacity=header.memory_capacity,
-        telemetry=header.telemetry, flops=header.flops, memory=memory_frame(rows.memory, origin, threads), path=raw.path, worker=raw.worker,
+        telemetry=header.telemetry, flops=header.flops, dropped_correlations=dropped_correlations, memory=memory_frame(rows.memory, origin, threads), path=raw.path, worker=raw.worker,
         truncated=raw.truncated, quality=quality, warnings=quality.warnings(raw.path.name) + header.warnings,
     )
 

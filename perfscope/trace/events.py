@@ -26,7 +26,7 @@ from perfscope.trace.values import (  # noqa: F401 (Incomplete, Undecodable, Int
     Incomplete, Interner, Undecodable, discriminator, ids, ints, narrow, numbers, text_codes, typed_ints,
     as_orjson,
 )
-from perfscope.trace.kinds import GPU_KINDS, EventKind, is_dma_category, is_dma_name, kinds_of_categories
+from perfscope.trace.kinds import GPU_KINDS, EventKind, kinds_of_categories, refine_device_kinds
 
 _NAN = float("nan")
 _I64_MIN, _I64_MAX = -(2**63), 2**63 - 1
@@ -214,11 +214,10 @@ def _columns(ts, dur, names, cats, pids, tids, args: dict[str, list], entry: lis
     # device and stream of GPU events, correlation of those and runtime calls, bytes of copies.
     cat_uniques = np.asarray(batch.uniques["cat"], dtype=object)
     kind = kinds_of_categories(cat_uniques)[c["cat"]] if batch.n else np.zeros(0, np.int8)
-    if batch.n:
-        dma = is_dma_category(cat_uniques)[c["cat"]] & is_dma_name(np.asarray(batch.uniques["name"], dtype=object))[c["name"]]
-        kind[dma & (kind == EventKind.KERNEL)] = EventKind.MEMCPY
+    refine_device_kinds(kind, cat_uniques, c["cat"], np.asarray(batch.uniques["name"], dtype=object), c["name"])
     gpu = np.isin(kind, np.array([*GPU_KINDS, EventKind.GPU_ANNOTATION], dtype=np.int8))
-    rows_of = {"device": gpu, "stream": gpu, "correlation": gpu | (kind == EventKind.RUNTIME),
+    # a device wait (cuda_sync, MTIA's event_wait) keeps the correlation of the call that queued it
+    rows_of = {"device": gpu, "stream": gpu, "correlation": gpu | (kind == EventKind.RUNTIME) | (kind == EventKind.SYNC),
                "bytes": kind == EventKind.MEMCPY}
     to_ints = typed_ints if typed else ints
     bad_values: dict = {}

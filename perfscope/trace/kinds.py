@@ -4,7 +4,8 @@ The rules cover the categories of current Kineto (``cpu_op``, ``kernel``, ``gpu_
 capitalised ones of 2021-era traces (``Operator``, ``Kernel``, ``Memcpy``...), ROCm traces (HIP calls
 recorded under ``cuda_runtime``), other accelerators' runtimes (``mtia_runtime``, ``xpu_runtime``,
 ``privateuse1_runtime``), Meta's MTIA device activity (``mtia_ccp_events``: ``dma*`` transfers are
-copies, every other one is a kernel, as Holistic Trace Analysis groups them), and both generations of
+copies, as Holistic Trace Analysis groups them, waits on an event are waits as CUDA's ``cuda_sync``
+events are, every other one is a kernel), and both generations of
 NCCL kernel names. They are pure functions over arrays of interned strings, so one call classifies
 every distinct name once.
 """
@@ -62,9 +63,12 @@ IGNORED_CATEGORIES = frozenset({
     "mtia_insight", "mtia_counters", "mtia_workloadd", "glow_runtime", "hpu_op", "collective_comm",
     "activity buffer request", "ac2g", "async_cpu_to_gpu", "fwdbwd", "async", "memory",
 })
-# Device events of these categories whose name starts with "dma" are copies (HTA's MTIA grouping).
+# Device events of these categories whose name starts with "dma" are copies (HTA's MTIA grouping);
+# those named as a wait (``event_wait``...) are the device waiting on an event, as CUDA's
+# ``cuda_sync`` events are: idle time, not device work.
 _DMA_CATEGORIES = frozenset({"mtia_ccp_events"})
 _DMA_RE = re.compile(r"^dma", re.IGNORECASE)
+_DEVICE_WAIT_RE = re.compile(r"(^|_)wait", re.IGNORECASE)
 
 GPU_KINDS = (EventKind.KERNEL, EventKind.MEMCPY, EventKind.MEMSET)
 CPU_RANGE_KINDS = (EventKind.CPU_OP, EventKind.ANNOTATION)
@@ -97,6 +101,26 @@ def is_dma_category(categories: np.ndarray) -> np.ndarray:
 
 def is_dma_name(names: np.ndarray) -> np.ndarray:
     return _flags(_DMA_RE, names, "match")
+
+
+def refine_device_kinds(kind: np.ndarray, cat_uniques: np.ndarray, cat_codes: np.ndarray, names: np.ndarray,
+                        name_codes: np.ndarray) -> None:
+    """Set, in place, the kinds of device events that their category alone does not tell (MTIA's
+    command processor events): ``dma*`` transfers are copies, waits (``event_wait``) are
+    :attr:`EventKind.SYNC`, the device-side view of a wait, as CUDA's ``cuda_sync`` events are.
+
+    Args:
+        kind: Per row, its kind from the category (:func:`kinds_of_categories`).
+        cat_uniques, cat_codes: The distinct categories and each row's index into them.
+        names, name_codes: The distinct names and each row's index into them.
+    """
+    if not len(kind):
+        return
+    device = is_dma_category(cat_uniques)[cat_codes] & (kind == EventKind.KERNEL)
+    if not device.any():
+        return
+    kind[device & is_dma_name(names)[name_codes]] = EventKind.MEMCPY
+    kind[device & _flags(_DEVICE_WAIT_RE, names)[name_codes]] = EventKind.SYNC
 
 
 # ncclKernel_* (NCCL < 2.19), ncclDevKernel_* (newer), RCCL on ROCm uses the same names.

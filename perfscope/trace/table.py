@@ -66,6 +66,8 @@ class TraceTable:
         telemetry: The GPU telemetry record (:class:`perfscope.trace.header.Header`).
         flops: One step's FLOPs as ``perfscope profile`` counted them
             (:class:`perfscope.step_flops.StepFlops`), or None.
+        dropped_correlations: The correlation ids (sorted, unique) of the events the reader
+            dropped as corrupt (out-of-range times, negative or day-long durations).
         shape_id, shapes: Per row the index into ``shapes`` (unique texts) of an operator's
             ``Input Dims`` as compact JSON (``record_shapes=True``); ``""`` for other rows.
         sm_fill, occupancy: Per row (uint8), a kernel's ``blocks per SM`` capped at 1 in 250ths and
@@ -109,6 +111,7 @@ class TraceTable:
     memory_capacity: dict = field(default_factory=dict)
     telemetry: dict = field(default_factory=dict)
     flops: object = None
+    dropped_correlations: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
     memory: pd.DataFrame | None = field(default=None, repr=False)
     shape_id: np.ndarray | None = field(default=None, repr=False)
     shapes: np.ndarray | None = field(default=None, repr=False)

@@ -52,4 +52,4 @@ def render(summary: dict) -> str:
            "a few long gaps are the host (input, synchronisation) holding the GPU back.")
     count_caption = "Number of gaps per length bin" + (" (logarithmic axis: the counts span decades)." if log else ".")
     body = f'<div class="cols"><div>{figure(left, count_caption)}</div><div>{figure(right, "Total idle time per length bin (ms).")}</div></div>'
-    return section("gaps", title, body + f'<p class="muted">{esc(cap)}</p>')
+    return section("gaps", title, model.withheld_note(summary) + body + f'<p class="muted">{esc(cap)}</p>')

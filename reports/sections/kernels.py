@@ -35,7 +35,7 @@ def render_top(summary: dict) -> str:
                                               "perfscope); run perfscope analyze on the traces again."))
     if not entries:
         return section("kernels", title, note("No kernels in the counted steps." if gpu else "No operators in the counted steps."))
-    return section("kernels", title, efficiency(d.get("gpu_efficiency")) + utilisation(d.get("mfu"))
+    return section("kernels", title, model.withheld_note(summary) + efficiency(d.get("gpu_efficiency")) + utilisation(d.get("mfu"))
                    + _top_table(entries, "kernel" if gpu else "top-level operator"))
 
 
@@ -105,4 +105,4 @@ def render_launch(summary: dict) -> str:
                "queue: while they do, the host is ahead and launch overhead is hidden. A run can have both -- a "
                "full queue in one part of the step, an idle GPU waiting for the host in another -- so read this "
                "beside the verdict's launch share and the timeline.")
-    return section("launch", title, tab + how)
+    return section("launch", title, model.withheld_note(summary) + tab + how)

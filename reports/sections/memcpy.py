@@ -73,4 +73,4 @@ def render(summary: dict) -> str:
     if zero:
         tab += note(f"{zero:,} copies lasted 0 µs: counted above, but not in the bandwidth.")
     paged = [e for e in entries if e.get("pageable")]
-    return section("memcpy", title, _pageable_advice(summary, paged) + tab)
+    return section("memcpy", title, model.withheld_note(summary) + _pageable_advice(summary, paged) + tab)

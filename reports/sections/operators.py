@@ -48,4 +48,4 @@ def render(summary: dict) -> str:
                + ("Device: GPU time of the kernels, copies and memsets launched from it. " if gpu else "") + shapes)
     skipped = num(view.get("skipped"))
     extra = note(f"{int(skipped)} trace(s) left out: more than 2 million operators to place.") if skipped else ""
-    return section("operators", title, table(heads, rows, caption) + extra)
+    return section("operators", title, model.withheld_note(summary) + table(heads, rows, caption) + extra)
