@@ -139,3 +139,16 @@ def test_profile_counts_one_start_up_step_and_the_cpu_run_gets_its_mfu(tmp_path)
     assert view["source"] == "counted" and view["counted_step"] == 1 and view["flops_per_step"] == expected
     if view["peak_tflops"] is not None:  # /proc/cpuinfo gave the cores and the clock
         assert any(a.startswith("CPU peak:") for a in view["assumptions"]) and view["mfu"] > 0
+
+
+def test_a_script_that_compiled_its_model_since_the_run_began_is_not_counted(monkeypatch):
+    pytest.importorskip("torch")
+    from perfscope.collect import flops
+
+    graphs = iter([3, 4])  # 3 compiled before the run (another user of the process), 1 by the script
+    monkeypatch.setattr(flops, "_compiled_graphs", lambda: next(graphs))
+    counter = flops.FlopStep(target=2)
+    counter.boundary(1)
+    counter.boundary(2)
+    assert not counter.active and counter.record.skipped.startswith("the script compiles its model")
+    assert counter.header()[0] == FLOPS_KEY

@@ -71,14 +71,14 @@ def cpu_facts(cpuinfo: str = "/proc/cpuinfo", sys_cpu: str = "/sys/devices/syste
                     flags=[f for f in RATE_FLAGS if f in flags])
 
 
-def _compiled(torch) -> bool:
-    """The script has compiled a graph with torch.compile (the counter would recompile it)."""
+def _compiled_graphs() -> int:
+    """Graphs torch.compile has compiled in this process so far (0 before dynamo is imported)."""
     dynamo = sys.modules.get("torch._dynamo.utils")
     counters = getattr(dynamo, "counters", None)
     try:
-        return bool(counters and counters["stats"].get("unique_graphs", 0))
+        return int(counters["stats"].get("unique_graphs", 0)) if counters else 0
     except Exception:  # noqa: BLE001
-        return False
+        return 0
 
 
 class FlopStep:
@@ -98,9 +98,11 @@ class FlopStep:
         self.record: StepFlops | None = None
         self._counter = None
         self._by_dtype: dict[str, float] = defaultdict(float)
+        self._graphs = _compiled_graphs()  # compiled before the script ran (by this process's host)
 
     def boundary(self, next_step: int) -> None:
-        """A step ends and ``next_step`` begins (on the training thread)."""
+        """A step ends and ``next_step`` begins (on the training thread). A script that has
+        compiled a graph since the run began is not counted: the counter would recompile it."""
         if self._counter is not None:
             self._stop()
         if next_step == self.target and self.record is None:
@@ -121,7 +123,7 @@ class FlopStep:
     # ----------------------------------------------------------------- internals
     def _start(self, step: int) -> None:
         torch = sys.modules.get("torch")
-        if torch is None or _compiled(torch):
+        if torch is None or _compiled_graphs() > self._graphs:
             self.record = StepFlops(step=step, skipped="the script compiles its model (torch.compile): not counted",
                                     cpu=cpu_facts(), device=_device_name())
             return
