@@ -151,7 +151,7 @@ def format_summary(summary: dict) -> str:
                          f"step time {(per_step or 0.0) / 1000:.2f} ms" + (f", representative step {rep})" if rep is not None else ")"))
         lines += [line for line in (_waits_line(summary), _straggler_line(summary), _nodes_line(summary),
                                     memory_line(summary), efficiency_line(summary), mfu_console_line(summary),
-                                    telemetry_line(summary)) if line]
+                                    modules_line(summary), telemetry_line(summary)) if line]
     else:
         lines.append(f"verdict: none ({safe(o.get('reason') or 'no step could be classified')})")
     whole = run_line(summary)
@@ -243,6 +243,18 @@ def mfu_console_line(summary: dict) -> str | None:
 
     view = (summary.get("details") or {}).get("mfu")
     return safe("mfu: " + mfu_line(view)) if isinstance(view, dict) and view.get("flops_per_step") else None
+
+
+def modules_line(summary: dict) -> str | None:
+    """``modules: ...``: the leaf modules with most self time in the forward pass; None without them."""
+    view = (summary.get("details") or {}).get("modules")
+    rows = [r for r in (view or {}).get("rows") or [] if isinstance(r, dict)]
+    if not rows:
+        return None
+    key = "device_self_us" if summary.get("mode") == "gpu" else "host_self_us"
+    total = sum(r.get(key) or 0.0 for r in rows) or 1.0
+    top = sorted(rows, key=lambda r: -(r.get(key) or 0.0))[:3]
+    return safe("modules (forward, self time): " + ", ".join(f"{r['module']} {(r.get(key) or 0.0) / total:.0%}" for r in top))
 
 
 def run_line(summary: dict) -> str | None:

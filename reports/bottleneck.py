@@ -22,8 +22,8 @@ from perfscope.reports import traces as _traces
 from perfscope.reports.html import esc, page
 from perfscope.reports.timeline_record import TimelineRecord
 from perfscope.reports.sections import (
-    facts, gaps, kernels, memcpy, memory, nodes, operators, quality, ranks, run_steps, steps, telemetry, timeline,
-    verdict,
+    facts, gaps, kernels, memcpy, memory, modules, nodes, operators, quality, ranks, run_steps, steps, telemetry,
+    timeline, verdict,
 )
 
 
@@ -68,6 +68,8 @@ SECTIONS = (
     Section("gaps", _fixed("Idle gaps"), lambda s, t: gaps.render(s)),
     Section("kernels", lambda s: "Top kernels" if _gpu(s) else "Top operators", lambda s, t: kernels.render_top(s)),
     Section("operators", _fixed("Operators"), lambda s, t: operators.render(s)),
+    Section("modules", _fixed("Modules"), lambda s, t: modules.render(s),
+            shows=lambda s: bool((model.details(s).get("modules") or {}).get("rows"))),
     Section("launch", _fixed("Launches"), lambda s, t: kernels.render_launch(s)),
     Section("memcpy", _fixed("Copies"), lambda s, t: memcpy.render(s)),
     Section("memory", _fixed("Memory"), lambda s, t: memory.render(s)),

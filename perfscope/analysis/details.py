@@ -16,6 +16,7 @@ from perfscope import steptime
 from perfscope.analysis.intervals import union, window_segments
 from perfscope.analysis.gpu_efficiency import capability, gpu_efficiency, kernel_sums
 from perfscope.analysis.memory import memory_view
+from perfscope.analysis.module_view import module_view
 from perfscope.analysis.operator_view import operator_view
 from perfscope.analysis.mfu import math_of_kernels, mfu_view
 from perfscope.analysis.run_view import run_steps_view
@@ -200,6 +201,7 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
         "mfu": mfu_view(rank_traces, ranks, steptime.step_time_us(frame.to_dict("records")) if len(frame) else None,
                         mode, math_of_kernels(*joined(kernels))),
         "operators": operator_view(rank_traces, ranks, frame, mode),
+        "modules": module_view(rank_traces, ranks, frame, mode),
         "telemetry": telemetry_view(rank_traces, ranks, frame),
         "collectives_matched": skew["matched"],
         "collectives_unmatched": skew["unmatched"],

@@ -82,9 +82,14 @@ def operator_steps(t: TraceTable, windows: StepWindows, launches: Launches) -> p
     ``device_us``, ``device_self_us``. An operator belongs to the step whose window it starts in.
     None when the trace has more than :data:`MAX_SWEPT` operators in its steps (not placed).
     Computed where the trace is analyzed: the run's view only adds up the counted steps."""
+    return nested_steps(t, windows, launches, np.flatnonzero(t.kind == EventKind.CPU_OP))
+
+
+def nested_steps(t: TraceTable, windows: StepWindows, launches: Launches, ops: np.ndarray) -> pd.DataFrame | None:
+    """:func:`operator_steps` over the ranges ``ops`` (rows of one kind of nested CPU range:
+    operators, or module calls), each nested only among its own kind."""
     order = np.argsort(windows.start, kind="stable")
     lo, hi, steps = windows.start[order], windows.end[order], windows.step[order]
-    ops = np.flatnonzero(t.kind == EventKind.CPU_OP)
     where = np.searchsorted(lo, t.ts_ns[ops], side="right") - 1
     inside = (where >= 0) & (t.ts_ns[ops] < hi[np.maximum(where, 0)])
     ops, where = ops[inside], where[inside]

@@ -17,6 +17,7 @@ import pandas as pd
 from perfscope.analysis import evidence as ev
 from perfscope.analysis.cpu_metrics import cpu_step_metrics
 from perfscope.analysis.gpu_metrics import gpu_step_metrics
+from perfscope.analysis.module_view import module_steps
 from perfscope.analysis.operator_view import operator_steps
 from perfscope.analysis.partition import gpu_sets
 from perfscope.analysis.steps import Launches, StepWindows, find_steps, launch_times
@@ -45,6 +46,8 @@ class RankTrace:
             (:func:`perfscope.analysis.partition.gpu_sets`), kept for the run-level details.
         operators: Per step, operator and input shape, the calls and times
             (:func:`perfscope.analysis.operator_view.operator_steps`); None when not placed.
+        modules: Per step and ``nn.Module`` range, the calls and times
+            (:func:`perfscope.analysis.module_view.module_steps`); None without module ranges.
     """
 
     table: TraceTable
@@ -57,6 +60,7 @@ class RankTrace:
     warnings: list[str] = field(default_factory=list)
     partition_sets: list | None = field(default=None, repr=False)
     operators: pd.DataFrame | None = field(default=None, repr=False)
+    modules: pd.DataFrame | None = field(default=None, repr=False)
 
     @property
     def steps(self) -> np.ndarray:
@@ -92,7 +96,7 @@ def analyze_table(table: TraceTable) -> RankTrace:
     judged = ev.judge(table, windows, launch, metrics, mode)
     quality = DataQuality(table.quality.entries + judged.quality.entries)
     return RankTrace(table, mode, metrics, windows, launch, judged, quality, [f"{where}: {w}" for w in windows.warnings],
-                     sets, operator_steps(table, windows, launch))
+                     sets, operator_steps(table, windows, launch), module_steps(table, windows, launch))
 
 
 def load_table(path: Path, *, pool=None, progress=None, decoded=None) -> TraceTable:

@@ -208,7 +208,7 @@ def cmd_profile(args, script_args: list[str]) -> int:
     with lock:
         schedule = collect.ProfileSchedule(
             skip_first=args.skip_first, warmup=args.warmup, active=args.active, max_steps=args.max_steps,
-            extend_s=args.extend_s,
+            extend_s=args.extend_s, modules=args.modules,
         )
         started = time.time()
         result = collect.collect(args.script, script_args, out_dir=out, schedule=schedule, nproc_per_node=args.nproc_per_node,

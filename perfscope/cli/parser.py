@@ -59,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--skip-first", type=whole(0, MAX_STEPS), default=3, help="steps run unprofiled first (default 3)")
     p.add_argument("--warmup", type=whole(0, MAX_STEPS), default=2, help="steps traced then discarded (default 2)")
     p.add_argument("--active", type=whole(1, MAX_ACTIVE), default=5, help="steps recorded (default 5)")
+    p.add_argument("--modules", action="store_true",
+                   help="record a range around every nn.Module call of the profiled steps, for the time per module "
+                   "(the report's Modules section); each range adds host time to those steps, so the launch share "
+                   "can read higher (docs/metrics.md, Modules)")
     p.add_argument("--extend-s", type=number(0.0, MAX_EXTEND_S, "a number of seconds"), default=60.0, metavar="S",
                    help="on a busy machine, seconds spent recording more steps while fewer than --active of them "
                    "ran without waiting for a core (default 60; 0: record exactly --active; one process only)")

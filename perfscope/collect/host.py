@@ -28,6 +28,7 @@ _SCHEDSTAT = "/proc/thread-self/schedstat"
 # Profiler actions (torch.profiler.ProfilerAction names) of the steps the trace keeps: only then is the
 # profiler's session live to take metadata (a warm-up step is traced and thrown away).
 _RECORDING = frozenset({"RECORD", "RECORD_AND_SAVE"})
+_TRACED = _RECORDING | {"WARMUP"}  # steps the profiler traces (the warm-up's are thrown away)
 
 
 def _run_queue_ns() -> int | None:
@@ -125,13 +126,16 @@ class HostStepRecorder:
             (``docs/metrics.md``, "Work from before the window").
         flops: A :class:`~perfscope.collect.flops.FlopStep` told of every boundary, whose record
             goes into the header, or None.
+        modules: A :class:`~perfscope.collect.modules.ModuleRanges` switched on for the steps
+            the profiler traces, or None.
     """
 
     def __init__(self, inner: Any, extra: Callable[[], tuple[str, str] | None] | None = None,
                  memory: MemoryProbe | None = None, telemetry=None, sync: Callable[[], None] | None = None,
-                 flops=None) -> None:
+                 flops=None, modules=None) -> None:
         self._inner = inner
         self._flops = flops
+        self._modules = modules
         self._sync = sync if sync is not None else sync_cuda
         self._extra = extra
         self._telemetry = telemetry
@@ -152,6 +156,8 @@ class HostStepRecorder:
         return self
 
     def __exit__(self, *exc: object) -> Any:
+        if self._modules is not None:
+            self._modules.switch(False)
         if self._flops is not None:
             self._flops.close()
         return self._inner.__exit__(*exc)
@@ -184,6 +190,8 @@ class HostStepRecorder:
         self._inner.step()
         if self._flops is not None:
             self._flops.boundary(self._inner.step_num)  # the step now starting
+        if self._modules is not None:
+            self._modules.switch(getattr(getattr(self._inner, "current_action", None), "name", None) in _TRACED)
         self._memory.begin()
         self._start = snapshot()  # after the profiler's own work at the boundary
 

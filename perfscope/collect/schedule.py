@@ -51,6 +51,9 @@ class ProfileSchedule:
             (:class:`perfscope.collect.window.Window`). 0 (the default here; ``perfscope
             profile`` asks for 60) records exactly ``active`` steps. Only single-process runs
             extend: ranks of one job must stop at the same step.
+        modules: Record a range around every ``nn.Module`` call of the traced steps, for the
+            time per module (:mod:`perfscope.collect.modules`). Off by default: each range adds
+            host time to the very steps the verdict is read from.
 
     Every count is at most :data:`MAX_STEPS` (``active``: :data:`MAX_ACTIVE`).
 
@@ -65,8 +68,11 @@ class ProfileSchedule:
     active: int = 5
     max_steps: int | None = None
     extend_s: float = 0.0
+    modules: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.modules, bool):
+            raise ScheduleError(f"ProfileSchedule.modules must be True or False, got {self.modules!r}")
         _check_int("skip_first", self.skip_first, 0, "an integer >= 0")
         _check_int("warmup", self.warmup, 0, "an integer >= 0")
         _check_int("active", self.active, 1, "an integer >= 1", MAX_ACTIVE)

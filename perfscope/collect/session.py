@@ -106,7 +106,11 @@ def profile_in_process(
     from perfscope.collect.flops import FlopStep, target_step
 
     flops = FlopStep(target_step(schedule.skip_first))  # one start-up step's FLOPs, for the MFU
-    prof = HostStepRecorder(ours, job.header, telemetry=telemetry, flops=flops)
+    from perfscope.collect.modules import ModuleRanges
+
+    # time per nn.Module, where asked for: a range around each module call of the traced steps
+    prof = HostStepRecorder(ours, job.header, telemetry=telemetry, flops=flops,
+                            modules=ModuleRanges() if schedule.modules else None)
     # the profiler's and the FLOP counter's steps are slowed by them: not the run's pace
     timer = _run_timer(trace_path, lambda: flops.active or (not tracker.window_done and _tracing(ours)))
     tracker = StepTracker(prof, schedule, window, timer)

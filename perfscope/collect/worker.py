@@ -26,7 +26,7 @@ from perfscope.process.keeper import die_with_parent
 from perfscope.errors import PerfscopeError
 from perfscope.text import safe
 
-_OPTIONS = ("--out", "--result-dir", "--skip-first", "--warmup", "--active", "--max-steps", "--config")
+_OPTIONS = ("--out", "--result-dir", "--skip-first", "--warmup", "--active", "--max-steps", "--config", "--modules")
 
 
 def worker_argv(
@@ -50,6 +50,7 @@ def worker_argv(
         "--warmup", str(schedule.warmup),
         "--active", str(schedule.active),
         "--max-steps", max_steps,
+        "--modules", "1" if schedule.modules else "0",
     ]  # fmt: skip
 
 
@@ -91,6 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         warmup=int(options.get("warmup", 2)),
         active=int(options.get("active", 5)),
         max_steps=None if max_steps == "none" else int(max_steps),
+        modules=options.get("modules", "0") == "1",
     )
     rank = int(os.environ.get("RANK", "0"))
     world_size = int(os.environ.get("WORLD_SIZE", "1"))

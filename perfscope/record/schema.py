@@ -540,6 +540,29 @@ class Mfu(_Record):
     assumptions: Annotated[list[str] | None, Meta(description='what the figure rests on')] = None
 
 
+class ModuleRow(_Record):
+    """`details.modules.rows[]`: one `nn.Module` over the counted steps, all ranks (µs)."""
+
+    module: Annotated[str | None, Meta(description=(
+        "its path and class (`ResNet.layer1.0.conv1 (Conv2d)`), or the profiler's name (`Conv2d_0`)"))] = None
+    depth: Annotated[Whole | None, Meta(description='dots in the path')] = None
+    calls: Annotated[Whole | None, Meta(description='forward calls')] = None
+    host_us: Annotated[NonNeg | None, Meta(description='host time in its forward')] = None
+    host_self_us: Annotated[NonNeg | None, Meta(description='less its child modules\'')] = None
+    device_us: Annotated[NonNeg | None, Meta(description='device time of the work launched in it')] = None
+    device_self_us: Annotated[NonNeg | None, Meta(description='less its child modules\'')] = None
+
+
+class Modules(_Record):
+    """`details.modules` (*v2*): time per `nn.Module`, the forward pass (`docs/metrics.md`, Modules);
+    null when no trace holds module ranges."""
+
+    rows: Annotated[list[ModuleRow] | None, Meta(description='at most 40, most time first')] = None
+    modules: Annotated[Whole | None, Meta(description='distinct modules')] = None
+    source: Annotated[str | None, Meta(description=(
+        "`perfscope` (the ranges `perfscope profile` records) or `with_stack` (the profiler's)"))] = None
+
+
 class GpuEfficiency(_Record):
     """`details.gpu_efficiency` (*v2*): how the counted steps' kernels use the GPU, from the launch
     figures Kineto writes per kernel (estimates, not hardware counters) and the kernels' names
@@ -764,6 +787,7 @@ class Details(_Record):
     run_steps: Annotated[list[RunSteps] | None, Meta(description=(
         '*v2*: every step of the run, timed outside the profiler, per rank'))] = None
     mfu: Annotated[Mfu | None, Meta(description='*v2*: model FLOPs utilisation')] = None
+    modules: Annotated[Modules | None, Meta(description='*v2*: time per nn.Module (forward)')] = None
     gpu_efficiency: Annotated[GpuEfficiency | None, Meta(description=(
         "*v2*: GPU runs: the kernels' SM efficiency, occupancy and Tensor Core share"))] = None
     telemetry: Annotated[Telemetry | None, Meta(description='GPU samples (NVML)')] = None
@@ -907,7 +931,7 @@ SECTIONS = (
     ("details.run_steps[].window", RunWindow), ("details.run_steps[].slow_steps[]", RunSlowStep),
     ("details.run_steps[].periodic", RunPeriodic), ("details.run_steps[].memory_creep[]", RunCreep),
     ("details.gpu_efficiency", GpuEfficiency), ("details.mfu", Mfu), ("details.mfu.top_operators[]", MfuOperator),
-    ("details.operators", Operators),
+    ("details.operators", Operators), ("details.modules", Modules), ("details.modules.rows[]", ModuleRow),
     ("details.operators.rows[]", OperatorRow), ("details.operators.rows[].shapes[]", OperatorShape),
     ("details.telemetry", Telemetry),
     ("details.nodes", Nodes), ("details.nodes.nodes[]", NodeRow), ("details.nodes.straggler_node", StragglerNode),

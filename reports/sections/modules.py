@@ -1,0 +1,35 @@
+"""Time per ``nn.Module`` (``details.modules``): the forward pass, by module path."""
+
+from __future__ import annotations
+
+from perfscope.reports import model
+from perfscope.reports.html import count, esc, ms, num, section, table, truncate
+
+NAME_LIMIT = 90
+
+
+def render(summary: dict) -> str:
+    """The Modules section (only shown when the summary has a module view)."""
+    view = model.details(summary).get("modules")
+    rows_in = [r for r in (view or {}).get("rows") or [] if isinstance(r, dict)]
+    gpu = summary.get("mode") == "gpu"
+    rows = []
+    for r in rows_in:
+        depth = min(int(num(r.get("depth")) or 0), 8)
+        name = str(r.get("module", ""))
+        cells = [f'<span style="padding-left:{depth}em" title="{esc(truncate(name, 2000))}">'
+                 f"{esc(truncate(name, NAME_LIMIT))}</span>",
+                 count(r.get("calls")), ms(r.get("host_us"), unit=False), ms(r.get("host_self_us"), unit=False)]
+        if gpu:
+            cells += [ms(r.get("device_us"), unit=False), ms(r.get("device_self_us"), unit=False)]
+        rows.append(("", cells))
+    heads = [("module", "l"), ("calls", ""), ("host (ms)", ""), ("host self (ms)", "")]
+    if gpu:
+        heads += [("device (ms)", ""), ("device self (ms)", "")]
+    source = ("ranges perfscope profile records around each module call of the traced steps"
+              if (view or {}).get("source") == "perfscope" else "the profiler's module events (with_stack)")
+    caption = (f"The {len(rows)} of {count((view or {}).get('modules'))} modules with most "
+               f"{'device' if gpu else 'host'} time in the forward pass over the counted steps, all ranks, from "
+               f"{source}; indented by depth. Self: less its child modules. The backward runs in autograd's "
+               "engine, outside any module call, and is not in these figures (docs/metrics.md, Modules).")
+    return section("modules", "Modules", model.withheld_note(summary) + table(heads, rows, caption))
