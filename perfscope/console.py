@@ -157,6 +157,7 @@ def format_summary(summary: dict) -> str:
     whole = run_line(summary)
     if whole:
         lines.append(whole)
+    lines += oom_lines((summary.get("run") or {}).get("oom"))
     lines.append(f"advice: {o['advice']}")
     lines += [f"note: {n}" for n in summary.get("notes", [])]
     # Every line escaped as a whole: a newline inside a name, a verdict or the advice of a
@@ -243,6 +244,21 @@ def mfu_console_line(summary: dict) -> str | None:
 
     view = (summary.get("details") or {}).get("mfu")
     return safe("mfu: " + mfu_line(view)) if isinstance(view, dict) and view.get("flops_per_step") else None
+
+
+def oom_lines(oom) -> list[str]:
+    """What held the GPU's memory when the script ran out of it (``run.oom``), a few lines; [] without it."""
+    if not isinstance(oom, dict) or not isinstance(oom.get("requested_bytes"), (int, float)):
+        return []
+    mib = 2**20
+    lines = [f"out of memory on cuda:{oom.get('device')}: {oom['requested_bytes'] / mib:,.0f} MiB asked for, "
+             f"{(oom.get('allocated_bytes') or 0) / mib:,.0f} MiB allocated, {(oom.get('free_bytes') or 0) / mib:,.0f} MiB "
+             "free; the largest live allocations:"]
+    for b in (oom.get("largest") or [])[:5]:
+        if isinstance(b, dict):
+            frames = [f for f in b.get("frames") or [] if isinstance(f, str)]
+            lines.append(f"  {(b.get('bytes') or 0) / mib:,.1f} MiB  {frames[0] if frames else '(no stack recorded)'}")
+    return [safe(line) for line in lines]
 
 
 def modules_line(summary: dict) -> str | None:

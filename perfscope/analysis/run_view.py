@@ -139,7 +139,8 @@ def periodic(slow: list[dict]) -> dict | None:
 
 
 def memory_creep(steps: Sequence[RunStep]) -> list[dict]:
-    """Memory that keeps growing over the steady steps, per kind read (``rss``, ``device_allocated``).
+    """Memory that keeps growing over the steps after start-up that the profiler did not trace, per
+    kind read (``rss``, ``device_allocated``).
 
     Each: ``memory`` (the kind), ``bytes_per_step`` (Theil-Sen slope), ``growth_bytes`` (the slope
     over the steps read), ``from_bytes`` and ``to_bytes`` (the fitted line's ends), ``first_step``,
@@ -150,7 +151,8 @@ def memory_creep(steps: Sequence[RunStep]) -> list[dict]:
 
     out = []
     for kind in ("rss", "device_allocated"):
-        points = [(s.step, getattr(s, kind)) for s in _steady(steps) if getattr(s, kind) is not None]
+        # outside the profiler's trace only: the profiler's own buffers grow while it traces
+        points = [(s.step, getattr(s, kind)) for s in _untraced(steps) if getattr(s, kind) is not None]
         if len(points) < CREEP_MIN_POINTS:
             continue
         x = np.array([p[0] for p in points], dtype=float)

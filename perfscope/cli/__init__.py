@@ -236,6 +236,13 @@ def cmd_profile(args, script_args: list[str]) -> int:
                 remove_if_empty(out)  # the default directory was made for this run
             if result.error:
                 print(f"perfscope: the script failed before a profiled step was recorded: {safe(result.error)}", file=sys.stderr)
+                from perfscope.console import oom_lines
+
+                for line in oom_lines(run_info.get("oom")):
+                    print(f"perfscope: {line}", file=sys.stderr)
+                if run_info.get("oom"):
+                    print(f"perfscope: torch's snapshot for https://pytorch.org/memory_viz: "
+                          f"{safe(result.trace_dir)}/oom-rank*.pickle", file=sys.stderr)
                 return result.exit_code or 1
             if result.steps_seen == 0 and result.processes_started:
                 raise PerfscopeError(

@@ -128,12 +128,15 @@ class HostStepRecorder:
             goes into the header, or None.
         modules: A :class:`~perfscope.collect.modules.ModuleRanges` switched on for the steps
             the profiler traces, or None.
+        oom: A :class:`~perfscope.collect.oom.OomWatch` armed at each boundary (it acts once the
+            script uses CUDA), or None.
     """
 
     def __init__(self, inner: Any, extra: Callable[[], tuple[str, str] | None] | None = None,
                  memory: MemoryProbe | None = None, telemetry=None, sync: Callable[[], None] | None = None,
-                 flops=None, modules=None) -> None:
+                 flops=None, modules=None, oom=None) -> None:
         self._inner = inner
+        self._oom = oom
         self._flops = flops
         self._modules = modules
         self._sync = sync if sync is not None else sync_cuda
@@ -185,6 +188,8 @@ class HostStepRecorder:
                     self._inner.add_metadata_json(*counted)
         if self._telemetry is not None:
             self._telemetry.bind()  # on the training thread: its CUDA device, once initialised
+        if self._oom is not None:
+            self._oom.arm()
         if self._window_opens_next():
             self._sync()  # in the last warm-up step, which the trace drops: no recorded step pays
         self._inner.step()

@@ -109,8 +109,11 @@ def profile_in_process(
     from perfscope.collect.modules import ModuleRanges
 
     # time per nn.Module, where asked for: a range around each module call of the traced steps
+    from perfscope.collect.oom import OomWatch
+
+    oom = OomWatch(trace_dir, rank)  # what held the GPU's memory, should an allocation fail
     prof = HostStepRecorder(ours, job.header, telemetry=telemetry, flops=flops,
-                            modules=ModuleRanges() if schedule.modules else None)
+                            modules=ModuleRanges() if schedule.modules else None, oom=oom)
     # the profiler's and the FLOP counter's steps are slowed by them: not the run's pace
     timer = _run_timer(trace_path, lambda: flops.active or (not tracker.window_done and _tracing(ours)))
     tracker = StepTracker(prof, schedule, window, timer)
@@ -127,6 +130,7 @@ def profile_in_process(
         finally:
             tracker.close()
             telemetry.stop()
+            oom.close()
     if outcome.stopped_early:
         _destroy_process_group(torch)
     duration_s = time.perf_counter() - t0
@@ -149,6 +153,8 @@ def profile_in_process(
     extension = window.outcome_dict()
     if extension is not None:
         run_info["window_extension"] = extension
+    if oom.record is not None:
+        run_info["oom"] = oom.record
     if accel_config is not None:
         run_info["config"] = accel_config.to_dict()
         run_info["config_applied"] = patch_report.to_dict()

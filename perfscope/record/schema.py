@@ -71,6 +71,27 @@ class WindowExtension(_Record):
         'why it stopped: `enough clean steps`, the time cap, the step cap, or `script ended`'))] = None
 
 
+class OomBlock(_Record):
+    """`run.oom.largest[]`: a live allocation when the GPU ran out of memory."""
+
+    bytes: Annotated[NonNeg | None, Meta(description='its block')] = None
+    requested_bytes: Annotated[NonNeg | None, Meta(description='what was asked for')] = None
+    device: Annotated[Whole | None, Meta(description='the CUDA device')] = None
+    frames: Annotated[list[str] | None, Meta(description='`file:line function` of its stack, innermost first')] = None
+
+
+class Oom(_Record):
+    """`run.oom` (*v2*): what held the GPU's memory when an allocation failed in `perfscope profile`
+    (the caching allocator's snapshot; `docs/collection.md`, Out of memory)."""
+
+    device: Annotated[Whole | None, Meta(description='the CUDA device')] = None
+    requested_bytes: Annotated[NonNeg | None, Meta(description='the allocation that failed')] = None
+    allocated_bytes: Annotated[NonNeg | None, Meta(description='allocated on the device then')] = None
+    free_bytes: Annotated[NonNeg | None, Meta(description='free on the device then')] = None
+    reserved_bytes: Annotated[NonNeg | None, Meta(description="the allocator's segments")] = None
+    largest: Annotated[list[OomBlock] | None, Meta(description='the 20 largest live allocations')] = None
+
+
 class Run(_Record):
     """`run`: what was analyzed. `perfscope profile` writes the script's side (`script` ...
     `error`); `perfscope analyze` writes `source`; both write `world_size`, `devices` and
@@ -94,6 +115,7 @@ class Run(_Record):
     duration_s: Annotated[NonNeg | None, Meta(description='seconds the script ran')] = None
     exit_code: Annotated[int | None, Meta(description="the script's exit status")] = None
     error: Annotated[str | None, Meta(description='one line, when the script failed')] = None
+    oom: Annotated[Oom | None, Meta(description='*v2*: the GPU ran out of memory: what held it')] = None
     window_extension: Annotated[WindowExtension | None, Meta(description=(
         'where the window was lengthened, below'))] = None
     source: Annotated[str | None, Meta(description='`analyze`: the path analyzed')] = None
@@ -918,6 +940,7 @@ class Summary(_Record):
 # The objects of the record in the order the docs list them: (path, struct).
 SECTIONS = (
     ("", Summary), ("run", Run), ("run.schedule", Schedule), ("run.window_extension", WindowExtension),
+    ("run.oom", Oom), ("run.oom.largest[]", OomBlock),
     ("overall", Overall), ("overall.fractions", Fractions), ("overall.step_share", StepShare),
     ("details", Details), ("details.advice", Advice), ("details.what_if[]", WhatIf),
     ("details.top_kernels[]", TopRow), ("details.launch_stats", LaunchStats), ("details.memcpy[]", MemcpyRow),

@@ -35,12 +35,29 @@ def _chart(summary: dict, kind: str) -> str:
                   "peak counters reset at every step boundary.")
 
 
+def _oom(summary: dict) -> str:
+    """The largest live allocations when the GPU ran out of memory (``run.oom``); "" without it."""
+    oom = (summary.get("run") or {}).get("oom") if isinstance(summary.get("run"), dict) else None
+    if not isinstance(oom, dict):
+        return ""
+    rows = [("", [f"{(num(b.get('bytes')) or 0) / 2**20:,.1f} MiB", f"{(num(b.get('requested_bytes')) or 0) / 2**20:,.1f} MiB",
+                  "<br>".join(esc(f) for f in (b.get("frames") or [])[:3] if isinstance(f, str)) or "(no stack recorded)"])
+            for b in oom.get("largest") or [] if isinstance(b, dict)]
+    head = (f'<p class="verdict warn"><strong>Out of memory</strong> on cuda:{esc(oom.get("device"))}: '
+            f"{esc(gib(oom.get('requested_bytes')))} asked for with {esc(gib(oom.get('allocated_bytes')))} allocated, "
+            f"{esc(gib(oom.get('reserved_bytes')))} reserved and {esc(gib(oom.get('free_bytes')))} free.</p>")
+    return head + table([("live allocation", ""), ("requested", ""), ("made at (innermost frames)", "l")], rows,
+                        "The largest live allocations when the allocation failed, from the caching allocator's "
+                        "snapshot; torch's own snapshot (oom-rank*.pickle beside the traces) opens in "
+                        "https://pytorch.org/memory_viz.")
+
+
 def render(summary: dict) -> str:
     m = model.details(summary).get("memory")
     title = "Memory"
     from_traces = trace_memory.render(summary)
     if not isinstance(m, dict):
-        return section("memory", title, note(
+        return section("memory", title, _oom(summary) + note(
             ("No per-step peak record: the traces were not taken by perfscope profile, which records the CUDA "
              "caching allocator's peaks on a GPU and the process's peak resident set on the host, against the "
              "capacity." if from_traces else
@@ -76,4 +93,4 @@ def render(summary: dict) -> str:
                "plus cached blocks). Headroom: capacity minus the peak reserved." if kind == "device" else
                "Resident: the process's peak resident set per step. Headroom: the machine's memory minus the peaks "
                "of the ranks on it (other processes use some too).")
-    return section("memory", title, head + _chart(summary, kind) + table(heads, rows, caption) + from_traces)
+    return section("memory", title, _oom(summary) + head + _chart(summary, kind) + table(heads, rows, caption) + from_traces)
