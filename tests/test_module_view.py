@@ -27,7 +27,7 @@ def test_module_ranges_nest_into_host_and_device_time_per_module(tmp_path):
     assert net["host_us"] == pytest.approx(890) and net["host_self_us"] == pytest.approx(890 - 380 - 460)
     assert fc1["device_us"] == pytest.approx(300) and fc2["device_self_us"] == pytest.approx(200)
     assert net["device_us"] == pytest.approx(500) and net["device_self_us"] == pytest.approx(0)
-    assert [r["module"] for r in view["rows"]][0] == "Net (Net)"  # most device time first
+    assert [r["module"] for r in view["rows"]] == ["Net (Net)", "Net.fc1 (Linear)", "Net.fc2 (Linear)"]  # a tree
     html = render_report(a.summary(), find_traces=False)
     assert 'id="modules"' in html and "Net.fc1 (Linear)" in html and "device self (ms)" in html
 

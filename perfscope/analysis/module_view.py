@@ -39,6 +39,12 @@ def module_steps(t, windows, launches) -> pd.DataFrame | None:
     return nested_steps(t, windows, launches, rows)
 
 
+def _tree_key(module: str) -> list:
+    """Depth-first order of module paths, numbered children in number order (``blocks.2`` before ``blocks.10``)."""
+    path = module.split(" (", 1)[0]
+    return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in path.split(".")]
+
+
 def module_view(rank_traces, ranks: list[int], frame: pd.DataFrame, mode: str) -> dict | None:
     """``details.modules``: time per module over the counted steps of every trace.
 
@@ -49,8 +55,8 @@ def module_view(rank_traces, ranks: list[int], frame: pd.DataFrame, mode: str) -
         mode: ``gpu`` (modules by device time) or ``cpu`` (by host time).
 
     Returns:
-        None when no trace holds module ranges; else ``rows[]`` (at most :data:`TOP_MODULES`,
-        most inclusive time first): ``module`` (its path, or the profiler's name), ``depth``
+        None when no trace holds module ranges; else ``rows[]`` (the :data:`TOP_MODULES` with
+        most inclusive time, in depth-first order of their paths): ``module`` (its path, or the profiler's name), ``depth``
         (dots in the path), ``calls``, ``host_us``, ``host_self_us``, ``device_us``,
         ``device_self_us`` (µs over the counted steps, all ranks), ``modules`` (distinct), and
         ``source`` (``perfscope`` or ``with_stack``).
@@ -73,5 +79,6 @@ def module_view(rank_traces, ranks: list[int], frame: pd.DataFrame, mode: str) -
         path = module.split(" (", 1)[0]
         rows.append({"module": module, "depth": path.count("."), "calls": int(r["calls"]),
                      **{c: float(r[c]) for c in _COLUMNS[1:]}})
+    rows.sort(key=lambda r: _tree_key(r["module"]))  # each module under its parent, as the model nests them
     source = "perfscope" if any(" (" in r["module"] for r in rows) else "with_stack"
     return {"rows": rows, "modules": int(len(by)), "source": source}

@@ -579,7 +579,8 @@ class Modules(_Record):
     """`details.modules` (*v2*): time per `nn.Module`, the forward pass (`docs/metrics.md`, Modules);
     null when no trace holds module ranges."""
 
-    rows: Annotated[list[ModuleRow] | None, Meta(description='at most 40, most time first')] = None
+    rows: Annotated[list[ModuleRow] | None, Meta(description=(
+        'the 40 with most time, each under its parent (depth-first order of their paths)'))] = None
     modules: Annotated[Whole | None, Meta(description='distinct modules')] = None
     source: Annotated[str | None, Meta(description=(
         "`perfscope` (the ranges `perfscope profile` records) or `with_stack` (the profiler's)"))] = None

@@ -30,6 +30,6 @@ def render(summary: dict) -> str:
               if (view or {}).get("source") == "perfscope" else "the profiler's module events (with_stack)")
     caption = (f"The {len(rows)} of {count((view or {}).get('modules'))} modules with most "
                f"{'device' if gpu else 'host'} time in the forward pass over the counted steps, all ranks, from "
-               f"{source}; indented by depth. Self: less its child modules. The backward runs in autograd's "
+               f"{source}; each under its parent. Self: less its child modules. The backward runs in autograd's "
                "engine, outside any module call, and is not in these figures (docs/metrics.md, Modules).")
     return section("modules", "Modules", model.withheld_note(summary) + table(heads, rows, caption))
