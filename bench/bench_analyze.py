@@ -56,6 +56,11 @@ tb = ta.get_temporal_breakdown(visualize=False)
 print("hta ranks:", len(ta.t.traces), "rows:", sum(len(df) for df in ta.t.traces.values()))
 """
 IMPORTS_ONLY = "import numpy, pandas, orjson, msgspec; import perfscope.analysis.run, perfscope.record"
+# The whole command's imports (analysis, record, report and its charts), nothing analyzed.
+COMMAND_IMPORTS = IMPORTS_ONLY + "; import perfscope.cli, perfscope.reports.bottleneck, perfscope.reports.charts, matplotlib.figure"
+# The parse floor as a process of its own: the interpreter, orjson, and one read of the trace.
+FLOOR_SCRIPT = "import gzip, sys, orjson; d = open(sys.argv[1], 'rb').read(); orjson.loads(gzip.decompress(d) if d[:2] == b'\\x1f\\x8b' else d)"
+WHOLE_TARGET = 2.0
 
 
 def parse_floor(path: Path) -> float:
@@ -148,6 +153,31 @@ def profile(trace: Path) -> None:
     pstats.Stats(prof, stream=sys.stdout).strip_dirs().sort_stats("tottime").print_stats(10)
 
 
+def whole_processes(trace: Path, rounds: int) -> None:
+    """Wall time of three processes in alternating rounds (medians): the parse floor, the command's
+    imports alone, and ``perfscope analyze TRACE --out DIR``; the command over the floor against
+    :data:`WHOLE_TARGET`, and how much of it the imports are."""
+    import subprocess
+
+    def timed(cmd) -> float:
+        t0 = time.perf_counter()
+        subprocess.run(cmd, check=True, capture_output=True, env=env_for(ROOT), cwd=ROOT)
+        return time.perf_counter() - t0
+
+    floor, imports, command = [], [], []
+    with tempfile.TemporaryDirectory(prefix="bench-whole-") as tmp:
+        for i in range(rounds):
+            floor.append(timed([sys.executable, "-c", FLOOR_SCRIPT, str(trace)]))
+            imports.append(timed([sys.executable, "-c", COMMAND_IMPORTS]))
+            command.append(timed([sys.executable, "-m", "perfscope", "analyze", str(trace), "--out", f"{tmp}/o{i}"]))
+    f, m, c = statistics.median(floor), statistics.median(imports), statistics.median(command)
+    print(f"\n2. whole processes, {rounds} alternating rounds (medians)")
+    print(f"parse-floor process (python, orjson, read + gunzip + loads): {f:.3f} s")
+    print(f"the command's imports alone (analysis, record, report, matplotlib): {m:.3f} s")
+    print(f"perfscope analyze TRACE --out DIR: {c:.3f} s  ({c / f:.2f}x the floor; target <= {WHOLE_TARGET}x: "
+          f"{met(c / f <= WHOLE_TARGET)}); its imports are {m / c:.0%} of it", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("trace", nargs="?", type=Path, default=DEFAULT_TRACE)
@@ -156,6 +186,7 @@ def main() -> None:
     ap.add_argument("--baseline-tree", type=Path, help="a checkout of an older perfscope to measure too")
     ap.add_argument("--no-hta", action="store_true", help="skip Holistic Trace Analysis even when importable")
     ap.add_argument("--profile", action="store_true", help="print a cProfile of one analysis and exit")
+    ap.add_argument("--whole", type=int, default=5, help="rounds of the three whole processes (default 5)")
     args = ap.parse_args()
     trace = args.trace.resolve()
     if not trace.is_file():
@@ -187,8 +218,11 @@ def main() -> None:
     print(f"ratio analyze / floor: {ratio:.2f}x  target <= {ANALYZE_TARGET}x: {met(ratio <= ANALYZE_TARGET)}; "
           f"goal < {ANALYZE_GOAL}x: {met(ratio < ANALYZE_GOAL)}", flush=True)
 
-    # 2. peak RSS of whole processes
-    print(f"\n2. peak RSS of a whole process, median of {args.rss_runs} runs each")
+    # 2. whole processes: the command against the parse-floor process (issue 38, part 7)
+    whole_processes(trace, args.whole)
+
+    # 3. peak RSS of whole processes
+    print(f"\n3. peak RSS of a whole process, median of {args.rss_runs} runs each")
     with tempfile.TemporaryDirectory(prefix="bench-analyze-") as tmp:
         tmp = Path(tmp)
         base, _ = rss_runs("imports only", lambda i: [sys.executable, "-c", IMPORTS_ONLY], args.rss_runs,
