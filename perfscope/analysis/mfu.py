@@ -172,6 +172,7 @@ def cpu_peak(cpu, math_mode: str) -> tuple[float, list[str]] | None:
 # --- the math a step ran in --------------------------------------------------------------------------
 
 _DTYPES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float64": "fp64"}
+_MATH_KERNEL = re.compile(r"gemm|conv|cutlass|xmma|wgrad|dgrad|fprop", re.I)
 _KERNEL_MATH = (("bf16", re.compile(r"bf16", re.I)), ("fp16", re.compile(r"f16|fp16|h884|h1688|h16816|hgemm", re.I)),
                 ("tf32", re.compile(r"tf32|s1688|s16816|xmma_gemm_f32f32", re.I)))
 
@@ -179,13 +180,14 @@ _KERNEL_MATH = (("bf16", re.compile(r"bf16", re.I)), ("fp16", re.compile(r"f16|f
 def math_of_kernels(names, durations) -> str | None:
     """The math most kernel time ran in, from the names of GEMM and convolution kernels (bf16,
     fp16, tf32), else fp32; None without such kernels."""
+    per_name: Counter = Counter()
+    for name, dur in zip(names, durations):  # each distinct name's regexes once, not each kernel's
+        per_name[str(name)] += float(dur)
     time: Counter = Counter()
-    for name, dur in zip(names, durations):
-        n = str(name)
-        if not re.search(r"gemm|conv|cutlass|xmma|wgrad|dgrad|fprop", n, re.I):
+    for n, dur in per_name.items():
+        if not _MATH_KERNEL.search(n):
             continue
-        mode = next((m for m, pattern in _KERNEL_MATH if pattern.search(n)), "fp32")
-        time[mode] += float(dur)
+        time[next((m for m, pattern in _KERNEL_MATH if pattern.search(n)), "fp32")] += dur
     return time.most_common(1)[0][0] if time else None
 
 
