@@ -201,6 +201,64 @@ def _counted_math(by_dtype: dict[str, float]) -> str | None:
 # --- the view --------------------------------------------------------------------------------------
 
 
+def _flops_of_traces(rank_traces) -> dict:
+    """Per trace, the FLOPs a step (counted, else from shapes) and what the figure rests on."""
+    found = {"per_rank": [], "by_op": Counter(), "source": None, "step": None, "cpu": None, "math": Counter(),
+             "devices": Counter()}
+    for rt in rank_traces:
+        counted = rt.table.flops
+        if counted is not None and counted.flops:
+            found["per_rank"].append(counted.flops)
+            found["by_op"].update({k.replace("aten.", "aten::"): v for k, v in counted.by_operator.items()})
+            found.update(source="counted", step=counted.step, cpu=counted.cpu or found["cpu"])
+            found["math"][_counted_math(counted.by_dtype) or "fp32"] += counted.flops
+            if counted.device:
+                found["devices"][counted.device] += 1
+            continue
+        shapes = flops_from_shapes(rt.operators)
+        if shapes is not None:
+            found["per_rank"].append(shapes[0])
+            found["by_op"].update(shapes[1])
+            found["source"] = found["source"] or "shapes"
+        names = [d.get("name") for d in rt.table.device_properties if isinstance(d, dict) and d.get("name")]
+        found["devices"].update(names[:1])
+    return found
+
+
+def _math_and_notes(found: dict, kernel_math: str | None, mode: str) -> tuple[str, list[str]]:
+    """The math the step ran in, and the assumptions behind the FLOPs and the math."""
+    math_mode = (found["math"].most_common(1)[0][0] if found["math"] else None) or kernel_math or "fp32"
+    if math_mode == "fp32" and kernel_math == "tf32" and mode == "gpu":
+        math_mode = "tf32"  # fp32 tensors multiplied on Tensor Cores (TF32 allowed)
+    if found["source"] == "counted":
+        notes = [f"FLOPs of step {found['step']} as torch.utils.flop_counter counts them (matrix products, "
+                 "convolutions, attention; elementwise work not counted), the same in every step"]
+    else:
+        notes = ["FLOPs from the operators' input shapes: matrix products (aten::mm, addmm, bmm, baddbmm) and "
+                 "convolutions through their backward (forward + both gradients); other operators not counted"]
+    if found["math"]:
+        notes.append(f"math: {math_mode}, the dtype of most counted FLOPs"
+                     + (" on Tensor Cores (TF32 kernels in the trace)" if math_mode == "tf32" else ""))
+    else:
+        notes.append(f"math: {math_mode}, from the GEMM and convolution kernels' names" if kernel_math else
+                     "math: fp32 (the trace does not say; no GEMM kernel names to tell)")
+    return math_mode, notes
+
+
+def _peak(mode: str, device: str | None, math_mode: str, cpu) -> tuple[float | None, str | None, list[str], str | None]:
+    """(TFLOPS, its math, assumptions, why there is none) of the GPU or the CPU."""
+    if mode == "gpu":
+        found = gpu_peak(device, math_mode)
+        if found is None:
+            return None, None, [], f"no peak known for {device or 'an unnamed device'} (docs/metrics.md lists the devices)"
+        peak, peak_math = found
+        return peak, peak_math, [f"peak: {peak:g} TFLOPS dense {peak_math} of {device} (vendor data sheet, boost clock)"], None
+    found = cpu_peak(cpu, math_mode)
+    if found is None:
+        return None, None, [], "no CPU peak: the trace does not say which CPU ran it (perfscope profile records it)"
+    return found[0], math_mode, found[1], None
+
+
 def mfu_view(rank_traces, ranks: list[int], step_time_us: float | None, mode: str, kernel_math: str | None) -> dict | None:
     """``details.mfu``: FLOPs per step, achieved rate, peak and utilisation, with assumptions.
 
@@ -219,73 +277,26 @@ def mfu_view(rank_traces, ranks: list[int], step_time_us: float | None, mode: st
         ``peak_tflops``, ``peak_math``, ``mfu`` (achieved over peak; None with ``why`` when the
         peak or the step time is unknown) and ``assumptions``.
     """
-    per_rank, by_op, source, step, math_modes, devices, cpu = [], Counter(), None, None, Counter(), Counter(), None
-    for rt in rank_traces:
-        counted = rt.table.flops
-        if counted is not None and counted.flops:
-            per_rank.append(counted.flops)
-            by_op.update({k.replace("aten.", "aten::"): v for k, v in counted.by_operator.items()})
-            source, step, cpu = "counted", counted.step, counted.cpu or cpu
-            math_modes[_counted_math(counted.by_dtype) or "fp32"] += counted.flops
-            if counted.device:
-                devices[counted.device] += 1
-            continue
-        found = flops_from_shapes(rt.operators)
-        if found is not None:
-            per_rank.append(found[0])
-            by_op.update(found[1])
-            source = source or "shapes"
-        names = [d.get("name") for d in rt.table.device_properties if isinstance(d, dict) and d.get("name")]
-        devices.update(names[:1])
+    found = _flops_of_traces(rank_traces)
+    per_rank, by_op = found["per_rank"], found["by_op"]
     if not per_rank:
         return None
     flops = float(np.mean(per_rank))
     total = sum(by_op.values()) or 1.0
-    top = [{"name": k, "flops": float(v) / max(len(per_rank), 1), "share": float(v) / total} for k, v in by_op.most_common(8)]
-    math_mode = (math_modes.most_common(1)[0][0] if math_modes else None) or kernel_math or "fp32"
-    if math_mode == "fp32" and kernel_math == "tf32" and mode == "gpu":
-        math_mode = "tf32"  # fp32 tensors multiplied on Tensor Cores (TF32 allowed)
-    device = devices.most_common(1)[0][0] if devices else None
-    assumptions = []
-    if source == "counted":
-        assumptions.append(f"FLOPs of step {step} as torch.utils.flop_counter counts them (matrix products, "
-                           "convolutions, attention; elementwise work not counted), the same in every step")
-    else:
-        assumptions.append("FLOPs from the operators' input shapes: matrix products (aten::mm, addmm, bmm, baddbmm) "
-                           "and convolutions through their backward (forward + both gradients); other operators "
-                           "not counted")
-    if math_modes:
-        assumptions.append(f"math: {math_mode}, the dtype of most counted FLOPs" +
-                           (" on Tensor Cores (TF32 kernels in the trace)" if math_mode == "tf32" else ""))
-    else:
-        assumptions.append(f"math: {math_mode}, from the GEMM and convolution kernels' names" if kernel_math else
-                           "math: fp32 (the trace does not say; no GEMM kernel names to tell)")
-    peak, peak_math, why = None, None, None
-    if mode == "gpu":
-        found_peak = gpu_peak(device, math_mode)
-        if found_peak is not None:
-            peak, peak_math = found_peak
-            assumptions.append(f"peak: {peak:g} TFLOPS dense {peak_math} of {device} (vendor data sheet, boost clock)")
-        else:
-            why = f"no peak known for {device or 'an unnamed device'} (docs/metrics.md lists the devices)"
-    else:
-        found_cpu = cpu_peak(cpu, math_mode)
-        if found_cpu is not None:
-            peak, notes = found_cpu
-            peak_math = math_mode
-            assumptions += notes
-        else:
-            why = "no CPU peak: the trace does not say which CPU ran it (perfscope profile records it)"
+    top = [{"name": k, "flops": float(v) / len(per_rank), "share": float(v) / total} for k, v in by_op.most_common(8)]
+    math_mode, assumptions = _math_and_notes(found, kernel_math, mode)
+    device = found["devices"].most_common(1)[0][0] if found["devices"] else None
+    peak, peak_math, notes, why = _peak(mode, device, math_mode, found["cpu"])
     seconds = step_time_us / 1e6 if step_time_us else None
     achieved = flops / seconds / 1e12 if seconds else None
     if seconds is None:
         why = why or "no step time: no counted step"
     return {
-        "flops_per_step": flops, "source": source, "counted_step": step, "ranks": len(per_rank),
+        "flops_per_step": flops, "source": found["source"], "counted_step": found["step"], "ranks": len(per_rank),
         "top_operators": top, "math": math_mode, "device": device, "step_time_s": seconds,
         "achieved_tflops": achieved, "peak_tflops": peak, "peak_math": peak_math,
         "mfu": achieved / peak if achieved is not None and peak else None, "why": None if peak and achieved else why,
-        "assumptions": assumptions,
+        "assumptions": assumptions + notes,
     }
 
 

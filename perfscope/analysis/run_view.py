@@ -101,6 +101,25 @@ def slow_steps(steps: Sequence[RunStep]) -> tuple[list[dict], float]:
     return out, threshold
 
 
+def _best_progression(extra: dict[int, float]) -> list[int]:
+    """The slow steps (step -> extra seconds) in one arithmetic progression that pass the rules of
+    :func:`periodic` and hold the most extra time; [] when none does."""
+    numbers = sorted(extra)
+    total = sum(extra.values())
+    longest = sorted(sorted(extra, key=extra.get, reverse=True)[:PERIODIC_CANDIDATES])
+    gaps = {b - a for i, a in enumerate(longest) for b in longest[i + 1:]}
+    best: list[int] = []
+    best_time = 0.0
+    for every in sorted(g for g in gaps if g >= 2):
+        for residue in {n % every for n in longest}:
+            members = [n for n in numbers if n % every == residue]
+            held = sum(extra[n] for n in members)
+            fills = len(members) >= max(PERIODIC_MIN, PERIODIC_SHARE * ((members[-1] - members[0]) // every + 1))
+            if fills and held >= 0.5 * total and held > best_time:
+                best, best_time = members, held
+    return best
+
+
 def periodic(slow: list[dict]) -> dict | None:
     """``{"every": steps, "steps": [...], "phase": ...}`` when the slow steps' time comes mostly at
     one interval, else None.
@@ -114,22 +133,9 @@ def periodic(slow: list[dict]) -> dict | None:
     """
     if len(slow) < PERIODIC_MIN:
         return None
-    extra = {}
-    for r in slow[:1000]:
-        extra[int(r["step"])] = max(float(r.get("extra_s") or 0.0), 0.0) or float(r.get("seconds") or 0.0)
-    numbers = sorted(extra)
-    total = sum(extra.values())
-    longest = sorted(sorted(extra, key=extra.get, reverse=True)[:PERIODIC_CANDIDATES])
-    gaps = {b - a for i, a in enumerate(longest) for b in longest[i + 1:]}
-    best: list[int] = []
-    best_time = 0.0
-    for every in sorted(g for g in gaps if g >= 2):
-        for residue in {n % every for n in longest}:
-            members = [n for n in numbers if n % every == residue]
-            slots = (members[-1] - members[0]) // every + 1
-            held = sum(extra[n] for n in members)
-            if len(members) >= max(PERIODIC_MIN, PERIODIC_SHARE * slots) and held >= 0.5 * total and held > best_time:
-                best, best_time = members, held
+    extra = {int(r["step"]): max(float(r.get("extra_s") or 0.0), 0.0) or float(r.get("seconds") or 0.0)
+             for r in slow[:1000]}
+    best = _best_progression(extra)
     if not best:
         return None
     every = min(b - a for a, b in zip(best, best[1:]))

@@ -140,19 +140,8 @@ def compare(baseline, run, *, max_regression: float = DEFAULT_MAX_REGRESSION, al
     whole = [whole_run_sample(s) for s in baselines + runs] if all_steps else []
     missing = sum(1 for w in whole if w is None or len(w) < MIN_STEPS)
     _check_inputs(baselines, runs, max_regression, alpha, whole=all_steps and not missing)
-    vb, vr = run_step_times(baselines), run_step_times(runs)
     notes = [ONE_RUN_NOTE] if len(baselines) == 1 and len(runs) == 1 else []
-    samples = None
-    if all_steps:
-        if missing:
-            notes.append(f"--all-steps: {missing} run(s) have no whole-run record of {MIN_STEPS} steps or more (only "
-                         "`perfscope profile` times every step): the windows' counted steps are compared")
-        else:
-            means = [statistics.fmean(w) for w in whole]
-            vb, vr = means[: len(baselines)], means[len(baselines):]
-            if len(baselines) == 1 and len(runs) == 1:
-                samples = (whole[0], whole[1])
-                notes.append(_power_note(samples, step_sample(baselines[0]), step_sample(runs[0]), alpha))
+    vb, vr, samples = _step_times(baselines, runs, whole if all_steps else None, missing, alpha, notes)
     sa, sb = sum(vb) / len(vb), sum(vr) / len(vr)
     if not sa > 0:
         raise CheckInputError("the baseline's step time is 0: there is nothing to compare a slowdown with")
@@ -160,16 +149,7 @@ def compare(baseline, run, *, max_regression: float = DEFAULT_MAX_REGRESSION, al
     p, test = slowdown_p(vb, vr, baselines, runs, samples)
     threshold = max_regression / 2
     verdict_b, verdict_r = _verdict(baselines), _verdict(runs)
-    if verdict_b is None or verdict_r is None:
-        which = " and ".join(n for n, v in (("the baseline", verdict_b), ("the run", verdict_r)) if v is None)
-        notes.append(f"verdict not compared: {which} has no verdict (its evidence is incomplete)")
-    # provisional where the verdict rests on no counted step (a flag beside counted steps is a hand edit)
-    provisional = [name for name, side in (("the baseline", baselines), ("the run", runs))
-                   if any((s.get("overall") or {}).get("provisional") is True and not steptime.counted_rows(s.get("steps") or []) for s in side)]
-    if provisional:
-        notes.append(f"{' and '.join(provisional)} had no clean step (busy host): {'their' if len(provisional) > 1 else 'its'} "
-                     "verdict is provisional and step times are compared without the waits for a core "
-                     "(docs/metrics.md, \"Provisional verdict\"); a changed verdict is not failed on")
+    provisional = _verdict_notes(baselines, runs, verdict_b, verdict_r, notes)
     worse = (not provisional and verdict_b == "compute-bound" and verdict_r is not None
              and verdict_r != "compute-bound")
     spread, detectable = detectable_slowdown(vb, len(vr), alpha) or (None, None)
@@ -182,6 +162,41 @@ def compare(baseline, run, *, max_regression: float = DEFAULT_MAX_REGRESSION, al
                        step_regression=bool(p < alpha and slowdown >= threshold), verdicts=(verdict_b, verdict_r),
                        verdict_regression=worse, changes=what_grew(baselines, runs), notes=notes, spread=spread,
                        detectable=detectable)
+
+
+def _step_times(baselines: list[dict], runs: list[dict], whole: list | None, missing: int, alpha: float,
+                notes: list[str]) -> tuple[list[float], list[float], tuple | None]:
+    """Each side's run step times (µs), and the two whole runs' steps to test one run each with
+    (``--all-steps``; None otherwise). ``whole``: every run's whole-run sample, or None when not
+    asked for; ``missing``: how many runs lack one (the windows are compared then, said in ``notes``)."""
+    vb, vr = run_step_times(baselines), run_step_times(runs)
+    if whole is None:
+        return vb, vr, None
+    if missing:
+        notes.append(f"--all-steps: {missing} run(s) have no whole-run record of {MIN_STEPS} steps or more (only "
+                     "`perfscope profile` times every step): the windows' counted steps are compared")
+        return vb, vr, None
+    means = [statistics.fmean(w) for w in whole]
+    vb, vr = means[: len(baselines)], means[len(baselines):]
+    if len(baselines) == 1 and len(runs) == 1:
+        notes.append(_power_note((whole[0], whole[1]), step_sample(baselines[0]), step_sample(runs[0]), alpha))
+        return vb, vr, (whole[0], whole[1])
+    return vb, vr, None
+
+
+def _verdict_notes(baselines: list[dict], runs: list[dict], verdict_b, verdict_r, notes: list[str]) -> list[str]:
+    """Notes on verdicts that cannot be compared; the sides whose verdict is provisional (a verdict
+    resting on no counted step: a flag beside counted steps is a hand edit)."""
+    if verdict_b is None or verdict_r is None:
+        which = " and ".join(n for n, v in (("the baseline", verdict_b), ("the run", verdict_r)) if v is None)
+        notes.append(f"verdict not compared: {which} has no verdict (its evidence is incomplete)")
+    provisional = [name for name, side in (("the baseline", baselines), ("the run", runs))
+                   if any((s.get("overall") or {}).get("provisional") is True and not steptime.counted_rows(s.get("steps") or []) for s in side)]
+    if provisional:
+        notes.append(f"{' and '.join(provisional)} had no clean step (busy host): {'their' if len(provisional) > 1 else 'its'} "
+                     "verdict is provisional and step times are compared without the waits for a core "
+                     "(docs/metrics.md, \"Provisional verdict\"); a changed verdict is not failed on")
+    return provisional
 
 
 def _power_note(samples: tuple[list[float], list[float]], window_b: list[float], window_r: list[float],

@@ -30,6 +30,42 @@ def target_step(skip_first: int) -> int | None:
     return 1 if skip_first == 1 else None
 
 
+def _cpuinfo_blocks(text: str) -> list[dict[str, str]]:
+    """``/proc/cpuinfo`` as one ``field -> value`` dict per logical CPU."""
+    out = []
+    for block in text.split("\n\n"):
+        fields = {}
+        for line in block.splitlines():
+            key, _, value = line.partition(":")
+            fields[key.strip()] = value.strip()
+        out.append(fields)
+    return out
+
+
+def _cpu_number(block: dict[str, str]) -> int:
+    try:
+        return int(block["processor"])
+    except ValueError:
+        return -1
+
+
+def _clock(sys_cpu: str, mhz: list[str]) -> tuple[float | None, str | None]:
+    """(GHz, where it was read): ``cpuinfo_max_freq`` where the kernel gives it, else the
+    highest ``cpu MHz``; (None, None) without either."""
+    try:
+        with open(f"{sys_cpu}/cpu0/cpufreq/cpuinfo_max_freq", encoding="ascii") as f:
+            return int(f.read()) / 1e6, "cpuinfo_max_freq"
+    except (OSError, ValueError):
+        pass
+    values = []
+    for v in mhz:
+        try:
+            values.append(float(v))
+        except ValueError:
+            continue
+    return (max(values) / 1e3, "cpu MHz") if values else (None, None)
+
+
 def cpu_facts(cpuinfo: str = "/proc/cpuinfo", sys_cpu: str = "/sys/devices/system/cpu") -> CpuFacts:
     """The CPU's model, vendor, physical cores this process may use, clock and vector flags."""
     try:
@@ -38,33 +74,11 @@ def cpu_facts(cpuinfo: str = "/proc/cpuinfo", sys_cpu: str = "/sys/devices/syste
     except OSError:
         return CpuFacts()
     allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-    cores, mhz, first = set(), [], {}
-    for block in text.split("\n\n"):
-        fields = {}
-        for line in block.splitlines():
-            key, _, value = line.partition(":")
-            fields[key.strip()] = value.strip()
-        if "processor" not in fields:
-            continue
-        first = first or fields
-        try:
-            cpu = int(fields["processor"])
-        except ValueError:
-            continue
-        if allowed is not None and cpu not in allowed:
-            continue
-        cores.add((fields.get("physical id", "0"), fields.get("core id", str(cpu))))
-        try:
-            mhz.append(float(fields.get("cpu MHz", "")))
-        except ValueError:
-            pass
-    ghz, source = None, None
-    try:
-        with open(f"{sys_cpu}/cpu0/cpufreq/cpuinfo_max_freq", encoding="ascii") as f:
-            ghz, source = int(f.read()) / 1e6, "cpuinfo_max_freq"
-    except (OSError, ValueError):
-        if mhz:
-            ghz, source = max(mhz) / 1e3, "cpu MHz"
+    blocks = [b for b in _cpuinfo_blocks(text) if "processor" in b]
+    first = blocks[0] if blocks else {}
+    mine = [b for b in blocks if allowed is None or _cpu_number(b) in allowed]
+    cores = {(b.get("physical id", "0"), b.get("core id", b["processor"])) for b in mine}
+    ghz, source = _clock(sys_cpu, [b.get("cpu MHz", "") for b in mine])
     flags = set((first.get("flags") or first.get("Features") or "").split())
     return CpuFacts(model=first.get("model name") or None, vendor=first.get("vendor_id") or None,
                     cores=len(cores) or None, ghz=ghz if ghz and 0 < ghz <= 20 else None, ghz_source=source,

@@ -119,6 +119,15 @@ def read_header(raw: RawTrace) -> Header:
         h.warnings.append(f"{name}: the file name says rank {int(m.group(1))}, distributedInfo says rank {h.rank}; "
                           "used distributedInfo")
     h.device_properties = _devices(data, name, h.warnings)
+    _perfscope_records(h, data, name)
+    host = (h.node or {}).get("host") or data.get("host_name")
+    h.host = host[:200] if isinstance(host, str) and host else None
+    return h
+
+
+def _perfscope_records(h: Header, data: dict, name: str) -> None:
+    """The records ``perfscope profile`` keeps in the header (host steps, telemetry, job, FLOPs),
+    each validated by its format's module; what is refused becomes a warning."""
     h.host_steps = _host_steps(data.get(HOST_STEPS_KEY), name, h.warnings)
     h.memory_capacity = host_steps.parse_capacity(data.get(HOST_STEPS_KEY))
     if data.get(TELEMETRY_KEY) is not None:
@@ -130,9 +139,6 @@ def read_header(raw: RawTrace) -> Header:
     if data.get(FLOPS_KEY) is not None:
         h.flops, problems = step_flops.parse(data.get(FLOPS_KEY))
         h.warnings += [f"{name}: {FLOPS_KEY}: {p}; ignored" for p in problems]
-    host = (h.node or {}).get("host") or data.get("host_name")
-    h.host = host[:200] if isinstance(host, str) and host else None
-    return h
 
 
 def _devices(data: dict, name: str, warnings: list[str]) -> list[dict]:

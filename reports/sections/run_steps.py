@@ -18,17 +18,30 @@ def _ms(seconds) -> str:
     return "-" if v is None else f"{v * 1e3:,.1f}"
 
 
+def _parts(curve: list[list]) -> list[tuple[str, list[float], str]]:
+    """The phases of each drawn step in ms, ``other`` being the rest of its time."""
+    stacked = [[num(v) or 0.0 for v in p[2:6]] for p in curve]
+    parts = [(name, [s[i] * 1e3 for s in stacked], _COLOURS[name]) for i, name in enumerate(PHASES[:4])]
+    rest = [max((num(p[1]) or 0.0) - sum(s), 0.0) * 1e3 for p, s in zip(curve, stacked)]
+    return [*parts, ("other", rest, _COLOURS["other"])]
+
+
+def _marks(view: dict) -> list[tuple[float, float, str]]:
+    """The slow steps as (step, ms, tooltip)."""
+    out = []
+    for s in view.get("slow_steps") or []:
+        if isinstance(s, dict) and num(s.get("step")) is not None:
+            out.append((num(s.get("step")), (num(s.get("seconds")) or 0.0) * 1e3,
+                        f"step {s.get('step')}: {_ms(s.get('seconds'))} ms, {s.get('phase')} +{_ms(s.get('extra_s'))} ms"))
+    return out
+
+
 def _chart(view: dict, key: str, who: str) -> str:
     curve = [p for p in view.get("curve") or [] if isinstance(p, list) and len(p) == 8 and num(p[0]) is not None]
     xs = [num(p[0]) for p in curve]
-    stacked = [[num(v) or 0.0 for v in p[2:6]] for p in curve]
-    parts = [(name, [s[i] * 1e3 for s in stacked], _COLOURS[name]) for i, name in enumerate(PHASES[:4])]
-    parts.append(("other", [max((num(p[1]) or 0.0) - sum(s), 0.0) * 1e3 for p, s in zip(curve, stacked)], _COLOURS["other"]))
+    parts, marks = _parts(curve), _marks(view)
     w = view.get("window") or {}
     window = (num(w.get("first")), num(w.get("last"))) if w.get("first") is not None else None
-    marks = [(num(s.get("step")), (num(s.get("seconds")) or 0.0) * 1e3,
-              f"step {s.get('step')}: {_ms(s.get('seconds'))} ms, {s.get('phase')} +{_ms(s.get('extra_s'))} ms")
-             for s in view.get("slow_steps") or [] if isinstance(s, dict) and num(s.get("step")) is not None]
     return figure(run_chart(key, xs, parts, window, marks, f"{who}: step time in phases over the whole run"),
                   f"{who}: every step's time in phases (the slowest of each run of consecutive steps where there are "
                   "more than 480); the grey band is the profiled window, triangles mark slow steps. Phases are the "
