@@ -56,6 +56,8 @@ class Schedule(_Record):
         'the most steps a longer window on a busy machine may record'))] = None
     extend_s: Annotated[NonNeg | None, Meta(description=(
         'the most seconds the window may be lengthened (0: never)'))] = None
+    modules: Annotated[bool | None, Meta(description=(
+        '*v2*: a range was recorded around every nn.Module call of the traced steps (`--modules`)'))] = None
 
 
 class WindowExtension(_Record):
