@@ -100,15 +100,22 @@ def encode_run_step(step: RunStep) -> bytes:
     return _ENCODER.encode(step) + b"\n"
 
 
-def decode_run_steps(data: bytes) -> list[RunStep]:
-    """The valid lines of ``data`` in order (torn or malformed ones dropped)."""
+def decode_lines(data: bytes, decoder: msgspec.json.Decoder) -> list:
+    """The lines of ``data`` that ``decoder`` reads, in order; a torn or malformed line (a run that
+    died mid-write, a hand edit) is dropped, not fatal. Shared by the JSON-lines records of the
+    whole run (here) and of a trial (:mod:`perfscope.measure.protocol`)."""
     out = []
     for raw in data.splitlines():
         try:
-            out.append(_DECODER.decode(raw))
+            out.append(decoder.decode(raw))
         except msgspec.DecodeError:  # ValidationError is a DecodeError
             continue
     return out
+
+
+def decode_run_steps(data: bytes) -> list[RunStep]:
+    """The valid lines of ``data`` in order (torn or malformed ones dropped)."""
+    return decode_lines(data, _DECODER)
 
 
 def read_run_steps(trace: Path) -> list[RunStep] | None:

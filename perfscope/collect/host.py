@@ -31,6 +31,11 @@ _RECORDING = frozenset({"RECORD", "RECORD_AND_SAVE"})
 _TRACED = _RECORDING | {"WARMUP"}  # steps the profiler traces (the warm-up's are thrown away)
 
 
+def tracing(profiler) -> bool:
+    """The torch profiler traces its current step (warm-up or recording)."""
+    return getattr(getattr(profiler, "current_action", None), "name", None) in _TRACED
+
+
 def _run_queue_ns() -> int | None:
     try:
         with open(_SCHEDSTAT, "rb") as f:
@@ -196,7 +201,7 @@ class HostStepRecorder:
         if self._flops is not None:
             self._flops.boundary(self._inner.step_num)  # the step now starting
         if self._modules is not None:
-            self._modules.switch(getattr(getattr(self._inner, "current_action", None), "name", None) in _TRACED)
+            self._modules.switch(tracing(self._inner))
         self._memory.begin()
         self._start = snapshot()  # after the profiler's own work at the boundary
 

@@ -84,7 +84,7 @@ def profile_in_process(
     trace_path = trace_dir / traces.trace_file_name(rank)
     exporter = traces.TraceExporter(trace_path)
 
-    from perfscope.collect.host import HostStepRecorder
+    from perfscope.collect.host import HostStepRecorder, tracing
 
     from perfscope.collect.children import counting
     from perfscope.collect.guardian import guarded
@@ -115,7 +115,7 @@ def profile_in_process(
     prof = HostStepRecorder(ours, job.header, telemetry=telemetry, flops=flops,
                             modules=ModuleRanges() if schedule.modules else None, oom=oom)
     # the profiler's and the FLOP counter's steps are slowed by them: not the run's pace
-    timer = _run_timer(trace_path, lambda: flops.active or (not tracker.window_done and _tracing(ours)))
+    timer = _run_timer(trace_path, lambda: flops.active or (not tracker.window_done and tracing(ours)))
     tracker = StepTracker(prof, schedule, window, timer)
 
     started_at = utc_now_iso()
@@ -168,11 +168,6 @@ def profile_in_process(
         run_info=run_info,
         processes_started=started.count,
     )
-
-
-def _tracing(profiler) -> bool:
-    """The torch profiler traces the current step (warm-up or recording)."""
-    return getattr(getattr(profiler, "current_action", None), "name", None) in ("WARMUP", "RECORD", "RECORD_AND_SAVE")
 
 
 def _run_timer(trace_path: pathlib.Path, traced):

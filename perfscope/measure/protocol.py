@@ -20,6 +20,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from perfscope.atomic import write_text_atomic
+from perfscope.run_steps import decode_lines
 
 
 class RankResult(msgspec.Struct, kw_only=True):
@@ -95,13 +96,7 @@ def encode_step_line(line: StepLine) -> bytes:
 
 def decode_step_lines(data: bytes) -> list[StepLine]:
     """The valid step lines of ``data`` (complete lines only; torn or malformed ones dropped)."""
-    out = []
-    for raw in data.splitlines():
-        try:
-            out.append(_STEP_DECODER.decode(raw))
-        except msgspec.DecodeError:  # ValidationError is a DecodeError
-            continue
-    return out
+    return decode_lines(data, _STEP_DECODER)
 
 
 def read_step_lines(path: Path) -> list[StepLine]:
