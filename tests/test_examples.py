@@ -140,3 +140,21 @@ def test_swin_example_advises_the_fused_operator_and_runs_it_under_config(tmp_pa
     assert fused["details"]["facts"]["window_attention"] is None  # one operator now, not the pattern
     ops = {o["name"] for o in fused["details"]["top_operators"]}
     assert "fused_ops::window_attention_fwd" in ops
+
+
+@pytest.mark.slow
+def test_many_tensors_example_advises_the_fused_optimizer_step_and_runs_it_under_config(tmp_path):
+    # One run each, whatever the load: the advice lines are built for every class, so they do
+    # not wait on the verdict; the step's share is the trace's, not a speed-up.
+    plain = profile(tmp_path / "plain", "examples/many_tensors.py", "--", "--steps", "12")
+    found = plain["details"]["facts"]["optimizer_step"]
+    assert found["classes"] == ["AdamW"] and found["implementation"] == "for-loop"
+    assert found["operators_per_step"] > 386  # several operators for each of its 386 parameter tensors
+    assert "optimizer_impl: fused" in plain["details"]["advice"]["launch"]
+    config = tmp_path / "fused.yaml"
+    config.write_text("optimizer_impl: fused\n")
+    fused = profile(tmp_path / "fused", "--config", str(config), "examples/many_tensors.py", "--", "--steps", "12")
+    applied = fused["run"]["config_applied"]["applied"]["optimizer_impl"]
+    assert applied == "AdamW: fused step in place of for-loop (386 parameter tensors)"
+    assert fused["details"]["facts"]["optimizer_step"]["implementation"] == "fused"
+    assert "optimizer_impl" not in fused["details"]["advice"]["launch"]

@@ -20,6 +20,7 @@ from perfscope.analysis.gpu_efficiency import no_tensor_cores
 from perfscope.analysis.host_cpu import cpu_sources
 from perfscope.analysis.memory import memory_warnings
 from perfscope.analysis.notes import provisional_note, sparse_steps_note, status_notes, verdict_of_none
+from perfscope.analysis.optimizer_step import optimizer_step_cost
 from perfscope.analysis.patterns import window_attention_cost
 from perfscope.analysis.provisional import provisional_verdict
 from perfscope.analysis.rank import RankTrace
@@ -190,6 +191,7 @@ def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, commo
     if not counted.any() and "core_wait_us" in frame.columns:
         basis = (frame["status"].eq(ev.HOST_CONTENDED) & frame["core_wait_us"].notna()).to_numpy()
     facts["window_attention"] = window_attention_cost(rank_traces, ranks, frame.loc[basis]) if basis.any() else None
+    facts["optimizer_step"] = optimizer_step_cost(rank_traces, ranks, frame.loc[basis]) if basis.any() else None
     rv = _run_verdict(frame, costs, counted, basis, mode, facts, rank_traces, notes)
     # Without a step the verdict rests on, the tables are kept over the steps it left out, marked so.
     scope = "counted" if counted.any() else ("provisional" if basis.any() else "withheld")

@@ -75,7 +75,9 @@ def advice_for(cls: str, mode: str, facts: dict | None = None) -> str:
         facts: What the analysis found; ``cuda_graphs`` (the run replays CUDA graphs) drops the
             advice to start using them; ``window_attention`` (a fusable pattern,
             :func:`perfscope.analysis.patterns.window_attention_cost`) puts the fused operator,
-            with its what-if, first in the launch and compute advice; ``no_tensor_cores`` (the
+            with its what-if, first in the launch and compute advice, and so does
+            ``optimizer_step`` (:func:`perfscope.analysis.optimizer_step.optimizer_step_cost`:
+            a for-loop optimizer step taking a large share); ``no_tensor_cores`` (the
             compute capability of a GPU that ran no Tensor Core kernel) leads the GPU compute
             advice with that finding; ``p2p_comm_share`` (of communication time in send/recv and
             all-to-all, at least :data:`P2P_SHARE`) makes the comm advice about those, and
@@ -88,13 +90,17 @@ def advice_for(cls: str, mode: str, facts: dict | None = None) -> str:
     if cls == "compute" and mode == "gpu" and cap:
         text = (f"No kernel ran on Tensor Cores, though this GPU has them (compute capability {cap:.1f}): its matmuls "
                 f"and convolutions ran on the slower fp32 units. {text}")
-    if cls in ("launch", "compute"):
-        from perfscope.analysis.patterns import advice_line
+    first = _what_ifs(facts or {}) if cls in ("launch", "compute") else []
+    return f"{' '.join(first)} Then: {text[0].lower()}{text[1:]}" if first else text
 
-        fused = advice_line((facts or {}).get("window_attention"))
-        if fused:
-            return f"{fused} Then: {text[0].lower()}{text[1:]}"
-    return text
+
+def _what_ifs(facts: dict) -> list[str]:
+    """The advice sentences of the knobs whose what-if the profile measured (the fused window
+    attention, the fused optimizer step), in that order; those that do not apply are left out."""
+    from perfscope.analysis import optimizer_step, patterns
+
+    lines = (patterns.advice_line(facts.get("window_attention")), optimizer_step.advice_line(facts.get("optimizer_step")))
+    return [line for line in lines if line]
 
 
 def cost_fractions(metrics: pd.DataFrame, mode: str) -> pd.DataFrame:

@@ -127,6 +127,7 @@ def run_facts(torch, recorder) -> dict:
         "dataloader": recorder.loader,
         "accelerate": dict(recorder.accelerate),
         "model": recorder.model,
+        "optimizer": recorder.optimizer,
         "tf32": bool(flags.get("tf32", False)),
         "cudnn_benchmark": bool(flags.get("cudnn_benchmark", False)),
         "threads": host_threads(flags, recorder.loader, _cpu_count()),

@@ -33,6 +33,7 @@ from perfscope.measure.protocol import StepLine, encode_step_line
 from perfscope.measure.warmup import DrainWarmup
 from perfscope.measure.window import SteadyWindow
 from perfscope.runtime.model_scan import first_model
+from perfscope.runtime.optimizer_impl import before_first_step
 
 _is_compiling: Callable[[], bool] = torch.compiler.is_compiling
 _RUNTIME_PACKAGE = "perfscope.runtime"
@@ -147,6 +148,7 @@ class Recorder:
         self.first_step: dict | None = None
         self.accelerate = {"called": False, "optimizer": False, "loader": False}
         self.model: dict | None = None
+        self.optimizer: dict | None = None
         self._loader_settings: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
     # ------------------------------------------------------------------ boundaries
@@ -267,6 +269,14 @@ class Recorder:
         """The first module called that holds parameters (:mod:`perfscope.runtime.model_scan`)."""
         self.model = _safely(model_facts, model)
 
+    def note_optimizer(self, optimizer: Any) -> None:
+        """An optimizer is about to take its first step (the first one is recorded): its class and
+        implementation (:func:`perfscope.runtime.optimizer_impl.facts`)."""
+        if self.optimizer is None:
+            from perfscope.runtime.optimizer_impl import facts
+
+            self.optimizer = _safely(facts, optimizer)
+
     def note_iterator(self, iterator: Any, args: tuple, kwargs: dict) -> None:
         """A DataLoader iterator was built: keep its loader's settings for its first fetch."""
         if self.loader is None:
@@ -307,6 +317,7 @@ class Recorder:
             replace(stack, dataloader._BaseDataLoaderIter, "__init__", functools.partial(_wrap_init, self.note_iterator))
             replace(stack, DistributedDataParallel, "__init__", functools.partial(_wrap_init, self.note_ddp))
             stack.enter_context(first_model(self.note_model))
+            stack.enter_context(before_first_step(self.note_optimizer))
             yield self
 
     @contextlib.contextmanager

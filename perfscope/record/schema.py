@@ -742,11 +742,29 @@ class Nodes(_Record):
     problems: Annotated[list[str] | None, Meta(description='what could not be told apart')] = None
 
 
+class OptimizerStep(_Record):
+    """`details.facts.optimizer_step`: the optimizer's `Optimizer.step#` ranges over the verdict's
+    steps (`perfscope.analysis.optimizer_step`)."""
+
+    classes: Annotated[list[str] | None, Meta(description='optimizer classes of the outermost ranges')] = None
+    implementation: Annotated[str | None, Meta(description=(
+        '`fused`, `foreach`, `for-loop` (from the operators inside the ranges), or `mixed`'))] = None
+    operators_per_step: Annotated[NonNeg | None, Meta(description='operators inside the ranges a step (median)')] = None
+    optimizer_us_per_step: Annotated[NonNeg | None, Meta(description='µs of the ranges a step (median)')] = None
+    share: Annotated[Share | None, Meta(description="the ranges' time over the steps' time")] = None
+    step_time_us: Annotated[NonNeg | None, Meta(description="the run's step time now")] = None
+    step_time_without_us: Annotated[NonNeg | None, Meta(description=(
+        "the run's step time without the ranges: the bound of a faster optimizer step"))] = None
+    speedup: Annotated[Number | None, Meta(description='step time now over without')] = None
+
+
 class Facts(_Record):
     """`details.facts`: run facts the verdicts and the tools read, each null when not recorded."""
 
     cuda_graphs: Annotated[bool | None, Meta(description='kernels replayed from CUDA graphs')] = None
     window_attention: Annotated[Any, Meta(description='a window-attention model (Swin) was seen')] = None
+    optimizer_step: Annotated[OptimizerStep | None, Meta(description=(
+        "*v2*: the optimizer's step, where the trace marks it"))] = None
     ddp: Annotated[dict[str, Any] | None, Meta(description=(
         "*v2*: the first rank's DDP record: `bucket_bytes`, `gradient_bytes`, `bucket_cap_bytes`, "
         "`comm_hook`, `world_size`, DDP's own `backward_compute_us`, `backward_comm_us`, "
@@ -962,7 +980,8 @@ SECTIONS = (
     ("details.telemetry", Telemetry),
     ("details.nodes", Nodes), ("details.nodes.nodes[]", NodeRow), ("details.nodes.straggler_node", StragglerNode),
     ("details.nodes.process_groups", ProcessGroups), ("details.nodes.process_groups.groups[]", ProcessGroup),
-    ("details.nodes.link", Link), ("details.facts", Facts), ("details.host_cpu", HostCpu),
+    ("details.nodes.link", Link), ("details.facts", Facts), ("details.facts.optimizer_step", OptimizerStep),
+    ("details.host_cpu", HostCpu),
     ("data_quality[]", QualityEntry), ("traces[]", TraceEntry), ("traces[].distributed_info", DistributedInfo),
     ("traces[].memory_capacity", MemoryCapacity),
     ("skipped[]", Skipped), ("steps[]", Step),

@@ -143,7 +143,7 @@ def accelerate(model: nn.Module, optimizer: torch.optim.Optimizer | None = None,
     param = next(model.parameters(), None)
     acc = Accelerator(cfg, param.device if param is not None else torch.device("cpu"))
     acc.model, acc.optimizer, acc.loader = model, optimizer, loader
-    for group in GROUPS:  # in their order: fused, precision, communication, accumulation, input
+    for group in GROUPS:  # in their order (perfscope.runtime.groups)
         group.apply(acc)
     model, loader = acc.model, acc.loader
     if acc.optimizer is not None:  # the script's, or the one a group put in its place

@@ -27,6 +27,8 @@ AMP_LEVELS = ("O0", "O1", "O2")
 AMP_DTYPES = ("bf16", "fp16")
 GRAD_COMPRESSIONS = ("none", "fp16", "bf16")
 OPTIMIZERS = ("lamb", "lars")
+# torch.optim's three implementations of one update (perfscope.runtime.optimizer_impl)
+OPTIMIZER_IMPLS = ("for-loop", "foreach", "fused")
 # Sane ranges of the numeric knobs (docs/runtime.md): far above any real setting, low enough that
 # a typo (10**12 workers) is an error here, not a fork bomb or an allocation failure later.
 MAX_WORKERS = 1024
@@ -71,6 +73,9 @@ class AccelConfig:
         optimizer: ``lamb`` or ``lars``: a large-batch optimizer in place of the script's Adam /
             AdamW or SGD, its learning rate scaled with ``grad_accum_steps``
             (:mod:`perfscope.runtime.groups.fused`); None keeps the script's.
+        optimizer_impl: ``for-loop``, ``foreach`` or ``fused``: the kernels the script's own
+            ``torch.optim`` optimizer steps with (:mod:`perfscope.runtime.optimizer_impl`);
+            None keeps the script's.
     """
 
     num_workers: int | None = None
@@ -90,6 +95,7 @@ class AccelConfig:
     static_graph: bool = False
     fused_ops: bool = False
     optimizer: str | None = None
+    optimizer_impl: str | None = None
 
     def __post_init__(self) -> None:
         def check(ok: bool, key: str, allowed: str) -> None:
@@ -117,6 +123,8 @@ class AccelConfig:
               and not isinstance(self.bucket_cap_mb, bool) and 0 < self.bucket_cap_mb <= MAX_BUCKET_CAP_MB),
               "bucket_cap_mb", f"a number > 0 and <= {MAX_BUCKET_CAP_MB:g} (MiB)")
         check(self.optimizer is None or self.optimizer in OPTIMIZERS, "optimizer", ", ".join(OPTIMIZERS) + " or null")
+        check(self.optimizer_impl is None or self.optimizer_impl in OPTIMIZER_IMPLS, "optimizer_impl",
+              ", ".join(OPTIMIZER_IMPLS) + " or null")
         check(self.grad_compression in GRAD_COMPRESSIONS, "grad_compression", ", ".join(GRAD_COMPRESSIONS))
         check(is_int(self.grad_accum_steps) and 1 <= self.grad_accum_steps <= MAX_GRAD_ACCUM_STEPS,
               "grad_accum_steps", f"an integer >= 1 and <= {MAX_GRAD_ACCUM_STEPS}")

@@ -22,13 +22,16 @@ from perfscope.runtime.groups.base import KnobGroup, SearchPart
 from perfscope.runtime.patching import plan
 from perfscope.testing import expect
 
+_ALL_IMPLS = ["for-loop", "foreach", "fused"]
 _LOADER = {"num_workers": 0, "pin_memory": False, "prefetch_factor": None, "iterable": False}
 # Facts of a run as the tuner sees them (perfscope.measure.facts), one per kind of run.
 SAMPLE_RUNS = {
     "cpu-no-loader": {"cuda": False, "cpu_count": 2, "world_size": 1, "dataloader": None,
                       "accelerate": {"called": False}, "ddp": None, "threads": {"intra_op_threads": 2}},
     "cpu-loader": {"cuda": False, "cpu_count": 4, "world_size": 1, "dataloader": _LOADER,
-                   "accelerate": {"called": False}, "ddp": None, "threads": {"intra_op_threads": 4}},
+                   "accelerate": {"called": False}, "ddp": None, "threads": {"intra_op_threads": 4},
+                   "optimizer": {"class": "SGD", "impl": "for-loop", "impls": _ALL_IMPLS, "tensors": 4,
+                                 "parameters": 321}},
     "cpu-iterable-accelerate": {"cuda": False, "cpu_count": 1, "world_size": 1,
                                 "dataloader": dict(_LOADER, iterable=True),
                                 "accelerate": {"called": True, "optimizer": True, "loader": True}, "ddp": None,
@@ -39,17 +42,23 @@ SAMPLE_RUNS = {
                                   "accelerate": {"called": True, "optimizer": True, "loader": True,
                                                  "optimizer_class": "SGD"},
                                   "ddp": {"bucket_cap_mb": 40.0, "static_graph": True},
-                                  "threads": {"intra_op_threads": 8}},
+                                  "threads": {"intra_op_threads": 8},
+                                  "optimizer": {"class": "SGD", "impl": "foreach", "impls": ["foreach", "for-loop",
+                                                "fused"], "tensors": 161, "parameters": 25_557_032}},
     "v100-one-node": {"cuda": True, "cuda_capability": [7, 0], "bf16_supported": False, "cpu_count": 8,
                       "world_size": 2, "local_world_size": 2, "tf32": False, "cudnn_benchmark": True,
                       "dataloader": _LOADER, "accelerate": {"called": False},
-                      "ddp": {"bucket_cap_mb": None, "static_graph": False}, "threads": {}},
+                      "ddp": {"bucket_cap_mb": None, "static_graph": False}, "threads": {},
+                      "optimizer": {"class": "Shampoo", "impl": "for-loop", "impls": ["for-loop"], "tensors": 12,
+                                    "parameters": 4096}},
     "cpu-swin-adamw-accelerate": {"cuda": False, "cpu_count": 2, "world_size": 1, "dataloader": _LOADER,
                                   "accelerate": {"called": True, "optimizer": True, "loader": True,
                                                  "optimizer_class": "AdamW"},
                                   "model": {"class": "Swin", "fusable": ["blocks.0.attn", "blocks.1.attn"],
                                             "not_fusable": {}},
-                                  "ddp": None, "threads": {"intra_op_threads": 2}},
+                                  "ddp": None, "threads": {"intra_op_threads": 2},
+                                  "optimizer": {"class": "AdamW", "impl": "for-loop", "impls": ["for-loop", "fused"],
+                                                "tensors": 58, "parameters": 130_000}},
 }
 
 
