@@ -134,7 +134,8 @@ def test_swin_example_advises_the_fused_operator_and_runs_it_under_config(tmp_pa
     assert "fused_ops: true" in summary["overall"]["advice"]
     config = tmp_path / "fused.yaml"
     config.write_text("fused_ops: true\n")
-    fused = profile_counted(tmp_path / "fused", "--config", str(config), "examples/swin.py", "--", "--steps", "12")
+    # what the config did and which operators ran: no verdict needed, so one run whatever the load
+    fused = profile(tmp_path / "fused", "--config", str(config), "examples/swin.py", "--", "--steps", "12")
     applied = fused["run"]["config_applied"]["applied"]["fused_ops"]
     assert "4 module(s)" in applied
     assert fused["details"]["facts"]["window_attention"] is None  # one operator now, not the pattern

@@ -86,13 +86,16 @@ MAX_MODULE_NAMES = 64  # a Swin-B has 24 window attentions; a fact, not a dump o
 
 
 def model_facts(model: Any) -> dict:
-    """What the tuner needs of the script's model: its class and the window-attention modules
+    """What the tuner needs of the script's model: its class, its 2-D ``convolutions`` (a count)
+    and whether they are ``channels_last`` already, and the window-attention modules
     ``fused_ops.swap`` would replace (``fusable``, qualified names) or leaves alone with why
     (``not_fusable``: name -> reason)."""
     from perfscope.fused_ops.swap import find
+    from perfscope.runtime.memory_format import convolutions, is_channels_last
 
     found = find(model)
-    return {"class": type(model).__name__,
+    return {"class": type(model).__name__, "convolutions": len(convolutions(model)),
+            "channels_last": is_channels_last(model),
             "fusable": [c.name for c in found if c.reason is None][:MAX_MODULE_NAMES],
             "not_fusable": dict([(c.name, c.reason) for c in found if c.reason is not None][:MAX_MODULE_NAMES])}
 

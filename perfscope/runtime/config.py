@@ -76,6 +76,8 @@ class AccelConfig:
         optimizer_impl: ``for-loop``, ``foreach`` or ``fused``: the kernels the script's own
             ``torch.optim`` optimizer steps with (:mod:`perfscope.runtime.optimizer_impl`);
             None keeps the script's.
+        channels_last: Convert the model's weights and its 4-D inputs to the channels-last
+            memory format (:mod:`perfscope.runtime.memory_format`; convolutional models).
     """
 
     num_workers: int | None = None
@@ -96,6 +98,7 @@ class AccelConfig:
     fused_ops: bool = False
     optimizer: str | None = None
     optimizer_impl: str | None = None
+    channels_last: bool = False
 
     def __post_init__(self) -> None:
         def check(ok: bool, key: str, allowed: str) -> None:
@@ -107,7 +110,7 @@ class AccelConfig:
 
         for key in ("pin_memory", "persistent_workers", "tf32", "cudnn_benchmark"):
             check(getattr(self, key) is None or isinstance(getattr(self, key), bool), key, "true, false or null")
-        for key in ("device_prefetch", "hierarchical_allreduce", "static_graph", "fused_ops"):
+        for key in ("device_prefetch", "hierarchical_allreduce", "static_graph", "fused_ops", "channels_last"):
             check(isinstance(getattr(self, key), bool), key, "true or false")
         check(self.num_workers is None or (is_int(self.num_workers) and 0 <= self.num_workers <= MAX_WORKERS),
               "num_workers", f"an integer >= 0 and <= {MAX_WORKERS}")

@@ -2,8 +2,8 @@
 
 :data:`GROUPS` holds the built-in groups in the order ``perfscope.accelerate`` applies them:
 the fused operators first (the swapped modules and the replaced optimizer are what the others
-see), the optimizer's step (of the optimizer the script keeps), precision (O2 converts the model
-before DistributedDataParallel wraps it), then communication (the DDP wrapper), accumulation (the
+see), the optimizer's step (of the optimizer the script keeps), the layout and precision (they
+convert the model before DistributedDataParallel wraps it), then communication (the DDP wrapper), accumulation (the
 optimizer's window), and input (the loader).
 """
 
@@ -14,11 +14,12 @@ from perfscope.runtime.groups.base import Knob, KnobGroup, SearchPart
 from perfscope.runtime.groups.communication import CommunicationGroup
 from perfscope.runtime.groups.fused import FusedOpsGroup
 from perfscope.runtime.groups.input import InputGroup
+from perfscope.runtime.groups.layout import LayoutGroup
 from perfscope.runtime.groups.optimizer_step import OptimizerStepGroup
 from perfscope.runtime.groups.precision import PrecisionGroup
 
-GROUPS: tuple[KnobGroup, ...] = (FusedOpsGroup(), OptimizerStepGroup(), PrecisionGroup(), CommunicationGroup(),
-                                 AccumulationGroup(), InputGroup())
+GROUPS: tuple[KnobGroup, ...] = (FusedOpsGroup(), OptimizerStepGroup(), LayoutGroup(), PrecisionGroup(),
+                                 CommunicationGroup(), AccumulationGroup(), InputGroup())
 
 
 def owner(key: str, groups: tuple[KnobGroup, ...] = GROUPS) -> KnobGroup:
@@ -33,5 +34,5 @@ def owner(key: str, groups: tuple[KnobGroup, ...] = GROUPS) -> KnobGroup:
     raise KeyError(key)
 
 
-__all__ = ["GROUPS", "AccumulationGroup", "CommunicationGroup", "FusedOpsGroup", "InputGroup", "Knob", "KnobGroup",
+__all__ = ["GROUPS", "AccumulationGroup", "CommunicationGroup", "FusedOpsGroup", "InputGroup", "Knob", "KnobGroup", "LayoutGroup",
            "OptimizerStepGroup", "PrecisionGroup", "SearchPart", "owner"]

@@ -1,0 +1,87 @@
+"""The layout group: ``channels_last``, the memory format of a convolutional model.
+
+It serves the ``compute`` share: the convolutions take their NHWC fast paths (cuDNN's Tensor Core
+kernels, oneDNN's CPU kernels) without transposes around them
+(:mod:`perfscope.runtime.memory_format`). It runs before the communication group, so that
+``perfscope.accelerate`` converts the model before DistributedDataParallel wraps it.
+"""
+
+from __future__ import annotations
+
+from perfscope.runtime.groups.base import KnobGroup, Knob, SearchPart, categorical
+
+SERVES = ("compute",)
+NO_MODEL = "the run showed no model (no nn.Module with parameters was called)"
+
+
+class LayoutGroup(KnobGroup):
+    """``channels_last``."""
+
+    name = "layout"
+    keys = ("channels_last",)
+    title = "memory format (channels-last convolutions)"
+
+    # --- perfscope.accelerate -----------------------------------------------------------------
+
+    def apply(self, acc) -> None:
+        if not acc.config.channels_last:
+            return
+        from perfscope.runtime.memory_format import convert
+
+        done, why = convert(acc.model)
+        if done:
+            acc.applied["channels_last"] = done
+        else:
+            acc.skipped["channels_last"] = why
+
+    # --- launch-time patching -----------------------------------------------------------------
+
+    def launch_plan(self, config, report) -> None:
+        if config.channels_last:
+            report.applied["channels_last"] = "channels-last weights and inputs for the first model the script calls"
+
+    def launch_patches(self, config, report) -> list:
+        if not config.channels_last:
+            return []
+        from perfscope.runtime.memory_format import convert
+        from perfscope.runtime.model_scan import first_model
+
+        def apply(model) -> None:
+            done, why = convert(model)
+            if done:
+                report.applied["channels_last"] = done
+            else:
+                report.applied.pop("channels_last", None)
+                report.not_applied["channels_last"] = why
+
+        return [first_model(apply)]
+
+    # --- the tuner ----------------------------------------------------------------------------
+
+    def observed(self, facts: dict) -> dict:
+        model = facts.get("model") or {}
+        return {"channels_last": bool(model.get("channels_last"))}
+
+    def search(self, facts: dict, cpu: int) -> SearchPart:
+        part = SearchPart()
+        model = facts.get("model")
+        if model is None:
+            part.exclude("channels_last", NO_MODEL)
+        elif not model.get("convolutions"):
+            part.exclude("channels_last", f"no 2-D convolution in the model ({model.get('class')})")
+        elif model.get("channels_last"):
+            part.exclude("channels_last", "the script runs its convolutions in channels-last already")
+        elif (facts.get("ddp") is not None) and not (facts.get("accelerate") or {}).get("called"):
+            part.exclude("channels_last", "the script wraps its model in DistributedDataParallel itself, before "
+                                          "the first forward where the conversion happens at launch: "
+                                          "perfscope.accelerate converts it before wrapping")
+        else:
+            part.knobs.append(Knob("channels_last", SERVES, categorical([False, True]), False))
+        return part
+
+    def guess(self, verdict, bottlenecks, facts, fractions, cpu, params, put) -> None:
+        """compute and a model with convolutions not yet channels-last: convert it (PyTorch's
+        performance tuning guide recommends it for convolutional networks on GPUs and CPUs)."""
+        model = facts.get("model") or {}
+        if "compute" in bottlenecks and model.get("convolutions") and not model.get("channels_last"):
+            put("channels_last", True)
