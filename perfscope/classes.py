@@ -91,10 +91,10 @@ TABLE = (
         removal={"gpu": "Removing the launch and kernel waits (the GPU idle while the host launches)",
                  "cpu": "Removing the framework overhead between operators"},
         advice={"gpu": "Launch less often: a larger batch per step or gradient accumulation, "
-                "CUDA graphs (torch.compile mode='reduce-overhead'), fused/foreach optimizers and fused "
-                "operators to cut the number of small kernels.",
+                "CUDA graphs (torch.compile mode='reduce-overhead'; compile: reduce-overhead in a --config file), "
+                "fused/foreach optimizers (optimizer_impl) and fused operators to cut the number of small kernels.",
                 "cpu": "Cut per-operator dispatch overhead: a larger batch per step, "
-                "torch.compile, and fused operators instead of many tiny ones."},
+                "torch.compile (compile: default in a --config file), and fused operators instead of many tiny ones."},
     ),
     BottleneckClass(
         name="compute", threshold=None, colour="green", chart_order=0, title="Speed up the math itself",
@@ -102,9 +102,9 @@ TABLE = (
         means={"gpu": "kernels keep the GPU busy: the math itself sets the pace",
                "cpu": "operators keep the cores busy: the math itself sets the pace"},
         advice={"gpu": "Make the math cheaper: AMP (bf16/fp16) to use Tensor Cores, TF32 for "
-                "fp32 matmuls, cudnn.benchmark, channels_last for convolutions.",
+                "fp32 matmuls, cudnn.benchmark, channels_last for convolutions (channels_last: true).",
                 "cpu": "Make the math cheaper: bf16 autocast on CPU, intra-op threads "
-                "(torch.set_num_threads) matched to the cores, torch.compile."},
+                "(torch.set_num_threads) matched to the cores, channels_last for convolutions, torch.compile."},
     ),
 )
 # GPU idle with work queued for longer than a launch takes: a part of the step, no verdict.

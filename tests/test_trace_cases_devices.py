@@ -94,7 +94,7 @@ def test_a_run_without_graphs_is_told_about_them(tmp_path):
     events = [step(1, 0, 600), cpu_op("aten::add", 0, 598), *launch("k", 1, 10, 10, correlation=1)]
     a = analyze(tmp_path, events)
     assert a.verdict.verdict == "launch-bound"
-    assert "CUDA graphs (torch.compile mode='reduce-overhead')" in a.verdict.advice
+    assert "CUDA graphs (torch.compile mode='reduce-overhead'; compile: reduce-overhead in a --config file)" in a.verdict.advice
 
 
 def test_one_launch_cut_off_at_the_end_of_the_capture_does_not_cost_the_window_its_verdict(tmp_path):

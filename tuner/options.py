@@ -39,11 +39,12 @@ LIMITS: dict[str, tuple[str, float, float]] = {
     "trial_timeout_s": ("--trial-timeout", 1.0, 7 * 86_400.0),
     "target_rse": ("--target-rse", 0.0, 1.0),  # 0 on the command line: a fixed window of K steps (None here)
     "measure_cap_s": ("--measure-cap", 1.0, 86_400.0),
+    "run_steps": ("--run-steps", 1, 10**12),  # the training run's length: weighs compile time against the gain
 }
 _WHOLE = {"trials", "measure_steps", "warmup_steps", "profile_steps", "nproc_per_node", "seed", "confirm_top",
-          "confirm_rounds", "confirm_min_rounds"}
+          "confirm_rounds", "confirm_min_rounds", "run_steps"}
 _OPTIONAL = {"time_budget_s", "nproc_per_node", "confirm_budget_s", "trial_timeout_s", "target_rse",
-             "confirm_min_rounds"}
+             "confirm_min_rounds", "run_steps"}
 _OPEN_LOW = {"target_rse"}  # the lowest value itself is not allowed (0 means "no target": None)
 _OPEN_HIGH = {"min_gain"}  # nor the highest (a gain of 10x or more cannot be asked)
 
@@ -78,6 +79,9 @@ class TuneOptions:
             after which no new round starts; None: no limit), min_gain, confidence: The
             confirmation step (:func:`perfscope.tuner.confirm.confirm_candidates`).
         trial_timeout_s: Limit of one trial (None: from the baseline's duration).
+        run_steps: The length of the user's training run in steps (None: not stated): a winner
+            with a start-up cost (compile time) must be faster over that many steps
+            (:mod:`perfscope.tuner.startup`).
         progress: Show the progress bar.
         nodes: This node's part of a job over several nodes (:mod:`perfscope.tuner.nodes`; needs
             ``nproc_per_node``), or None.
@@ -110,6 +114,7 @@ class TuneOptions:
     min_gain: float = 0.02
     confidence: float = 0.95
     trial_timeout_s: float | None = None  # the baseline gets BASELINE_TIMEOUT_S
+    run_steps: int | None = None
     progress: bool = True
     nodes: NodeLaunch | None = None
 

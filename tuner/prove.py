@@ -5,12 +5,14 @@ recommended value is the largest one searched. See ``docs/tune.md``, step 6."""
 from __future__ import annotations
 
 import os
+import statistics
 import time
 
 from perfscope.errors import PerfscopeError
 from perfscope.runtime.config import AccelConfig, config_from_dict
 from perfscope.tuner.confirm import confirm_candidates, interval_text
 from perfscope.tuner.progress import still_running
+from perfscope.tuner.startup import StartUp, extra_seconds, weigh
 from perfscope.tuner.trial import run_trial
 
 
@@ -63,6 +65,8 @@ def prove(session, options, notes: list[str]) -> tuple[dict | None, dict]:
           f"in interleaved rounds until each is decided ({options.confirm_min_rounds} to {options.confirm_rounds} "
           "rounds)...", flush=True)
 
+    runs: dict[str, list] = {}  # name -> (compile seconds, median step seconds) of each run
+
     def measure(config: AccelConfig | None, name: str):
         def run() -> float | None:
             outcome = run_trial(spec, config, work / name, profile_steps=0,
@@ -70,6 +74,8 @@ def prove(session, options, notes: list[str]) -> tuple[dict | None, dict]:
             if not outcome.ok or outcome.value is None:
                 notes.append(f"confirmation run of {name} failed ({outcome.status}): {outcome.reason}")
                 return None
+            compiled = ((outcome.facts or {}).get("compiler") or {}).get("compile_s")
+            runs.setdefault(name, []).append((compiled, statistics.median(outcome.step_seconds or [0.0])))
             return outcome.value
         return run
 
@@ -98,18 +104,27 @@ def prove(session, options, notes: list[str]) -> tuple[dict | None, dict]:
     confirmation = {"rounds": used, "max_rounds": options.confirm_rounds, "min_rounds": options.confirm_min_rounds,
                     "budget_s": options.confirm_budget_s, "confidence": options.confidence,
                     "min_gain": options.min_gain, "candidates": []}
-    best = None
+    best, outweighed = None, []
     for t in candidates:
         c = results.get(t.number)
         entry = {"trial": t.number, "config": t.user_attrs["config"], "baseline": None, "candidate": None,
                  "speedup": None, "ci_low": None, "ci_high": None, "faster": False, "rounds": 0, "level": None,
-                 "decided_by": "failed"}
+                 "decided_by": "failed", "startup": None}
         if c is not None:
             entry.update(c.to_dict())
+            startup = _startup(runs, f"trial-{t.number}", c.speedup, options.run_steps)
+            entry["startup"] = startup.to_dict() if startup is not None else None
+            if c.faster and startup is not None and startup.net_speedup is not None \
+                    and startup.net_speedup < 1 + options.min_gain:
+                outweighed.append(f"trial {t.number}: {c.speedup:.2f}x a step, but {startup.text()}")
             # The largest *proven* gain: the interval's low end, not the noisier point estimate.
-            if c.faster and (best is None or c.ci_low > best[1].ci_low):
-                best = (t, c)
+            elif c.faster and (best is None or c.ci_low > best[1].ci_low):
+                best = (t, c, startup)
         confirmation["candidates"].append(entry)
+    if best is None and outweighed:
+        keep["line"] = (f"keep your current settings: the start-up cost outweighs the gain over {options.run_steps:,} "
+                        f"steps ({'; '.join(outweighed)})")
+        return confirmation, keep
     if best is None:
         lines = [f"trial {e['trial']}: {interval_text(e['speedup'], e['ci_low'], e['ci_high'], e['baseline'], e['candidate'])}"
                  for e in confirmation["candidates"] if e["speedup"] is not None]
@@ -121,11 +136,26 @@ def prove(session, options, notes: list[str]) -> tuple[dict | None, dict]:
             keep["line"] = ("keep your current settings: no candidate could be confirmed, its confirmation runs "
                             "failed" + (f" ({failed[-1]})" if failed else ""))
         return confirmation, keep
-    t, c = best
+    t, c, startup = best
+    line = c.describe()
+    if startup is not None:
+        line += f"; {startup.text()}" + ("" if options.run_steps else " (--run-steps N weighs it against your run)")
     recommendation = {"status": "faster", "trial": t.number, "config": t.user_attrs["config"], "speedup": c.speedup,
-                      "ci_low": c.ci_low, "ci_high": c.ci_high, "rounds": c.rounds, "line": c.describe(),
-                      "hint": range_hint(session.space, t.user_attrs["config"])}
+                      "ci_low": c.ci_low, "ci_high": c.ci_high, "rounds": c.rounds, "line": line,
+                      "hint": range_hint(session.space, t.user_attrs["config"]),
+                      "startup": startup.to_dict() if startup is not None else None}
     return confirmation, recommendation
+
+
+def _startup(runs: dict[str, list], name: str, speedup: float | None, run_steps: int | None) -> StartUp | None:
+    """The candidate's compile time against its speed-up (:mod:`perfscope.tuner.startup`), from the
+    confirmation runs; None when neither it nor the baseline compiled anything."""
+    mine, base = runs.get(name) or [], runs.get("baseline") or []
+    extra = extra_seconds([r[0] for r in mine], [r[0] for r in base])
+    step_s = statistics.median([r[1] for r in base]) if base else 0.0
+    if extra is None or not speedup or speedup <= 0 or step_s <= 0:
+        return None
+    return weigh(extra, step_s, speedup, run_steps)
 
 
 def range_hint(space, config: dict) -> str | None:

@@ -95,6 +95,10 @@ def add_tune_parser(sub) -> None:
                    help=f"gain the speed-up's interval must clear (default {d['min_gain']:g} = {100 * d['min_gain']:g}%%)")
     t.add_argument("--trial-timeout", type=_number("--trial-timeout", "a number of seconds"), default=None, metavar="S",
                    help="limit of one trial (default: from the baseline's duration)")
+    t.add_argument("--run-steps", type=_whole("--run-steps"), default=None, metavar="N",
+                   help="steps of the training run you will launch: a winner that takes time to start "
+                        "(torch.compile) must be faster over N steps, its compile time included (default: "
+                        "not weighed; the break-even run length is printed)")
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--open", action="store_true", help="open report.html in the web browser when done")
 
@@ -158,7 +162,7 @@ def cmd_tune(args, script_args: list[str], open_in_browser) -> int:
         nproc_per_node=args.nproc_per_node, storage=args.storage, seed=args.seed, confirm_top=args.confirm_top,
         confirm_rounds=args.confirm_rounds, confirm_min_rounds=args.confirm_min_rounds,
         confirm_budget_s=args.confirm_budget, min_gain=args.min_gain, trial_timeout_s=args.trial_timeout,
-        progress=not args.no_progress, nodes=nodes,
+        run_steps=args.run_steps, progress=not args.no_progress, nodes=nodes,
     )
     ensure_writable_dir(out_dir)  # after the options are known good: a refused command leaves nothing
     started = time.time()

@@ -86,22 +86,27 @@ MAX_MODULE_NAMES = 64  # a Swin-B has 24 window attentions; a fact, not a dump o
 
 
 def model_facts(model: Any) -> dict:
-    """What the tuner needs of the script's model: its class, its 2-D ``convolutions`` (a count)
+    """What the tuner needs of the script's model: its class, whether it is ``compiled`` (the
+    script's own ``torch.compile``), its 2-D ``convolutions`` (a count)
     and whether they are ``channels_last`` already, and the window-attention modules
     ``fused_ops.swap`` would replace (``fusable``, qualified names) or leaves alone with why
     (``not_fusable``: name -> reason)."""
     from perfscope.fused_ops.swap import find
+    from perfscope.runtime.compiling import is_compiled
     from perfscope.runtime.memory_format import convolutions, is_channels_last
 
     found = find(model)
-    return {"class": type(model).__name__, "convolutions": len(convolutions(model)),
+    return {"class": type(model).__name__, "compiled": is_compiled(model), "convolutions": len(convolutions(model)),
             "channels_last": is_channels_last(model),
             "fusable": [c.name for c in found if c.reason is None][:MAX_MODULE_NAMES],
             "not_fusable": dict([(c.name, c.reason) for c in found if c.reason is not None][:MAX_MODULE_NAMES])}
 
 
 def run_facts(torch, recorder) -> dict:
-    """What the tuner shapes its search space from (see ``measure.measure_in_process``)."""
+    """What the tuner shapes its search space from (see ``measure.measure_in_process``); taken at
+    the run's end, so ``compiler.compile_s`` holds every compile of the run (seconds)."""
+    from perfscope.runtime.compiling import compile_seconds, unavailable
+
     cuda = bool(torch.cuda.is_available())
     gpu_name = capability = None
     bf16 = False
@@ -134,6 +139,7 @@ def run_facts(torch, recorder) -> dict:
         "tf32": bool(flags.get("tf32", False)),
         "cudnn_benchmark": bool(flags.get("cudnn_benchmark", False)),
         "threads": host_threads(flags, recorder.loader, _cpu_count()),
+        "compiler": {"unavailable": unavailable(cuda), "compile_s": compile_seconds()},
     }
 
 

@@ -29,6 +29,8 @@ GRAD_COMPRESSIONS = ("none", "fp16", "bf16")
 OPTIMIZERS = ("lamb", "lars")
 # torch.optim's three implementations of one update (perfscope.runtime.optimizer_impl)
 OPTIMIZER_IMPLS = ("for-loop", "foreach", "fused")
+# torch.compile's modes (perfscope.runtime.compile); "off" runs the model eagerly
+COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
 # Sane ranges of the numeric knobs (docs/runtime.md): far above any real setting, low enough that
 # a typo (10**12 workers) is an error here, not a fork bomb or an allocation failure later.
 MAX_WORKERS = 1024
@@ -78,6 +80,9 @@ class AccelConfig:
             None keeps the script's.
         channels_last: Convert the model's weights and its 4-D inputs to the channels-last
             memory format (:mod:`perfscope.runtime.memory_format`; convolutional models).
+        compile: ``off``, or the ``torch.compile`` mode the model's forward is compiled with
+            (``default``, ``reduce-overhead``: CUDA graphs, ``max-autotune-no-cudagraphs``;
+            :mod:`perfscope.runtime.compile`).
     """
 
     num_workers: int | None = None
@@ -99,6 +104,7 @@ class AccelConfig:
     optimizer: str | None = None
     optimizer_impl: str | None = None
     channels_last: bool = False
+    compile: str = "off"
 
     def __post_init__(self) -> None:
         def check(ok: bool, key: str, allowed: str) -> None:
@@ -128,6 +134,7 @@ class AccelConfig:
         check(self.optimizer is None or self.optimizer in OPTIMIZERS, "optimizer", ", ".join(OPTIMIZERS) + " or null")
         check(self.optimizer_impl is None or self.optimizer_impl in OPTIMIZER_IMPLS, "optimizer_impl",
               ", ".join(OPTIMIZER_IMPLS) + " or null")
+        check(self.compile in COMPILE_MODES, "compile", ", ".join(COMPILE_MODES))
         check(self.grad_compression in GRAD_COMPRESSIONS, "grad_compression", ", ".join(GRAD_COMPRESSIONS))
         check(is_int(self.grad_accum_steps) and 1 <= self.grad_accum_steps <= MAX_GRAD_ACCUM_STEPS,
               "grad_accum_steps", f"an integer >= 1 and <= {MAX_GRAD_ACCUM_STEPS}")

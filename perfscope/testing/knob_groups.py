@@ -27,6 +27,8 @@ _LOADER = {"num_workers": 0, "pin_memory": False, "prefetch_factor": None, "iter
 # Facts of a run as the tuner sees them (perfscope.measure.facts), one per kind of run.
 SAMPLE_RUNS = {
     "cpu-no-loader": {"cuda": False, "cpu_count": 2, "world_size": 1, "dataloader": None,
+                      "model": {"class": "MLP", "compiled": False, "convolutions": 0, "fusable": [], "not_fusable": {}},
+                      "compiler": {"unavailable": "torch.compile needs a C++ compiler for CPU code", "compile_s": None},
                       "accelerate": {"called": False}, "ddp": None, "threads": {"intra_op_threads": 2}},
     "cpu-loader": {"cuda": False, "cpu_count": 4, "world_size": 1, "dataloader": _LOADER,
                    "accelerate": {"called": False}, "ddp": None, "threads": {"intra_op_threads": 4},
@@ -48,6 +50,8 @@ SAMPLE_RUNS = {
                                   "optimizer": {"class": "SGD", "impl": "foreach", "impls": ["foreach", "for-loop",
                                                 "fused"], "tensors": 161, "parameters": 25_557_032}},
     "v100-one-node": {"cuda": True, "cuda_capability": [7, 0], "bf16_supported": False, "cpu_count": 8,
+                      "model": {"class": "OptimizedModule", "compiled": True, "convolutions": 0, "fusable": [],
+                                "not_fusable": {}},
                       "world_size": 2, "local_world_size": 2, "tf32": False, "cudnn_benchmark": True,
                       "dataloader": _LOADER, "accelerate": {"called": False},
                       "ddp": {"bucket_cap_mb": None, "static_graph": False}, "threads": {},

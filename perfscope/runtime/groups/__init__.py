@@ -3,8 +3,9 @@
 :data:`GROUPS` holds the built-in groups in the order ``perfscope.accelerate`` applies them:
 the fused operators first (the swapped modules and the replaced optimizer are what the others
 see), the optimizer's step (of the optimizer the script keeps), the layout and precision (they
-convert the model before DistributedDataParallel wraps it), then communication (the DDP wrapper), accumulation (the
-optimizer's window), and input (the loader).
+convert the model before DistributedDataParallel wraps it), then communication (the DDP wrapper),
+accumulation (the optimizer's window), compile (the model as the script calls it) and input (the
+loader).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 from perfscope.runtime.groups.accumulation import AccumulationGroup
 from perfscope.runtime.groups.base import Knob, KnobGroup, SearchPart
 from perfscope.runtime.groups.communication import CommunicationGroup
+from perfscope.runtime.groups.compile import CompileGroup
 from perfscope.runtime.groups.fused import FusedOpsGroup
 from perfscope.runtime.groups.input import InputGroup
 from perfscope.runtime.groups.layout import LayoutGroup
@@ -19,7 +21,7 @@ from perfscope.runtime.groups.optimizer_step import OptimizerStepGroup
 from perfscope.runtime.groups.precision import PrecisionGroup
 
 GROUPS: tuple[KnobGroup, ...] = (FusedOpsGroup(), OptimizerStepGroup(), LayoutGroup(), PrecisionGroup(),
-                                 CommunicationGroup(), AccumulationGroup(), InputGroup())
+                                 CommunicationGroup(), AccumulationGroup(), CompileGroup(), InputGroup())
 
 
 def owner(key: str, groups: tuple[KnobGroup, ...] = GROUPS) -> KnobGroup:
@@ -34,5 +36,5 @@ def owner(key: str, groups: tuple[KnobGroup, ...] = GROUPS) -> KnobGroup:
     raise KeyError(key)
 
 
-__all__ = ["GROUPS", "AccumulationGroup", "CommunicationGroup", "FusedOpsGroup", "InputGroup", "Knob", "KnobGroup", "LayoutGroup",
-           "OptimizerStepGroup", "PrecisionGroup", "SearchPart", "owner"]
+__all__ = ["GROUPS", "AccumulationGroup", "CommunicationGroup", "CompileGroup", "FusedOpsGroup", "InputGroup", "Knob",
+           "KnobGroup", "LayoutGroup", "OptimizerStepGroup", "PrecisionGroup", "SearchPart", "owner"]

@@ -1,0 +1,96 @@
+"""The compile group: ``compile``, the ``torch.compile`` mode of the script's model.
+
+Compiling fuses the model's operators into fewer, larger kernels (``launch`` and ``compute``
+shares) and, with ``reduce-overhead``, replays the step's launches as CUDA graphs (``launch``).
+It runs after the communication and accumulation groups, so that ``perfscope.accelerate``
+compiles the model as the script will call it (the DistributedDataParallel wrapper, where there
+is one: PyTorch's DDP optimizer then splits the graph at the buckets). The compile time is paid
+in the first steps; the tuner counts it against the gain (:mod:`perfscope.tuner.startup`).
+"""
+
+from __future__ import annotations
+
+from perfscope.runtime.groups.base import KnobGroup, Knob, SearchPart, categorical
+
+SERVES = ("launch", "compute")
+NO_MODEL = "the run showed no model (no nn.Module with parameters was called)"
+
+
+class CompileGroup(KnobGroup):
+    """``compile``."""
+
+    name = "compile"
+    keys = ("compile",)
+    title = "torch.compile (inductor, CUDA graphs)"
+
+    # --- perfscope.accelerate -----------------------------------------------------------------
+
+    def apply(self, acc) -> None:
+        mode = acc.config.compile
+        if mode == "off":
+            return
+        from perfscope.runtime.compiling import compile_forward
+
+        done, why = compile_forward(acc.model, mode)
+        if done:
+            acc.applied["compile"] = done
+        else:
+            acc.skipped["compile"] = why
+
+    # --- launch-time patching -----------------------------------------------------------------
+
+    def launch_plan(self, config, report) -> None:
+        if config.compile != "off":
+            report.applied["compile"] = f"torch.compile (mode {config.compile}) of the first model the script calls"
+
+    def launch_patches(self, config, report) -> list:
+        mode = config.compile
+        if mode == "off":
+            return []
+        from perfscope.runtime.compiling import compile_forward
+        from perfscope.runtime.model_scan import first_model
+
+        def apply(model) -> None:  # its first call runs eagerly; the compiled forward from the next one
+            done, why = compile_forward(model, mode)
+            if done:
+                report.applied["compile"] = done
+            else:
+                report.applied.pop("compile", None)
+                report.not_applied["compile"] = why
+
+        return [first_model(apply)]
+
+    # --- the tuner ----------------------------------------------------------------------------
+
+    def observed(self, facts: dict) -> dict:
+        model = facts.get("model") or {}
+        return {"compile": "off"} if not model.get("compiled") else {}
+
+    def search(self, facts: dict, cpu: int) -> SearchPart:
+        part = SearchPart()
+        model = facts.get("model")
+        cuda = bool(facts.get("cuda"))
+        compiler = facts.get("compiler") or {}
+        if model is None:
+            part.exclude("compile", NO_MODEL)
+        elif model.get("compiled"):
+            part.exclude("compile", "the script compiles its model itself")
+        elif compiler.get("unavailable"):
+            part.exclude("compile", compiler["unavailable"])
+        elif cuda:
+            part.knobs.append(Knob("compile", SERVES, categorical(
+                ["off", "default", "reduce-overhead", "max-autotune-no-cudagraphs"]), "off"))
+        else:
+            part.knobs.append(Knob("compile", SERVES, categorical(["off", "default"]), "off"))
+            part.exclude("compile=reduce-overhead", "CUDA graphs need a GPU")
+            part.exclude("compile=max-autotune-no-cudagraphs", "its autotuning benchmarks GPU kernel configurations")
+        return part
+
+    def guess(self, verdict, bottlenecks, facts, fractions, cpu, params, put) -> None:
+        """launch: compile (with CUDA graphs on a GPU: the standard remedy for a launch-bound step,
+        PyTorch's performance tuning guide); the compile time is weighed against the gain when
+        the winner is proven."""
+        model = facts.get("model") or {}
+        if "launch" not in bottlenecks or not model or model.get("compiled") or (facts.get("compiler") or {}).get("unavailable"):
+            return
+        put("compile", "reduce-overhead" if facts.get("cuda") else "default")
