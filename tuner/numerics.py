@@ -38,11 +38,31 @@ def _finite(values) -> list[float]:
     return [float(v) for v in values if v is not None]
 
 
+def at_same_samples(baseline: list[float | None], trial: list[float | None], first: int, last: int,
+                    ratio: float) -> tuple[list[float | None], list[float | None]]:
+    """The baseline's and the trial's losses at the same number of samples seen, for a trial
+    whose batch is ``ratio`` times the baseline's (a changed ``batch_size``): the trial's step
+    ``i`` (0-based, in ``[first, last)``) has seen as many samples as the baseline's step
+    ``ratio * (i + 1) - 1``; steps the baseline did not run are left out of both.
+
+    Args:
+        baseline, trial: Loss per step from the first (None where no loss was seen).
+        first, last: The trial's measured steps.
+        ratio: Trial batch size over the baseline's (1: the same steps of both).
+    """
+    if ratio == 1:
+        return baseline[first:last], trial[first:last]
+    pairs = [(round(ratio * (i + 1)) - 1, i) for i in range(first, min(last, len(trial)))]
+    pairs = [(b, t) for b, t in pairs if 0 <= b < len(baseline)]
+    return [baseline[b] for b, _ in pairs], [trial[t] for _, t in pairs]
+
+
 def check_losses(baseline: list[float | None], trial: list[float | None]) -> NumericsCheck:
     """Compare the measured steps' losses of a trial with the baseline's.
 
     Args:
-        baseline, trial: Loss per measured step (None where no loss was seen), same seeds.
+        baseline, trial: Loss per measured step (None where no loss was seen), same seeds; for a
+            trial with another batch size, at the same samples seen (:func:`at_same_samples`).
 
     Returns:
         ``unsafe`` when a trial loss is NaN or infinite, or when the mean losses differ by more

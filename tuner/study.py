@@ -27,7 +27,7 @@ from optuna.trial import TrialState
 
 from perfscope.process.keeper import pid_alive
 from perfscope.errors import PerfscopeError
-from perfscope.tuner.numerics import check_losses
+from perfscope.tuner.numerics import at_same_samples, check_losses
 from perfscope.tuner.pruner import FEASIBLE_ATTR
 from perfscope.tuner.space import SearchSpace
 from perfscope.tuner.trial import Pruned, TrialOutcome, TrialSpec, cleanup_traces, run_trial
@@ -364,6 +364,12 @@ class TuningStudy:
                 return t.number
         return None
 
+    def _batch_ratio(self, trial: optuna.Trial) -> float:
+        """The trial's batch size over the baseline's (1 when it keeps the script's)."""
+        new = (trial.user_attrs.get("config") or {}).get("batch_size")
+        old = ((self.baseline.get("facts") or {}).get("dataloader") or {}).get("batch_size")
+        return new / old if new and old else 1.0
+
     def record_outcome(self, trial: optuna.Trial, outcome: TrialOutcome) -> float:
         """Store a finished trial's verdict, numerics and feasibility; returns its value.
 
@@ -379,7 +385,8 @@ class TuningStudy:
         if outcome.ok:
             # The same steps in both (trials with DataLoader workers warm up longer).
             first, last = self.spec.warmup_steps, self.spec.warmup_steps + self.spec.measure_steps
-            numerics = check_losses((self.baseline.get("losses") or [])[first:last], outcome.losses[first:last])
+            numerics = check_losses(*at_same_samples(self.baseline.get("losses") or [], outcome.losses, first, last,
+                                                     self._batch_ratio(trial)))
             trial.set_user_attr("numerics", numerics.to_dict())
             if numerics.unsafe:
                 failure = {"kind": "unsafe", "reason": numerics.detail}

@@ -239,8 +239,12 @@ def _set_up(session: TuningStudy, options: TuneOptions, out: Path) -> None:
     cleanup_traces(outcome)
     print(safe(f"perfscope: baseline {outcome.value:.4g} {outcome.unit} ({noise_text(outcome)}), "
                f"verdict {verdict_text(verdict, summary, outcome)}"))
-    space = build_space(outcome.facts, fractions or {}, verdict or "unknown")
-    session.store_setup(space, baseline, rule_based_guess(space, outcome.facts, fractions=fractions))
+    from perfscope.tuner.study import memory_of
+
+    # The profiled steps' memory peak bounds how far a larger batch may go (the batch group).
+    facts = {**(outcome.facts or {}), "memory": memory_of(summary)}
+    space = build_space(facts, fractions or {}, verdict or "unknown")
+    session.store_setup(space, baseline, rule_based_guess(space, facts, fractions=fractions))
 
 
 def verdict_text(verdict: str | None, summary: dict | None, outcome=None) -> str:

@@ -29,6 +29,9 @@ GRAD_COMPRESSIONS = ("none", "fp16", "bf16")
 OPTIMIZERS = ("lamb", "lars")
 # torch.optim's three implementations of one update (perfscope.runtime.optimizer_impl)
 OPTIMIZER_IMPLS = ("for-loop", "foreach", "fused")
+# learning-rate rules for a larger batch (perfscope.runtime.batch)
+LR_SCALINGS = ("linear", "sqrt", "none")
+MAX_BATCH_SIZE = 1 << 20
 # torch.compile's modes (perfscope.runtime.compile); "off" runs the model eagerly
 COMPILE_MODES = ("off", "default", "reduce-overhead", "max-autotune-no-cudagraphs")
 # Sane ranges of the numeric knobs (docs/runtime.md): far above any real setting, low enough that
@@ -105,6 +108,8 @@ class AccelConfig:
     optimizer_impl: str | None = None
     channels_last: bool = False
     compile: str = "off"
+    batch_size: int | None = None
+    lr_scaling: str = "linear"
 
     def __post_init__(self) -> None:
         def check(ok: bool, key: str, allowed: str) -> None:
@@ -134,6 +139,9 @@ class AccelConfig:
         check(self.optimizer is None or self.optimizer in OPTIMIZERS, "optimizer", ", ".join(OPTIMIZERS) + " or null")
         check(self.optimizer_impl is None or self.optimizer_impl in OPTIMIZER_IMPLS, "optimizer_impl",
               ", ".join(OPTIMIZER_IMPLS) + " or null")
+        check(self.batch_size is None or (is_int(self.batch_size) and 1 <= self.batch_size <= MAX_BATCH_SIZE),
+              "batch_size", f"an integer >= 1 and <= {MAX_BATCH_SIZE} or null")
+        check(self.lr_scaling in LR_SCALINGS, "lr_scaling", ", ".join(LR_SCALINGS))
         check(self.compile in COMPILE_MODES, "compile", ", ".join(COMPILE_MODES))
         check(self.grad_compression in GRAD_COMPRESSIONS, "grad_compression", ", ".join(GRAD_COMPRESSIONS))
         check(is_int(self.grad_accum_steps) and 1 <= self.grad_accum_steps <= MAX_GRAD_ACCUM_STEPS,

@@ -35,6 +35,7 @@ def rebuild_loader(
     pin_memory: bool | None = None,
     prefetch_factor: int | None = None,
     persistent_workers: bool | None = None,
+    batch_size: int | None = None,
 ) -> DataLoader:
     """A new DataLoader over the same data and sample order, with other worker settings.
 
@@ -51,15 +52,21 @@ def rebuild_loader(
             when the result has no workers, where DataLoader forbids it).
         persistent_workers: Keep workers across epochs; None keeps the loader's (False
             without workers).
+        batch_size: Samples per batch; None keeps the loader's. The same sampler's order is
+            cut into batches of this size.
 
     Returns:
         The new DataLoader.
 
     Raises:
         TypeError: ``loader`` is not a plain DataLoader.
+        ValueError: ``batch_size`` for a loader without automatic batching (its own batch
+            sampler, or ``batch_size=None``).
     """
     if type(loader) is not DataLoader:
         raise TypeError(f"can only rebuild a torch.utils.data.DataLoader, got {type(loader).__name__}")
+    if batch_size is not None and loader.batch_size is None:
+        raise ValueError("the loader has no batch_size to change (its own batch sampler, or batch_size=None)")
     workers = loader.num_workers if num_workers is None else num_workers
     kwargs = {
         "dataset": loader.dataset,
@@ -84,13 +91,13 @@ def rebuild_loader(
             kwargs[name] = getattr(loader, name)
     if isinstance(loader.dataset, IterableDataset):
         # Iterable datasets take no sampler; batching is batch_size + drop_last.
-        kwargs.update(batch_size=loader.batch_size, drop_last=loader.drop_last)
+        kwargs.update(batch_size=batch_size or loader.batch_size, drop_last=loader.drop_last)
     elif loader.batch_size is None and loader.batch_sampler is not None:
         kwargs["batch_sampler"] = loader.batch_sampler  # the user's own batch sampler
     else:
         # Automatic batching (or none, batch_size=None): DataLoader builds the BatchSampler
         # from the same sampler, batch_size and drop_last.
-        kwargs.update(sampler=loader.sampler, batch_size=loader.batch_size, drop_last=loader.drop_last)
+        kwargs.update(sampler=loader.sampler, batch_size=batch_size or loader.batch_size, drop_last=loader.drop_last)
     return DataLoader(**kwargs)
 
 

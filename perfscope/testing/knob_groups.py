@@ -23,7 +23,7 @@ from perfscope.runtime.patching import plan
 from perfscope.testing import expect
 
 _ALL_IMPLS = ["for-loop", "foreach", "fused"]
-_LOADER = {"num_workers": 0, "pin_memory": False, "prefetch_factor": None, "iterable": False}
+_LOADER = {"num_workers": 0, "pin_memory": False, "prefetch_factor": None, "iterable": False, "batch_size": 32}
 # Facts of a run as the tuner sees them (perfscope.measure.facts), one per kind of run.
 SAMPLE_RUNS = {
     "cpu-no-loader": {"cuda": False, "cpu_count": 2, "world_size": 1, "dataloader": None,
@@ -33,7 +33,8 @@ SAMPLE_RUNS = {
     "cpu-loader": {"cuda": False, "cpu_count": 4, "world_size": 1, "dataloader": _LOADER,
                    "accelerate": {"called": False}, "ddp": None, "threads": {"intra_op_threads": 4},
                    "optimizer": {"class": "SGD", "impl": "for-loop", "impls": _ALL_IMPLS, "tensors": 4,
-                                 "parameters": 321}},
+                                 "parameters": 321},
+                   "memory": {"kind": "host", "peak_bytes": 1 << 30, "capacity_bytes": 16 << 30}},
     "cpu-iterable-accelerate": {"cuda": False, "cpu_count": 1, "world_size": 1,
                                 "dataloader": dict(_LOADER, iterable=True),
                                 "accelerate": {"called": True, "optimizer": True, "loader": True}, "ddp": None,
@@ -45,6 +46,7 @@ SAMPLE_RUNS = {
                                                  "optimizer_class": "SGD"},
                                   "ddp": {"bucket_cap_mb": 40.0, "static_graph": True},
                                   "threads": {"intra_op_threads": 8},
+                                  "memory": {"kind": "device", "peak_bytes": 30 << 30, "capacity_bytes": 80 << 30},
                                   "model": {"class": "ResNet", "convolutions": 53, "channels_last": False,
                                             "fusable": [], "not_fusable": {}},
                                   "optimizer": {"class": "SGD", "impl": "foreach", "impls": ["foreach", "for-loop",

@@ -4,14 +4,15 @@
 the fused operators first (the swapped modules and the replaced optimizer are what the others
 see), the optimizer's step (of the optimizer the script keeps), the layout and precision (they
 convert the model before DistributedDataParallel wraps it), then communication (the DDP wrapper),
-accumulation (the optimizer's window), compile (the model as the script calls it) and input (the
-loader).
+accumulation (the optimizer's window), compile (the model as the script calls it), batch (the
+loader's batch size and the learning rate that follows it) and input (the loader).
 """
 
 from __future__ import annotations
 
 from perfscope.runtime.groups.accumulation import AccumulationGroup
 from perfscope.runtime.groups.base import Knob, KnobGroup, SearchPart
+from perfscope.runtime.groups.batch import BatchGroup
 from perfscope.runtime.groups.communication import CommunicationGroup
 from perfscope.runtime.groups.compile import CompileGroup
 from perfscope.runtime.groups.fused import FusedOpsGroup
@@ -21,7 +22,8 @@ from perfscope.runtime.groups.optimizer_step import OptimizerStepGroup
 from perfscope.runtime.groups.precision import PrecisionGroup
 
 GROUPS: tuple[KnobGroup, ...] = (FusedOpsGroup(), OptimizerStepGroup(), LayoutGroup(), PrecisionGroup(),
-                                 CommunicationGroup(), AccumulationGroup(), CompileGroup(), InputGroup())
+                                 CommunicationGroup(), AccumulationGroup(), CompileGroup(), BatchGroup(),
+                                 InputGroup())
 
 
 def owner(key: str, groups: tuple[KnobGroup, ...] = GROUPS) -> KnobGroup:
@@ -36,5 +38,5 @@ def owner(key: str, groups: tuple[KnobGroup, ...] = GROUPS) -> KnobGroup:
     raise KeyError(key)
 
 
-__all__ = ["GROUPS", "AccumulationGroup", "CommunicationGroup", "CompileGroup", "FusedOpsGroup", "InputGroup", "Knob",
+__all__ = ["GROUPS", "AccumulationGroup", "BatchGroup", "CommunicationGroup", "CompileGroup", "FusedOpsGroup", "InputGroup", "Knob",
            "KnobGroup", "LayoutGroup", "OptimizerStepGroup", "PrecisionGroup", "SearchPart", "owner"]
