@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 
 from perfscope.runtime.accelerator import accelerate, active_accelerator
 from perfscope.runtime.batch import WARMUP_STEPS, ScaledLr, lr_factor
