@@ -22,6 +22,7 @@ from perfscope.analysis.memory import memory_warnings
 from perfscope.analysis.notes import provisional_note, sparse_steps_note, status_notes, verdict_of_none
 from perfscope.analysis.optimizer_step import optimizer_step_cost
 from perfscope.analysis.patterns import window_attention_cost
+from perfscope.analysis.what_ifs import graphs_cost, transpose_cost
 from perfscope.analysis.provisional import provisional_verdict
 from perfscope.analysis.rank import RankTrace
 from perfscope.analysis.telemetry import step_columns, throttle_warning
@@ -192,6 +193,8 @@ def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, commo
         basis = (frame["status"].eq(ev.HOST_CONTENDED) & frame["core_wait_us"].notna()).to_numpy()
     facts["window_attention"] = window_attention_cost(rank_traces, ranks, frame.loc[basis]) if basis.any() else None
     facts["optimizer_step"] = optimizer_step_cost(rank_traces, ranks, frame.loc[basis]) if basis.any() else None
+    facts["graphs"] = graphs_cost(frame.loc[basis]) if basis.any() else None
+    facts["layout_transposes"] = transpose_cost(rank_traces, ranks, frame.loc[basis]) if basis.any() else None
     rv = _run_verdict(frame, costs, counted, basis, mode, facts, rank_traces, notes)
     # Without a step the verdict rests on, the tables are kept over the steps it left out, marked so.
     scope = "counted" if counted.any() else ("provisional" if basis.any() else "withheld")

@@ -90,16 +90,21 @@ def advice_for(cls: str, mode: str, facts: dict | None = None) -> str:
     if cls == "compute" and mode == "gpu" and cap:
         text = (f"No kernel ran on Tensor Cores, though this GPU has them (compute capability {cap:.1f}): its matmuls "
                 f"and convolutions ran on the slower fp32 units. {text}")
-    first = _what_ifs(facts or {}) if cls in ("launch", "compute") else []
+    first = _what_ifs(cls, mode, facts or {}) if cls in ("launch", "compute") else []
     return f"{' '.join(first)} Then: {text[0].lower()}{text[1:]}" if first else text
 
 
-def _what_ifs(facts: dict) -> list[str]:
-    """The advice sentences of the knobs whose what-if the profile measured (the fused window
-    attention, the fused optimizer step), in that order; those that do not apply are left out."""
-    from perfscope.analysis import optimizer_step, patterns
+def _what_ifs(cls: str, mode: str, facts: dict) -> list[str]:
+    """The advice sentences of the knobs whose what-if the profile measured, in this order: the
+    fused window attention, the fused optimizer step, and on a GPU CUDA graphs (launch advice)
+    and channels-last (compute advice); those that do not apply are left out."""
+    from perfscope.analysis import optimizer_step, patterns, what_ifs
 
-    lines = (patterns.advice_line(facts.get("window_attention")), optimizer_step.advice_line(facts.get("optimizer_step")))
+    lines = [patterns.advice_line(facts.get("window_attention")), optimizer_step.advice_line(facts.get("optimizer_step"))]
+    if mode == "gpu" and cls == "launch":
+        lines.append(what_ifs.graphs_line(facts.get("graphs"), bool(facts.get("cuda_graphs"))))
+    if mode == "gpu" and cls == "compute":
+        lines.append(what_ifs.transpose_line(facts.get("layout_transposes")))
     return [line for line in lines if line]
 
 

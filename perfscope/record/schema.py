@@ -765,6 +765,12 @@ class Facts(_Record):
     window_attention: Annotated[Any, Meta(description='a window-attention model (Swin) was seen')] = None
     optimizer_step: Annotated[OptimizerStep | None, Meta(description=(
         "*v2*: the optimizer's step, where the trace marks it"))] = None
+    graphs: Annotated[dict[str, Number] | None, Meta(description=(
+        "*v2*: GPU steps: the launch cost CUDA graphs could remove at best: `share`, `step_time_us`, "
+        "`step_time_without_us`, `speedup`"))] = None
+    layout_transposes: Annotated[dict[str, Number] | None, Meta(description=(
+        "*v2*: cuDNN's NCHW/NHWC transpose kernels in the verdict's steps: `kernels_per_step`, "
+        "`transpose_us_per_step`, `share`, `step_time_us`, `step_time_without_us`, `speedup`; null without any"))] = None
     ddp: Annotated[dict[str, Any] | None, Meta(description=(
         "*v2*: the first rank's DDP record: `bucket_bytes`, `gradient_bytes`, `bucket_cap_bytes`, "
         "`comm_hook`, `world_size`, DDP's own `backward_compute_us`, `backward_comm_us`, "
