@@ -12,7 +12,7 @@ from perfscope.errors import PerfscopeError
 from perfscope.runtime.config import AccelConfig, config_from_dict
 from perfscope.tuner.confirm import confirm_candidates, interval_text
 from perfscope.tuner.progress import still_running
-from perfscope.tuner.startup import StartUp, extra_seconds, weigh
+from perfscope.tuner.startup import StartUp, from_runs
 from perfscope.tuner.trial import run_trial
 
 
@@ -38,26 +38,10 @@ def prove(session, options, notes: list[str]) -> tuple[dict | None, dict]:
     Raises:
         ConfirmationError: the baseline failed during the confirmation.
     """
-    baseline_value = float(session.baseline["value"])
     keep = {"status": "keep-current", "trial": None, "config": {}, "speedup": None, "ci_low": None, "ci_high": None}
-    candidates, seen = [], set()
-    for t in session.feasible_trials():
-        key = tuple(sorted((t.user_attrs.get("config") or {}).items()))
-        if not key or key in seen or t.value <= baseline_value * (1 + options.min_gain):
-            continue
-        seen.add(key)
-        candidates.append(t)
-        if len(candidates) >= options.confirm_top:
-            break
+    candidates = _candidates(session, options)
     if not candidates:
-        if not session.space.knobs:
-            keep["line"] = "keep your current settings: no knob can apply to this run (see the knobs left out)"
-        elif not session.feasible_trials():
-            keep["line"] = ("keep your current settings: no trial of the search finished, so nothing was compared "
-                            "(see each trial's failure in tune.json)")
-        else:
-            keep["line"] = ("keep your current settings: no feasible trial beat the baseline by more than "
-                            f"{options.min_gain:.0%} in the search")
+        keep["line"] = _nothing_to_confirm(session, options)
         return None, keep
     spec = session.spec
     work = session.work_dir / f"confirm-{os.getpid()}"  # other workers may confirm at the same time
@@ -104,37 +88,9 @@ def prove(session, options, notes: list[str]) -> tuple[dict | None, dict]:
     confirmation = {"rounds": used, "max_rounds": options.confirm_rounds, "min_rounds": options.confirm_min_rounds,
                     "budget_s": options.confirm_budget_s, "confidence": options.confidence,
                     "min_gain": options.min_gain, "candidates": []}
-    best, outweighed = None, []
-    for t in candidates:
-        c = results.get(t.number)
-        entry = {"trial": t.number, "config": t.user_attrs["config"], "baseline": None, "candidate": None,
-                 "speedup": None, "ci_low": None, "ci_high": None, "faster": False, "rounds": 0, "level": None,
-                 "decided_by": "failed", "startup": None}
-        if c is not None:
-            entry.update(c.to_dict())
-            startup = _startup(runs, f"trial-{t.number}", c.speedup, options.run_steps)
-            entry["startup"] = startup.to_dict() if startup is not None else None
-            if c.faster and startup is not None and startup.net_speedup is not None \
-                    and startup.net_speedup < 1 + options.min_gain:
-                outweighed.append(f"trial {t.number}: {c.speedup:.2f}x a step, but {startup.text()}")
-            # The largest *proven* gain: the interval's low end, not the noisier point estimate.
-            elif c.faster and (best is None or c.ci_low > best[1].ci_low):
-                best = (t, c, startup)
-        confirmation["candidates"].append(entry)
-    if best is None and outweighed:
-        keep["line"] = (f"keep your current settings: the start-up cost outweighs the gain over {options.run_steps:,} "
-                        f"steps ({'; '.join(outweighed)})")
-        return confirmation, keep
+    best, outweighed = _judge(candidates, results, runs, options, confirmation["candidates"])
     if best is None:
-        lines = [f"trial {e['trial']}: {interval_text(e['speedup'], e['ci_low'], e['ci_high'], e['baseline'], e['candidate'])}"
-                 for e in confirmation["candidates"] if e["speedup"] is not None]
-        if lines:
-            keep["line"] = ("keep your current settings: no candidate was faster beyond the measured noise "
-                            f"({'; '.join(lines)})")
-        else:  # not one measurement: nothing was shown slower, the runs failed (a full disk, a crash)
-            failed = [n for n in notes if n.startswith("confirmation run of")]
-            keep["line"] = ("keep your current settings: no candidate could be confirmed, its confirmation runs "
-                            "failed" + (f" ({failed[-1]})" if failed else ""))
+        keep["line"] = _none_faster(confirmation["candidates"], outweighed, options, notes)
         return confirmation, keep
     t, c, startup = best
     line = c.describe()
@@ -147,15 +103,78 @@ def prove(session, options, notes: list[str]) -> tuple[dict | None, dict]:
     return confirmation, recommendation
 
 
+def _candidates(session, options) -> list:
+    """The best few feasible trials, one per configuration, that beat the baseline in the search
+    by more than ``min_gain`` (at most ``confirm_top``)."""
+    floor = float(session.baseline["value"]) * (1 + options.min_gain)
+    candidates, seen = [], set()
+    for t in session.feasible_trials():
+        key = tuple(sorted((t.user_attrs.get("config") or {}).items()))
+        if not key or key in seen or t.value <= floor:
+            continue
+        seen.add(key)
+        candidates.append(t)
+        if len(candidates) >= options.confirm_top:
+            break
+    return candidates
+
+
+def _nothing_to_confirm(session, options) -> str:
+    """Why there is no candidate, as the recommendation's line."""
+    if not session.space.knobs:
+        return "keep your current settings: no knob can apply to this run (see the knobs left out)"
+    if not session.feasible_trials():
+        return ("keep your current settings: no trial of the search finished, so nothing was compared "
+                "(see each trial's failure in tune.json)")
+    return ("keep your current settings: no feasible trial beat the baseline by more than "
+            f"{options.min_gain:.0%} in the search")
+
+
+def _judge(candidates: list, results: dict, runs: dict, options, entries: list) -> tuple[tuple | None, list[str]]:
+    """Each candidate's confirmation entry (appended to ``entries``), the best proven one as
+    ``(trial, confirmed, startup)`` or None, and the lines of those faster a step whose start-up
+    outweighs the gain over ``options.run_steps``."""
+    best, outweighed = None, []
+    for t in candidates:
+        c = results.get(t.number)
+        entry = {"trial": t.number, "config": t.user_attrs["config"], "baseline": None, "candidate": None,
+                 "speedup": None, "ci_low": None, "ci_high": None, "faster": False, "rounds": 0, "level": None,
+                 "decided_by": "failed", "startup": None}
+        entries.append(entry)
+        if c is None:
+            continue
+        entry.update(c.to_dict())
+        startup = _startup(runs, f"trial-{t.number}", c.speedup, options.run_steps)
+        entry["startup"] = startup.to_dict() if startup is not None else None
+        if not c.faster:
+            continue
+        if startup is not None and startup.net_speedup is not None and startup.net_speedup < 1 + options.min_gain:
+            outweighed.append(f"trial {t.number}: {c.speedup:.2f}x a step, but {startup.text()}")
+        # The largest *proven* gain: the interval's low end, not the noisier point estimate.
+        elif best is None or c.ci_low > best[1].ci_low:
+            best = (t, c, startup)
+    return best, outweighed
+
+
+def _none_faster(entries: list, outweighed: list[str], options, notes: list[str]) -> str:
+    """The recommendation's line when no candidate is recommended."""
+    if outweighed:
+        return (f"keep your current settings: the start-up cost outweighs the gain over {options.run_steps:,} "
+                f"steps ({'; '.join(outweighed)})")
+    lines = [f"trial {e['trial']}: {interval_text(e['speedup'], e['ci_low'], e['ci_high'], e['baseline'], e['candidate'])}"
+             for e in entries if e["speedup"] is not None]
+    if lines:
+        return f"keep your current settings: no candidate was faster beyond the measured noise ({'; '.join(lines)})"
+    # not one measurement: nothing was shown slower, the runs failed (a full disk, a crash)
+    failed = [n for n in notes if n.startswith("confirmation run of")]
+    return ("keep your current settings: no candidate could be confirmed, its confirmation runs failed"
+            + (f" ({failed[-1]})" if failed else ""))
+
+
 def _startup(runs: dict[str, list], name: str, speedup: float | None, run_steps: int | None) -> StartUp | None:
-    """The candidate's compile time against its speed-up (:mod:`perfscope.tuner.startup`), from the
-    confirmation runs; None when neither it nor the baseline compiled anything."""
-    mine, base = runs.get(name) or [], runs.get("baseline") or []
-    extra = extra_seconds([r[0] for r in mine], [r[0] for r in base])
-    step_s = statistics.median([r[1] for r in base]) if base else 0.0
-    if extra is None or not speedup or speedup <= 0 or step_s <= 0:
-        return None
-    return weigh(extra, step_s, speedup, run_steps)
+    """The candidate's compile time against its speed-up, from the confirmation runs
+    (:func:`perfscope.tuner.startup.from_runs`)."""
+    return from_runs(runs.get(name) or [], runs.get("baseline") or [], speedup, run_steps)
 
 
 def range_hint(space, config: dict) -> str | None:

@@ -89,3 +89,20 @@ def extra_seconds(candidate: list[float | None], baseline: list[float | None]) -
         return None
     med = [statistics.median([v or 0.0 for v in runs]) if runs else 0.0 for runs in (candidate, baseline)]
     return max(0.0, med[0] - med[1])
+
+
+def from_runs(candidate: list[tuple], baseline: list[tuple], speedup: float | None,
+              run_steps: int | None) -> StartUp | None:
+    """:func:`weigh` from confirmation runs, each ``(compile seconds or None, median step
+    seconds)``: the candidate's extra compile seconds at the baseline's median step. None when
+    neither compiled anything, or without a baseline run or a positive speed-up."""
+    extra = extra_seconds([c for c, _ in candidate], [c for c, _ in baseline])
+    if extra is None or not baseline:
+        return None
+    return _weighed(extra, statistics.median(s for _, s in baseline), speedup, run_steps)
+
+
+def _weighed(extra: float, step_s: float, speedup: float | None, run_steps: int | None) -> StartUp | None:
+    if not speedup or speedup <= 0 or step_s <= 0:
+        return None
+    return weigh(extra, step_s, speedup, run_steps)
