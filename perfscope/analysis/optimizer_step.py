@@ -113,7 +113,8 @@ def optimizer_step_cost(rank_traces: list[RankTrace], ranks: list[int], frame: p
         None when no counted step holds an ``Optimizer.step#`` range; else ``classes`` (sorted),
         ``implementation`` (``fused``, ``foreach``, ``for-loop``, or ``mixed``),
         ``operators_per_step`` and ``optimizer_us_per_step`` (medians, µs), ``share`` (the
-        optimizer's time over step time, all counted steps), ``step_time_us`` and
+        optimizer's time over step time, all counted steps; a step's waits for a core, where
+        measured, are not step time, as in the provisional verdict), ``step_time_us`` and
         ``step_time_without_us`` (the run's step time now and without the optimizer's range:
         an upper bound of the gain) and ``speedup``.
     """
@@ -129,8 +130,11 @@ def optimizer_step_cost(rank_traces: list[RankTrace], ranks: list[int], frame: p
     if not rows:
         return None
     found = pd.DataFrame(rows)
-    df = frame[["rank", "step", "step_time_us"]].merge(found, on=["rank", "step"], how="left").fillna(
-        {"optimizer_us": 0.0, "operators": 0})
+    steps = frame[["rank", "step", "step_time_us"]].copy()
+    if "core_wait_us" in frame.columns:
+        # as the provisional verdict: a busy machine's waits for a core are not the step's work
+        steps["step_time_us"] = (steps["step_time_us"] - frame["core_wait_us"].fillna(0.0)).clip(lower=0.0)
+    df = steps.merge(found, on=["rank", "step"], how="left").fillna({"optimizer_us": 0.0, "operators": 0})
     step = df["step_time_us"].to_numpy(dtype=float)
     spent = np.minimum(df["optimizer_us"].to_numpy(dtype=float), step)
     records = df[["rank", "step", "step_time_us"]].assign(
