@@ -53,10 +53,18 @@ def current(optimizer: torch.optim.Optimizer) -> str:
         return "fused"
     foreach = group.get("foreach")
     if foreach is None and "foreach" in group:
-        from torch.optim.optimizer import _default_to_fused_or_foreach
-
-        _, foreach = _default_to_fused_or_foreach(list(group["params"]), bool(group.get("differentiable")), False)
+        foreach = _default_foreach(list(group["params"]), bool(group.get("differentiable")))
     return "foreach" if foreach else "for-loop"
+
+
+def _default_foreach(params: list, differentiable: bool) -> bool:
+    """PyTorch's own default for ``foreach=None`` (its private helper where this PyTorch has it;
+    else its documented rule: every parameter on CUDA, not differentiable)."""
+    try:
+        from torch.optim.optimizer import _default_to_fused_or_foreach
+    except ImportError:
+        return not differentiable and all(p.is_cuda for p in params)
+    return bool(_default_to_fused_or_foreach(params, differentiable, False)[1])
 
 
 def _constructor_flags(cls: type) -> set[str]:
