@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from perfscope.analysis.optimizer_step import MIN_SHARE
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -151,7 +153,10 @@ def test_many_tensors_example_advises_the_fused_optimizer_step_and_runs_it_under
     found = plain["details"]["facts"]["optimizer_step"]
     assert found["classes"] == ["AdamW"] and found["implementation"] == "for-loop"
     assert found["operators_per_step"] > 386  # several operators for each of its 386 parameter tensors
-    assert "optimizer_impl: fused" in plain["details"]["advice"]["launch"]
+    # About half of a quiet step (docs/runtime.md). On a machine loaded enough to stretch the steps
+    # a hundredfold (seen in CI: 0.17-8.5 s against 40 ms) the share falls under the advice's line;
+    # the advice itself is pinned by tests/test_trace_cases_optimizer.py.
+    assert ("optimizer_impl: fused" in plain["details"]["advice"]["launch"]) == (found["share"] >= MIN_SHARE)
     config = tmp_path / "fused.yaml"
     config.write_text("optimizer_impl: fused\n")
     fused = profile(tmp_path / "fused", "--config", str(config), "examples/many_tensors.py", "--", "--steps", "12")
