@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perfscope import steptime
 from perfscope.analysis.intervals import locate
+from perfscope.analysis.what_ifs import removal
 from perfscope.trace.kinds import EventKind
 
 if TYPE_CHECKING:
@@ -135,16 +135,10 @@ def optimizer_step_cost(rank_traces: list[RankTrace], ranks: list[int], frame: p
         # as the provisional verdict: a busy machine's waits for a core are not the step's work
         steps["step_time_us"] = (steps["step_time_us"] - frame["core_wait_us"].fillna(0.0)).clip(lower=0.0)
     df = steps.merge(found, on=["rank", "step"], how="left").fillna({"optimizer_us": 0.0, "operators": 0})
-    step = df["step_time_us"].to_numpy(dtype=float)
-    spent = np.minimum(df["optimizer_us"].to_numpy(dtype=float), step)
-    records = df[["rank", "step", "step_time_us"]].assign(
-        optimizer_cost_frac=np.divide(spent, step, out=np.zeros_like(step), where=step > 0)).to_dict(orient="records")
-    now, without = steptime.step_time_us(records), steptime.step_time_us(records, cost="optimizer")
+    _, what_if = removal(df, df["optimizer_us"].to_numpy())
     return {"classes": sorted(c for c in classes if c), "implementation": impls.pop() if len(impls) == 1 else "mixed",
             "operators_per_step": float(found["operators"].median()),
-            "optimizer_us_per_step": float(found["optimizer_us"].median()),
-            "share": float(spent.sum() / step.sum()) if step.sum() > 0 else 0.0,
-            "step_time_us": now, "step_time_without_us": without, "speedup": steptime.speedup(now, without)}
+            "optimizer_us_per_step": float(found["optimizer_us"].median()), **what_if}
 
 
 def advice_line(cost: dict | None) -> str | None:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perfscope import steptime
+from perfscope.analysis.what_ifs import removal
 from perfscope.trace.kinds import EventKind
 
 if TYPE_CHECKING:
@@ -143,17 +143,10 @@ def window_attention_cost(rank_traces: list[RankTrace], ranks: list[int], frame:
     df = pd.concat(parts, ignore_index=True)
     if not (df["calls"] > 0).any():
         return None
-    step = df["step_time_us"].to_numpy(dtype=float)
-    removable = np.minimum(df["removable_us"].to_numpy(dtype=float), step)
-    rows = df[["rank", "step", "step_time_us"]].assign(
-        fused_cost_frac=np.divide(removable, step, out=np.zeros_like(step), where=step > 0)).to_dict(orient="records")
-    now, without = steptime.step_time_us(rows), steptime.step_time_us(rows, cost="fused")
+    removable, what_if = removal(df, df["removable_us"].to_numpy())
     return {"pattern": "window_attention", "calls_per_step": float(df["calls"].median()),
             "forward_us_per_step": float(df["forward_us"].median()),
-            "removable_us_per_step": float(np.median(removable)),
-            "share": float(removable.sum() / step.sum()) if step.sum() > 0 else 0.0,
-            "step_time_us": now, "step_time_without_us": without,
-            "speedup": steptime.speedup(now, without), "backward_factor": BACKWARD_FACTOR}
+            "removable_us_per_step": float(np.median(removable)), **what_if, "backward_factor": BACKWARD_FACTOR}
 
 
 def advice_line(cost: dict | None) -> str | None:

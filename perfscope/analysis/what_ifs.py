@@ -33,6 +33,28 @@ MIN_SHARE = 0.03  # below 3% of the step the advice does not mention the transpo
 MIN_GRAPHS_SHARE = 0.05  # nor CUDA graphs below 5% of launch waits (a knob with a compile cost)
 
 
+def removal(steps: pd.DataFrame, removable_us: np.ndarray) -> tuple[np.ndarray, dict]:
+    """A part of each step that a knob could remove, as the run's step time with and without it.
+
+    Args:
+        steps: The verdict's steps: ``rank``, ``step``, ``step_time_us`` (one row each).
+        removable_us: ``(len(steps),)`` µs of each step the knob could remove.
+
+    Returns:
+        ``(removable, what_if)``: the removable µs clipped to each step's time, and ``share`` (the
+        removable time over the steps' time), ``step_time_us`` and ``step_time_without_us`` (the
+        run's step time now and without it, :mod:`perfscope.steptime`) and ``speedup`` (a bound:
+        nothing else takes the removed time's place).
+    """
+    step = steps["step_time_us"].to_numpy(dtype=float)
+    removable = np.minimum(np.asarray(removable_us, dtype=float), step)
+    rows = steps[["rank", "step", "step_time_us"]].assign(
+        removed_cost_frac=np.divide(removable, step, out=np.zeros_like(step), where=step > 0)).to_dict("records")
+    now, without = steptime.step_time_us(rows), steptime.step_time_us(rows, cost="removed")
+    return removable, {"share": float(removable.sum() / step.sum()) if step.sum() > 0 else 0.0,
+                       "step_time_us": now, "step_time_without_us": without, "speedup": steptime.speedup(now, without)}
+
+
 def graphs_cost(frame: pd.DataFrame) -> dict | None:
     """The CUDA-graphs what-if over the verdict's steps (``frame``: their rows with the classes'
     ``*_cost_frac`` shares): ``share`` (the launch cost over step time), ``step_time_us`` and
@@ -85,16 +107,10 @@ def transpose_cost(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Dat
     df = pd.concat(records, ignore_index=True)
     if not (df["kernels"] > 0).any():
         return None
-    step = df["step_time_us"].to_numpy(dtype=float)
-    spent = np.minimum(df["transpose_us"].to_numpy(dtype=float), step)
-    rows = df[["rank", "step", "step_time_us"]].assign(
-        layout_cost_frac=np.divide(spent, step, out=np.zeros_like(step), where=step > 0)).to_dict("records")
-    now, without = steptime.step_time_us(rows), steptime.step_time_us(rows, cost="layout")
-    if not now or not without:
+    spent, what_if = removal(df, df["transpose_us"].to_numpy())
+    if not what_if["step_time_us"] or not what_if["step_time_without_us"]:
         return None
-    return {"kernels_per_step": float(df["kernels"].mean()), "transpose_us_per_step": float(spent.mean()),
-            "share": float(spent.sum() / step.sum()) if step.sum() > 0 else 0.0,
-            "step_time_us": now, "step_time_without_us": without, "speedup": steptime.speedup(now, without)}
+    return {"kernels_per_step": float(df["kernels"].mean()), "transpose_us_per_step": float(spent.mean()), **what_if}
 
 
 def graphs_line(cost: dict | None, cuda_graphs: bool) -> str | None:
