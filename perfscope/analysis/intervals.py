@@ -106,6 +106,19 @@ def segments(sets: list[Intervals], lo: int, hi: int) -> Segments:
     return Segments(np.diff(edges), member)
 
 
+def outermost(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Which ranges are not nested in (nor overlapped by) an earlier one.
+
+    Args:
+        starts, ends: ``(n,)`` the ranges, sorted by start.
+
+    Returns:
+        ``(n,)`` bool: True where the range starts at or after every earlier range's end.
+    """
+    reach = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(ends)[:-1]])
+    return starts >= reach
+
+
 def locate(points: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Index of the span ``[starts[i], ends[i])`` holding each point; -1 if none.
 

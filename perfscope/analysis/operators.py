@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from perfscope.analysis.intervals import locate
+from perfscope.analysis.intervals import locate, outermost
 from perfscope.trace.kinds import EventKind
 
 if TYPE_CHECKING:
@@ -18,8 +18,6 @@ def top_level_ops(rt: RankTrace, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     t = rt.table
     rows = np.flatnonzero((t.kind == EventKind.CPU_OP) & (t.thread_id == rt.windows.main_thread))
     rows = rows[np.argsort(t.ts_ns[rows], kind="stable")]
-    ends = t.end_of(rows)
-    reach = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(ends)[:-1]])
-    rows = rows[t.ts_ns[rows] >= reach]
+    rows = rows[outermost(t.ts_ns[rows], t.end_of(rows))]
     order = np.argsort(lo, kind="stable")
     return rows[locate(t.ts_ns[rows], lo[order], hi[order]) >= 0]

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perfscope.analysis.intervals import locate
+from perfscope.analysis.intervals import locate, outermost
 from perfscope.analysis.what_ifs import removal
 from perfscope.trace.kinds import EventKind
 
@@ -59,12 +59,6 @@ def implementation(op_names, cls: str | None = None) -> str:
     return "for-loop"
 
 
-def _outermost(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Positions of the ranges (sorted by start) not nested in an earlier one."""
-    reach = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(ends)[:-1]])
-    return np.flatnonzero(starts >= reach)
-
-
 def _rank_steps(rt: RankTrace, steps: np.ndarray) -> list[dict]:
     """Per counted step of one rank: the optimizer's host time (µs), its operators and classes."""
     t, w = rt.table, rt.windows
@@ -78,7 +72,7 @@ def _rank_steps(rt: RankTrace, steps: np.ndarray) -> list[dict]:
     if marks.size == 0:
         return []
     marks = marks[np.argsort(t.ts_ns[marks], kind="stable")]
-    marks = marks[_outermost(t.ts_ns[marks], t.end_of(marks))]
+    marks = marks[outermost(t.ts_ns[marks], t.end_of(marks))]
     mark_names = t.name_of(marks)
     order = np.argsort(w.start[sel], kind="stable")
     lo, hi = w.start[sel][order], w.end[sel][order]

@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from perfscope.analysis.intervals import locate
+from perfscope.analysis.intervals import locate, outermost
 from perfscope.text import named, plural
 from perfscope.trace.kinds import (
     GPU_KINDS,
@@ -242,8 +242,7 @@ def find_steps(table: TraceTable, launches: Launches) -> StepWindows:
         warnings.append(f"{int((overlap > 0).sum())} step ranges overlap the next one (most: step {step[k]} by "
                         f"{overlap[k] / 1000:.1f} us); each window ends where the next step starts")
     # A step overlapping another (a nested or interleaved marker) has no window of its own to measure.
-    reach = np.concatenate([[np.iinfo(np.int64).min], np.maximum.accumulate(cpu_end)[:-1]])
-    overlapping = (cpu_end > next_start) | (cpu_start < reach)
+    overlapping = (cpu_end > next_start) | ~outermost(cpu_start, cpu_end)
     end = np.minimum(np.maximum(cpu_end, gpu_end), next_start)
     complete = np.ones(n, dtype=bool)
     if has_markers and n >= 2:
