@@ -34,6 +34,8 @@ if TYPE_CHECKING:
 # distribution (see tuner.space.rule_based_guess); ``at_most``: a value between numeric choices
 # becomes the largest choice not above it, not the nearest.
 Put = Callable[[str, Any], None]
+# Why a model knob is left out of the search when no model was seen (fused_ops, channels_last, compile).
+NO_MODEL = "the run showed no model (no nn.Module with parameters was called)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,6 +182,32 @@ class KnobGroup(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+def record(acc: Accelerator, key: str, done: str | None, why: str | None) -> None:
+    """A knob's outcome inside ``perfscope.accelerate``: ``acc.applied[key] = done``, or
+    ``acc.skipped[key] = why`` when nothing was done."""
+    if done:
+        acc.applied[key] = done
+    else:
+        acc.skipped[key] = why
+
+
+def on_first_model(key: str, change: Callable, report: PatchReport) -> contextlib.AbstractContextManager:
+    """The launch-time patch of a model knob: ``change(model) -> (done, why)`` on the first module
+    the script calls that holds parameters (:func:`perfscope.runtime.model_scan.first_model`),
+    reported as applied (``done``) or not applied (``why``)."""
+    from perfscope.runtime.model_scan import first_model  # imports torch
+
+    def apply(model) -> None:
+        done, why = change(model)
+        if done:
+            report.applied[key] = done
+        else:
+            report.applied.pop(key, None)
+            report.not_applied[key] = why
+
+    return first_model(apply)
 
 
 def categorical(choices):

@@ -10,10 +10,9 @@ in the first steps; the tuner counts it against the gain (:mod:`perfscope.tuner.
 
 from __future__ import annotations
 
-from perfscope.runtime.groups.base import KnobGroup, Knob, SearchPart, categorical
+from perfscope.runtime.groups.base import NO_MODEL, KnobGroup, Knob, SearchPart, categorical, on_first_model, record
 
 SERVES = ("launch", "compute")
-NO_MODEL = "the run showed no model (no nn.Module with parameters was called)"
 
 
 class CompileGroup(KnobGroup):
@@ -31,11 +30,7 @@ class CompileGroup(KnobGroup):
             return
         from perfscope.runtime.compiling import compile_forward
 
-        done, why = compile_forward(acc.model, mode)
-        if done:
-            acc.applied["compile"] = done
-        else:
-            acc.skipped["compile"] = why
+        record(acc, "compile", *compile_forward(acc.model, mode))
 
     # --- launch-time patching -----------------------------------------------------------------
 
@@ -48,17 +43,9 @@ class CompileGroup(KnobGroup):
         if mode == "off":
             return []
         from perfscope.runtime.compiling import compile_forward
-        from perfscope.runtime.model_scan import first_model
 
-        def apply(model) -> None:  # its first call runs eagerly; the compiled forward from the next one
-            done, why = compile_forward(model, mode)
-            if done:
-                report.applied["compile"] = done
-            else:
-                report.applied.pop("compile", None)
-                report.not_applied["compile"] = why
-
-        return [first_model(apply)]
+        # that first call runs eagerly; the compiled forward from the next one
+        return [on_first_model("compile", lambda model: compile_forward(model, mode), report)]
 
     # --- the tuner ----------------------------------------------------------------------------
 

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 import math
 
-from perfscope.runtime.groups.base import KnobGroup, Knob, SearchPart, categorical
+from perfscope.runtime.groups.base import NO_MODEL, KnobGroup, Knob, SearchPart, categorical, on_first_model, record
 
 FUSED_SERVES = ("launch", "compute")
 OPTIMIZER_SERVES = ("launch", "comm")
 # The script's optimizer class each large-batch optimizer replaces (its non-layer-wise form).
 FAMILIES = {"lamb": ("Adam", "AdamW"), "lars": ("SGD",)}
-NO_MODEL = "the run showed no model (no nn.Module with parameters was called)"
 NEEDS_OPTIMIZER = "needs perfscope.accelerate(model, optimizer, ...) in the script, and accumulation searched"
 
 
@@ -108,11 +107,7 @@ class FusedOpsGroup(KnobGroup):
     def apply(self, acc) -> None:
         cfg = acc.config
         if cfg.fused_ops:
-            done, why = swap_into(acc.model)
-            if done:
-                acc.applied["fused_ops"] = done
-            else:
-                acc.skipped["fused_ops"] = why
+            record(acc, "fused_ops", *swap_into(acc.model))
         if cfg.optimizer is None:
             return
         current = type(acc.optimizer).__name__ if acc.optimizer is not None else None
@@ -142,19 +137,7 @@ class FusedOpsGroup(KnobGroup):
             report.needs_accelerate["optimizer"] = NEEDS_ACCELERATE
 
     def launch_patches(self, config, report) -> list:
-        if not config.fused_ops:
-            return []
-        from perfscope.runtime.model_scan import first_model
-
-        def swap(model) -> None:
-            done, why = swap_into(model)
-            if done:
-                report.applied["fused_ops"] = done
-            else:
-                report.applied.pop("fused_ops", None)
-                report.not_applied["fused_ops"] = why
-
-        return [first_model(swap)]
+        return [on_first_model("fused_ops", swap_into, report)] if config.fused_ops else []
 
     # --- the tuner ----------------------------------------------------------------------------
 

@@ -8,10 +8,9 @@ kernels, oneDNN's CPU kernels) without transposes around them
 
 from __future__ import annotations
 
-from perfscope.runtime.groups.base import KnobGroup, Knob, SearchPart, categorical
+from perfscope.runtime.groups.base import NO_MODEL, KnobGroup, Knob, SearchPart, categorical, on_first_model, record
 
 SERVES = ("compute",)
-NO_MODEL = "the run showed no model (no nn.Module with parameters was called)"
 
 
 class LayoutGroup(KnobGroup):
@@ -28,11 +27,7 @@ class LayoutGroup(KnobGroup):
             return
         from perfscope.runtime.memory_format import convert
 
-        done, why = convert(acc.model)
-        if done:
-            acc.applied["channels_last"] = done
-        else:
-            acc.skipped["channels_last"] = why
+        record(acc, "channels_last", *convert(acc.model))
 
     # --- launch-time patching -----------------------------------------------------------------
 
@@ -44,17 +39,8 @@ class LayoutGroup(KnobGroup):
         if not config.channels_last:
             return []
         from perfscope.runtime.memory_format import convert
-        from perfscope.runtime.model_scan import first_model
 
-        def apply(model) -> None:
-            done, why = convert(model)
-            if done:
-                report.applied["channels_last"] = done
-            else:
-                report.applied.pop("channels_last", None)
-                report.not_applied["channels_last"] = why
-
-        return [first_model(apply)]
+        return [on_first_model("channels_last", convert, report)]
 
     # --- the tuner ----------------------------------------------------------------------------
 

@@ -10,7 +10,7 @@ is the same up to the order of floating-point operations, which the numerics gua
 
 from __future__ import annotations
 
-from perfscope.runtime.groups.base import KnobGroup, Knob, SearchPart, categorical
+from perfscope.runtime.groups.base import KnobGroup, Knob, SearchPart, categorical, record
 
 SERVES = ("launch", "compute")
 # A first guess switches only an optimizer with this many parameter tensors or more: below it the
@@ -41,11 +41,7 @@ class OptimizerStepGroup(KnobGroup):
             return
         from perfscope.runtime.optimizer_impl import switch
 
-        done, why = switch(acc.optimizer, impl)
-        if done:
-            acc.applied["optimizer_impl"] = done
-        else:
-            acc.skipped["optimizer_impl"] = why
+        record(acc, "optimizer_impl", *switch(acc.optimizer, impl))
 
     # --- launch-time patching -----------------------------------------------------------------
 
