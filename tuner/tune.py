@@ -33,6 +33,7 @@ from perfscope.tuner.study import (
     CATCH as STUDY_CATCH,
     SPACE_ATTR,
     TuningStudy,
+    memory_of,
     pid_alive,
     step_time_of,
     trial_verdict,
@@ -239,8 +240,6 @@ def _set_up(session: TuningStudy, options: TuneOptions, out: Path) -> None:
     cleanup_traces(outcome)
     print(safe(f"perfscope: baseline {outcome.value:.4g} {outcome.unit} ({noise_text(outcome)}), "
                f"verdict {verdict_text(verdict, summary, outcome)}"))
-    from perfscope.tuner.study import memory_of
-
     # The profiled steps' memory peak bounds how far a larger batch may go (the batch group).
     facts = {**(outcome.facts or {}), "memory": memory_of(summary)}
     space = build_space(facts, fractions or {}, verdict or "unknown")
