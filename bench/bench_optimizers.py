@@ -7,6 +7,13 @@ kept on the device with ``torch.where`` instead of a host sync, no temporaries b
 buffer). torch.optim.AdamW and SGD with momentum (their foreach steps) are timed beside them as the
 cost of a step without trust ratios.
 
+Steps this large are bound by memory, not by launches: each variant's time is also given against
+its *byte floor*, the bytes the algorithm must move at the least (LAMB reads the parameter, its
+gradient and both moments and writes three of them back: 28 bytes a value in fp32; LARS reads
+three and writes two: 20 bytes) over the streaming bandwidth measured in the same rounds (``stream``:
+``torch._foreach_add_`` of the gradients into the parameters, 12 bytes a value). A variant at its
+floor cannot be made faster by fusing more, only by moving fewer bytes.
+
 The variants run interleaved (A B C ... A B C ...) for ``--rounds`` rounds of ``--reps`` steps,
 so a busy machine slows all of them alike; the medians' ratios are printed. Target (issue): the
 multi-tensor step at least 1.5x faster than the per-parameter one -- the in-place loop being the
@@ -116,7 +123,14 @@ def variants() -> dict:
     out["lars in-place loop"] = reference(inplace_lars, lr=LR, momentum=0.9, wd=WD, eta=0.001, eps=1e-8)
     out["adamw foreach"] = fused(lambda p: torch.optim.AdamW(p, lr=LR, weight_decay=WD, foreach=True))
     out["sgd foreach"] = fused(lambda p: torch.optim.SGD(p, lr=LR, momentum=0.9, weight_decay=WD, foreach=True))
+    stream = make_params()
+    grads = [p.grad for p in stream]
+    out["stream"] = lambda: torch._foreach_add_([p.detach() for p in stream], grads)
     return out
+
+
+# Bytes a value each step must move at the least, fp32 (module docstring).
+FLOOR_BYTES = {"lamb": 28, "lars": 20, "stream": 12}
 
 
 def main() -> None:
@@ -144,6 +158,11 @@ def main() -> None:
     for name in ("lamb", "lars"):
         print(f"{name}: fused/reference {med[f'{name} reference'] / med[f'{name} fused']:.2f}x faster, "
               f"fused/in-place loop {med[f'{name} in-place loop'] / med[f'{name} fused']:.2f}x faster", flush=True)
+    values = sum(torch.Size(s).numel() for s in resnet50_shapes())
+    bandwidth = FLOOR_BYTES["stream"] * values / med["stream"]  # bytes/s
+    print(f"streaming bandwidth {bandwidth / 1e9:.1f} GB/s; time over the byte floor: " + ", ".join(
+        f"{name} {med[name] / (FLOOR_BYTES[name.split()[0]] * values / bandwidth):.2f}x"
+        for name in med if name.split()[0] in ("lamb", "lars")))
     print(f"lamb fused / adamw foreach: {med['lamb fused'] / med['adamw foreach']:.2f}x the time; "
           f"lars fused / sgd foreach: {med['lars fused'] / med['sgd foreach']:.2f}x the time")
 
