@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 SOURCE = Path(__file__).with_name("csrc") / "window_attention.cpp"
-HEADERS = (SOURCE.with_name("tiles.h"),)  # what SOURCE includes: part of the cache key
+HEADERS = (SOURCE.with_name("tiles.h"), SOURCE.with_name("pairs.h"))  # what SOURCE includes: part of the cache key
 # -fopenmp: the kernel runs on the OpenMP runtime PyTorch loaded (see parallel() in the source).
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "-fopenmp", "-fno-math-errno")
 BUILD_TIMEOUT_S = 120  # about 2 s on an idle machine, 20 s at a load of 15 on 2 cores
@@ -289,7 +289,8 @@ VECTOR = 16  # floats per vector in the kernel (its W): head_dim in whole vector
 # The backward's per-thread bias-gradient sums take threads x heads x N x NP floats; above this
 # the ATen formulation runs instead (Swin's 7 x 7 windows need well under 1 MiB).
 MAX_SCRATCH_BYTES = 256 << 20
-# The storage types the kernel reads and writes (its arithmetic is fp32 for both).
+# The storage types the kernel reads and writes (fp32 arithmetic; bf16 products on bf16 pairs where the
+# CPU has AVX512-BF16, see docs/fused_ops.md).
 DTYPES = (torch.float32, torch.bfloat16)
 
 
@@ -359,7 +360,8 @@ def forward(q, k, v, bias, mask, scale: float):
     of :data:`DTYPES` (views read in place where :func:`_rows` allows, the results contiguous and of
     that dtype), ``bias`` ``(heads, N, N)`` and ``mask`` ``(nW, N, N)`` or None (any dtype: read as
     fp32); ``probs`` ``(B * nW, heads, N, N)``. The kernel adds the bias and the mask per window
-    itself; its arithmetic is fp32 (bf16 values widened, results rounded to nearest even).
+    itself; its arithmetic is fp32 (bf16: products of bf16 pairs accumulated in fp32 on CPUs with
+    AVX512-BF16, else the values widened; results rounded to nearest even).
 
     Raises:
         RuntimeError: the kernel refused the shapes (call :func:`usable` first).

@@ -98,6 +98,39 @@ def test_the_bf16_kernel_matches_the_twin_on_the_same_values(built, shape, shift
         torch.testing.assert_close(a.float() / scale, c.float() / scale, rtol=2e-2, atol=2e-2, msg=f"bf16 twin {name}")
 
 
+BF16_WITHOUT_DOT = """
+import sys, torch
+sys.path.insert(0, {tests!r})
+from test_fused_native import case, grads, BF16_TOL
+from perfscope.fused_ops import native, window_attention, window_attention_reference
+assert native.status() == "built", native.status()
+for shape, shifted in (((3, 4, 3, 49, 32), True), ((1, 2, 2, 40, 48), False), ((5, 2, 2, 1, 16), False)):
+    q, k, v, bias, mask, grad = case(*shape, shifted)
+    qb, kb, vb = (t.detach().bfloat16().requires_grad_() for t in (q, k, v))
+    assert native.usable(qb.detach(), kb, vb, bias, mask)
+    ours = grads(window_attention, qb, kb, vb, bias, mask, grad.bfloat16())
+    wide = [t.detach().float().requires_grad_() for t in (qb, kb, vb)]
+    ref = grads(window_attention_reference, *wide, bias, mask, grad.bfloat16().float())
+    for name, a, b in zip(("out", "q", "k", "v", "rel_pos_bias"), ours, ref):
+        scale = max(1.0, b.abs().max().item())
+        torch.testing.assert_close(a.float() / scale, b / scale, **BF16_TOL, msg=name)
+print("ok")
+"""
+
+
+def test_the_bf16_kernel_built_without_bf16_dot_products_widens_to_fp32(built, tmp_path):
+    # The kernel multiplies bf16 in pairs where the compiler targets AVX512-BF16 and widens the
+    # values to fp32 elsewhere: a compiler told to leave the instructions out builds the second
+    # path on any machine, checked here against the fp32 twin as the first.
+    real = shutil.which("c++") or shutil.which("g++")
+    cxx = tmp_path / "cxx"
+    cxx.write_text(f'#!/bin/sh\nexec {real} "$@" -mno-avx512bf16\n')
+    cxx.chmod(0o755)
+    env = {**os.environ, "PERFSCOPE_CACHE_DIR": str(tmp_path / "cache"), "CXX": str(cxx)}
+    done = _python(BF16_WITHOUT_DOT.format(tests=str(ROOT / "tests")), env)
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-2000:]
+
+
 def test_the_bf16_kernel_rounds_to_nearest_even_and_keeps_nans(built):
     # Tokens attend in pairs with probability 1/2 each (scores 0 on the pair, -1e4 elsewhere), so
     # each output is the exact fp32 mean of two bf16 values: pairs chosen so that the means fall

@@ -74,12 +74,21 @@ inline vf widen(const bf16* p) {
   return f;
 }
 inline void narrow(bf16* p, vf x) {
+#ifdef __AVX512BF16__
+  // the instruction rounds to nearest even and keeps NaNs NaN; it flushes subnormals to zero, as
+  // the kernel's arithmetic does anyway (FlushDenormals)
+  __m512 y;
+  std::memcpy(&y, &x, sizeof y);
+  const __m256bh h = _mm512_cvtneps_pbh(y);
+  std::memcpy(p, &h, sizeof h);
+#else
   vu b;
   std::memcpy(&b, &x, sizeof b);
   const vu nan = reinterpret_cast<vu>(x != x);
   const vu r = nan ? (b >> 16) | 0x40 : (b + 0x7FFF + ((b >> 16) & 1)) >> 16;
   const vh h = __builtin_convertvector(r, vh);
   std::memcpy(p, &h, sizeof h);
+#endif
 }
 
 // n values from src to dst, times scale, n >= 0 (vectors, then the tail); dst fp32 or bf16.
@@ -143,16 +152,31 @@ struct Mat {
   const float* a;
   int rs, ks;
   const float* at(int r) const { return a + static_cast<int64_t>(r) * rs; }
+  Mat from(int r) const { return {at(r), rs, ks}; }
 };
 
-struct Out {  // C = alpha * row_scale[r] * A @ B (+ add, of C's layout), where given
+struct Out {  // C = alpha * row_scale[r] * A @ B (+ add, of C's layout), where given; into c, or
+             // rounded to bf16 into c16 (then c is unused)
   float* c;
   int ldc;
   float alpha;
   const float* add = nullptr;
   const float* row_scale = nullptr;
+  bf16* c16 = nullptr;
   Out at(int r, int col) const {
-    return {c + r * ldc + col, ldc, alpha, add ? add + r * ldc + col : nullptr, row_scale ? row_scale + r : nullptr};
+    return {c ? c + r * ldc + col : nullptr, ldc, alpha, add ? add + r * ldc + col : nullptr,
+            row_scale ? row_scale + r : nullptr, c16 ? c16 + r * ldc + col : nullptr};
+  }
+  // Row r's NC accumulator vectors, reduced over the U split contractions, scaled and stored.
+  template <int U, int NC>
+  void put(int r, const vf (&acc)[U][NC]) const {
+    for (int col = 0; col < NC; ++col) {
+      vf x = acc[0][col];
+      for (int u = 1; u < U; ++u) x += acc[u][col];
+      x *= row_scale ? alpha * row_scale[r] : alpha;
+      if (add) x += load(add + r * ldc + col * W);
+      if (c16) narrow(c16 + r * ldc + col * W, x); else store(c + r * ldc + col * W, x);
+    }
   }
 };
 
@@ -161,50 +185,47 @@ struct Out {  // C = alpha * row_scale[r] * A @ B (+ add, of C's layout), where 
 // last), U > 1 splits the contraction over independent accumulators, so that the FMAs do not
 // wait on each other's latency.
 template <int R, int NC, int U = 1>
-inline void micro(Mat A, const float* B, int ldb, int K, Out C) {
-  vf acc[U][R][NC];
-  for (int u = 0; u < U; ++u)
+struct Fma {
+  static void run(Mat A, const float* B, int ldb, int K, Out C) {
+    vf acc[R][U][NC];
     for (int r = 0; r < R; ++r)
-      for (int c = 0; c < NC; ++c) acc[u][r][c] = vf{};
-  int k = 0;
-  for (; k + U <= K; k += U)
-    for (int u = 0; u < U; ++u) {
-      vf b[NC];
-      for (int c = 0; c < NC; ++c) b[c] = load(B + (k + u) * ldb + c * W);
-      for (int r = 0; r < R; ++r) {
-        vf x = splat(A.a[r * A.rs + (k + u) * A.ks]);
-        for (int c = 0; c < NC; ++c) acc[u][r][c] += x * b[c];
+      for (int u = 0; u < U; ++u)
+        for (int c = 0; c < NC; ++c) acc[r][u][c] = vf{};
+    int k = 0;
+    for (; k + U <= K; k += U)
+      for (int u = 0; u < U; ++u) {
+        vf b[NC];
+        for (int c = 0; c < NC; ++c) b[c] = load(B + (k + u) * ldb + c * W);
+        for (int r = 0; r < R; ++r) {
+          vf x = splat(A.a[r * A.rs + (k + u) * A.ks]);
+          for (int c = 0; c < NC; ++c) acc[r][u][c] += x * b[c];
+        }
       }
-    }
-  for (; k < K; ++k)
-    for (int r = 0; r < R; ++r) {
-      vf x = splat(A.a[r * A.rs + k * A.ks]);
-      for (int c = 0; c < NC; ++c) acc[0][r][c] += x * load(B + k * ldb + c * W);
-    }
-  for (int r = 0; r < R; ++r)
-    for (int c = 0; c < NC; ++c) {
-      vf x = acc[0][r][c];
-      for (int u = 1; u < U; ++u) x += acc[u][r][c];
-      x *= C.row_scale ? C.alpha * C.row_scale[r] : C.alpha;
-      if (C.add) x += load(C.add + r * C.ldc + c * W);
-      store(C.c + r * C.ldc + c * W, x);
-    }
-}
+    for (; k < K; ++k)
+      for (int r = 0; r < R; ++r) {
+        vf x = splat(A.a[r * A.rs + k * A.ks]);
+        for (int c = 0; c < NC; ++c) acc[r][0][c] += x * load(B + k * ldb + c * W);
+      }
+    for (int r = 0; r < R; ++r) C.put(r, acc[r]);
+  }
+};
 
-template <int R, int NC>
-inline void rows_of(Mat A, const float* B, int ldb, int K, Out C, int rows) {
+// Rows of C in blocks of R by the micro-kernel M (Fma, or Pairs in pairs.h); A is Mat or its
+// bf16 counterpart (anything with from(r)).
+template <template <int, int, int> class M, int R, int NC, class A, class B>
+inline void rows_of(A a, const B* b, int ldb, int K, Out C, int rows) {
   int r0 = 0;
-  for (; r0 + R <= rows; r0 += R) micro<R, NC>({A.at(r0), A.rs, A.ks}, B, ldb, K, C.at(r0, 0));
-  const Mat a{A.at(r0), A.rs, A.ks};
+  for (; r0 + R <= rows; r0 += R) M<R, NC, 1>::run(a.from(r0), b, ldb, K, C.at(r0, 0));
+  const A rest = a.from(r0);
   const Out c = C.at(r0, 0);
   switch (rows - r0) {  // R is at most 8
-    case 1: micro<1, NC, (NC > 2 ? 2 : 4)>(a, B, ldb, K, c); break;
-    case 2: micro<2, NC, 2>(a, B, ldb, K, c); break;
-    case 3: micro<3, NC, 2>(a, B, ldb, K, c); break;
-    case 4: micro<4, NC>(a, B, ldb, K, c); break;
-    case 5: micro<5, NC>(a, B, ldb, K, c); break;
-    case 6: micro<6, NC>(a, B, ldb, K, c); break;
-    case 7: micro<7, NC>(a, B, ldb, K, c); break;
+    case 1: M<1, NC, (NC > 2 ? 2 : 4)>::run(rest, b, ldb, K, c); break;
+    case 2: M<2, NC, 2>::run(rest, b, ldb, K, c); break;
+    case 3: M<3, NC, 2>::run(rest, b, ldb, K, c); break;
+    case 4: M<4, NC, 1>::run(rest, b, ldb, K, c); break;
+    case 5: M<5, NC, 1>::run(rest, b, ldb, K, c); break;
+    case 6: M<6, NC, 1>::run(rest, b, ldb, K, c); break;
+    case 7: M<7, NC, 1>::run(rest, b, ldb, K, c); break;
     default: break;
   }
 }
@@ -212,26 +233,30 @@ inline void rows_of(Mat A, const float* B, int ldb, int K, Out C, int rows) {
 // C (rows x cols) = alpha * A (rows x K) @ B (K x cols, ldb) [+ add]; cols a multiple of 16.
 // Column blocks of up to 4 vectors; rows in blocks that keep about 16 accumulators in registers
 // (8 rows of 2 vectors, 4 of 4): enough independent FMAs to cover their latency.
-void gemm(Mat A, const float* B, int ldb, int K, Out C, int rows, int cols) {
+template <template <int, int, int> class M, class A, class B>
+void gemm_by(A a, const B* b, int ldb, int K, Out C, int rows, int cols) {
   for (int c0 = 0; c0 < cols; c0 += 4 * W) {
-    const float* b = B + c0;
     const Out c = C.at(0, c0);
     switch (std::min(4, (cols - c0) / W)) {
-      case 1: rows_of<8, 1>(A, b, ldb, K, c, rows); break;
-      case 2: rows_of<8, 2>(A, b, ldb, K, c, rows); break;
-      case 3: rows_of<5, 3>(A, b, ldb, K, c, rows); break;
-      default: rows_of<4, 4>(A, b, ldb, K, c, rows); break;
+      case 1: rows_of<M, 8, 1>(a, b + c0, ldb, K, c, rows); break;
+      case 2: rows_of<M, 8, 2>(a, b + c0, ldb, K, c, rows); break;
+      case 3: rows_of<M, 5, 3>(a, b + c0, ldb, K, c, rows); break;
+      default: rows_of<M, 4, 4>(a, b + c0, ldb, K, c, rows); break;
     }
   }
 }
 
+inline void gemm(Mat A, const float* B, int ldb, int K, Out C, int rows, int cols) {
+  gemm_by<Fma>(A, B, ldb, K, C, rows, cols);
+}
+
 #ifdef __AVX512F__
-// dst[c * ld_dst + r] = src[r * ld_src + c] for a 16 x 16 block: unpacks and shuffles within
-// 128-bit lanes leave r[4i + j], lane L holding rows 4i..4i+3 of column 4L + j; a 4 x 4 transpose
-// of lanes then gathers each column.
-inline void transpose16(const float* src, int ld_src, float* dst, int ld_dst) {
+// dst[c * ld_dst + r] = src row r's 32-bit value c, for a 16 x 16 block whose rows are ld bytes
+// apart: unpacks and shuffles within 128-bit lanes leave r[4i + j], lane L holding rows 4i..4i+3
+// of column 4L + j; a 4 x 4 transpose of lanes then gathers each column.
+inline void transpose16(const char* src, int64_t ld, float* dst, int ld_dst) {
   __m512 r[16], t[16];
-  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * ld_src);
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * ld);
   for (int i = 0; i < 8; ++i) {
     t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
     t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
@@ -253,20 +278,35 @@ inline void transpose16(const float* src, int ld_src, float* dst, int ld_dst) {
 }
 #endif
 
-// dst (cols x ld_dst, zero from column `rows` on) = transpose of src (rows x cols, ld_src).
-void transpose(const float* src, int ld_src, int rows, int cols, float* dst, int ld_dst) {
+// dst (cols x ld_dst, zero from column `rows` on) = transpose of the rows x cols 32-bit values at
+// src, rows ld bytes apart (bytes: a bf16 matrix read as pairs may have rows at odd elements).
+// The values are moved as bits, never as floats.
+inline void transpose_bits(const char* src, int64_t ld, int rows, int cols, float* dst, int ld_dst) {
   int r0 = 0, c_done = 0;
 #ifdef __AVX512F__
   c_done = cols / W * W;
   for (; r0 + W <= rows; r0 += W)
-    for (int c0 = 0; c0 < c_done; c0 += W) transpose16(src + r0 * ld_src + c0, ld_src, dst + c0 * ld_dst + r0, ld_dst);
+    for (int c0 = 0; c0 < c_done; c0 += W) transpose16(src + r0 * ld + 4 * c0, ld, dst + c0 * ld_dst + r0, ld_dst);
   for (int c = 0; c < c_done; ++c)
-    for (int r = r0; r < rows; ++r) dst[c * ld_dst + r] = src[r * ld_src + c];
+    for (int r = r0; r < rows; ++r) std::memcpy(dst + c * ld_dst + r, src + r * ld + 4 * c, 4);
 #endif
   for (int c = c_done; c < cols; ++c)
-    for (int r = 0; r < rows; ++r) dst[c * ld_dst + r] = src[r * ld_src + c];
+    for (int r = 0; r < rows; ++r) std::memcpy(dst + c * ld_dst + r, src + r * ld + 4 * c, 4);
   for (int c = 0; c < cols; ++c)
     for (int r = rows; r < ld_dst; ++r) dst[c * ld_dst + r] = 0.0f;
+}
+
+// dst (cols x ld_dst, zero from column `rows` on) = transpose of src (rows x cols, ld_src).
+inline void transpose(const float* src, int ld_src, int rows, int cols, float* dst, int ld_dst) {
+  transpose_bits(reinterpret_cast<const char*>(src), 4 * static_cast<int64_t>(ld_src), rows, cols, dst, ld_dst);
+}
+
+// Asks for rows x bytes at p (rows ld bytes apart) to be brought into the cache: the next task's
+// operands, loaded while this one computes (a task's first loads otherwise wait on memory).
+inline void prefetch(const void* p, int64_t ld, int rows, int64_t bytes) {
+  const char* base = static_cast<const char*>(p);
+  for (int r = 0; r < rows; ++r)
+    for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(base + r * ld + b);
 }
 
 struct FlushDenormals {  // FTZ and DAZ on this thread for the lifetime of the object
