@@ -111,47 +111,10 @@ def format_summary(summary: dict) -> str:
     part of it (see :func:`format_warnings`).
     """
     costs = COST_COLUMNS[summary.get("mode", "gpu")]
-    head = ["rank", "step", "step ms"] + [f"{c} %" for c in costs] + ["verdict"]
-    rows = []
-    for s in summary["steps"]:
-        counted = steptime.is_counted(s)
-        rows.append(
-            [str(s["rank"]), f"{s['step']}" + ("" if counted else "*"), f"{s['step_time_us'] / 1000:.2f}"]
-            + [_pct(s.get(f"{c}_cost_frac")) for c in costs]
-            + [_step_verdict(s)]
-        )
-    if len(rows) > MAX_ROWS:
-        half = MAX_ROWS // 2
-        rows = rows[:half] + [["..."] + [""] * (len(head) - 1)] + rows[-half:]
-    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
-    lines = [_row(head, widths)] + [_row(r, widths) for r in rows]
+    lines = _step_table(summary, costs) + [""]
     o = summary["overall"]
-    if any(not steptime.is_counted(s) for s in summary["steps"]):
-        lines.append("(* not counted in the verdict: the step's evidence is incomplete, or it is initialisation or "
-                     "host-contended; the notes say why)")
-    lines.append("(% of each step: io, comm and launch are the removable causes"
-                 + ("; other is GPU idle time spent waiting on dependencies)" if summary.get("mode") == "gpu" else ")"))
-    lines.append("")
     if o.get("verdict"):
-        fr = ", ".join(f"{c} {100 * o['fractions'][c]:.0f}%" for c in costs)
-        # from the steps themselves, as every view: they agree even with a hand-edited ``overall``
-        counted = steptime.verdict_rows(summary["steps"], o)
-        per_step, rep = steptime.step_time_us(counted), steptime.representative_step(counted)
-        if o.get("provisional") is True:
-            wall = steptime.step_time_us([{**r, "step_time_us": r["wall_step_time_us"]} for r in counted])
-            lines.append(f"verdict: {o['verdict']}, provisional (runner-up {o['runner_up']}; share of step time without "
-                         f"the waits for a core: {fr}; step time {(per_step or 0.0) / 1000:.2f} ms without them, "
-                         f"{(wall or 0.0) / 1000:.2f} ms as measured)")
-            lines.append(contention_line(o))
-            split = (summary.get("details") or {}).get("host_cpu")
-            if isinstance(split, dict) and split.get("cause"):
-                lines.append(f"cores: {sources_line(split)}")
-        else:
-            lines.append(f"verdict: {o['verdict']} (runner-up {o['runner_up']}; share of step time: {fr}; "
-                         f"step time {(per_step or 0.0) / 1000:.2f} ms" + (f", representative step {rep})" if rep is not None else ")"))
-        lines += [line for line in (_waits_line(summary), _straggler_line(summary), _nodes_line(summary),
-                                    memory_line(summary), efficiency_line(summary), mfu_console_line(summary),
-                                    modules_line(summary), telemetry_line(summary)) if line]
+        lines += _verdict_lines(summary, costs)
     else:
         lines.append(f"verdict: none ({safe(o.get('reason') or 'no step could be classified')})")
     whole = run_line(summary)
@@ -163,6 +126,61 @@ def format_summary(summary: dict) -> str:
     # Every line escaped as a whole: a newline inside a name, a verdict or the advice of a
     # hand-edited summary shows as "?" and cannot start a forged "verdict:" line.
     return "\n".join(safe(line) for line in lines)
+
+
+def _step_row(step: dict, costs: tuple[str, ...]) -> list[str]:
+    """One step's cells: rank, step (starred when not counted), ms, each class's %, verdict."""
+    mark = "" if steptime.is_counted(step) else "*"
+    return ([str(step["rank"]), f"{step['step']}{mark}", f"{step['step_time_us'] / 1000:.2f}"]
+            + [_pct(step.get(f"{c}_cost_frac")) for c in costs] + [_step_verdict(step)])
+
+
+def _step_table(summary: dict, costs: tuple[str, ...]) -> list[str]:
+    """The per-step table (at most :data:`MAX_ROWS` rows, the middle elided) and its footnotes."""
+    head = ["rank", "step", "step ms"] + [f"{c} %" for c in costs] + ["verdict"]
+    rows = [_step_row(s, costs) for s in summary["steps"]]
+    if len(rows) > MAX_ROWS:
+        half = MAX_ROWS // 2
+        rows = rows[:half] + [["..."] + [""] * (len(head) - 1)] + rows[-half:]
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
+    lines = [_row(head, widths)] + [_row(r, widths) for r in rows]
+    if any(not steptime.is_counted(s) for s in summary["steps"]):
+        lines.append("(* not counted in the verdict: the step's evidence is incomplete, or it is initialisation or "
+                     "host-contended; the notes say why)")
+    lines.append("(% of each step: io, comm and launch are the removable causes"
+                 + ("; other is GPU idle time spent waiting on dependencies)" if summary.get("mode") == "gpu" else ")"))
+    return lines
+
+
+def _provisional_lines(summary: dict, counted: list[dict], fractions: str, per_step: float | None) -> list[str]:
+    """A provisional verdict's line (step time with and without the waits for a core), the
+    contention line and, where known, what took the cores."""
+    o = summary["overall"]
+    wall = steptime.step_time_us([{**r, "step_time_us": r["wall_step_time_us"]} for r in counted])
+    lines = [f"verdict: {o['verdict']}, provisional (runner-up {o['runner_up']}; share of step time without "
+             f"the waits for a core: {fractions}; step time {(per_step or 0.0) / 1000:.2f} ms without them, "
+             f"{(wall or 0.0) / 1000:.2f} ms as measured)", contention_line(o)]
+    split = (summary.get("details") or {}).get("host_cpu")
+    if isinstance(split, dict) and split.get("cause"):
+        lines.append(f"cores: {sources_line(split)}")
+    return lines
+
+
+def _verdict_lines(summary: dict, costs: tuple[str, ...]) -> list[str]:
+    """The verdict line (provisional or not) and the views' one-line summaries under it."""
+    o = summary["overall"]
+    fr = ", ".join(f"{c} {100 * o['fractions'][c]:.0f}%" for c in costs)
+    # from the steps themselves, as every view: they agree even with a hand-edited ``overall``
+    counted = steptime.verdict_rows(summary["steps"], o)
+    per_step, rep = steptime.step_time_us(counted), steptime.representative_step(counted)
+    if o.get("provisional") is True:
+        lines = _provisional_lines(summary, counted, fr, per_step)
+    else:
+        lines = [f"verdict: {o['verdict']} (runner-up {o['runner_up']}; share of step time: {fr}; "
+                 f"step time {(per_step or 0.0) / 1000:.2f} ms" + (f", representative step {rep})" if rep is not None else ")")]
+    return lines + [line for line in (_waits_line(summary), _straggler_line(summary), _nodes_line(summary),
+                                      memory_line(summary), efficiency_line(summary), mfu_console_line(summary),
+                                      modules_line(summary), telemetry_line(summary)) if line]
 
 
 def format_warnings(summary: dict) -> list[str]:
