@@ -55,48 +55,67 @@ def memory_view(rank_traces: list[RankTrace], ranks: list[int], frame: pd.DataFr
         headroom is then negative), ``near_limit``, ``near_limit_share`` and ``problems``
         (records that contradict themselves, e.g. a device peak above its capacity).
     """
-    device = "device_peak_reserved_bytes" in frame and frame["device_peak_reserved_bytes"].notna().any()
-    if not device and not ("peak_rss_bytes" in frame and frame["peak_rss_bytes"].notna().any()):
+    kind = _measured(frame)
+    if kind is None:
         return None
     rows, problems = [], []
     for rt, rank in zip(rank_traces, ranks):
         mine = frame[(frame["rank"] == rank) & (frame["worker"] == rt.table.worker)]
-        if mine.empty:
-            continue
-        row = {"rank": int(rank), "host": rt.table.host}
-        if device:
-            row["peak_allocated_bytes"] = _peak(mine, "device_peak_allocated_bytes")
-            row["peak_reserved_bytes"] = peak = _peak(mine, "device_peak_reserved_bytes")
-            row["capacity_bytes"] = cap = _device_capacity(rt)
-            if cap is not None and peak is not None and peak > cap:  # a device cannot reserve more than it has
-                row["capacity_bytes"] = None
-                problems.append(f"rank {rank}: the recorded device peak ({peak / 2**30:.2f} GiB) is above the "
-                                f"device's capacity ({cap / 2**30:.2f} GiB); no headroom is given for it")
-        else:
-            row["peak_rss_bytes"] = peak = _peak(mine, "peak_rss_bytes")
-            row["capacity_bytes"] = rt.table.memory_capacity.get("host_total_bytes")
-        row["_peak"] = peak
-        rows.append(row)
-    if not device:  # ranks of one machine share its memory
-        by_host: dict = {}
-        for r in rows:
-            by_host[r["host"]] = by_host.get(r["host"], 0) + (r["_peak"] or 0)
-        for r in rows:
-            r["_used"] = by_host[r["host"]]
-    for r in rows:
-        used, cap = r.pop("_used", r["_peak"]), r["capacity_bytes"]
-        r["headroom_bytes"] = cap - used if cap and used is not None else None
-        r["headroom_share"] = r["headroom_bytes"] / cap if r["headroom_bytes"] is not None else None
-    peaks = [r.pop("_peak") for r in rows]
-    known = [r for r in rows if r["headroom_share"] is not None]
-    tightest = min(known, key=lambda r: r["headroom_share"]) if known else None
-    share = tightest["headroom_share"] if tightest else None
-    return {"kind": "device" if device else "host", "ranks": rows,
-            "peak_bytes": max((p for p in peaks if p is not None), default=None),
-            "capacity_bytes": tightest["capacity_bytes"] if tightest else None,
-            "headroom_bytes": tightest["headroom_bytes"] if tightest else None,
-            "headroom_share": share, "near_limit": share is not None and share < NEAR_LIMIT_SHARE,
+        if not mine.empty:
+            rows.append((_device_row if kind == "device" else _host_row)(rt, int(rank), mine, problems))
+    _headroom(rows, shared_by_host=kind == "host")
+    peaks = [p for p in (r.pop("_peak") for r in rows) if p is not None]
+    return {"kind": kind, "ranks": rows, "peak_bytes": max(peaks, default=None), **_tightest(rows),
             "near_limit_share": NEAR_LIMIT_SHARE, "problems": problems}
+
+
+def _tightest(rows: list[dict]) -> dict:
+    """The run-wide capacity, headroom and share: the rank with the least headroom's."""
+    known = [r for r in rows if r["headroom_share"] is not None]
+    tightest = min(known, key=lambda r: r["headroom_share"]) if known else {}
+    share = tightest.get("headroom_share")
+    return {"capacity_bytes": tightest.get("capacity_bytes"), "headroom_bytes": tightest.get("headroom_bytes"),
+            "headroom_share": share, "near_limit": share is not None and share < NEAR_LIMIT_SHARE}
+
+
+def _measured(frame: pd.DataFrame) -> str | None:
+    """``"device"`` where the steps carry the CUDA allocator's peaks, else ``"host"`` where they
+    carry the resident set's, else None."""
+    for kind, column in (("device", "device_peak_reserved_bytes"), ("host", "peak_rss_bytes")):
+        if column in frame and frame[column].notna().any():
+            return kind
+    return None
+
+
+def _device_row(rt: RankTrace, rank: int, mine: pd.DataFrame, problems: list[str]) -> dict:
+    """A rank's device peaks and capacity (None, with a problem named, where the peak exceeds it)."""
+    peak = _peak(mine, "device_peak_reserved_bytes")
+    cap = _device_capacity(rt)
+    if cap is not None and peak is not None and peak > cap:  # a device cannot reserve more than it has
+        problems.append(f"rank {rank}: the recorded device peak ({peak / 2**30:.2f} GiB) is above the "
+                        f"device's capacity ({cap / 2**30:.2f} GiB); no headroom is given for it")
+        cap = None
+    return {"rank": rank, "host": rt.table.host, "peak_allocated_bytes": _peak(mine, "device_peak_allocated_bytes"),
+            "peak_reserved_bytes": peak, "capacity_bytes": cap, "_peak": peak}
+
+
+def _host_row(rt: RankTrace, rank: int, mine: pd.DataFrame, problems: list[str]) -> dict:
+    """A rank's resident-set peak and its machine's memory."""
+    peak = _peak(mine, "peak_rss_bytes")
+    return {"rank": rank, "host": rt.table.host, "peak_rss_bytes": peak,
+            "capacity_bytes": rt.table.memory_capacity.get("host_total_bytes"), "_peak": peak}
+
+
+def _headroom(rows: list[dict], *, shared_by_host: bool) -> None:
+    """Each row's ``headroom_bytes`` and ``headroom_share`` against its capacity; ranks of one
+    machine share its memory (the host's), so there their peaks are summed."""
+    used = {r["host"]: 0 for r in rows}
+    for r in rows:
+        used[r["host"]] += r["_peak"] or 0
+    for r in rows:
+        peak, cap = (used[r["host"]] if shared_by_host else r["_peak"]), r["capacity_bytes"]
+        r["headroom_bytes"] = cap - peak if cap and peak is not None else None
+        r["headroom_share"] = r["headroom_bytes"] / cap if r["headroom_bytes"] is not None else None
 
 
 def memory_warnings(view: dict | None) -> list[str]:
