@@ -90,7 +90,18 @@ def read_header(raw: RawTrace) -> Header:
             h.base_time_ns = int(base)
         else:
             h.warnings.append(f"{name}: baseTimeNanoseconds {str(base)[:40]!r} is not a time; ranks are aligned without it")
-    dist = data.get("distributedInfo")
+    _distributed(h, data.get("distributedInfo"), name)
+    _rank_from_name(h, raw.worker, name)
+    h.device_properties = _devices(data, name, h.warnings)
+    _perfscope_records(h, data, name)
+    host = (h.node or {}).get("host") or data.get("host_name")
+    h.host = host[:200] if isinstance(host, str) and host else None
+    return h
+
+
+def _distributed(h: Header, dist, name: str) -> None:
+    """``distributedInfo``: the object, the world size and the rank, each refused with a warning
+    when it is not what the format says."""
     if dist is not None and not isinstance(dist, dict):
         h.warnings.append(f"{name}: distributedInfo is not an object; ignored")
     h.distributed_info = dist if isinstance(dist, dict) else {}
@@ -100,17 +111,26 @@ def read_header(raw: RawTrace) -> Header:
             h.world_size = world
         else:
             h.warnings.append(f"{name}: distributedInfo.world_size {str(world)[:40]!r} is not a positive whole number; ignored")
-    rank = h.distributed_info.get("rank")
-    if rank is not None:
-        if not _whole(rank) or rank < 0 or rank > _MAX_RANK:
-            h.warnings.append(f"{name}: distributedInfo.rank {str(rank)[:40]!r} is not a whole number from 0 to "
-                              f"{_MAX_RANK}; ignored")
-        elif h.world_size is not None and rank >= h.world_size:
-            h.warnings.append(f"{name}: distributedInfo.rank {rank} is out of range for world size {h.world_size}; ignored")
-        else:
-            h.rank, h.rank_source = rank, "distributedInfo"
-    m = _RANK_IN_NAME.search(raw.worker)
-    if rank is None and not m and (h.world_size or 0) > 1:  # not rank 0 of the job: unknown
+    if h.distributed_info.get("rank") is not None:
+        _distributed_rank(h, h.distributed_info["rank"], name)
+
+
+def _distributed_rank(h: Header, rank, name: str) -> None:
+    """``distributedInfo.rank``, taken if a whole number within the world size."""
+    if not _whole(rank) or rank < 0 or rank > _MAX_RANK:
+        h.warnings.append(f"{name}: distributedInfo.rank {str(rank)[:40]!r} is not a whole number from 0 to "
+                          f"{_MAX_RANK}; ignored")
+    elif h.world_size is not None and rank >= h.world_size:
+        h.warnings.append(f"{name}: distributedInfo.rank {rank} is out of range for world size {h.world_size}; ignored")
+    else:
+        h.rank, h.rank_source = rank, "distributedInfo"
+
+
+def _rank_from_name(h: Header, worker: str, name: str) -> None:
+    """The rank a file name gives (``rank3``...): taken where ``distributedInfo`` gave none, named
+    where the two disagree."""
+    m = _RANK_IN_NAME.search(worker)
+    if h.distributed_info.get("rank") is None and not m and (h.world_size or 0) > 1:  # not rank 0 of the job
         h.warnings.append(f"{name}: distributedInfo gives world size {h.world_size} but no rank; the rank shown is the "
                           "file's place among those analyzed, not its rank in the job")
     if h.rank is None and m:  # the job check warns about it where ranks are compared (analysis/job.py)
@@ -118,11 +138,6 @@ def read_header(raw: RawTrace) -> Header:
     elif m and int(m.group(1)) != h.rank:
         h.warnings.append(f"{name}: the file name says rank {int(m.group(1))}, distributedInfo says rank {h.rank}; "
                           "used distributedInfo")
-    h.device_properties = _devices(data, name, h.warnings)
-    _perfscope_records(h, data, name)
-    host = (h.node or {}).get("host") or data.get("host_name")
-    h.host = host[:200] if isinstance(host, str) and host else None
-    return h
 
 
 def _perfscope_records(h: Header, data: dict, name: str) -> None:
