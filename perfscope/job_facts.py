@@ -53,28 +53,43 @@ def parse(value) -> tuple[dict | None, dict | None, list[str]]:
     if not isinstance(value, dict) or value.get("version") != VERSION:
         return None, None, ["not perfscope's job record (version 1)"]
     problems: list[str] = []
-    node = value.get("node")
-    if isinstance(node, dict) and all(_whole(node.get(k)) for k in NODE_FIELDS) \
-            and node["node_rank"] < max(node["nnodes"], 1) and node["local_rank"] < max(node["local_world_size"], 1):
-        node = {**{k: node[k] for k in NODE_FIELDS}, "host": node.get("host") if isinstance(node.get("host"), str) else None}
-    else:
-        if node is not None:
-            problems.append("its node is not four whole numbers in range")
-        node = None
-    ddp = value.get("ddp")
-    if ddp is not None:
-        buckets = ddp.get("bucket_bytes") if isinstance(ddp, dict) else None
-        if isinstance(buckets, list) and 0 < len(buckets) <= MAX_BUCKETS \
-                and all(_whole(b, MAX_BUCKET_BYTES) and b > 0 for b in buckets) and sum(buckets) <= MAX_BUCKET_BYTES:
-            times = {k: (float(ddp[k]) if type(ddp.get(k)) in (int, float) and 0 <= ddp[k] <= MAX_TIME_US else None)
-                     for k in DDP_TIMES_US}
-            hook = ddp.get("comm_hook")
-            ddp = {"bucket_bytes": list(buckets), "gradient_bytes": int(sum(buckets)),
-                   "bucket_cap_bytes": ddp["bucket_cap_bytes"] if _whole(ddp.get("bucket_cap_bytes"), MAX_BUCKET_BYTES)
-                   else None,
-                   "comm_hook": hook if isinstance(hook, str) else None,
-                   "world_size": ddp.get("world_size") if _whole(ddp.get("world_size")) else None, **times}
-        else:
-            problems.append("its DDP buckets are not a list of positive byte counts (at most 2**50 in all)")
-            ddp = None
+    node, ddp = _node(value.get("node")), _ddp(value.get("ddp"))
+    if node is None and value.get("node") is not None:
+        problems.append("its node is not four whole numbers in range")
+    if ddp is None and value.get("ddp") is not None:
+        problems.append("its DDP buckets are not a list of positive byte counts (at most 2**50 in all)")
     return node, ddp, problems
+
+
+def _node(node) -> dict | None:
+    """The node record with its four counts in range (a rank below its count), else None."""
+    if not (isinstance(node, dict) and all(_whole(node.get(k)) for k in NODE_FIELDS)):
+        return None
+    if node["node_rank"] >= max(node["nnodes"], 1) or node["local_rank"] >= max(node["local_world_size"], 1):
+        return None
+    return {**{k: node[k] for k in NODE_FIELDS}, "host": node.get("host") if isinstance(node.get("host"), str) else None}
+
+
+def _ddp(ddp) -> dict | None:
+    """The DDP record with its buckets positive byte counts (at most 2**50 in all), else None;
+    a field of the wrong type or out of range becomes None."""
+    buckets = ddp.get("bucket_bytes") if isinstance(ddp, dict) else None
+    if not _buckets(buckets):
+        return None
+    times = {k: _time(ddp.get(k)) for k in DDP_TIMES_US}
+    hook, cap, world = ddp.get("comm_hook"), ddp.get("bucket_cap_bytes"), ddp.get("world_size")
+    return {"bucket_bytes": list(buckets), "gradient_bytes": int(sum(buckets)),
+            "bucket_cap_bytes": cap if _whole(cap, MAX_BUCKET_BYTES) else None,
+            "comm_hook": hook if isinstance(hook, str) else None,
+            "world_size": world if _whole(world) else None, **times}
+
+
+def _buckets(buckets) -> bool:
+    """Whether ``buckets`` is a list of 1 to 2**16 positive byte counts, at most 2**50 in all."""
+    return (isinstance(buckets, list) and 0 < len(buckets) <= MAX_BUCKETS
+            and all(_whole(b, MAX_BUCKET_BYTES) and b > 0 for b in buckets) and sum(buckets) <= MAX_BUCKET_BYTES)
+
+
+def _time(v) -> float | None:
+    """``v`` as a time in µs from 0 to a day, else None."""
+    return float(v) if type(v) in (int, float) and 0 <= v <= MAX_TIME_US else None
