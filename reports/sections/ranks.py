@@ -41,47 +41,17 @@ def render(summary: dict) -> str:
     title = "Ranks"
     rows, slowest = model.rank_rows(summary)
     straggler = model.details(summary).get("straggler")
-    if isinstance(straggler, dict) and straggler.get("rank") is not None:
+    if not isinstance(straggler, dict) or straggler.get("rank") is None:
+        straggler = None
+    if straggler:
         slowest = straggler.get("rank")
-    run = summary.get("run") or {}
     if len(rows) < 2:
-        world = run.get("world_size")
-        extra = f" of world size {world}" if isinstance(world, int) and world > 1 else ""
-        return section("ranks", title, note(f"One rank analyzed{extra}: comparing ranks (stragglers, load imbalance) "
-                                            "needs the traces of several ranks (perfscope analyze DIR)."))
-    by = {r.get("rank"): r for r in rows}
-    slow = by.get(slowest, {})
-    fastest = min(rows, key=lambda r: num(r.get("median_compute_us")) or 0.0)
-    waits = [num(r.get("wait_for_slowest_us")) for r in rows if r.get("rank") != slowest]
-    waits = [w for w in waits if w is not None]
-    lead = (f"Rank {esc(slowest)} is the slowest: median compute {ms(slow.get('median_compute_us'))} per step against "
-            f"{ms(fastest.get('median_compute_us'))} on rank {esc(fastest.get('rank'))}")
-    last_counts = model.details(summary).get("last_counts") or {}
-    if isinstance(straggler, dict) and straggler.get("rank") is not None:
-        lead = _straggler_lead(straggler)
-    elif isinstance(last_counts, dict) and len(last_counts) > 1:
-        steps = sum(v for v in last_counts.values() if isinstance(v, int))
-        who = ", ".join(f"rank {esc(r)} in {esc(n)}" for r, n in sorted(last_counts.items(), key=lambda kv: str(kv[0])))
-        lead = (f"No rank is consistently the last to arrive at the collectives: {who} of {steps} steps. No straggler "
-                "holds the others back; the measured lateness and waits per rank are in the table.")
-    elif waits:
-        lead += (f"; the other ranks wait for it in collectives a median of {ms(sorted(waits)[len(waits) // 2])} per step "
-                 f"(up to {ms(max(waits))}, estimated from compute times: no collectives could be matched across "
-                 "ranks). Uneven work per rank (variable-length inputs, an unbalanced sampler) "
-                 "shows up here: balance the data (bucket by length, pad evenly) before tuning communication.")
-    else:
-        lead += "."
-    trows = []
-    for r in rows:
-        hl = r.get("rank") == slowest
-        word = " (straggler)" if hl and isinstance(straggler, dict) else " (slowest)" if hl else ""
-        trows.append(("hl" if hl else "", [esc(r.get("rank")) + word, ms(r.get("median_step_time_us"), unit=False),
-                                          ms(r.get("median_compute_us"), unit=False), ms(r.get("median_comm_us"), unit=False),
-                                          ms(r.get("wait_for_slowest_us"), unit=False), ms(r.get("median_late_us"), unit=False),
-                                          ms(r.get("median_collective_wait_us"), unit=False)]))
+        return _one_rank(summary)
+    lead = _straggler_lead(straggler) if straggler else _lead(summary, rows, slowest)
     compute = "compute" if summary.get("mode") == "gpu" else "operators"
     tab = table([("rank", "l"), ("median step (ms)", ""), (f"median {compute} (ms)", ""), ("median comm (ms)", ""),
-                 ("wait for slowest, est. (ms)", ""), ("arrives late (ms)", ""), ("waits in collectives (ms)", "")], trows,
+                 ("wait for slowest, est. (ms)", ""), ("arrives late (ms)", ""), ("waits in collectives (ms)", "")],
+                [_table_row(r, slowest, straggler is not None) for r in rows],
                 "Medians over the counted steps of each rank. Wait for slowest (estimated): the slowest rank's compute "
                 "time minus this rank's. Arrives late (measured): per step, the sum over its collectives of this "
                 "rank's start minus the earliest rank's, on one clock. Waits in collectives (measured): the sum of "
@@ -90,3 +60,52 @@ def render(summary: dict) -> str:
                  "in ms; the slowest rank in vermillion.")
     return section("ranks", title, f"<p>{lead}</p>" + fig + legend([("step time", GREY), ("slowest rank's step time", VERMILLION),
                                                                     (compute, GREEN)]) + tab)
+
+
+def _lead(summary: dict, rows: list[dict], slowest) -> str:
+    """The lead without a straggler: the slowest rank's compute against the fastest's, then who
+    arrives last at the collectives or, where none could be matched, the estimated waits."""
+    slow = next((r for r in rows if r.get("rank") == slowest), {})
+    fastest = min(rows, key=lambda r: num(r.get("median_compute_us")) or 0.0)
+    lead = (f"Rank {esc(slowest)} is the slowest: median compute {ms(slow.get('median_compute_us'))} per step against "
+            f"{ms(fastest.get('median_compute_us'))} on rank {esc(fastest.get('rank'))}")
+    last_counts = model.details(summary).get("last_counts") or {}
+    if isinstance(last_counts, dict) and len(last_counts) > 1:
+        return _no_straggler(last_counts)
+    return lead + _estimated_waits(rows, slowest)
+
+
+def _estimated_waits(rows: list[dict], slowest) -> str:
+    """The end of the lead: the others' estimated waits for the slowest rank, where there are any."""
+    waits = [num(r.get("wait_for_slowest_us")) for r in rows if r.get("rank") != slowest]
+    waits = [w for w in waits if w is not None]
+    if not waits:
+        return "."
+    return (f"; the other ranks wait for it in collectives a median of {ms(sorted(waits)[len(waits) // 2])} "
+            f"per step (up to {ms(max(waits))}, estimated from compute times: no collectives could be matched "
+            "across ranks). Uneven work per rank (variable-length inputs, an unbalanced sampler) "
+            "shows up here: balance the data (bucket by length, pad evenly) before tuning communication.")
+
+
+def _table_row(r: dict, slowest, straggler: bool) -> tuple[str, list[str]]:
+    """A rank's row of the table, highlighted (and named straggler or slowest) for the slowest."""
+    hl = r.get("rank") == slowest
+    word = (" (straggler)" if straggler else " (slowest)") if hl else ""
+    return ("hl" if hl else "", [esc(r.get("rank")) + word] + [
+        ms(r.get(k), unit=False) for k in ("median_step_time_us", "median_compute_us", "median_comm_us",
+                                           "wait_for_slowest_us", "median_late_us", "median_collective_wait_us")])
+
+
+def _one_rank(summary: dict) -> str:
+    world = (summary.get("run") or {}).get("world_size")
+    extra = f" of world size {world}" if isinstance(world, int) and world > 1 else ""
+    return section("ranks", "Ranks", note(f"One rank analyzed{extra}: comparing ranks (stragglers, load imbalance) "
+                                          "needs the traces of several ranks (perfscope analyze DIR)."))
+
+
+def _no_straggler(last_counts: dict) -> str:
+    """The lead where several ranks arrive last at the collectives (rank -> steps it was last in)."""
+    steps = sum(v for v in last_counts.values() if isinstance(v, int))
+    who = ", ".join(f"rank {esc(r)} in {esc(n)}" for r, n in sorted(last_counts.items(), key=lambda kv: str(kv[0])))
+    return (f"No rank is consistently the last to arrive at the collectives: {who} of {steps} steps. No straggler "
+            "holds the others back; the measured lateness and waits per rank are in the table.")
