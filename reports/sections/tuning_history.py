@@ -140,37 +140,50 @@ def _draw(drawn: list[Point], steps: list[tuple[float, float]], base_value: floa
         ax.yaxis.set_major_formatter(integer_label)
         ax.set_xlabel("trial number")
         ax.set_ylabel(clean(f"trial value ({u})"))
-        right = ("axes fraction", "data")
         if base_value is not None:
             c.tip(ax.axhline(base_value, color=DARK, lw=1.5, ls=(0, (6, 4))), f"baseline: {amount(base_value)} {u}")
-            ax.annotate(clean(f"baseline {amount(base_value)}"), (1, base_value), xycoords=right, xytext=(4, 0),
-                        textcoords="offset points", va="center", fontsize=10, annotation_clip=False)
+            _label(ax, f"baseline {amount(base_value)}", base_value, 0)
         if steps:
-            xs = [n for n, _ in steps] + [x_hi + 0.5]
-            ys = [v for _, v in steps] + [steps[-1][1]]
-            ax.step(xs, ys, where="post", color=GREEN, lw=2)
-            best = steps[-1][1]
-            span = ax.get_ylim()[1] or 1.0
-            if base_value is None or abs(best - base_value) / span * (HEIGHT - TOP - BOTTOM) > 12:
-                nudge = 0
-            elif best != base_value:  # close to the baseline's label: put it below or above that one
-                nudge = -12 if best < base_value else 12
-            else:
-                nudge = None
-            if nudge is not None:
-                ax.annotate(clean(f"best {amount(best)}"), (1, best), xycoords=right, xytext=(4, nudge),
-                            textcoords="offset points", va="center", fontsize=10, annotation_clip=False)
-        for p in drawn:
-            if recommended is not None and same_trial(p.number, recommended):
-                c.tip(ax.plot([p.number], [max(p.value, 0.0)], "o", ms=18, mfc="none", mec=DARK, mew=1.5, clip_on=False)[0],
-                      f"trial {tick(p.number)}: recommended")
-        for kind, (mk, size, face, edge, ew) in MARKERS.items():
-            mine = [p for p in drawn if p.outcome == kind]
-            if mine:
-                line = ax.plot([p.number for p in mine], [max(p.value, 0.0) for p in mine], ls="none", marker=mk, ms=size,
-                               mfc=face, mec=edge, mew=ew, clip_on=False)[0]
-                c.tips(line, [p.tip for p in mine], cls=f"mk mk-{kind}")
+            _best_line(ax, steps, base_value, x_hi)
+        _markers(c, drawn, recommended)
         return c.svg(f"trial value ({u}) by trial number")
+
+
+def _label(ax, text: str, y: float, nudge: float) -> None:
+    """A label right of the plot at height y (data), nudged by points."""
+    ax.annotate(clean(text), (1, y), xycoords=("axes fraction", "data"), xytext=(4, nudge),
+                textcoords="offset points", va="center", fontsize=10, annotation_clip=False)
+
+
+def _best_line(ax, steps: list[tuple[float, float]], base_value: float | None, x_hi: float) -> None:
+    """The best-so-far step line and its label, moved off the baseline's label where they would touch."""
+    xs = [n for n, _ in steps] + [x_hi + 0.5]
+    ys = [v for _, v in steps] + [steps[-1][1]]
+    ax.step(xs, ys, where="post", color=GREEN, lw=2)
+    best = steps[-1][1]
+    span = ax.get_ylim()[1] or 1.0
+    if base_value is None or abs(best - base_value) / span * (HEIGHT - TOP - BOTTOM) > 12:
+        _label(ax, f"best {amount(best)}", best, 0)
+    elif best != base_value:  # close to the baseline's label: put it below or above that one
+        _label(ax, f"best {amount(best)}", best, -12 if best < base_value else 12)
+
+
+def _markers(c, drawn: list[Point], recommended) -> None:
+    """A marker per trial in its outcome's shape, with its tip; a ring round the recommended one."""
+    if recommended is not None:
+        _ring(c, [p for p in drawn if same_trial(p.number, recommended)])
+    for kind in MARKERS:
+        mine = [p for p in drawn if p.outcome == kind]
+        if mine:
+            _outcome(c, kind, mine)
+
+
+def _outcome(c, kind: str, mine: list[Point]) -> None:
+    """The markers of the trials of one outcome, in its shape (:data:`MARKERS`), with their tips."""
+    mk, size, face, edge, ew = MARKERS[kind]
+    line = c.ax.plot([p.number for p in mine], [max(p.value, 0.0) for p in mine], ls="none", marker=mk, ms=size,
+                     mfc=face, mec=edge, mew=ew, clip_on=False)[0]
+    c.tips(line, [p.tip for p in mine], cls=f"mk mk-{kind}")
 
 
 def chart(record: dict, recommended=None) -> tuple[str, str]:
@@ -184,6 +197,18 @@ def chart(record: dict, recommended=None) -> tuple[str, str]:
     x_hi = max(x_hi, x_lo + 1)
     steps = best_so_far(drawn)
     svg = _draw(drawn, steps, base_value, u, x_lo, x_hi, recommended)
+    return svg, _legend(drawn, steps, base_value, recommended)
+
+
+def _ring(c, recommended: list[Point]) -> None:
+    """A ring round the recommended trial's marker."""
+    for p in recommended:
+        c.tip(c.ax.plot([p.number], [max(p.value, 0.0)], "o", ms=18, mfc="none", mec=DARK, mew=1.5, clip_on=False)[0],
+              f"trial {tick(p.number)}: recommended")
+
+
+def _legend(drawn: list[Point], steps: list[tuple[float, float]], base_value: float | None, recommended) -> str:
+    """The chart's legend: the outcomes drawn, the baseline, the best-so-far line, the ring."""
     kinds = [k for k in ("complete", "pruned", INFEASIBLE) if any(p.outcome == k for p in drawn)]
     keys = [key(k) for k in kinds]
     if base_value is not None:
@@ -193,7 +218,7 @@ def chart(record: dict, recommended=None) -> tuple[str, str]:
     if recommended is not None and any(same_trial(p.number, recommended) for p in drawn):
         keys.append('<span><svg class="key" viewBox="0 0 22 22" width="14" height="14" aria-hidden="true">'
                     f'<circle cx="11" cy="11" r="9" fill="none" stroke="{DARK}" stroke-width="2"/></svg>recommended</span>')
-    return svg, '<div class="legend">' + "".join(keys) + "</div>"
+    return '<div class="legend">' + "".join(keys) + "</div>"
 
 
 def tick(n: float) -> str:
