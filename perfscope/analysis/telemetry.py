@@ -18,6 +18,8 @@ throttle reasons, read as they are now, from every sample.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -108,64 +110,98 @@ def telemetry_view(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Dat
         profiled span: its overhead on one core), ``alignment`` (per rank: offset and source) and
         ``devices``.
     """
-    parts, skipped, align, devices, busy, span_s, interval, averaging = [], [], [], [], 0.0, 0.0, None, 0.0
-    longest_s = 0.0  # the longest window of one trace
+    g = _Samples()
     for rt, rank in zip(rank_traces, ranks):
+        g.add(rt, int(rank), frame)
+    df = pd.concat(g.parts, ignore_index=True) if g.parts else None
+    if df is None or df.empty:
+        return {"skipped": _skipped(g, rank_traces)}
+    settled = df[df["settled"]]
+    source = str((rank_traces[0].table.telemetry or {}).get("source") or "NVML")
+    return {"source": source, "interval_s": g.interval, "averaging_s": g.averaging,
+            "samples": int(len(df)), "settled_samples": int(len(settled)),
+            "unsettled": None if len(settled) else _unsettled(g.longest_s, g.averaging, source),
+            "gpu_util_pct": _stat(settled, "gpu_util_pct", "mean"), "mem_util_pct": _stat(settled, "mem_util_pct", "mean"),
+            "power_w": {"mean": _stat(settled, "power_mw", "mean", 1000.0), "max": _stat(settled, "power_mw", "max", 1000.0)},
+            "sm_clock_mhz": {how: _stat(df, "sm_clock_mhz", how) for how in ("min", "median", "max")},
+            **_throttle(df["reasons"].fillna(0).astype("int64").to_numpy()),
+            "sampler_cpu_share": g.sampler_share(), "alignment": g.align,
+            "devices": g.devices}
+
+
+@dataclass
+class _Samples:
+    """The ranks' telemetry gathered for :func:`telemetry_view`: the samples of counted steps,
+    clock alignments, devices, and the sampler's busy time over the profiled span (seconds)."""
+
+    parts: list = field(default_factory=list)
+    skipped: list = field(default_factory=list)
+    align: list = field(default_factory=list)
+    devices: list = field(default_factory=list)
+    busy_s: float = 0.0
+    span_s: float = 0.0
+    longest_s: float = 0.0  # the longest window of one trace
+    interval: float | None = None
+    averaging: float = 0.0
+
+    def sampler_share(self) -> float | None:
+        """The sampler's busy time over the profiled span: its overhead on one core."""
+        return self.busy_s / self.span_s if self.span_s > 0 else None
+
+    def add(self, rt: RankTrace, rank: int, frame: pd.DataFrame) -> None:
         rec = rt.table.telemetry or {}
         if rec.get("skipped"):
-            skipped.append(rec["skipped"])
+            self.skipped.append(rec["skipped"])
         df = aligned_samples(rt.table, rt.windows)
         if df is None:
-            continue
-        steps = frame.loc[(frame["rank"] == rank) & (frame["worker"] == rt.table.worker), "step"].to_numpy()
+            return
         w = rt.windows
-        counted = np.flatnonzero(np.isin(w.step, steps))
-        parts.append(df[np.isin(df["window"].to_numpy(), counted)])
+        steps = frame.loc[(frame["rank"] == rank) & (frame["worker"] == rt.table.worker), "step"].to_numpy()
+        self.parts.append(df[np.isin(df["window"].to_numpy(), np.flatnonzero(np.isin(w.step, steps)))])
         offset, how = clock_offset_ns(rt.table, rt.windows)
-        align.append({"rank": int(rank), "offset_us": offset / 1000.0, "source": how})
-        devices += [{**d, "rank": int(rank)} for d in rec.get("devices") or []]
-        busy += rec.get("sampler_busy_s") or 0.0
+        self.align.append({"rank": rank, "offset_us": offset / 1000.0, "source": how})
+        self.devices += [{**d, "rank": rank} for d in rec.get("devices") or []]
+        self.busy_s += rec.get("sampler_busy_s") or 0.0
         if len(w.step):
             window_s = (int(w.end.max()) - int(w.start.min())) / 1e9
-            span_s += window_s
-            longest_s = max(longest_s, window_s)
-        interval = rec.get("interval_s") or interval
-        averaging = max(averaging, averaging_s(rt.table))
-    if not parts:
-        return {"skipped": skipped[0] if skipped else "no telemetry record in the traces (perfscope profile records "
-                "it on a CUDA device)"}
-    df = pd.concat(parts, ignore_index=True)
-    if df.empty:
-        taken = sum(len((rt.table.telemetry or {}).get("samples") or []) for rt in rank_traces)
-        return {"skipped": f"{taken} telemetry samples, none inside the counted steps (their clock does not meet the "
-                "trace's, or they were taken outside the profiled window)"}
-    reasons = df["reasons"].fillna(0).astype("int64").to_numpy()
+            self.span_s += window_s
+            self.longest_s = max(self.longest_s, window_s)
+        self.interval = rec.get("interval_s") or self.interval
+        self.averaging = max(self.averaging, averaging_s(rt.table))
+
+
+def _throttle(reasons: np.ndarray) -> dict:
+    """``throttle`` (each reason's share of the samples, the reasons seen) and ``throttled_share``
+    (samples held down by any reason that lowers the clocks) from NVML's reason bits."""
     throttle = {name: float(((reasons & bit) != 0).mean()) for bit, name in THROTTLE_REASONS.items()
                 if ((reasons & bit) != 0).any()}
+    return {"throttle": throttle, "throttled_share": float(((reasons & THROTTLE_MASK) != 0).mean())}
 
-    settled = df[df["settled"]]
 
-    def stat(col, how, scale=1.0, rows=df):
-        v = rows[col].dropna()
-        return float(getattr(v, how)()) / scale if len(v) else None
+def _skipped(g: _Samples, rank_traces: list[RankTrace]) -> str:
+    """Why there is no telemetry view: no trace holds samples (the first reason a trace gives), or
+    none of them falls in a counted step."""
+    if not g.parts:
+        return g.skipped[0] if g.skipped else "no telemetry record in the traces (perfscope profile records it on a " \
+            "CUDA device)"
+    taken = sum(len((rt.table.telemetry or {}).get("samples") or []) for rt in rank_traces)
+    return (f"{taken} telemetry samples, none inside the counted steps (their clock does not meet the trace's, or "
+            "they were taken outside the profiled window)")
 
-    source = str((rank_traces[0].table.telemetry or {}).get("source") or "NVML")
-    unsettled = None
-    if settled.empty and longest_s <= averaging:
-        unsettled = (f"the profiled steps span {longest_s * 1000:,.0f} ms, no more than the {averaging:g} s over which "
-                     f"{source} averages utilisation and power: its readings would hold time before the window")
-    elif settled.empty:
-        unsettled = (f"no sample of the counted steps was taken {averaging:g} s or more into the window, the time over "
-                     f"which {source} averages utilisation and power: its readings would hold time before the window")
-    return {"source": source, "interval_s": interval, "averaging_s": averaging,
-            "samples": int(len(df)), "settled_samples": int(len(settled)), "unsettled": unsettled,
-            "gpu_util_pct": stat("gpu_util_pct", "mean", rows=settled),
-            "mem_util_pct": stat("mem_util_pct", "mean", rows=settled),
-            "power_w": {"mean": stat("power_mw", "mean", 1000.0, settled), "max": stat("power_mw", "max", 1000.0, settled)},
-            "sm_clock_mhz": {"min": stat("sm_clock_mhz", "min"), "median": stat("sm_clock_mhz", "median"),
-                             "max": stat("sm_clock_mhz", "max")},
-            "throttle": throttle, "throttled_share": float(((reasons & THROTTLE_MASK) != 0).mean()),
-            "sampler_cpu_share": busy / span_s if span_s > 0 else None, "alignment": align, "devices": devices}
+
+def _stat(rows: pd.DataFrame, col: str, how: str, scale: float = 1.0) -> float | None:
+    v = rows[col].dropna()
+    return float(getattr(v, how)()) / scale if len(v) else None
+
+
+def _unsettled(longest_s: float, averaging: float, source: str) -> str:
+    """Why no sample is settled: the window is no longer than the device's averaging time, or no
+    sample came that far into it."""
+    if longest_s <= averaging:
+        return (f"the profiled steps span {longest_s * 1000:,.0f} ms, no more than the {averaging:g} s over which "
+                f"{source} averages utilisation and power: its readings would hold time before the window")
+    return (f"no sample of the counted steps was taken {averaging:g} s or more into the window, the time over "
+            f"which {source} averages utilisation and power: its readings would hold time before the window")
 
 
 def throttle_warning(view: dict | None) -> str | None:
