@@ -138,22 +138,29 @@ def node_view(rank_traces: list[RankTrace], ranks: list[int], nodes: dict[int, i
         return None
     by_rank = {r["rank"]: r for r in rows}
     hosts = {r: rt.table.host for rt, r in zip(rank_traces, ranks)}
-    out = []
-    for node in sorted(set(nodes.values())):
-        mine = [by_rank[r] for r in sorted(nodes) if nodes[r] == node and r in by_rank]
-        late = [r["median_late_us"] for r in mine if r["median_late_us"] is not None]
-        wait = [r["median_collective_wait_us"] for r in mine if r["median_collective_wait_us"] is not None]
-        out.append({"node": node, "host": next((hosts[r] for r in sorted(nodes) if nodes[r] == node), None),
-                    "ranks": [r["rank"] for r in mine],
-                    "median_step_time_us": float(np.median([r["median_step_time_us"] for r in mine])) if mine else None,
-                    "median_comm_us": float(np.median([r["median_comm_us"] for r in mine])) if mine else None,
-                    "median_late_us": max(late) if late else None,
-                    "median_collective_wait_us": float(np.median(wait)) if wait else None,
-                    "clock_offset_us": (skew.get("node_offsets_ns") or {}).get(node, 0.0) / _NS_PER_US})
+    offsets = skew.get("node_offsets_ns") or {}
+    out = [_node_row(node, [r for r in sorted(nodes) if nodes[r] == node], by_rank, hosts, offsets.get(node, 0.0))
+           for node in sorted(set(nodes.values()))]
     slow = _slow_node(skew.get("straggler"), nodes, by_rank)
     return {"source": source, "count": len(out), "nodes": out, "straggler_node": slow,
             "problems": _contradictions(rank_traces, ranks, nodes) if source == "perfscope" else [],
             "process_groups": process_groups(rank_traces, nodes), "link": link_use(rank_traces, nodes, out)}
+
+
+def _node_row(node: int, its_ranks: list[int], by_rank: dict[int, dict], hosts: dict, offset_ns: float) -> dict:
+    """A node's row: its host and ranks, the medians of its ranks' step and communication times
+    and collective waits, its latest rank's lateness, and its clock's offset (µs)."""
+    mine = [by_rank[r] for r in its_ranks if r in by_rank]
+
+    def median(key: str) -> float | None:
+        values = [r[key] for r in mine if r[key] is not None]
+        return float(np.median(values)) if values else None
+
+    late = [r["median_late_us"] for r in mine if r["median_late_us"] is not None]
+    return {"node": node, "host": hosts.get(its_ranks[0]) if its_ranks else None, "ranks": [r["rank"] for r in mine],
+            "median_step_time_us": median("median_step_time_us"), "median_comm_us": median("median_comm_us"),
+            "median_late_us": max(late) if late else None,
+            "median_collective_wait_us": median("median_collective_wait_us"), "clock_offset_us": offset_ns / _NS_PER_US}
 
 
 def _contradictions(rank_traces: list[RankTrace], ranks: list[int], nodes: dict[int, int]) -> list[str]:
