@@ -112,40 +112,10 @@ class AccelConfig:
     lr_scaling: str = "linear"
 
     def __post_init__(self) -> None:
-        def check(ok: bool, key: str, allowed: str) -> None:
-            if not ok:
-                raise ConfigError(f"config key {key!r}: got {short_repr(getattr(self, key))}, allowed: {allowed}")
-
-        def is_int(v) -> bool:
-            return isinstance(v, int) and not isinstance(v, bool)
-
-        for key in ("pin_memory", "persistent_workers", "tf32", "cudnn_benchmark"):
-            check(getattr(self, key) is None or isinstance(getattr(self, key), bool), key, "true, false or null")
-        for key in ("device_prefetch", "hierarchical_allreduce", "static_graph", "fused_ops", "channels_last"):
-            check(isinstance(getattr(self, key), bool), key, "true or false")
-        check(self.num_workers is None or (is_int(self.num_workers) and 0 <= self.num_workers <= MAX_WORKERS),
-              "num_workers", f"an integer >= 0 and <= {MAX_WORKERS}")
-        check(self.prefetch_factor is None
-              or (is_int(self.prefetch_factor) and 1 <= self.prefetch_factor <= MAX_PREFETCH_FACTOR),
-              "prefetch_factor", f"an integer >= 1 and <= {MAX_PREFETCH_FACTOR}")
-        check(self.intra_op_threads is None
-              or (is_int(self.intra_op_threads) and 1 <= self.intra_op_threads <= MAX_THREADS),
-              "intra_op_threads", f"an integer >= 1 and <= {MAX_THREADS}")
-        check(self.amp_level in AMP_LEVELS, "amp_level", ", ".join(AMP_LEVELS))
-        check(self.amp_dtype in AMP_DTYPES, "amp_dtype", ", ".join(AMP_DTYPES))
-        check(self.bucket_cap_mb is None or (isinstance(self.bucket_cap_mb, (int, float))
-              and not isinstance(self.bucket_cap_mb, bool) and 0 < self.bucket_cap_mb <= MAX_BUCKET_CAP_MB),
-              "bucket_cap_mb", f"a number > 0 and <= {MAX_BUCKET_CAP_MB:g} (MiB)")
-        check(self.optimizer is None or self.optimizer in OPTIMIZERS, "optimizer", ", ".join(OPTIMIZERS) + " or null")
-        check(self.optimizer_impl is None or self.optimizer_impl in OPTIMIZER_IMPLS, "optimizer_impl",
-              ", ".join(OPTIMIZER_IMPLS) + " or null")
-        check(self.batch_size is None or (is_int(self.batch_size) and 1 <= self.batch_size <= MAX_BATCH_SIZE),
-              "batch_size", f"an integer >= 1 and <= {MAX_BATCH_SIZE} or null")
-        check(self.lr_scaling in LR_SCALINGS, "lr_scaling", ", ".join(LR_SCALINGS))
-        check(self.compile in COMPILE_MODES, "compile", ", ".join(COMPILE_MODES))
-        check(self.grad_compression in GRAD_COMPRESSIONS, "grad_compression", ", ".join(GRAD_COMPRESSIONS))
-        check(is_int(self.grad_accum_steps) and 1 <= self.grad_accum_steps <= MAX_GRAD_ACCUM_STEPS,
-              "grad_accum_steps", f"an integer >= 1 and <= {MAX_GRAD_ACCUM_STEPS}")
+        for keys, ok, allowed in _RULES:
+            for key in keys:
+                if not ok(getattr(self, key)):
+                    raise ConfigError(f"config key {key!r}: got {short_repr(getattr(self, key))}, allowed: {allowed}")
         if self.num_workers == 0:
             for key in ("prefetch_factor", "persistent_workers"):
                 if getattr(self, key):
@@ -160,6 +130,43 @@ class AccelConfig:
         default = AccelConfig()
         return {k: v for k, v in self.to_dict().items() if v != getattr(default, k)}
 
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _int_in(low: int, high: int, *, optional: bool = True):
+    """A check for an integer from low to high (None too, where optional)."""
+    return lambda v: (optional and v is None) or (_is_int(v) and low <= v <= high)
+
+
+def _one_of(choices, *, optional: bool = False):
+    return lambda v: (optional and v is None) or v in choices
+
+
+# Every key's rule, in the order they are checked: (keys, check, what is allowed, as said).
+_RULES = (
+    (("pin_memory", "persistent_workers", "tf32", "cudnn_benchmark"), lambda v: v is None or isinstance(v, bool),
+     "true, false or null"),
+    (("device_prefetch", "hierarchical_allreduce", "static_graph", "fused_ops", "channels_last"),
+     lambda v: isinstance(v, bool), "true or false"),
+    (("num_workers",), _int_in(0, MAX_WORKERS), f"an integer >= 0 and <= {MAX_WORKERS}"),
+    (("prefetch_factor",), _int_in(1, MAX_PREFETCH_FACTOR), f"an integer >= 1 and <= {MAX_PREFETCH_FACTOR}"),
+    (("intra_op_threads",), _int_in(1, MAX_THREADS), f"an integer >= 1 and <= {MAX_THREADS}"),
+    (("amp_level",), _one_of(AMP_LEVELS), ", ".join(AMP_LEVELS)),
+    (("amp_dtype",), _one_of(AMP_DTYPES), ", ".join(AMP_DTYPES)),
+    (("bucket_cap_mb",), lambda v: v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)
+                                                  and 0 < v <= MAX_BUCKET_CAP_MB),
+     f"a number > 0 and <= {MAX_BUCKET_CAP_MB:g} (MiB)"),
+    (("optimizer",), _one_of(OPTIMIZERS, optional=True), ", ".join(OPTIMIZERS) + " or null"),
+    (("optimizer_impl",), _one_of(OPTIMIZER_IMPLS, optional=True), ", ".join(OPTIMIZER_IMPLS) + " or null"),
+    (("batch_size",), _int_in(1, MAX_BATCH_SIZE), f"an integer >= 1 and <= {MAX_BATCH_SIZE} or null"),
+    (("lr_scaling",), _one_of(LR_SCALINGS), ", ".join(LR_SCALINGS)),
+    (("compile",), _one_of(COMPILE_MODES), ", ".join(COMPILE_MODES)),
+    (("grad_compression",), _one_of(GRAD_COMPRESSIONS), ", ".join(GRAD_COMPRESSIONS)),
+    (("grad_accum_steps",), _int_in(1, MAX_GRAD_ACCUM_STEPS, optional=False),
+     f"an integer >= 1 and <= {MAX_GRAD_ACCUM_STEPS}"),
+)
 
 KEYS = tuple(f.name for f in dataclasses.fields(AccelConfig))
 
