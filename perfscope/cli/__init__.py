@@ -195,17 +195,9 @@ def cmd_profile(args, script_args: list[str]) -> int:
     check_script(args.script)  # before anything is created
     nodes = node_launch(args)
     if args.config is not None:
-        from perfscope.runtime.config import load_config
-        from perfscope.runtime.patching import plan
-
-        line = plan(load_config(args.config)).needs_accelerate_line()  # ConfigError: one line, exit 2
-        if line and os.environ.get("RANK", "0") == "0":  # once per job under torchrun
-            print(line, file=sys.stderr)
+        _announce_config(args.config)
     out = output_dir(args.out, Path(args.script).stem)
-    # One run per output directory; the ranks of a torchrun job share theirs.
-    lock = contextlib.nullcontext() if args.nproc_per_node is None and collect.is_distributed_worker() \
-        else FolderLock(out, "perfscope profile", pid_file=False)
-    with lock:
+    with _run_lock(args, out):
         schedule = collect.ProfileSchedule(
             skip_first=args.skip_first, warmup=args.warmup, active=args.active, max_steps=args.max_steps,
             extend_s=args.extend_s, modules=args.modules,
@@ -213,55 +205,14 @@ def cmd_profile(args, script_args: list[str]) -> int:
         started = time.time()
         result = collect.collect(args.script, script_args, out_dir=out, schedule=schedule, nproc_per_node=args.nproc_per_node,
                                  config=args.config, nodes=nodes)
-        run_info = dict(result.run_info)
-        if result.error:
-            run_info["error"] = result.error
-        run_info["exit_code"] = result.exit_code
-
-        trace_files = list(result.trace_files)
-        if args.nproc_per_node is None and collect.is_distributed_worker():
-            rank = int(os.environ.get("RANK", "0"))
-            if rank != 0:
-                print(f"perfscope: rank {rank}: wrote {safe(', '.join(map(str, trace_files))) or 'no trace'}", file=sys.stderr)
-                return result.exit_code
-            # Rank 0 analyzes the whole job once the other ranks' traces of this run are there.
-            world = int(os.environ.get("WORLD_SIZE", "1"))
-            trace_files = collect.wait_for_rank_traces(result.trace_dir, world, args.rank_wait, newer_than=started)
-            if len(trace_files) < world:
-                print(f"perfscope: only {len(trace_files)} of {world} rank traces reached {safe(result.trace_dir)}; "
-                      f"analyzing those (run `perfscope analyze {safe(result.trace_dir)}` once all are there)", file=sys.stderr)
-
+        run_info = {**result.run_info, **({"error": result.error} if result.error else {}), "exit_code": result.exit_code}
+        trace_files = _job_traces(args, result, started)
+        if trace_files is None:  # a rank other than 0 under torchrun: rank 0 analyzes
+            return result.exit_code
         if not trace_files:
             if args.out is None:
                 remove_if_empty(out)  # the default directory was made for this run
-            if result.error:
-                print(f"perfscope: the script failed before a profiled step was recorded: {safe(result.error)}", file=sys.stderr)
-                from perfscope.console import oom_lines
-
-                for line in oom_lines(run_info.get("oom")):
-                    print(f"perfscope: {line}", file=sys.stderr)
-                if run_info.get("oom"):
-                    print(f"perfscope: torch's snapshot for https://pytorch.org/memory_viz: "
-                          f"{safe(result.trace_dir)}/oom-rank*.pickle", file=sys.stderr)
-                return result.exit_code or 1
-            if result.steps_seen == 0 and result.processes_started:
-                raise PerfscopeError(
-                    f"no steps were profiled: the script ran no training step in its own process, and started "
-                    f"{result.processes_started} other process(es) (multiprocessing / torch.multiprocessing.spawn), "
-                    "whose steps perfscope cannot see from here; start the ranks with `perfscope profile "
-                    "--nproc-per-node N` (or torchrun ... -m perfscope profile) instead of spawning them in the script"
-                )
-            if result.steps_seen == 0 and not result.stopped_early:
-                # It ended on its own before training (`-- --help`, a dry run): its exit is the run's.
-                print(f"perfscope: {safe(args.script)} exited with status {result.exit_code} before its first training "
-                      "step; nothing was profiled (a loop without a torch optimizer must call perfscope.step())",
-                      file=sys.stderr)
-                return result.exit_code
-            raise PerfscopeError(
-                f"no steps were profiled: the script ran {result.steps_seen} steps, but profiling records steps "
-                f"{args.skip_first + args.warmup + 1} to {args.skip_first + args.warmup + args.active}; "
-                "lower --skip-first/--warmup, or mark steps with perfscope.step() if the loop uses no torch optimizer"
-            )
+            return _nothing_profiled(args, result, run_info)
         if result.error:
             print(f"perfscope: the script failed ({safe(result.error)}); analyzing the steps captured before it did", file=sys.stderr)
         # Only this run's traces: the directory may hold older ones from a run with more ranks. When
@@ -280,12 +231,81 @@ def cmd_profile(args, script_args: list[str]) -> int:
         return result.exit_code or status
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``perfscope`` command; returns the exit status."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    own, script_args = _split_script_args(argv)
-    parser = build_parser()
-    args, unknown = parser.parse_known_args(own)
+def _run_lock(args, out: Path):
+    """One run per output directory; the ranks of a torchrun job share theirs (no lock)."""
+    from perfscope import collect
+
+    if args.nproc_per_node is None and collect.is_distributed_worker():
+        return contextlib.nullcontext()
+    return FolderLock(out, "perfscope profile", pid_file=False)
+
+
+def _announce_config(path: str) -> None:
+    """Check the configuration (ConfigError: one line, exit 2) and say, once per job, what the
+    script must call for the knobs that cannot be patched at launch."""
+    from perfscope.runtime.config import load_config
+    from perfscope.runtime.patching import plan
+
+    line = plan(load_config(path)).needs_accelerate_line()
+    if line and os.environ.get("RANK", "0") == "0":  # once per job under torchrun
+        print(line, file=sys.stderr)
+
+
+def _job_traces(args, result, started: float) -> list | None:
+    """The traces to analyze: this process's, or under torchrun (no --nproc-per-node) rank 0's
+    wait for every rank's of this run; None on the other ranks, which only say what they wrote."""
+    from perfscope import collect
+
+    trace_files = list(result.trace_files)
+    if args.nproc_per_node is not None or not collect.is_distributed_worker():
+        return trace_files
+    rank = int(os.environ.get("RANK", "0"))
+    if rank != 0:
+        print(f"perfscope: rank {rank}: wrote {safe(', '.join(map(str, trace_files))) or 'no trace'}", file=sys.stderr)
+        return None
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    trace_files = collect.wait_for_rank_traces(result.trace_dir, world, args.rank_wait, newer_than=started)
+    if len(trace_files) < world:
+        print(f"perfscope: only {len(trace_files)} of {world} rank traces reached {safe(result.trace_dir)}; "
+              f"analyzing those (run `perfscope analyze {safe(result.trace_dir)}` once all are there)", file=sys.stderr)
+    return trace_files
+
+
+def _nothing_profiled(args, result, run_info: dict) -> int:
+    """The exit status (or PerfscopeError) of a run that left no trace, with why said on stderr."""
+    if result.error:
+        print(f"perfscope: the script failed before a profiled step was recorded: {safe(result.error)}", file=sys.stderr)
+        from perfscope.console import oom_lines
+
+        for line in oom_lines(run_info.get("oom")):
+            print(f"perfscope: {line}", file=sys.stderr)
+        if run_info.get("oom"):
+            print(f"perfscope: torch's snapshot for https://pytorch.org/memory_viz: "
+                  f"{safe(result.trace_dir)}/oom-rank*.pickle", file=sys.stderr)
+        return result.exit_code or 1
+    if result.steps_seen == 0 and result.processes_started:
+        raise PerfscopeError(
+            f"no steps were profiled: the script ran no training step in its own process, and started "
+            f"{result.processes_started} other process(es) (multiprocessing / torch.multiprocessing.spawn), "
+            "whose steps perfscope cannot see from here; start the ranks with `perfscope profile "
+            "--nproc-per-node N` (or torchrun ... -m perfscope profile) instead of spawning them in the script"
+        )
+    if result.steps_seen == 0 and not result.stopped_early:
+        # It ended on its own before training (`-- --help`, a dry run): its exit is the run's.
+        print(f"perfscope: {safe(args.script)} exited with status {result.exit_code} before its first training "
+              "step; nothing was profiled (a loop without a torch optimizer must call perfscope.step())",
+              file=sys.stderr)
+        return result.exit_code
+    raise PerfscopeError(
+        f"no steps were profiled: the script ran {result.steps_seen} steps, but profiling records steps "
+        f"{args.skip_first + args.warmup + 1} to {args.skip_first + args.warmup + args.active}; "
+        "lower --skip-first/--warmup, or mark steps with perfscope.step() if the loop uses no torch optimizer"
+    )
+
+
+def _check_args(parser, args, unknown: list[str], script_args: list[str]) -> None:
+    """What argparse cannot check: --max-steps against the profiling window, options argparse did
+    not know, script arguments to a command that runs no script (parser.error: exit 2)."""
     if args.command == "profile" and args.max_steps:
         window = args.skip_first + args.warmup + args.active
         if args.max_steps < window:
@@ -296,30 +316,44 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(unknown)}{where}")
     if script_args and args.command not in ("profile", "tune"):
         parser.error("arguments after `--` are only for `perfscope profile` and `perfscope tune`")
+
+
+def _run(args, script_args: list[str]) -> int:
+    """The command's own function; its exit status."""
+    if args.command == "profile":
+        return cmd_profile(args, script_args)
+    if args.command == "report":
+        return cmd_report(args)
+    if args.command == "diff":
+        return cmd_diff(args)
+    if args.command == "forecast":
+        from perfscope.cli.forecast import run
+
+        return run(args, *_load(args.summary))
+    if args.command == "check":
+        from perfscope.cli.check import run
+
+        return run(args, _load)
+    if args.command == "merge":
+        from perfscope.cli.merge import run
+
+        return run(args)
+    if args.command == "tune":
+        from perfscope.cli.tune import cmd_tune
+
+        return cmd_tune(args, script_args, _open_in_browser)
+    return cmd_analyze(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``perfscope`` command; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    own, script_args = _split_script_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(own)
+    _check_args(parser, args, unknown, script_args)
     try:
-        if args.command == "profile":
-            return cmd_profile(args, script_args)
-        if args.command == "report":
-            return cmd_report(args)
-        if args.command == "diff":
-            return cmd_diff(args)
-        if args.command == "forecast":
-            from perfscope.cli.forecast import run
-
-            return run(args, *_load(args.summary))
-        if args.command == "check":
-            from perfscope.cli.check import run
-
-            return run(args, _load)
-        if args.command == "merge":
-            from perfscope.cli.merge import run
-
-            return run(args)
-        if args.command == "tune":
-            from perfscope.cli.tune import cmd_tune
-
-            return cmd_tune(args, script_args, _open_in_browser)
-        return cmd_analyze(args)
+        return _run(args, script_args)
     except PerfscopeError as e:
         print(f"perfscope: error: {safe(redact(str(e)))}", file=sys.stderr)
         return EXIT_USAGE
