@@ -98,31 +98,12 @@ def render(summary: dict) -> str:
     overall = summary.get("overall") or {}
     if "verdict" in overall and not overall.get("verdict"):
         return _no_verdict(summary)
-    verdict = str(overall.get("verdict", "unknown"))
-    cls = verdict.removesuffix("-bound")
-    fractions = overall.get("fractions") or {}
-    counted = overall.get("steps_counted")
-    share = num((overall.get("step_share") or {}).get(verdict))
-    n_steps = f"{round(share * counted)} of {counted}" if share is not None and isinstance(counted, int) else "-"
-    run = summary.get("run") or {}
-    ranks = run.get("ranks_analyzed")
-    meaning = MEANING.get((cls, mode), "")
-    provisional = overall.get("provisional") is True
-    if provisional:
-        classified = len(model.counted_steps(summary))
-        n_steps = f"{round(share * classified)} of {classified}" if share is not None else "-"
-    head = (
-        f'<p class="verdict"><strong>{esc(verdict)}{", provisional" if provisional else ""}</strong>'
-        f'{": " + esc(meaning) if meaning else ""}.'
-        f"<small>{esc(cls)} costs {pct(fractions.get(cls))} of the step time (runner-up "
-        f"{esc(overall.get('runner_up', '-'))}); {esc(n_steps)} {'classified' if provisional else 'counted'} steps are "
-        f"{esc(verdict)}. "
-        f"Step time {ms(model.step_time(summary))}{' without the waits for a core' if provisional else ''} "
-        f"(the window over its steps; representative step "
-        f"{esc(model.representative_step(summary))})"
-        f"{esc('; ' + telemetry.headline(summary)) if telemetry.headline(summary) else ''}"
-        f"{esc(f' over {ranks} rank' + ('s' if ranks != 1 else '')) if isinstance(ranks, int) else ''}.</small></p>"
-    )
+    return section("verdict", "Verdict", _headline(summary, mode) + _busy_host(overall) + _waits(summary)
+                   + _evidence(overall.get("fractions") or {}, mode) + _recommendations(summary, mode))
+
+
+def _evidence(fractions: dict, mode: str) -> str:
+    """The bar of each class's share of the step time, its caption and legend."""
     total = sum(num(fractions.get(c)) or 0.0 for c in CLASS_ORDER)
     bar = hbar([(c, num(fractions.get(c)) or 0.0, CLASS_COLOURS[c]) for c in CLASS_ORDER], total,
                "share of step time by class")
@@ -132,9 +113,44 @@ def render(summary: dict) -> str:
         f"launch are removable; one names the verdict when its share reaches its threshold ({thresholds}), "
         "else the run is compute-bound." + (" Other is GPU idle time waiting on dependencies." if mode == "gpu" else "")
     )
-    evidence = figure(bar, caption) + legend([(f"{c} {pct(fractions.get(c))}", CLASS_COLOURS[c]) for c in CLASS_ORDER])
-    return section("verdict", "Verdict", head + _busy_host(overall) + _waits(summary) + evidence
-                   + _recommendations(summary, mode))
+    return figure(bar, caption) + legend([(f"{c} {pct(fractions.get(c))}", CLASS_COLOURS[c]) for c in CLASS_ORDER])
+
+
+def _steps_named(summary: dict, verdict: str) -> str:
+    """How many steps carry the verdict, of those counted (or classified, when provisional)."""
+    overall = summary.get("overall") or {}
+    share = num((overall.get("step_share") or {}).get(verdict))
+    if overall.get("provisional") is True:
+        counted = len(model.counted_steps(summary))
+    else:
+        counted = overall.get("steps_counted")
+    return f"{round(share * counted)} of {counted}" if share is not None and isinstance(counted, int) else "-"
+
+
+def _headline(summary: dict, mode: str) -> str:
+    """The verdict, what it means, its class's share and the step time it rests on."""
+    overall = summary.get("overall") or {}
+    verdict = str(overall.get("verdict", "unknown"))
+    cls = verdict.removesuffix("-bound")
+    meaning = MEANING.get((cls, mode), "")
+    provisional = overall.get("provisional") is True
+    headline = telemetry.headline(summary)
+    return (
+        f'<p class="verdict"><strong>{esc(verdict)}{", provisional" if provisional else ""}</strong>'
+        f'{": " + esc(meaning) if meaning else ""}.'
+        f"<small>{esc(cls)} costs {pct((overall.get('fractions') or {}).get(cls))} of the step time (runner-up "
+        f"{esc(overall.get('runner_up', '-'))}); {esc(_steps_named(summary, verdict))} "
+        f"{'classified' if provisional else 'counted'} steps are {esc(verdict)}. "
+        f"Step time {ms(model.step_time(summary))}{' without the waits for a core' if provisional else ''} "
+        f"(the window over its steps; representative step "
+        f"{esc(model.representative_step(summary))})"
+        f"{esc('; ' + headline) if headline else ''}{esc(_over_ranks(summary))}.</small></p>"
+    )
+
+
+def _over_ranks(summary: dict) -> str:
+    ranks = (summary.get("run") or {}).get("ranks_analyzed")
+    return f" over {ranks} rank" + ("s" if ranks != 1 else "") if isinstance(ranks, int) else ""
 
 
 def _busy_host(overall: dict) -> str:
