@@ -29,27 +29,41 @@ def bin_labels(edges: list) -> list[str]:
 
 def render(summary: dict) -> str:
     title = "Idle gaps"
-    if summary.get("mode") != "gpu":
-        return section("gaps", title, note("CPU-only run: there is no GPU to be idle."))
     h = model.details(summary).get("idle_gaps")
-    if not isinstance(h, dict) or not isinstance(h.get("edges_us"), list):
-        if (summary.get("overall") or {}).get("steps_counted") == 0:
-            return section("gaps", title, note("No step is counted (see Data quality): no idle gaps to show."))
-        return section("gaps", title, note("No idle-gap histogram in this summary."))
+    why = _nothing_to_draw(summary, h)
+    if why:
+        return section("gaps", title, note(why))
     labels = bin_labels(h["edges_us"])
     counts = [num(c) or 0.0 for c in h.get("count") or []][: len(labels)]
     totals = [(num(t) or 0.0) / 1000.0 for t in h.get("total_us") or []][: len(labels)]
     if not counts or sum(counts) == 0:
         return section("gaps", title, note("The GPU was never idle inside the counted steps."))
+    cap = ("GPU idle gaps inside the counted step windows (all ranks), by length. Left: how many; right: the idle "
+           "time they add up to (ms). Many gaps under 10 µs are launch latency between back-to-back kernels; "
+           "a few long gaps are the host (input, synchronisation) holding the GPU back.")
+    return section("gaps", title, model.withheld_note(summary) + _charts(labels, counts, totals)
+                   + f'<p class="muted">{esc(cap)}</p>')
+
+
+def _nothing_to_draw(summary: dict, h) -> str | None:
+    """Why there is no histogram (a CPU run, no record, no counted step), or None."""
+    if summary.get("mode") != "gpu":
+        return "CPU-only run: there is no GPU to be idle."
+    if isinstance(h, dict) and isinstance(h.get("edges_us"), list):
+        return None
+    if (summary.get("overall") or {}).get("steps_counted") == 0:
+        return "No step is counted (see Data quality): no idle gaps to show."
+    return "No idle-gap histogram in this summary."
+
+
+def _charts(labels: list[str], counts: list[float], totals: list[float]) -> str:
+    """The count and total-time histograms side by side; counts spanning decades on a log axis."""
     nonzero = [c for c in counts if c > 0]
     log = max(nonzero) >= LOG_SPAN * min(nonzero)  # counts spanning decades: a linear axis hides the rare long gaps
     left = columns("gaps-count", counts, labels, GREY, "number of gaps" + (" (log scale)" if log else ""), "idle gaps by length: count",
                    [f"{lab}: {int(c):,} gap" + ("" if c == 1 else "s") for lab, c in zip(labels, counts)], log=log)
     right = columns("gaps-time", totals, labels, SKY, "idle time (ms)", "idle gaps by length: total time",
                     [f"{lab}: {t:.3f} ms idle" for lab, t in zip(labels, totals)])
-    cap = ("GPU idle gaps inside the counted step windows (all ranks), by length. Left: how many; right: the idle "
-           "time they add up to (ms). Many gaps under 10 µs are launch latency between back-to-back kernels; "
-           "a few long gaps are the host (input, synchronisation) holding the GPU back.")
     count_caption = "Number of gaps per length bin" + (" (logarithmic axis: the counts span decades)." if log else ".")
-    body = f'<div class="cols"><div>{figure(left, count_caption)}</div><div>{figure(right, "Total idle time per length bin (ms).")}</div></div>'
-    return section("gaps", title, model.withheld_note(summary) + body + f'<p class="muted">{esc(cap)}</p>')
+    return (f'<div class="cols"><div>{figure(left, count_caption)}</div>'
+            f'<div>{figure(right, "Total idle time per length bin (ms).")}</div></div>')

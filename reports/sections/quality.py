@@ -42,42 +42,60 @@ def _entries(summary: dict) -> list[dict]:
 
 
 def render(summary: dict) -> str:
-    title = "Data quality"
     steps = model.steps_of(summary)
+    return section("quality", "Data quality", _by_status(steps) + _left_out(steps) + _events(summary)
+                   + _skipped_files(summary))
+
+
+def _by_status(steps: list[dict]) -> str:
     by_status: dict = {}
     for s in steps:
         st = s.get("status") or ("ok" if s.get("complete", True) else "incomplete")
         by_status[st] = by_status.get(st, 0) + 1
     status_rows = [("" if st == "ok" else "cut", [esc(STATUS_WORDS.get(st, st)), count(n)]) for st, n in by_status.items()]
-    parts = [table([("steps", "l"), ("count", "")], status_rows,
-                   "Steps by status: only counted steps enter the verdict (docs/metrics.md, Evidence).")]
-    reasons = {}
+    return table([("steps", "l"), ("count", "")], status_rows,
+                 "Steps by status: only counted steps enter the verdict (docs/metrics.md, Evidence).")
+
+
+def _left_out(steps: list[dict]) -> str:
+    """Why each left-out step was left out, grouped by status and reason ("" when none was)."""
+    reasons: dict = {}
     for s in steps:
         if s.get("status") not in (None, "ok") and s.get("status_reason"):
             reasons.setdefault((s.get("status"), s.get("status_reason")), []).append(s)
-    if reasons:
-        rows = [("cut", [esc(st), esc(", ".join(f"{x.get('rank')}:{x.get('step')}" for x in ss[:8])
-                                       + (f" and {len(ss) - 8} more" if len(ss) > 8 else "")), esc(truncate(r, 300))])
-                for (st, r), ss in list(reasons.items())[:40]]
-        parts.append(table([("status", "l"), ("rank:step", "l"), ("why", "l")], rows, "Why each left-out step was left out."))
+    if not reasons:
+        return ""
+
+    def which(ss: list[dict]) -> str:
+        return ", ".join(f"{x.get('rank')}:{x.get('step')}" for x in ss[:8]) + (f" and {len(ss) - 8} more" if len(ss) > 8 else "")
+
+    rows = [("cut", [esc(st), esc(which(ss)), esc(truncate(r, 300))]) for (st, r), ss in list(reasons.items())[:40]]
+    return table([("status", "l"), ("rank:step", "l"), ("why", "l")], rows, "Why each left-out step was left out.")
+
+
+def _events(summary: dict) -> str:
+    """Every event the analysis could not use as written, or a note that there were none (or that
+    the summary predates the record)."""
     entries = _entries(summary)
-    if entries:
-        rows = []
-        for e in entries:
-            ex = ", ".join(f"{k} ({v:,})" for k, v in list((e.get("examples") or {}).items())[:5])
-            rows.append(("hl" if e.get("action") != "noted" else "", [
-                esc(e.get("action", "-")), count(e.get("count")), esc(e.get("unit", "event")),
-                esc(truncate(e.get("reason", ""), 200)), f'<span class="name">{esc(truncate(ex, 300))}</span>']))
-        parts.append(table([("action", "l"), ("count", ""), ("of", "l"), ("reason", "l"), ("examples", "l")], rows,
-                           "Every event the analysis could not use as written, summed over the traces "
-                           "(repair order in docs/metrics.md). Highlighted rows changed or left out data."))
-    elif "data_quality" in summary:
-        parts.append(note("Nothing was repaired, dropped, clipped or set aside: every event was used as written."))
-    else:
-        parts.append(note("This summary predates the data-quality record; run perfscope analyze on the traces again."))
+    if not entries:
+        if "data_quality" in summary:
+            return note("Nothing was repaired, dropped, clipped or set aside: every event was used as written.")
+        return note("This summary predates the data-quality record; run perfscope analyze on the traces again.")
+    rows = []
+    for e in entries:
+        ex = ", ".join(f"{k} ({v:,})" for k, v in list((e.get("examples") or {}).items())[:5])
+        rows.append(("hl" if e.get("action") != "noted" else "", [
+            esc(e.get("action", "-")), count(e.get("count")), esc(e.get("unit", "event")),
+            esc(truncate(e.get("reason", ""), 200)), f'<span class="name">{esc(truncate(ex, 300))}</span>']))
+    return table([("action", "l"), ("count", ""), ("of", "l"), ("reason", "l"), ("examples", "l")], rows,
+                 "Every event the analysis could not use as written, summed over the traces "
+                 "(repair order in docs/metrics.md). Highlighted rows changed or left out data.")
+
+
+def _skipped_files(summary: dict) -> str:
     skipped = [s for s in summary.get("skipped") or [] if isinstance(s, dict)]
-    if skipped:
-        parts.append(table([("file left out", "l"), ("why", "l")],
-                           [("hl", [esc(s.get("path")), esc(truncate(s.get("reason"), 300))]) for s in skipped],
-                           "Trace files that could not be read; the analysis describes the others."))
-    return section("quality", title, "".join(parts))
+    if not skipped:
+        return ""
+    return table([("file left out", "l"), ("why", "l")],
+                 [("hl", [esc(s.get("path")), esc(truncate(s.get("reason"), 300))]) for s in skipped],
+                 "Trace files that could not be read; the analysis describes the others.")
