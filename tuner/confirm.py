@@ -214,47 +214,88 @@ def confirm_candidates(
         ValueError: bad round counts, a negative ``min_gain``, or a baseline measurement that is
             not a positive number.
     """
+    _check(rounds, min_rounds, min_gain)
+    looks = rounds - min_rounds + 1
+    state = _Rounds(candidates, confidence, look_level(confidence, looks), looks, min_gain)
+    started = clock()
+    for number in range(1, rounds + 1):
+        state.measure(measure_baseline)
+        out_of_time = budget_s is not None and clock() - started >= budget_s
+        ready = number >= min_rounds or (out_of_time and number >= 2)
+        looked = state.look(number == rounds, out_of_time) if ready else {}
+        if on_round is not None:
+            on_round(number, looked)
+        if not state.open_keys or out_of_time:
+            break
+    return {key: state.decided.get(key) for key in candidates}
+
+
+def _check(rounds: int, min_rounds: int, min_gain: float) -> None:
     if min_rounds < 2 or rounds < min_rounds:
         raise ValueError(f"need 2 <= min_rounds <= rounds, got min_rounds {min_rounds} and rounds {rounds}")
     if min_gain < 0:
         raise ValueError(f"min_gain must be >= 0, got {min_gain}")
-    looks = rounds - min_rounds + 1
-    level = look_level(confidence, looks)
-    started = clock()
-    baseline: list[float] = []
-    measured: dict = {key: [] for key in candidates}
-    decided: dict = {}
-    open_keys = list(candidates)
-    for number in range(1, rounds + 1):
+
+
+@dataclasses.dataclass
+class _Rounds:
+    """The measurements of :func:`confirm_candidates` so far, and what is decided."""
+
+    candidates: dict
+    confidence: float
+    level: float
+    looks: int
+    min_gain: float
+    baseline: list = dataclasses.field(default_factory=list)
+    measured: dict = dataclasses.field(default_factory=dict)
+    decided: dict = dataclasses.field(default_factory=dict)
+    open_keys: list = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.measured = {key: [] for key in self.candidates}
+        self.open_keys = list(self.candidates)
+
+    def measure(self, measure_baseline: Callable[[], float]) -> None:
+        """One round: the baseline, then each open candidate (one whose run fails is closed, None).
+
+        Raises:
+            ValueError: a baseline measurement that is not a positive number.
+        """
         value = float(measure_baseline())
         if not value > 0:
             raise ValueError(f"baseline measurement must be > 0, got {value}")
-        baseline.append(value)
-        for key in list(open_keys):
-            result = candidates[key]()
+        self.baseline.append(value)
+        for key in list(self.open_keys):
+            result = self.candidates[key]()
             if result is None or not float(result) > 0:
-                open_keys.remove(key)
-                decided[key] = None
-                continue
-            measured[key].append(float(result))
+                self.open_keys.remove(key)
+                self.decided[key] = None
+            else:
+                self.measured[key].append(float(result))
+
+    def look(self, last_round: bool, out_of_time: bool) -> dict:
+        """Each open candidate judged once; those decided are closed. Returns key -> Confirmation."""
         looked = {}
-        out_of_time = budget_s is not None and clock() - started >= budget_s
-        for key in list(open_keys):
-            if number < min_rounds and not (out_of_time and number >= 2):
-                continue
-            c = _judge(baseline, measured[key], confidence, level, looks, min_gain)
-            if c.ci_low > 1 + min_gain or c.ci_high < 1 + min_gain or number == rounds or out_of_time:
-                why = ("cleared" if c.ci_low > 1 + min_gain else "below" if c.ci_high < 1 + min_gain
-                       else "round budget" if number == rounds else "time budget")
-                c = dataclasses.replace(c, decided_by=why)
-                decided[key] = c
-                open_keys.remove(key)
+        for key in list(self.open_keys):
+            c = _judge(self.baseline, self.measured[key], self.confidence, self.level, self.looks, self.min_gain)
+            why = _decided_by(c, self.min_gain, last_round, out_of_time)
+            if why:
+                c = self.decided[key] = dataclasses.replace(c, decided_by=why)
+                self.open_keys.remove(key)
             looked[key] = c
-        if on_round is not None:
-            on_round(number, looked)
-        if not open_keys or out_of_time:
-            break
-    return {key: decided.get(key) for key in candidates}
+        return looked
+
+
+def _decided_by(c: Confirmation, min_gain: float, last_round: bool, out_of_time: bool) -> str | None:
+    """Why a look decides the candidate (its interval cleared or fell below 1 + min_gain, or the
+    rounds or the time ran out), or None to go on."""
+    if c.ci_low > 1 + min_gain:
+        return "cleared"
+    if c.ci_high < 1 + min_gain:
+        return "below"
+    if last_round:
+        return "round budget"
+    return "time budget" if out_of_time else None
 
 
 def _judge(baseline: list[float], values: list[float], confidence: float, level: float, looks: int,
