@@ -219,13 +219,11 @@ def build_space(facts: dict, fractions: dict, verdict: str, *, cpu_count: int | 
         The :class:`SearchSpace`; it may hold no knob (then there is nothing to tune, and
         ``excluded`` says why).
     """
-    cpu = max(1, cpu_count or facts.get("cpu_count") or os.cpu_count() or 1)
+    cpu = _cores(cpu_count, facts)
     shares = bottleneck_shares(fractions)
     main = verdict.removesuffix("-bound")
     order = sorted(BOTTLENECKS, key=lambda b: (b != main, -shares[b]))
-    known = main in BOTTLENECKS and bool(fractions)
-    # Without a verdict the shares are unknown, not zero: every applicable knob is searched.
-    searched = {b for b in BOTTLENECKS if not known or b == main or shares[b] >= MIN_BOTTLENECK_SHARE}
+    searched = _searched(main, shares, known=main in BOTTLENECKS and bool(fractions))
     knobs: list[Knob] = []
     excluded: dict[str, str] = {}
     for group in groups:
@@ -234,17 +232,42 @@ def build_space(facts: dict, fractions: dict, verdict: str, *, cpu_count: int | 
         for knob in part.knobs:
             if searched.intersection(knob.serves):
                 knobs.append(knob)
-                continue
-            main_share = knob.serves[0]
-            excluded[knob.name] = (f"its bottleneck ({main_share}) takes only {shares[main_share]:.0%} of the "
-                                   f"baseline's step time (searched from {MIN_BOTTLENECK_SHARE:.0%})")
+            else:
+                excluded[knob.name] = _too_small(knob.serves[0], shares)
     knobs.sort(key=lambda k: min(order.index(b) for b in k.serves if b in searched))
+    _drop_orphans(knobs, excluded)
+    return SearchSpace(knobs=_parents_first(knobs), excluded=excluded, order=order, verdict=verdict,
+                       titles=_titles(groups, knobs))
+
+
+def _cores(cpu_count: int | None, facts: dict) -> int:
+    """The cores to plan for: as given, else the run's facts', else this machine's; at least 1."""
+    return max(1, cpu_count or facts.get("cpu_count") or os.cpu_count() or 1)
+
+
+def _titles(groups: tuple[KnobGroup, ...], knobs: list[Knob]) -> dict[str, str]:
+    """The titles of the groups that have a searched knob."""
+    return {g.name: g.title for g in groups if any(k.group == g.name for k in knobs)}
+
+
+def _too_small(bottleneck: str, shares: dict[str, float]) -> str:
+    return (f"its bottleneck ({bottleneck}) takes only {shares[bottleneck]:.0%} of the baseline's step time "
+            f"(searched from {MIN_BOTTLENECK_SHARE:.0%})")
+
+
+def _searched(main: str, shares: dict[str, float], *, known: bool) -> set[str]:
+    """The bottlenecks whose knobs are searched: the verdict's and those taking at least
+    :data:`MIN_BOTTLENECK_SHARE` of the step; without a verdict the shares are unknown, not zero:
+    every one."""
+    return {b for b in BOTTLENECKS if not known or b == main or shares[b] >= MIN_BOTTLENECK_SHARE}
+
+
+def _drop_orphans(knobs: list[Knob], excluded: dict[str, str]) -> None:
+    """Conditional knobs whose parent is not searched (they would never vary) moved to excluded."""
     names = {k.name for k in knobs}
     for knob in [k for k in knobs if k.when is not None and k.when[0] not in names]:
-        knobs.remove(knob)  # a conditional knob whose parent is not searched would never vary
+        knobs.remove(knob)
         excluded[knob.name] = f"searched only together with {knob.when[0]}, which is not searched for this run"
-    return SearchSpace(knobs=_parents_first(knobs), excluded=excluded, order=order, verdict=verdict,
-                       titles={g.name: g.title for g in groups if any(k.group == g.name for k in knobs)})
 
 
 def _parents_first(knobs: list[Knob]) -> list[Knob]:
@@ -286,7 +309,7 @@ def rule_based_guess(space: SearchSpace, facts: dict, cpu_count: int | None = No
     knob's choices, or a knob that is not searched, stays at the baseline.
     """
     params = dict(space.baseline_params)
-    cpu = max(1, cpu_count or facts.get("cpu_count") or os.cpu_count() or 1)
+    cpu = _cores(cpu_count, facts)
     fractions = fractions or {}
 
     def put(name: str, value, at_most: bool = False) -> None:
