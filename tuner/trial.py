@@ -316,20 +316,37 @@ def _read_results(outcome: TrialOutcome, record_dir: Path, ranks: int, log: Path
     failed, where it did."""
     results = {r: res for r in range(ranks) if (res := read_rank_result(record_dir, r)) is not None}
     rank0 = results.get(0)
-    if rank0 is not None:
-        outcome.window, outcome.facts = rank0.window, rank0.facts or {}
-        outcome.config_applied, outcome.losses = rank0.config_applied, list(rank0.losses)
-    outcome.trace_files = [Path(r.trace) for r in results.values() if r.trace and Path(r.trace).is_file()]
-    outcome.drawn_samples = sum(
-        drawn_from_queues(steps_path(record_dir, r), _batch_size(res.facts),
-                          len(outcome.step_seconds) or spec.measure_steps)
-        for r, res in results.items())
+    if rank0 is not None:  # the window, facts and losses are rank 0's
+        outcome.window, outcome.facts, outcome.config_applied, outcome.losses = (
+            rank0.window, rank0.facts or {}, rank0.config_applied, list(rank0.losses))
+    outcome.trace_files = [Path(r.trace) for r in results.values() if _has_trace(r)]
+    outcome.drawn_samples = _drawn_samples(results, record_dir, len(outcome.step_seconds) or spec.measure_steps)
+    wait = _data_wait(record_dir)
+    if wait is not None:
+        outcome.data_wait = wait
+    if outcome.status == "ok":
+        _judge_outcome(outcome, results, rank0, log, spec)
+
+
+def _has_trace(res: RankResult) -> bool:
+    return bool(res.trace) and Path(res.trace).is_file()
+
+
+def _drawn_samples(results: dict[int, RankResult], record_dir: Path, steps: int) -> int:
+    """Samples the ranks' measured steps drew from batches loaded before the window."""
+    return sum(drawn_from_queues(steps_path(record_dir, r), _batch_size(res.facts), steps) for r, res in results.items())
+
+
+def _data_wait(record_dir: Path) -> float | None:
+    """Rank 0's share of its measured steps' time spent waiting for data (None without time)."""
     measured = [line for line in read_step_lines(steps_path(record_dir, 0)) if line.measured]
     total = sum(line.seconds for line in measured)
-    if total > 0:
-        outcome.data_wait = sum(line.data_wait_s for line in measured) / total
-    if outcome.status != "ok":
-        return
+    return sum(line.data_wait_s for line in measured) / total if total > 0 else None
+
+
+def _judge_outcome(outcome: TrialOutcome, results: dict[int, RankResult], rank0: RankResult | None, log: Path,
+                   spec: TrialSpec) -> None:
+    """A run that ended: failed (a rank's error, or its exit), too few steps, or no sample measured."""
     failed = [res for _, res in sorted(results.items()) if res.error]
     if outcome.exit_code != 0 or failed:
         _failed(outcome, failed[0] if failed else None, log)
