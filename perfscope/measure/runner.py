@@ -119,18 +119,7 @@ def measure_in_process(
         CollectError: bad script path, unwritable record folder, torch missing.
         ConfigError: an invalid configuration.
     """
-    for name, value, minimum, maximum in (("warmup_steps", warmup_steps, 0, MAX_STEPS),
-                                          ("measure_steps", measure_steps, 1, MAX_STEPS),
-                                          ("profile_steps", profile_steps, 0, MAX_ACTIVE)):
-        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-            raise ValueError(f"{name} must be an integer in {minimum}..{maximum:,}, got {value!r}")
-    window = None
-    if (target_rse is None) != (measure_cap_s is None):
-        raise ValueError("target_rse and measure_cap_s go together: give both or neither")
-    if target_rse is not None:
-        from perfscope.measure.window import SteadyWindow
-
-        window = SteadyWindow(target_rse=target_rse, cap_s=measure_cap_s, max_steps=MAX_STEPS - warmup_steps)
+    window = _steady_window(warmup_steps, measure_steps, profile_steps, target_rse, measure_cap_s)
     from perfscope.collect import session
 
     script = check_script(script)
@@ -145,21 +134,8 @@ def measure_in_process(
     record_dir = traces.absolute_out_dir(record_dir)  # the script may chdir
     steps_path = protocol.steps_path(record_dir, rank)
     result_file = result_path(record_dir, rank)
-    timed = warmup_steps + measure_steps
-    exporter = None
-    if profile_steps:
-        trace_dir = traces.prepare_trace_dir(record_dir)  # creates record_dir too
-        exporter = traces.TraceExporter(trace_dir / traces.trace_file_name(rank))
-        # Steps 1..W+K untraced, W+K+1 the profiler's warm-up, then P recorded; ended after them.
-        schedule = ProfileSchedule(skip_first=timed, warmup=1, active=profile_steps)
-    else:
-        schedule = ProfileSchedule(skip_first=0, warmup=0, active=timed)  # ended after step W+K
-    try:
-        record_dir.mkdir(parents=True, exist_ok=True)
-        result_file.unlink(missing_ok=True)  # an earlier run's result must not pass for this one's
-        steps_file = open(steps_path, "wb")  # noqa: SIM115 - closed below
-    except OSError as exc:
-        raise CollectError(f"cannot write to record directory {record_dir}: {exc.strerror or exc}") from None
+    schedule, exporter = _schedule(record_dir, rank, warmup_steps + measure_steps, profile_steps)
+    steps_file = _open_steps(record_dir, result_file, steps_path)
     recorder = hooks.Recorder(warmup_steps=warmup_steps, measure_steps=measure_steps,
                               last_step=schedule.window_steps, steps_file=steps_file, drain_prefetch=drain_prefetch,
                               window=window)
@@ -193,21 +169,14 @@ def measure_in_process(
         session._destroy_process_group(torch)
     gc.collect()  # the script's DataLoader iterators (held by its frames) stop their workers now
 
-    trace = None
-    if exporter is not None and exporter.written:
-        trace = str(exporter.path)
-    elif exporter is not None and exporter.error is not None:
-        print(safe(f"perfscope: could not write trace {exporter.path}: {exporter.error}"), file=sys.stderr)
+    trace = _written_trace(exporter)
     if recorder.write_error is not None:
         print(safe(f"perfscope: could not write {steps_path}: {recorder.write_error}"), file=sys.stderr)
     from perfscope.measure.losses import loss_means
 
     losses, loss_source = loss_means(recorder, tracker.steps_seen, torch)
-    error_kind = None
-    if outcome.exit_code != 0:
-        error_kind = "oom" if outcome.error and OOM_MESSAGE.search(outcome.error) else "error"
     result = RankResult(
-        exit_code=outcome.exit_code, error=outcome.error, error_kind=error_kind, steps_seen=tracker.steps_seen,
+        exit_code=outcome.exit_code, error=outcome.error, error_kind=_error_kind(outcome), steps_seen=tracker.steps_seen,
         warmup_steps_used=recorder.warmup_steps, stopped_early=outcome.stopped_early, losses=losses,
         loss_source=loss_source, trace=trace, config_applied=config_applied, facts=run_facts(torch, recorder),
         window=window.summary(*recorder.measured_steps()) if window is not None else None,
@@ -216,6 +185,71 @@ def measure_in_process(
     return msgspec.to_builtins(result)
 
 
+
+
+def _steady_window(warmup_steps: int, measure_steps: int, profile_steps: int, target_rse: float | None,
+                   measure_cap_s: float | None):
+    """The measurement window that grows until its throughput is steady (``SteadyWindow``), or None
+    for exactly K steps; the step counts checked first.
+
+    Raises:
+        ValueError: a step count out of range, or only one of target_rse and measure_cap_s.
+    """
+    for name, value, minimum, maximum in (("warmup_steps", warmup_steps, 0, MAX_STEPS),
+                                          ("measure_steps", measure_steps, 1, MAX_STEPS),
+                                          ("profile_steps", profile_steps, 0, MAX_ACTIVE)):
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+            raise ValueError(f"{name} must be an integer in {minimum}..{maximum:,}, got {value!r}")
+    if (target_rse is None) != (measure_cap_s is None):
+        raise ValueError("target_rse and measure_cap_s go together: give both or neither")
+    if target_rse is None:
+        return None
+    from perfscope.measure.window import SteadyWindow
+
+    return SteadyWindow(target_rse=target_rse, cap_s=measure_cap_s, max_steps=MAX_STEPS - warmup_steps)
+
+
+def _schedule(record_dir: pathlib.Path, rank: int, timed: int, profile_steps: int):
+    """The step schedule and the trace exporter (None without profiled steps): steps 1..W+K
+    untraced, W+K+1 the profiler's warm-up, then P recorded; or, without a profiler, ended after
+    step W+K."""
+    if not profile_steps:
+        return ProfileSchedule(skip_first=0, warmup=0, active=timed), None
+    trace_dir = traces.prepare_trace_dir(record_dir)  # creates record_dir too
+    exporter = traces.TraceExporter(trace_dir / traces.trace_file_name(rank))
+    return ProfileSchedule(skip_first=timed, warmup=1, active=profile_steps), exporter
+
+
+def _open_steps(record_dir: pathlib.Path, result_file: pathlib.Path, steps_path: pathlib.Path):
+    """The steps file, open for writing; an earlier run's result removed (it must not pass for
+    this one's).
+
+    Raises:
+        CollectError: the record folder cannot be written.
+    """
+    try:
+        record_dir.mkdir(parents=True, exist_ok=True)
+        result_file.unlink(missing_ok=True)
+        return open(steps_path, "wb")  # noqa: SIM115 - the caller closes it
+    except OSError as exc:
+        raise CollectError(f"cannot write to record directory {record_dir}: {exc.strerror or exc}") from None
+
+
+def _written_trace(exporter) -> str | None:
+    """The trace's path where it was written; why not on stderr where it failed."""
+    if exporter is None:
+        return None
+    if exporter.written:
+        return str(exporter.path)
+    if exporter.error is not None:
+        print(safe(f"perfscope: could not write trace {exporter.path}: {exporter.error}"), file=sys.stderr)
+    return None
+
+
+def _error_kind(outcome) -> str | None:
+    if outcome.exit_code == 0:
+        return None
+    return "oom" if outcome.error and OOM_MESSAGE.search(outcome.error) else "error"
 
 
 def seed_everything(seed: int, torch) -> None:
