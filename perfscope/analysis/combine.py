@@ -175,10 +175,7 @@ def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, commo
     job.check_markers(rank_traces, ranks)
     job.mark_cpu_ranks_of_a_gpu_run(rank_traces, warnings)
     notes.extend(job.missing_ranks(rank_traces, ranks) + job.windows_of_one_worker(rank_traces, ranks))
-    frame = pd.concat([_rank_frame(rt, r) for rt, r in zip(rank_traces, ranks)], ignore_index=True)
-    if rank_traces[0].has_markers:
-        frame = job.check_steps(frame, common_steps_only, notes)
-    frame = frame.sort_values(["rank", "step"], kind="stable").reset_index(drop=True).drop(columns="file")
+    frame = _run_frame(rank_traces, ranks, common_steps_only, notes)
     mode = "gpu" if (frame["mode"] == "gpu").any() else "cpu"
     frame, costs = _classified(frame)
     notes.extend(status_notes(frame))
@@ -187,30 +184,60 @@ def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, commo
         notes.append(sparse)
     facts = _job_facts(rank_traces, ranks)
     counted = frame["counted"].to_numpy(dtype=bool)
-    # The steps the verdict rests on: the counted ones, else those a provisional verdict classifies.
-    basis = counted
-    if not counted.any() and "core_wait_us" in frame.columns:
-        basis = (frame["status"].eq(ev.HOST_CONTENDED) & frame["core_wait_us"].notna()).to_numpy()
-    facts["window_attention"] = window_attention_cost(rank_traces, ranks, frame.loc[basis]) if basis.any() else None
-    facts["optimizer_step"] = optimizer_step_cost(rank_traces, ranks, frame.loc[basis]) if basis.any() else None
-    facts["graphs"] = graphs_cost(frame.loc[basis]) if basis.any() else None
-    facts["layout_transposes"] = transpose_cost(rank_traces, ranks, frame.loc[basis]) if basis.any() else None
+    basis = _verdict_basis(frame, counted)
+    facts.update(_knob_facts(rank_traces, ranks, frame.loc[basis]) if basis.any() else dict.fromkeys(KNOB_FACTS))
     rv = _run_verdict(frame, costs, counted, basis, mode, facts, rank_traces, notes)
-    # Without a step the verdict rests on, the tables are kept over the steps it left out, marked so.
-    scope = "counted" if counted.any() else ("provisional" if basis.any() else "withheld")
-    shown = basis if basis.any() else (frame["step_time_us"] > 0).to_numpy()
+    scope, shown = _scope(frame, counted, basis)
     details = build_details(rank_traces, ranks, frame.loc[shown], mode, facts)
     details["scope"] = scope
     # who held the cores, where the verdict's steps waited for them
     contended = frame["status"].eq(ev.HOST_CONTENDED).to_numpy()
     details["host_cpu"] = cpu_sources(frame.loc[contended if contended.any() else basis])
     _detail_findings(details, notes, warnings)
-    tables_by_path = {str(Path(rt.table.path).resolve()): rt.table for rt in rank_traces if rt.table.path is not None}
-    timelines = {str(Path(rt.table.path).resolve()): (rt.windows, rt.partition_sets) for rt in rank_traces
-                 if rt.table.path is not None}
     traces = [_trace_facts(rt, r) for rt, r in zip(rank_traces, ranks)]
-    return Analysis(frame, rv, mode, traces, notes, warnings, dict(run_info or {}), details, [], tables_by_path,
-                    timelines)
+    return Analysis(frame, rv, mode, traces, notes, warnings, dict(run_info or {}), details, [], *_by_path(rank_traces))
+
+
+def _run_frame(rank_traces: list[RankTrace], ranks: list[int], common_steps_only: bool, notes: list[str]) -> pd.DataFrame:
+    """Every rank's steps in one frame, ordered by rank and step; steps checked across ranks."""
+    frame = pd.concat([_rank_frame(rt, r) for rt, r in zip(rank_traces, ranks)], ignore_index=True)
+    if rank_traces[0].has_markers:
+        frame = job.check_steps(frame, common_steps_only, notes)
+    return frame.sort_values(["rank", "step"], kind="stable").reset_index(drop=True).drop(columns="file")
+
+
+def _scope(frame: pd.DataFrame, counted: np.ndarray, basis: np.ndarray) -> tuple[str, np.ndarray]:
+    """What the detail tables describe, and its steps: the counted ones, the provisional verdict's,
+    or, without a step the verdict rests on, the steps it left out (``withheld``)."""
+    if basis.any():
+        return ("counted" if counted.any() else "provisional"), basis
+    return "withheld", (frame["step_time_us"] > 0).to_numpy()
+
+
+def _by_path(rank_traces: list[RankTrace]) -> tuple[dict, dict]:
+    """Each read file's table, and its step windows and partitions, by resolved path."""
+    with_path = [rt for rt in rank_traces if rt.table.path is not None]
+    return ({str(Path(rt.table.path).resolve()): rt.table for rt in with_path},
+            {str(Path(rt.table.path).resolve()): (rt.windows, rt.partition_sets) for rt in with_path})
+
+
+# The facts of the knobs' what-ifs, from the steps the verdict rests on (None without any).
+KNOB_FACTS = ("window_attention", "optimizer_step", "graphs", "layout_transposes")
+
+
+def _verdict_basis(frame: pd.DataFrame, counted: np.ndarray) -> np.ndarray:
+    """The steps the verdict rests on: the counted ones, else those a provisional verdict
+    classifies (host-contended steps whose waits for a core were measured)."""
+    if counted.any() or "core_wait_us" not in frame.columns:
+        return counted
+    return (frame["status"].eq(ev.HOST_CONTENDED) & frame["core_wait_us"].notna()).to_numpy()
+
+
+def _knob_facts(rank_traces: list[RankTrace], ranks: list[int], steps: pd.DataFrame) -> dict:
+    """:data:`KNOB_FACTS` over ``steps``."""
+    return {"window_attention": window_attention_cost(rank_traces, ranks, steps),
+            "optimizer_step": optimizer_step_cost(rank_traces, ranks, steps),
+            "graphs": graphs_cost(steps), "layout_transposes": transpose_cost(rank_traces, ranks, steps)}
 
 
 def _reading_notes(rank_traces: list[RankTrace]) -> tuple[list[str], list[str]]:
