@@ -30,25 +30,14 @@ def trial_entry(t, retried: bool = False) -> dict:
     """One trial of the study as a ``tune.json`` entry (``retried``: a later trial retries it, as
     the storage does for a trial whose worker stopped sending heartbeats)."""
     attrs = t.user_attrs
-    failure = attrs.get("failure")
-    if t.state == TrialState.FAIL and not failure and retried and "fail_reason" not in t.system_attrs:
-        failure = {"kind": "lost", "reason": "its worker stopped sending heartbeats (killed, or its machine lost); "
-                                             "its configuration was queued again"}
-    if t.state == TrialState.FAIL and not failure:
-        failure = {"kind": "crash", "reason": t.system_attrs.get("fail_reason") or "the trial raised an error in perfscope"}
-    if t.state == TrialState.PRUNED:
-        value = t.intermediate_values[t.last_step] if t.last_step is not None else None
-    elif failure and failure.get("kind") != "unsafe":
-        value = None  # the run failed: stored failed, with no value
-    else:
-        value = t.value
+    failure = _failure(t, retried)
     return {
         "number": t.number,
         "state": _STATES.get(t.state, t.state.name.lower()),
         "role": attrs.get("role", "search"),
         "params": dict(t.params),
         "config": attrs.get("config") or {},
-        "value": _finite(value),
+        "value": _finite(_value(t, failure)),
         "step_values": [v for v in (_finite(x) for x in attrs.get("step_values") or []) if v is not None],
         "feasible": bool(attrs.get("feasible")) and t.state == TrialState.COMPLETE,
         "failure": failure,
@@ -59,6 +48,27 @@ def trial_entry(t, retried: bool = False) -> dict:
         "window": attrs.get("window"),
         "threads": attrs.get("threads"),
     }
+
+
+def _failure(t, retried: bool) -> dict | None:
+    """The trial's failure as recorded, else, for a failed trial, lost (retried after its worker
+    stopped) or a crash inside perfscope."""
+    failure = t.user_attrs.get("failure")
+    if t.state != TrialState.FAIL or failure:
+        return failure
+    if retried and "fail_reason" not in t.system_attrs:
+        return {"kind": "lost", "reason": "its worker stopped sending heartbeats (killed, or its machine lost); "
+                                          "its configuration was queued again"}
+    return {"kind": "crash", "reason": t.system_attrs.get("fail_reason") or "the trial raised an error in perfscope"}
+
+
+def _value(t, failure: dict | None):
+    """A pruned trial's last reported value; none for a failed run (an unsafe one keeps its value)."""
+    if t.state == TrialState.PRUNED:
+        return t.intermediate_values[t.last_step] if t.last_step is not None else None
+    if failure and failure.get("kind") != "unsafe":
+        return None  # the run failed: stored failed, with no value
+    return t.value
 
 
 def importances(study) -> dict | None:
