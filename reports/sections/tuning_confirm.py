@@ -48,13 +48,9 @@ def chart(threshold: float, cands: list[dict]) -> str:
     """Each candidate's speed-up with its interval and rounds, against 1.0x and ``threshold`` (the
     bar to clear, 1 + min_gain); from these two only, so that the drawing is cached across
     checkpoints of the record (:func:`perfscope.reports.charts.cached`)."""
-    from matplotlib.collections import LineCollection
     from matplotlib.ticker import FixedLocator, NullLocator
 
-    values = [1.0, threshold]
-    for c in cands:
-        values += [v for v in (num(c.get(k)) for k in ("speedup", "ci_low", "ci_high")) if v is not None and v > 0]
-        values += round_ratios(c)
+    values = [1.0, threshold] + [v for c in cands for v in _ratios(c)]
     lo, hi = min(values) / 1.08, max(values) * 1.08
     left, width, row_h = 150, 700, 36
 
@@ -80,21 +76,39 @@ def chart(threshold: float, cands: list[dict]) -> str:
             ch.tip(ax.axvline(threshold, color=VERMILLION, lw=1.5, ls=(0, (6, 4))),
                    f"{threshold:.3g}x: 1 + min_gain, the bar to clear")
         for k, c in enumerate(cands):
-            colour = GREEN if c.get("faster") is True else GREY
-            rr = round_ratios(c)
-            if rr:
-                dots = ax.plot(rr, [k - 0.3] * len(rr), ls="none", marker="o", ms=5, color=DARK, alpha=0.55, mew=0)[0]
-                ch.tips(dots, [f"one round: {r:.3f}x" for r in rr])
-            a, b, s = (num(c.get(key)) for key in ("ci_low", "ci_high", "speedup"))
-            interval = f", interval {a:.2f}x–{b:.2f}x" if a and b and a > 0 and b > 0 else ""
-            tip = f"trial {word(c.get('trial'))}: {ratio(s)}{interval}"
-            if interval:
-                bar = LineCollection([[(a, k), (b, k)], [(a, k - 0.17), (a, k + 0.17)], [(b, k - 0.17), (b, k + 0.17)]],
-                                     colors=colour, linewidths=[4, 2, 2])
-                ch.tip(ax.add_collection(bar), tip, cls="ci")
-            if s is not None and s > 0:
-                ch.tip(ax.plot([s], [k], ls="none", marker="D", ms=9, mfc=colour, mec="#ffffff")[0], tip)
+            _candidate_row(ch, k, c)
         return ch.svg("speed-up of each candidate with its interval")
+
+
+def _ratios(c: dict) -> list[float]:
+    """A candidate's positive speed-up, interval ends and round ratios: what the axis must hold."""
+    return [v for v in (num(c.get(k)) for k in ("speedup", "ci_low", "ci_high")) if v is not None and v > 0] \
+        + round_ratios(c)
+
+
+def _round_dots(ch, k: int, rr: list[float]) -> None:
+    """Each round's ratio as a dot above row k."""
+    if rr:
+        dots = ch.ax.plot(rr, [k - 0.3] * len(rr), ls="none", marker="o", ms=5, color=DARK, alpha=0.55, mew=0)[0]
+        ch.tips(dots, [f"one round: {r:.3f}x" for r in rr])
+
+
+def _candidate_row(ch, k: int, c: dict) -> None:
+    """Row k of the chart: the candidate's rounds (dots), its interval (bar) and speed-up (diamond)."""
+    from matplotlib.collections import LineCollection
+
+    ax = ch.ax
+    colour = GREEN if c.get("faster") is True else GREY
+    _round_dots(ch, k, round_ratios(c))
+    a, b, s = (num(c.get(key)) for key in ("ci_low", "ci_high", "speedup"))
+    has_interval = bool(a and b and a > 0 and b > 0)
+    tip = f"trial {word(c.get('trial'))}: {ratio(s)}" + (f", interval {a:.2f}x–{b:.2f}x" if has_interval else "")
+    if has_interval:
+        bar = LineCollection([[(a, k), (b, k)], [(a, k - 0.17), (a, k + 0.17)], [(b, k - 0.17), (b, k + 0.17)]],
+                             colors=colour, linewidths=[4, 2, 2])
+        ch.tip(ax.add_collection(bar), tip, cls="ci")
+    if s is not None and s > 0:
+        ch.tip(ax.plot([s], [k], ls="none", marker="D", ms=9, mfc=colour, mec="#ffffff")[0], tip)
 
 
 def _summary_table(record: dict, cands: list[dict]) -> str:
