@@ -50,18 +50,23 @@ def _waits_line(summary: dict) -> str | None:
     o = summary.get("overall") or {}
     if not o.get("other_largest"):
         return None
-    waits = (summary.get("details") or {}).get("other_waits") or {}
+    parts = _wait_causes((summary.get("details") or {}).get("other_waits") or {})
+    share = 100 * (o.get("fractions") or {}).get("other", 0.0)
+    unshown = parts == [] or all(p.startswith("not shown") for p in parts)
+    what = ("; the trace does not show what it waited on" if unshown else f"; the GPU waited on: {'; '.join(parts)}")
+    return (f"largest share: other {share:.0f}% (GPU idle with work already queued, waiting on a dependency; no "
+            f"single knob removes it){what}")
+
+
+def _wait_causes(waits: dict) -> list[str]:
+    """``cause N% (call, call)`` for each cause of the GPU's waits with time of its own."""
     total = waits.get("other_idle_us") or 0.0
     parts = []
     for cause, c in (waits.get("causes") or {}).items():
         if total > 0 and c.get("us", 0) > 0:
             calls = ", ".join(safe(k) for k in list(c.get("calls") or {})[:2])
             parts.append(f"{cause} {100 * c['us'] / total:.0f}%" + (f" ({calls})" if calls else ""))
-    share = 100 * (o.get("fractions") or {}).get("other", 0.0)
-    unshown = parts == [] or all(p.startswith("not shown") for p in parts)
-    what = ("; the trace does not show what it waited on" if unshown else f"; the GPU waited on: {'; '.join(parts)}")
-    return (f"largest share: other {share:.0f}% (GPU idle with work already queued, waiting on a dependency; no "
-            f"single knob removes it){what}")
+    return parts
 
 
 def _straggler_line(summary: dict) -> str | None:
@@ -87,13 +92,17 @@ def _nodes_line(summary: dict) -> str | None:
     slow = nv.get("straggler_node")
     if isinstance(slow, dict):
         line += f"; node {slow.get('node')} is the one the others wait for (rank {slow.get('rank')})"
-    link = nv.get("link")
-    rates = (link or {}).get("achieved_bits_per_s") if isinstance(link, dict) else None
-    if isinstance(rates, dict) and rates:
-        slowest = min(v for v in rates.values() if isinstance(v, (int, float)))
-        line += (f"; {link.get('algorithm')} all-reduce puts {link['inter_node_bytes_per_step'] / 2**20:.1f} MiB per "
-                 f"step on each node's link, carried at {slowest / 1e6:.0f} Mbit/s or more")
-    return line
+    return line + _link_text(nv.get("link"))
+
+
+def _link_text(link) -> str:
+    """``; <algorithm> all-reduce puts N MiB per step on each node's link, carried at R or more``."""
+    rates = link.get("achieved_bits_per_s") if isinstance(link, dict) else None
+    if not isinstance(rates, dict) or not rates:
+        return ""
+    slowest = min(v for v in rates.values() if isinstance(v, (int, float)))
+    return (f"; {link.get('algorithm')} all-reduce puts {link['inter_node_bytes_per_step'] / 2**20:.1f} MiB per "
+            f"step on each node's link, carried at {slowest / 1e6:.0f} Mbit/s or more")
 
 
 def _ranks_text(ranks) -> str:
@@ -303,12 +312,17 @@ def run_line(summary: dict) -> str | None:
     return safe("whole run: " + who + "; ".join([run_headline(view), *run_findings(view)]))
 
 
+def _first_device(summary: dict) -> dict | None:
+    """The first trace's first device of ``details.trace_memory`` (the one with the most bytes)."""
+    traces = (summary.get("details") or {}).get("trace_memory") or []
+    devices = traces[0].get("devices") or [] if traces and isinstance(traces[0], dict) else []
+    return devices[0] if devices and isinstance(devices[0], dict) else None
+
+
 def trace_memory_line(summary: dict) -> str | None:
     """``memory (allocator records): ...`` for the first trace's device with the most bytes
     allocated, from ``details.trace_memory``; None without it."""
-    traces = (summary.get("details") or {}).get("trace_memory") or []
-    devices = traces[0].get("devices") or [] if traces and isinstance(traces[0], dict) else []
-    d = devices[0] if devices and isinstance(devices[0], dict) else None
+    d = _first_device(summary)
     if d is None or not isinstance(d.get("peak_allocated_bytes"), (int, float)):
         return None
     rise = " above the trace's first record" if d.get("relative") else ""
@@ -329,24 +343,35 @@ def telemetry_line(summary: dict) -> str | None:
         return None
     if t.get("skipped"):
         return safe(f"gpu telemetry: not sampled ({t['skipped']})")
+    line = _utilisation(t)
+    if line is None:
+        return None
+    return safe(line + _clocks_and_power(t))
+
+
+def _clocks_and_power(t: dict) -> str:
+    """``, SM clock A-B MHz, power W mean, clocks throttled in N% of samples``, what is known of it."""
+    clocks, power, text = t.get("sm_clock_mhz") or {}, t.get("power_w") or {}, ""
+    if isinstance(clocks.get("min"), (int, float)) and isinstance(clocks.get("max"), (int, float)):
+        text += f", SM clock {clocks['min']:.0f}-{clocks['max']:.0f} MHz"
+    if isinstance(power.get("mean"), (int, float)):
+        text += f", power {power['mean']:.0f} W mean"
+    if (t.get("throttled_share") or 0) > 0:
+        text += f", clocks throttled in {t['throttled_share']:.0%} of samples"
+    return text
+
+
+def _utilisation(t: dict) -> str | None:
+    """``gpu: utilisation N% (source...)``, or why it was not measured; None when neither is known."""
     if isinstance(t.get("gpu_util_pct"), (int, float)):
         source, settled, samples = t.get("source") or "NVML", t.get("settled_samples"), t.get("samples")
         # say so when utilisation and power rest on fewer samples than the clocks beside them
         part = (f", {settled} of {samples} samples: the others hold time before the window"
                 if isinstance(settled, int) and isinstance(samples, int) and settled < samples else "")
-        line = f"gpu: utilisation {t['gpu_util_pct']:.0f}% ({source}{part})"
-    elif isinstance(t.get("unsettled"), str):
-        line = f"gpu: utilisation not measured ({t['unsettled']})"
-    else:
-        return None
-    clocks, power = t.get("sm_clock_mhz") or {}, t.get("power_w") or {}
-    if isinstance(clocks.get("min"), (int, float)) and isinstance(clocks.get("max"), (int, float)):
-        line += f", SM clock {clocks['min']:.0f}-{clocks['max']:.0f} MHz"
-    if isinstance(power.get("mean"), (int, float)):
-        line += f", power {power['mean']:.0f} W mean"
-    if (t.get("throttled_share") or 0) > 0:
-        line += f", clocks throttled in {t['throttled_share']:.0%} of samples"
-    return safe(line)
+        return f"gpu: utilisation {t['gpu_util_pct']:.0f}% ({source}{part})"
+    if isinstance(t.get("unsettled"), str):
+        return f"gpu: utilisation not measured ({t['unsettled']})"
+    return None
 
 
 def config_lines(summary: dict) -> list[str]:
