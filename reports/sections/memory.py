@@ -52,6 +52,31 @@ def _oom(summary: dict) -> str:
                         "https://pytorch.org/memory_viz.")
 
 
+def _head(m: dict, kind: str) -> str:
+    """The peak against the capacity and the headroom, flagged near the limit."""
+    near = bool(m.get("near_limit"))
+    what = "device memory (reserved by the CUDA caching allocator)" if kind == "device" else "host memory (resident)"
+    shared = " On the host the ranks of one machine share it: their peaks are summed." if kind == "host" else ""
+    return (f'<p class="verdict{" warn" if near else ""}"><strong>Peak {esc(gib(m.get("peak_bytes")))}</strong> of '
+            f"{esc(what)}; capacity {esc(gib(m.get('capacity_bytes')))}, headroom {esc(gib(m.get('headroom_bytes')))} "
+            f"({esc(pct(m.get('headroom_share'), 0))})."
+            f"<small>{'Near the limit: ' if near else ''}below {esc(pct(m.get('near_limit_share'), 0))} headroom a "
+            "run is flagged: the allocator's blocks fragment, and workspaces or a larger batch need room above the "
+            "measured peak." + shared + "</small></p>")
+
+
+def _rank_row(r: dict, kind: str, near_limit_share: float) -> tuple[str, list[str]]:
+    """A rank's peaks, capacity and headroom; highlighted below the near-limit share."""
+    share = num(r.get("headroom_share"))
+    cells = [esc(r.get("rank")), esc(r.get("host") or "-")]
+    if kind == "device":
+        cells += [gib(r.get("peak_allocated_bytes")), gib(r.get("peak_reserved_bytes"))]
+    else:
+        cells += [gib(r.get("peak_rss_bytes"))]
+    cells += [gib(r.get("capacity_bytes")), gib(r.get("headroom_bytes")), pct(r.get("headroom_share"), 0)]
+    return ("hl" if share is not None and share < near_limit_share else "", cells)
+
+
 def render(summary: dict) -> str:
     m = model.details(summary).get("memory")
     title = "Memory"
@@ -65,27 +90,8 @@ def render(summary: dict) -> str:
              "records the first (the CUDA caching allocator's peaks on a GPU, the process's peak resident set on "
              "the host); the profiler's profile_memory=True the second.")) + from_traces)
     kind = "device" if m.get("kind") == "device" else "host"
-    near = bool(m.get("near_limit"))
-    what = "device memory (reserved by the CUDA caching allocator)" if kind == "device" else "host memory (resident)"
-    head = (f'<p class="verdict{" warn" if near else ""}"><strong>Peak {esc(gib(m.get("peak_bytes")))}</strong> of '
-            f"{esc(what)}; capacity {esc(gib(m.get('capacity_bytes')))}, headroom {esc(gib(m.get('headroom_bytes')))} "
-            f"({esc(pct(m.get('headroom_share'), 0))})."
-            f"<small>{'Near the limit: ' if near else ''}below {esc(pct(m.get('near_limit_share'), 0))} headroom a "
-            "run is flagged: the allocator's blocks fragment, and workspaces or a larger batch need room above the "
-            "measured peak." + (" On the host the ranks of one machine share it: their peaks are summed." if kind ==
-                                 "host" else "") + "</small></p>")
-    rows = []
-    for r in m.get("ranks") or []:
-        if not isinstance(r, dict):
-            continue
-        low = num(r.get("headroom_share")) is not None and num(r["headroom_share"]) < (num(m.get("near_limit_share")) or 0)
-        cells = [esc(r.get("rank")), esc(r.get("host") or "-")]
-        if kind == "device":
-            cells += [gib(r.get("peak_allocated_bytes")), gib(r.get("peak_reserved_bytes"))]
-        else:
-            cells += [gib(r.get("peak_rss_bytes"))]
-        cells += [gib(r.get("capacity_bytes")), gib(r.get("headroom_bytes")), pct(r.get("headroom_share"), 0)]
-        rows.append(("hl" if low else "", cells))
+    head = _head(m, kind)
+    rows = [_rank_row(r, kind, num(m.get("near_limit_share")) or 0) for r in m.get("ranks") or [] if isinstance(r, dict)]
     heads = [("rank", "l"), ("host", "l")]
     heads += [("peak allocated", ""), ("peak reserved", "")] if kind == "device" else [("peak resident", "")]
     heads += [("capacity", ""), ("headroom", ""), ("headroom share", "")]

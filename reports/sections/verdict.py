@@ -40,29 +40,40 @@ def _waits(summary: dict) -> str:
     if not overall.get("other_largest"):
         return ""
     share = pct((overall.get("fractions") or {}).get("other"), 0)
-    waits = model.details(summary).get("other_waits") or {}
-    total = num(waits.get("other_idle_us")) or 0.0
-    items = []
-    for cause, c in (waits.get("causes") or {}).items():
-        us = num((c or {}).get("us")) or 0.0
-        if total > 0 and us > 0:
-            calls = ", ".join(f"{k} {ms(v)}" for k, v in list(((c or {}).get("calls") or {}).items())[:3])
-            items.append(f"<li>{esc(cause)}: {pct(us / total, 0)}{esc(' (' + calls + ')') if calls else ''}</li>")
+    items = _wait_items(model.details(summary).get("other_waits") or {})
     listing = f"<p>What the GPU waited on (docs/metrics.md, Other):</p><ul>{''.join(items)}</ul>" if items else ""
     return (f'<p class="warn"><strong>The largest share is other, {esc(share)} of step time</strong>: the GPU sat idle '
             "with its next work already queued, waiting on a dependency, which no single knob removes. The verdict "
             "above names the largest cause a knob does remove.</p>" + listing)
 
 
-def _recommendations(summary: dict, mode: str) -> str:
-    overall = summary.get("overall") or {}
-    verdict = str(overall.get("verdict") or "").removesuffix("-bound")
-    wif = model.what_if(summary)
+def _wait_items(waits: dict) -> list[str]:
+    """A list item per cause of the GPU's waits with time of its own: its share and top calls."""
+    total = num(waits.get("other_idle_us")) or 0.0
+    causes = {cause: c or {} for cause, c in (waits.get("causes") or {}).items()}
+    return [_wait_item(cause, c, total) for cause, c in causes.items() if total > 0 and (num(c.get("us")) or 0.0) > 0]
+
+
+def _wait_item(cause: str, c: dict, total: float) -> str:
+    calls = ", ".join(f"{k} {ms(v)}" for k, v in list((c.get("calls") or {}).items())[:3])
+    return f"<li>{esc(cause)}: {pct(num(c.get('us')) / total, 0)}{esc(' (' + calls + ')') if calls else ''}</li>"
+
+
+def _ranked(wif: dict, verdict: str) -> list[str]:
+    """The causes worth recommending, the verdict's first, then by the step time left without them."""
     ranked = sorted(wif, key=lambda c: num(wif[c].get("step_time_without_us")) or 0.0)
     ranked = [c for c in ranked if (num(wif[c].get("speedup")) or 0.0) >= MIN_SPEEDUP or c == verdict]
     if verdict in ranked:
         ranked.remove(verdict)
         ranked.insert(0, verdict)
+    return ranked
+
+
+def _recommendations(summary: dict, mode: str) -> str:
+    overall = summary.get("overall") or {}
+    verdict = str(overall.get("verdict") or "").removesuffix("-bound")
+    wif = model.what_if(summary)
+    ranked = _ranked(wif, verdict)
     items = []
     if verdict == "compute":
         items.append((
