@@ -65,36 +65,48 @@ def _median_col(summary: dict, col: str) -> float | None:
 
 def metric_rows(a: dict, b: dict) -> list[tuple[str, str, str, str]]:
     """(metric, A, B, change) rows, already formatted (plain text)."""
-    rows = [("verdict", _verdict(a), _verdict(b), "unchanged" if _verdict(a) == _verdict(b) else "changed")]
+    same_mode = a.get("mode") == b.get("mode")
+    rows = [("verdict", _verdict(a), _verdict(b), "unchanged" if _verdict(a) == _verdict(b) else "changed"),
+            _time_row("step time (window / steps)", _step(a), _step(b)),
+            _time_row("median step (all rows, for reference)", _median(a), _median(b))]
+    rows += [_share_row(c, _frac(a, c), _frac(b, c)) for c in CLASS_ORDER]
+    if same_mode:
+        rows += [_time_row(f"{label} per step (mean)", _mean_part(a, cols), _mean_part(b, cols))
+                 for _, label, _, cols in parts(str(a.get("mode")))]
+    rows.append(("steps counted", str((a.get("overall") or {}).get("steps_counted")),
+                 str((b.get("overall") or {}).get("steps_counted")), "-"))
+    if same_mode:  # a count: kept apart from the millisecond rows above
+        rows.append(_count_row(a, b))
+    return rows + _run_rows(a, b)
 
-    def time_row(label, va, vb):
-        change = "-"
-        if va is not None and vb is not None:
-            change = f"{(vb - va) / 1000:+.2f} ms" + (f" ({vb / va:.2f}x)" if va else "")
-        rows.append((label, ms(va), ms(vb), change))
 
-    time_row("step time (window / steps)", _step(a), _step(b))
-    time_row("median step (all rows, for reference)", _median(a), _median(b))
-    for c in CLASS_ORDER:
-        fa, fb = _frac(a, c), _frac(b, c)
-        change = f"{100 * (fb - fa) + 0.0:+.1f} pt" if fa is not None and fb is not None else "-"
-        rows.append((f"{c} share of step time", pct(fa), pct(fb), change))
-    if a.get("mode") == b.get("mode"):
-        for _, label, _, cols in parts(str(a.get("mode"))):
-            time_row(f"{label} per step (mean)", _mean_part(a, cols), _mean_part(b, cols))
-    for key, label in (("steps_counted", "steps counted"),):
-        va, vb = (a.get("overall") or {}).get(key), (b.get("overall") or {}).get(key)
-        rows.append((label, str(va), str(vb), "-"))
-    if a.get("mode") == b.get("mode"):  # a count: kept apart from the millisecond rows above
-        count_col = "kernel_count" if a.get("mode") == "gpu" else "operator_count"
-        ka, kb = _median_col(a, count_col), _median_col(b, count_col)
-        rows.append((f"{'kernels' if a.get('mode') == 'gpu' else 'operators'} per step (median count)",
-                     "-" if ka is None else f"{ka:,.0f}", "-" if kb is None else f"{kb:,.0f}",
-                     f"{kb - ka:+,.0f}" if ka is not None and kb is not None else "-"))
-    for key, label in (("ranks_analyzed", "ranks analyzed"), ("world_size", "world size")):
-        rows.append((label, str((a.get("run") or {}).get(key, "-")), str((b.get("run") or {}).get(key, "-")), "-"))
-    rows.append(("mode", str(a.get("mode", "-")), str(b.get("mode", "-")), "-"))
-    return rows
+def _run_rows(a: dict, b: dict) -> list[tuple[str, str, str, str]]:
+    """Ranks analyzed, world size and mode of both runs."""
+    rows = [(label, str((a.get("run") or {}).get(key, "-")), str((b.get("run") or {}).get(key, "-")), "-")
+            for key, label in (("ranks_analyzed", "ranks analyzed"), ("world_size", "world size"))]
+    return rows + [("mode", str(a.get("mode", "-")), str(b.get("mode", "-")), "-")]
+
+
+def _time_row(label: str, va: float | None, vb: float | None) -> tuple[str, str, str, str]:
+    """A time (µs) in both runs, and its change in ms and as a ratio."""
+    change = "-"
+    if va is not None and vb is not None:
+        change = f"{(vb - va) / 1000:+.2f} ms" + (f" ({vb / va:.2f}x)" if va else "")
+    return (label, ms(va), ms(vb), change)
+
+
+def _share_row(c: str, fa: float | None, fb: float | None) -> tuple[str, str, str, str]:
+    change = f"{100 * (fb - fa) + 0.0:+.1f} pt" if fa is not None and fb is not None else "-"
+    return (f"{c} share of step time", pct(fa), pct(fb), change)
+
+
+def _count_row(a: dict, b: dict) -> tuple[str, str, str, str]:
+    """Kernels (GPU) or operators (CPU) per step, median count, in runs of one mode."""
+    gpu = a.get("mode") == "gpu"
+    ka, kb = _median_col(a, "kernel_count" if gpu else "operator_count"), _median_col(b, "kernel_count" if gpu else "operator_count")
+    return (f"{'kernels' if gpu else 'operators'} per step (median count)",
+            "-" if ka is None else f"{ka:,.0f}", "-" if kb is None else f"{kb:,.0f}",
+            f"{kb - ka:+,.0f}" if ka is not None and kb is not None else "-")
 
 
 def text_diff(a: dict, b: dict, label_a: str = "A", label_b: str = "B") -> str:
