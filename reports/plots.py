@@ -154,48 +154,70 @@ def hbars(key: str, rows: list[dict], label: str, x_label: str | None, width: in
         x_max: the axis ends at least this high (default: the longest row).
         percent: tick labels as percentages of values given as fractions.
     """
-    from matplotlib.ticker import MaxNLocator, PercentFormatter
-
     bottom = 34 if x_label else 4
     height = 6 + len(rows) * (bar_h + gap) + bottom
     plot_w = width - left - right
     with Chart(key, width, height, (left, right, 6, bottom)) as c:
         ax = c.ax
-        peak = max([sum(max(v, 0.0) for v, *_ in r["segments"]) for r in rows] + [x_max or 0.0]) or 1.0
+        peak = _peak(rows, x_max)
         frac_h = bar_h / (bar_h + gap)
         outer, inner = [], []  # (row, left, value, colour, tooltip): one bar() call each, not one per segment
         for k, r in enumerate(rows):
-            x = 0.0
-            for v, colour, tip, caption in r["segments"]:
-                if v <= 0:
-                    continue
-                outer.append((k, x, v, colour, tip))
-                if caption and v / peak * plot_w > 6.5 * len(caption):
-                    ax.text(x + v / 2, k, clean(caption), ha="center", va="center", fontsize=10, color="#111111")
-                x += v
+            x = _segments(ax, k, r, outer, peak / plot_w)
             inner += [(k, 0.0, v, colour, tip) for v, colour, tip in r.get("inner") or [] if v > 0]
             if r.get("end"):
                 ax.annotate(clean(r["end"]), (x, k), xytext=(4, 0), textcoords="offset points", va="center",
                             fontsize=10, annotation_clip=False)
-        for bars, h in ((outer, frac_h), (inner, frac_h * 0.55)):
-            if bars:
-                ys, xs, vs, colours, tips = zip(*bars)
-                c.tips(ax.barh(ys, vs, left=xs, height=h, color=colours), list(tips))
+        _bars(c, outer, frac_h)
+        _bars(c, inner, frac_h * 0.55)
         ax.set_ylim(len(rows) - 0.5, -0.5)
         ax.set_yticks(range(len(rows)), [clean(r["label"]) for r in rows])
         ax.tick_params(axis="y", length=0)
         ax.spines["left"].set_visible(bool(x_label))
-        if x_label:
-            ax.xaxis.set_major_locator(MaxNLocator(8, steps=NICE_STEPS))
-            ax.set_xlim(0, _round_top(peak, ax.xaxis))
-            ax.xaxis.set_major_formatter(PercentFormatter(1.0, decimals=0) if percent else integer_label)
-            ax.xaxis.grid(True)
-            ax.set_xlabel(clean(x_label))
-        else:
-            ax.set_xlim(0, peak)
-            ax.xaxis.set_visible(False)
-            ax.spines["bottom"].set_visible(False)
+        _x_axis(ax, x_label, peak, percent)
         return c.svg(label)
+
+
+def _peak(rows: list[dict], x_max: float | None) -> float:
+    """The longest row (its positive segments summed), at least x_max; 1.0 when all are empty."""
+    return max([sum(max(v, 0.0) for v, *_ in r["segments"]) for r in rows] + [x_max or 0.0]) or 1.0
+
+
+def _bars(c, bars: list, height: float) -> None:
+    """Queued segments (row, left, value, colour, tooltip) drawn with one barh call."""
+    if bars:
+        ys, xs, vs, colours, tips = zip(*bars)
+        c.tips(c.ax.barh(ys, vs, left=xs, height=height, color=colours), list(tips))
+
+
+def _segments(ax, k: int, row: dict, outer: list, units_per_px: float) -> float:
+    """Row k's positive segments queued in ``outer``, each captioned inside where its caption fits
+    (about 6.5 px a character); returns where the row ends."""
+    x = 0.0
+    for v, colour, tip, caption in row["segments"]:
+        if v <= 0:
+            continue
+        outer.append((k, x, v, colour, tip))
+        if caption and v / units_per_px > 6.5 * len(caption):
+            ax.text(x + v / 2, k, clean(caption), ha="center", va="center", fontsize=10, color="#111111")
+        x += v
+    return x
+
+
+def _x_axis(ax, x_label: str | None, peak: float, percent: bool) -> None:
+    """The value axis, up to a round value above the peak; none for a bar of shares."""
+    from matplotlib.ticker import MaxNLocator, PercentFormatter
+
+    if not x_label:
+        ax.set_xlim(0, peak)
+        ax.xaxis.set_visible(False)
+        ax.spines["bottom"].set_visible(False)
+        return
+    ax.xaxis.set_major_locator(MaxNLocator(8, steps=NICE_STEPS))
+    ax.set_xlim(0, _round_top(peak, ax.xaxis))
+    ax.xaxis.set_major_formatter(PercentFormatter(1.0, decimals=0) if percent else integer_label)
+    ax.xaxis.grid(True)
+    ax.set_xlabel(clean(x_label))
 
 
 @or_note
