@@ -115,27 +115,35 @@ def _kind(module: nn.Module) -> tuple[str | None, str | None]:
     if getattr(module, _FUSED_ATTR, None) is not None or isinstance(module, FusedWindowAttention):
         return None, None
     if isinstance(module, WindowAttention):
-        own = [m for m in ("forward", "attend", "split_heads", "rel_pos_bias")
-               if getattr(type(module), m) is not getattr(WindowAttention, m)]
-        if own:
-            return "swin", f"{type(module).__name__} overrides {', '.join(own)}: its own math, not the operator's"
-        return "swin", None
+        return "swin", _overridden(module)
     if not all(getattr(module, a, None) is not None for a in _REQUIRED):
         return None, None
     kind = "torchvision" if hasattr(module, "shift_size") and hasattr(module, "window_size") else "timm"
     if _forward_args(module) not in _SIGNATURES[kind]:
         return None, None
+    return kind, _not_the_formula(module, kind)
+
+
+def _overridden(module: WindowAttention) -> str | None:
+    """Why a subclass of this project's WindowAttention that overrides its math is not swapped."""
+    own = [m for m in ("forward", "attend", "split_heads", "rel_pos_bias")
+           if getattr(type(module), m) is not getattr(WindowAttention, m)]
+    return f"{type(module).__name__} overrides {', '.join(own)}: its own math, not the operator's" if own else None
+
+
+def _not_the_formula(module: nn.Module, kind: str) -> str | None:
+    """Why a module of a known layout computes something else than the operator, or None."""
     if hasattr(module, "logit_scale"):
-        return kind, "cosine attention (Swin V2) is not the operator's formula"
+        return "cosine attention (Swin V2) is not the operator's formula"
     extra = [b for b in _EXTRA_BIASES if getattr(module, b, None) is not None]
     if extra:
-        return kind, f"separate {', '.join(extra)}: not the layout's qkv projection"
+        return f"separate {', '.join(extra)}: not the layout's qkv projection"
     drop = _dropout_p(getattr(module, "attention_dropout" if kind == "torchvision" else "attn_drop", 0.0))
     if drop > 0:
-        return kind, f"attention dropout {drop:g}: the fused operator has none"
+        return f"attention dropout {drop:g}: the fused operator has none"
     if kind == "timm" and not hasattr(module, "scale"):
-        return kind, "no scale attribute: not timm's layout"
-    return kind, None
+        return "no scale attribute: not timm's layout"
+    return None
 
 
 def find(model: nn.Module) -> list[Candidate]:
