@@ -54,12 +54,23 @@ def read_tail(log: Path, limit: int = TAIL_BYTES) -> str:
 def failure_line(log: Path) -> str | None:
     """The line of the script's output that says why it failed (see the module's docstring)."""
     lines = [line.rstrip() for line in read_tail(log).splitlines()]
+    found = _exception_line(lines) or _last_error_line(lines)
+    return _cut(found.strip()) if found else None
+
+
+def _exception_line(lines: list[str]) -> str | None:
+    """The last traceback's exception line: the first one after its frames that is not indented
+    (and not a warning)."""
     last_traceback = max((i for i, line in enumerate(lines) if line.startswith(_TRACEBACK)), default=None)
-    if last_traceback is not None:
-        # The exception line: the first one after the frames that is not indented.
-        for line in lines[last_traceback + 1:]:
-            if line and not line[0].isspace() and not _WARNING.search(line):
-                return _cut(line)
+    if last_traceback is None:
+        return None
+    return next((line for line in lines[last_traceback + 1:]
+                 if line and not line[0].isspace() and not _WARNING.search(line)), None)
+
+
+def _last_error_line(lines: list[str]) -> str | None:
+    """Without a traceback: the last line that reads as an error, else the last plain line
+    (noise, warnings and a warning's source line passed over)."""
     warning_source = False  # the indented line Python prints after a warning: its source code
     error = plain = None
     for line in lines:
@@ -68,14 +79,10 @@ def failure_line(log: Path) -> str | None:
             continue
         if _WARNING.search(line):
             warning_source = True
-            continue
-        if after_warning and line[0].isspace():
-            continue
-        plain = line
-        if _ERROR.search(line):
-            error = line
-    found = error or plain
-    return _cut(found.strip()) if found else None
+        elif not (after_warning and line[0].isspace()):
+            plain = line
+            error = line if _ERROR.search(line) else error
+    return error or plain
 
 
 def killed_reason(exit_code: int | None, log: Path) -> str | None:
