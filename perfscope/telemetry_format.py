@@ -97,19 +97,32 @@ def parse(value) -> tuple[dict, list[str]]:
     if fields != list(FIELDS) or not isinstance(raw, list):
         return {"skipped": "the trace's telemetry record has no usable fields or samples"}, [
             "telemetry record without its fields or samples"]
-    samples = [dict(zip(FIELDS, s)) for s in raw[:MAX_SAMPLES] if _usable(s, len(devices))]
+    samples, problems = _samples(raw, len(devices))
+    interval, busy = value.get("interval_s"), value.get("sampler_busy_s")
+    source = str(value.get("source") or "NVML")[:40]
+    return {"source": source, "interval_s": float(interval) if _number(interval) and interval > 0 else None,
+            "averaging_s": _averaging(value.get("averaging_s"), source), "sampler_busy_s": _busy(busy),
+            "devices": devices, "samples": samples}, problems
+
+
+def _busy(busy) -> float | None:
+    """The sampler's busy seconds, from 0 to :data:`MAX_BUSY_S`, else None."""
+    return float(busy) if _number(busy) and 0 <= busy <= MAX_BUSY_S else None
+
+
+def _samples(raw: list, devices: int) -> tuple[list[dict], list[str]]:
+    """The usable samples of the first :data:`MAX_SAMPLES`, and how many were refused or beyond."""
+    samples = [dict(zip(FIELDS, s)) for s in raw[:MAX_SAMPLES] if _usable(s, devices)]
     bad = min(len(raw), MAX_SAMPLES) - len(samples)
     problems = [f"{bad} telemetry samples are unusable (a value out of its range, or of the wrong type)"] if bad else []
     if len(raw) > MAX_SAMPLES:
         problems.append(f"{len(raw) - MAX_SAMPLES} telemetry samples beyond the first {MAX_SAMPLES}")
-    interval = value.get("interval_s")
-    busy = value.get("sampler_busy_s")
-    source = str(value.get("source") or "NVML")[:40]
-    averaging = value.get("averaging_s")
-    if not (_number(averaging) and 0 <= averaging <= MAX_AVERAGING_S):
-        averaging = NVML_AVERAGING_S if source == "NVML" else 0.0
-    return {"source": source,
-            "interval_s": float(interval) if _number(interval) and interval > 0 else None,
-            "averaging_s": float(averaging),
-            "sampler_busy_s": float(busy) if _number(busy) and 0 <= busy <= MAX_BUSY_S else None,
-            "devices": devices, "samples": samples}, problems
+    return samples, problems
+
+
+def _averaging(averaging, source: str) -> float:
+    """The seconds the source averages utilisation over: as recorded (0 to :data:`MAX_AVERAGING_S`),
+    else NVML's for NVML, else 0."""
+    if _number(averaging) and 0 <= averaging <= MAX_AVERAGING_S:
+        return float(averaging)
+    return NVML_AVERAGING_S if source == "NVML" else 0.0
