@@ -137,31 +137,53 @@ def compare(baseline, run, *, max_regression: float = DEFAULT_MAX_REGRESSION, al
             a contended host are not counted: the message says so).
     """
     baselines, runs = _side(baseline), _side(run)
-    whole = [whole_run_sample(s) for s in baselines + runs] if all_steps else []
-    missing = sum(1 for w in whole if w is None or len(w) < MIN_STEPS)
+    whole, missing = _whole_runs(baselines + runs) if all_steps else (None, 0)
     _check_inputs(baselines, runs, max_regression, alpha, whole=all_steps and not missing)
     notes = [ONE_RUN_NOTE] if len(baselines) == 1 and len(runs) == 1 else []
-    vb, vr, samples = _step_times(baselines, runs, whole if all_steps else None, missing, alpha, notes)
-    sa, sb = sum(vb) / len(vb), sum(vr) / len(vr)
-    if not sa > 0:
-        raise CheckInputError("the baseline's step time is 0: there is nothing to compare a slowdown with")
+    vb, vr, samples = _step_times(baselines, runs, whole, missing, alpha, notes)
+    sa, sb = _means(vb, vr)
     slowdown = sb / sa - 1
     p, test = slowdown_p(vb, vr, baselines, runs, samples)
     threshold = max_regression / 2
     verdict_b, verdict_r = _verdict(baselines), _verdict(runs)
     provisional = _verdict_notes(baselines, runs, verdict_b, verdict_r, notes)
-    worse = (not provisional and verdict_b == "compute-bound" and verdict_r is not None
-             and verdict_r != "compute-bound")
-    spread, detectable = detectable_slowdown(vb, len(vr), alpha) or (None, None)
-    if detectable is not None and detectable > max_regression:
-        notes.append(f"the baseline runs vary {spread:.1%} from run to run: the smallest slowdown this test finds "
-                     f"{POWER:.0%} of the time is about {detectable:.1%}, more than the {max_regression:.0%} asked "
-                     "for; give more runs on each side or measure on a quieter machine")
+    worse = not provisional and verdict_b == "compute-bound" and verdict_r not in (None, "compute-bound")
+    spread, detectable = _power(vb, len(vr), alpha, max_regression, notes)
     return CheckResult(baseline_step_us=sa, run_step_us=sb, slowdown=slowdown, p_value=p, test=test,
                        runs=(len(baselines), len(runs)), threshold=threshold, alpha=alpha,
                        step_regression=bool(p < alpha and slowdown >= threshold), verdicts=(verdict_b, verdict_r),
                        verdict_regression=worse, changes=what_grew(baselines, runs), notes=notes, spread=spread,
                        detectable=detectable)
+
+
+def _whole_runs(summaries: list[dict]) -> tuple[list, int]:
+    """Every run's whole-run sample (``--all-steps``), and how many lack one long enough."""
+    whole = [whole_run_sample(s) for s in summaries]
+    return whole, sum(1 for w in whole if w is None or len(w) < MIN_STEPS)
+
+
+def _means(vb: list[float], vr: list[float]) -> tuple[float, float]:
+    """Each side's mean step time (µs).
+
+    Raises:
+        CheckInputError: the baseline's is 0.
+    """
+    sa, sb = sum(vb) / len(vb), sum(vr) / len(vr)
+    if not sa > 0:
+        raise CheckInputError("the baseline's step time is 0: there is nothing to compare a slowdown with")
+    return sa, sb
+
+
+def _power(vb: list[float], n_runs: int, alpha: float, max_regression: float,
+           notes: list[str]) -> tuple[float | None, float | None]:
+    """The baseline's run-to-run spread and the smallest slowdown the test finds :data:`POWER` of
+    the time; a note where that is more than the regression asked for."""
+    spread, detectable = detectable_slowdown(vb, n_runs, alpha) or (None, None)
+    if detectable is not None and detectable > max_regression:
+        notes.append(f"the baseline runs vary {spread:.1%} from run to run: the smallest slowdown this test finds "
+                     f"{POWER:.0%} of the time is about {detectable:.1%}, more than the {max_regression:.0%} asked "
+                     "for; give more runs on each side or measure on a quieter machine")
+    return spread, detectable
 
 
 def _step_times(baselines: list[dict], runs: list[dict], whole: list | None, missing: int, alpha: float,
