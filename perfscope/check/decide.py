@@ -95,17 +95,21 @@ def _check_inputs(baselines: list[dict], runs: list[dict], max_regression: float
                               "times do not compare")
     for name, side in (("baseline", baselines), ("run", runs)):
         for k, s in enumerate(side):
-            sample = step_sample(s)
-            n = len(sample)
-            which = f"the {name}" + (f" #{k + 1}" if len(side) > 1 else "")
-            impossible = sum(1 for t in sample if not MIN_STEP_US <= t <= MAX_STEP_US)
-            if impossible:  # a step takes time, and not years: a summary that says otherwise was not measured
-                raise CheckInputError(f"{which} has {impossible} counted step(s) that took no time (under "
-                                      f"{MIN_STEP_US:g} µs) or longer than 115 days, which no run does: not compared "
-                                      "(was its summary edited or made by hand?)")
-            if n < MIN_STEPS and not whole:
-                raise CheckInputError(f"{which} has {n} counted step(s){_why_left_out(s)}; the test needs at least "
-                                      f"{MIN_STEPS} in each run (profile more steps: perfscope profile --active N)")
+            _check_run(s, f"the {name}" + (f" #{k + 1}" if len(side) > 1 else ""), whole)
+
+
+def _check_run(summary: dict, which: str, whole: bool) -> None:
+    """Refuse a run whose counted steps took no time or years, or that has too few of them
+    (unless the whole runs' steps are compared)."""
+    sample = step_sample(summary)
+    impossible = sum(1 for t in sample if not MIN_STEP_US <= t <= MAX_STEP_US)
+    if impossible:  # a step takes time, and not years: a summary that says otherwise was not measured
+        raise CheckInputError(f"{which} has {impossible} counted step(s) that took no time (under "
+                              f"{MIN_STEP_US:g} µs) or longer than 115 days, which no run does: not compared "
+                              "(was its summary edited or made by hand?)")
+    if len(sample) < MIN_STEPS and not whole:
+        raise CheckInputError(f"{which} has {len(sample)} counted step(s){_why_left_out(summary)}; the test needs at "
+                              f"least {MIN_STEPS} in each run (profile more steps: perfscope profile --active N)")
 
 
 def _why_left_out(summary: dict) -> str:
