@@ -39,37 +39,48 @@ def _link(path) -> str:
 def render(record: dict) -> str:
     title = "Verdict before and after"
     base, after = obj(record.get("baseline")), obj(record.get("after"))
-    vb, va = word(base.get("verdict"), "unknown"), word(after.get("verdict"), "unknown")
-    if after:
-        change = (f"The verdict changed from <strong>{esc(vb)}</strong> to <strong>{esc(va)}</strong>." if vb != va
-                  else f"The verdict is unchanged: <strong>{esc(vb)}</strong>.")
-        lead = (f'<p class="verdict">{change}<small>Baseline profile{_link(base.get("summary"))}, '
-                f'recommendation profile{_link(after.get("summary"))}: the bottleneck report of each has the '
-                "details.</small></p>")
-    else:
-        lead = (f'<p class="verdict">Baseline: <strong>{esc(vb)}</strong>.<small>After: not available (no '
-                "recommended configuration was profiled).</small></p>")
     if not base and not after:
         return section("verdicts", title, note("Not available: the record holds neither profile."))
     fb, fa = _fractions(base), _fractions(after)
-    sb, sa = num(base.get("step_time_us")), num(after.get("step_time_us"))
     rows = [("baseline", fb)] + ([("recommended", fa)] if after else [])
     chart = figure(_bars(rows), "Each class's share of the counted steps' total time (all ranks), as in the "
                    "bottleneck report's evidence bar (docs/metrics.md).")
     chart += legend([(c, CLASS_COLOURS[c]) for c in CLASS_ORDER])
+    return section("verdicts", title, _lead(base, after) + chart + _class_table(base, after, fb, fa))
+
+
+def _lead(base: dict, after: dict) -> str:
+    """The verdict before and after (or the baseline's alone), with where each profile is."""
+    vb, va = word(base.get("verdict"), "unknown"), word(after.get("verdict"), "unknown")
+    if not after:
+        return (f'<p class="verdict">Baseline: <strong>{esc(vb)}</strong>.<small>After: not available (no '
+                "recommended configuration was profiled).</small></p>")
+    change = (f"The verdict changed from <strong>{esc(vb)}</strong> to <strong>{esc(va)}</strong>." if vb != va
+              else f"The verdict is unchanged: <strong>{esc(vb)}</strong>.")
+    return (f'<p class="verdict">{change}<small>Baseline profile{_link(base.get("summary"))}, '
+            f'recommendation profile{_link(after.get("summary"))}: the bottleneck report of each has the '
+            "details.</small></p>")
+
+
+def _class_table(base: dict, after: dict, fb: dict, fa: dict) -> str:
+    """Each class's ms per step and share before and after, and the change."""
+    sb, sa = num(base.get("step_time_us")), num(after.get("step_time_us"))
     table_rows = [("", ["step time", _ms_per_step(1.0, sb), _ms_per_step(1.0, sa) if after else "-", "-", "-",
                         f"{(sa - sb) / 1000:+.2f} ms" if sa is not None and sb is not None else "-"])]
-    for c in CLASS_ORDER:
-        d = dms = "-"
-        if fb[c] is not None and fa[c] is not None:
-            d = f"{100 * (fa[c] - fb[c]) + 0.0:+.1f} pt"
-        if fb[c] is not None and fa[c] is not None and sb is not None and sa is not None:
-            dms = f"{(fa[c] * sa - fb[c] * sb) / 1000:+.2f} ms"
-        table_rows.append(("", [esc(c), _ms_per_step(fb[c], sb), _ms_per_step(fa[c], sa) if after else "-",
-                                pct(fb[c]), pct(fa[c]) if after else "-", f"{esc(dms)} ({esc(d)})"]))
-    tab = table([("class", "l"), ("baseline ms/step", ""), ("recommended ms/step", ""), ("baseline share", ""),
-                 ("recommended share", ""), ("change", "")], table_rows,
-                "Milliseconds per step of each class (its share of the profiled steps' step time, docs/metrics.md) "
-                "beside the shares: a faster run can hold a larger share of a smaller time. Change in ms per step "
-                "and in percentage points (pt).")
-    return section("verdicts", title, lead + chart + tab)
+    table_rows += [("", [esc(c), _ms_per_step(fb[c], sb), _ms_per_step(fa[c], sa) if after else "-",
+                         pct(fb[c]), pct(fa[c]) if after else "-", _change(fb[c], fa[c], sb, sa)]) for c in CLASS_ORDER]
+    return table([("class", "l"), ("baseline ms/step", ""), ("recommended ms/step", ""), ("baseline share", ""),
+                  ("recommended share", ""), ("change", "")], table_rows,
+                 "Milliseconds per step of each class (its share of the profiled steps' step time, docs/metrics.md) "
+                 "beside the shares: a faster run can hold a larger share of a smaller time. Change in ms per step "
+                 "and in percentage points (pt).")
+
+
+def _change(fb: float | None, fa: float | None, sb: float | None, sa: float | None) -> str:
+    """``+x.xx ms (+y.y pt)``: a class's change in ms per step and in its share, "-" where unknown."""
+    d = dms = "-"
+    if fb is not None and fa is not None:
+        d = f"{100 * (fa - fb) + 0.0:+.1f} pt"
+        if sb is not None and sa is not None:
+            dms = f"{(fa * sa - fb * sb) / 1000:+.2f} ms"
+    return f"{esc(dms)} ({esc(d)})"
