@@ -39,10 +39,7 @@ def stacked_columns(key: str, bars: list[dict], parts: list[tuple[str, str]], un
         groups: (first bar, last bar, text) spans labelled under the columns (the ranks).
         y_max: the y axis reaches at least this high (to share one scale between two charts).
     """
-    from matplotlib.collections import PolyCollection
-    from matplotlib.colors import to_rgba
-    from matplotlib.ticker import FixedLocator, MaxNLocator
-    from matplotlib.transforms import blended_transform_factory
+    from matplotlib.ticker import MaxNLocator
 
     n = max(len(bars), 1)
     slot = max(14.0, min(80.0, 900.0 / n))
@@ -52,18 +49,7 @@ def stacked_columns(key: str, bars: list[dict], parts: list[tuple[str, str]], un
     plot_h = height - 10 - bottom
     with Chart(key, width, height, (56, 10, 10, bottom)) as c:
         ax = c.ax
-        base = [0.0] * len(bars)
-        verts, colours, texts = [], [], []  # one collection for every segment: matplotlib's cost is per artist
-        for k, (name, colour) in enumerate(parts):
-            for i, b in enumerate(bars):
-                v = b["values"][k]
-                if v > 0:
-                    verts.append(_bar_corners(i, 0.36, base[i], base[i] + v))
-                    colours.append(to_rgba(colour, 0.45 if b.get("faded") else 1.0))
-                    texts.append(f'{b["title"]} · {name}: {v:.2f}')
-                    base[i] += v
-        if verts:
-            c.tips(ax.add_collection(PolyCollection(verts, facecolors=colours, edgecolors="none")), texts)
+        base = _stack(c, bars, parts)
         ax.update_datalim([(-0.5, 0.0), (len(bars) - 0.5, max(base + [y_max or 0.0]) or 1.0)])
         ax.set_xlim(-0.5, n - 0.5)
         ax.yaxis.set_major_locator(MaxNLocator(6, steps=NICE_STEPS))
@@ -71,19 +57,53 @@ def stacked_columns(key: str, bars: list[dict], parts: list[tuple[str, str]], un
         ax.yaxis.set_major_formatter(integer_label)
         ax.yaxis.grid(True)
         ax.set_ylabel(clean(unit_label))
-        if labelled:
-            ax.set_xticks(range(len(bars)), [clean(b["label"] + ("\n" + b["sub"] if b.get("sub") else "")) for b in bars])
-        else:
-            at = [int(t) for t in MaxNLocator(20, integer=True, steps=NICE_STEPS).tick_values(0, len(bars) - 1) if 0 <= t < len(bars)]
-            ax.xaxis.set_major_locator(FixedLocator(at))
-            ax.set_xticklabels([clean(bars[i]["label"]) for i in at])
+        _x_labels(ax, bars, labelled)
         ax.tick_params(axis="x", length=0)
-        below = blended_transform_factory(ax.transData, ax.transAxes)
-        for first, last, text in groups or []:
-            y = -(bottom - 14) / plot_h
-            ax.plot([first - 0.45, last + 0.45], [y, y], transform=below, clip_on=False, color="#444444", lw=1)
-            ax.text((first + last) / 2, y - 4 / plot_h, clean(text), transform=below, ha="center", va="top", fontsize=11)
+        _group_labels(ax, groups or [], -(bottom - 14) / plot_h, plot_h)
         return c.svg(label)
+
+
+def _stack(c, bars: list[dict], parts: list[tuple[str, str]]) -> list[float]:
+    """Every positive segment, stacked per column, as one collection (matplotlib's cost is per
+    artist), each with its tooltip; returns each column's top."""
+    from matplotlib.collections import PolyCollection
+    from matplotlib.colors import to_rgba
+
+    base = [0.0] * len(bars)
+    verts, colours, texts = [], [], []
+    for k, (name, colour) in enumerate(parts):
+        for i, b in enumerate(bars):
+            v = b["values"][k]
+            if v > 0:
+                verts.append(_bar_corners(i, 0.36, base[i], base[i] + v))
+                colours.append(to_rgba(colour, 0.45 if b.get("faded") else 1.0))
+                texts.append(f'{b["title"]} · {name}: {v:.2f}')
+                base[i] += v
+    if verts:
+        c.tips(c.ax.add_collection(PolyCollection(verts, facecolors=colours, edgecolors="none")), texts)
+    return base
+
+
+def _x_labels(ax, bars: list[dict], labelled: bool) -> None:
+    """Each column's label (and sub-label), or, for many columns, about 20 of them."""
+    from matplotlib.ticker import FixedLocator, MaxNLocator
+
+    if labelled:
+        ax.set_xticks(range(len(bars)), [clean(b["label"] + ("\n" + b["sub"] if b.get("sub") else "")) for b in bars])
+        return
+    at = [int(t) for t in MaxNLocator(20, integer=True, steps=NICE_STEPS).tick_values(0, len(bars) - 1) if 0 <= t < len(bars)]
+    ax.xaxis.set_major_locator(FixedLocator(at))
+    ax.set_xticklabels([clean(bars[i]["label"]) for i in at])
+
+
+def _group_labels(ax, groups: list[tuple[int, int, str]], y: float, plot_h: float) -> None:
+    """A line under each span of columns, with its text (the ranks)."""
+    from matplotlib.transforms import blended_transform_factory
+
+    below = blended_transform_factory(ax.transData, ax.transAxes)
+    for first, last, text in groups:
+        ax.plot([first - 0.45, last + 0.45], [y, y], transform=below, clip_on=False, color="#444444", lw=1)
+        ax.text((first + last) / 2, y - 4 / plot_h, clean(text), transform=below, ha="center", va="top", fontsize=11)
 
 
 def _round_top(peak: float, axis) -> float:
