@@ -77,28 +77,35 @@ def rebuild_loader(
         "worker_init_fn": loader.worker_init_fn,
         "multiprocessing_context": loader.multiprocessing_context if workers > 0 else None,
         "generator": loader.generator,
-        "prefetch_factor": None,
-        "persistent_workers": False,
+        **_worker_options(loader, workers, prefetch_factor, persistent_workers),
     }
-    if workers > 0:
-        # The loader's own prefetch_factor is 2 by default when it had workers, None without.
-        kwargs["prefetch_factor"] = prefetch_factor if prefetch_factor is not None else loader.prefetch_factor
-        kwargs["persistent_workers"] = (
-            persistent_workers if persistent_workers is not None else loader.persistent_workers
-        )
-    for name in ("pin_memory_device", "in_order"):
-        if name in _LOADER_PARAMS and hasattr(loader, name):
-            kwargs[name] = getattr(loader, name)
+    kwargs.update({name: getattr(loader, name) for name in ("pin_memory_device", "in_order")
+                   if name in _LOADER_PARAMS and hasattr(loader, name)})
+    return DataLoader(**kwargs, **_batching(loader, batch_size))
+
+
+def _worker_options(loader: DataLoader, workers: int, prefetch_factor: int | None,
+                    persistent_workers: bool | None) -> dict:
+    """prefetch_factor and persistent_workers: as given, else the loader's; None and False without
+    workers (DataLoader forbids them there). The loader's own prefetch_factor is 2 by default when
+    it had workers, None without."""
+    if workers <= 0:
+        return {"prefetch_factor": None, "persistent_workers": False}
+    return {"prefetch_factor": prefetch_factor if prefetch_factor is not None else loader.prefetch_factor,
+            "persistent_workers": persistent_workers if persistent_workers is not None else loader.persistent_workers}
+
+
+def _batching(loader: DataLoader, batch_size: int | None) -> dict:
+    """How the rebuilt loader batches: the same sampler (or batch sampler) and drop_last, with
+    ``batch_size`` where given."""
     if isinstance(loader.dataset, IterableDataset):
         # Iterable datasets take no sampler; batching is batch_size + drop_last.
-        kwargs.update(batch_size=batch_size or loader.batch_size, drop_last=loader.drop_last)
-    elif loader.batch_size is None and loader.batch_sampler is not None:
-        kwargs["batch_sampler"] = loader.batch_sampler  # the user's own batch sampler
-    else:
-        # Automatic batching (or none, batch_size=None): DataLoader builds the BatchSampler
-        # from the same sampler, batch_size and drop_last.
-        kwargs.update(sampler=loader.sampler, batch_size=batch_size or loader.batch_size, drop_last=loader.drop_last)
-    return DataLoader(**kwargs)
+        return {"batch_size": batch_size or loader.batch_size, "drop_last": loader.drop_last}
+    if loader.batch_size is None and loader.batch_sampler is not None:
+        return {"batch_sampler": loader.batch_sampler}  # the user's own batch sampler
+    # Automatic batching (or none, batch_size=None): DataLoader builds the BatchSampler from the
+    # same sampler, batch_size and drop_last.
+    return {"sampler": loader.sampler, "batch_size": batch_size or loader.batch_size, "drop_last": loader.drop_last}
 
 
 def to_device(batch, device: torch.device, non_blocking: bool = False):
