@@ -33,46 +33,18 @@ class InputGroup(KnobGroup):
     # --- perfscope.accelerate -----------------------------------------------------------------
 
     def apply(self, acc) -> None:
-        import torch
-        from torch.utils.data import DataLoader
-
         from perfscope.runtime import threads
-        from perfscope.runtime.data import ITERABLE_SKIP_REASON, DevicePrefetcher, iterable_without_sharding, rebuild_loader
 
         cfg = acc.config
         acc.applied.update(threads.set_intra_op_threads(cfg.intra_op_threads))
-        loader = acc.loader
-        if loader is None:
+        if acc.loader is None:
             for key in self.changed(cfg):
                 if key != "intra_op_threads":
                     acc.skipped[key] = "no loader given to accelerate()"
             return
-        knobs = {k: getattr(cfg, k) for k in LOADER_KEYS if getattr(cfg, k) is not None}
-        if knobs.get("pin_memory") and not torch.cuda.is_available():
-            acc.skipped["pin_memory"] = "no CUDA device (pinned memory only speeds host-to-GPU copies)"
-            del knobs["pin_memory"]
-        if knobs.get("num_workers") and iterable_without_sharding(loader, knobs["num_workers"]):
-            acc.skipped["num_workers"] = ITERABLE_SKIP_REASON
-            del knobs["num_workers"]
-        workers = knobs.get("num_workers", getattr(loader, "num_workers", 0))
-        for key in ("prefetch_factor", "persistent_workers"):
-            if knobs.get(key) and workers == 0:
-                acc.skipped[key] = "the loader has num_workers 0 (set num_workers > 0 in the config)"
-                del knobs[key]
-        if knobs:
-            if type(loader) is DataLoader:
-                loader = rebuild_loader(loader, **knobs)
-                for key, value in knobs.items():
-                    acc.applied[key] = f"DataLoader rebuilt with {key}={value}"
-            else:
-                for key in knobs:
-                    acc.skipped[key] = f"the loader is a {type(loader).__name__}, not a torch DataLoader"
+        loader = _rebuilt(acc, _loader_knobs(acc, cfg))
         if cfg.device_prefetch:
-            if acc.device.type == "cuda":
-                loader = DevicePrefetcher(loader, acc.device)
-                acc.applied["device_prefetch"] = f"batches copied to {acc.device} on a side CUDA stream one step ahead"
-            else:
-                acc.skipped["device_prefetch"] = f"the model is on {acc.device}, not a CUDA device"
+            loader = _prefetched(acc, loader)
         acc.loader = loader
 
     # --- launch-time patching -----------------------------------------------------------------
@@ -239,3 +211,58 @@ def _loader_arguments(config, arguments: dict) -> dict:
         if arguments.get("persistent_workers"):
             new["persistent_workers"] = False
     return new
+
+
+def _loader_knobs(acc, cfg) -> dict:
+    """The loader settings of the configuration that apply to the script's loader; the others
+    named in ``acc.skipped`` with the reason (no CUDA to pin for, an iterable dataset that does
+    not shard, no workers to prefetch with)."""
+    import torch
+
+    from perfscope.runtime.data import ITERABLE_SKIP_REASON, iterable_without_sharding
+
+    knobs = {k: getattr(cfg, k) for k in LOADER_KEYS if getattr(cfg, k) is not None}
+    if knobs.get("pin_memory") and not torch.cuda.is_available():
+        acc.skipped["pin_memory"] = "no CUDA device (pinned memory only speeds host-to-GPU copies)"
+        del knobs["pin_memory"]
+    if knobs.get("num_workers") and iterable_without_sharding(acc.loader, knobs["num_workers"]):
+        acc.skipped["num_workers"] = ITERABLE_SKIP_REASON
+        del knobs["num_workers"]
+    workers = knobs.get("num_workers", getattr(acc.loader, "num_workers", 0))
+    for key in ("prefetch_factor", "persistent_workers"):
+        if knobs.get(key) and workers == 0:
+            acc.skipped[key] = "the loader has num_workers 0 (set num_workers > 0 in the config)"
+            del knobs[key]
+    return knobs
+
+
+def _rebuilt(acc, knobs: dict):
+    """The script's loader rebuilt with ``knobs`` (a plain DataLoader only; another loader class
+    is left as it is, each knob named in ``acc.skipped``)."""
+    from torch.utils.data import DataLoader
+
+    from perfscope.runtime.data import rebuild_loader
+
+    loader = acc.loader
+    if not knobs:
+        return loader
+    if type(loader) is not DataLoader:
+        for key in knobs:
+            acc.skipped[key] = f"the loader is a {type(loader).__name__}, not a torch DataLoader"
+        return loader
+    loader = rebuild_loader(loader, **knobs)
+    for key, value in knobs.items():
+        acc.applied[key] = f"DataLoader rebuilt with {key}={value}"
+    return loader
+
+
+def _prefetched(acc, loader):
+    """``loader`` wrapped to copy batches to the CUDA device on a side stream one step ahead
+    (skipped, with the reason, off CUDA)."""
+    from perfscope.runtime.data import DevicePrefetcher
+
+    if acc.device.type != "cuda":
+        acc.skipped["device_prefetch"] = f"the model is on {acc.device}, not a CUDA device"
+        return loader
+    acc.applied["device_prefetch"] = f"batches copied to {acc.device} on a side CUDA stream one step ahead"
+    return DevicePrefetcher(loader, acc.device)
