@@ -73,16 +73,29 @@ def cpu_facts(cpuinfo: str = "/proc/cpuinfo", sys_cpu: str = "/sys/devices/syste
             text = f.read()
     except OSError:
         return CpuFacts()
-    allowed = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     blocks = [b for b in _cpuinfo_blocks(text) if "processor" in b]
     first = blocks[0] if blocks else {}
-    mine = [b for b in blocks if allowed is None or _cpu_number(b) in allowed]
+    mine = _allowed(blocks)
     cores = {(b.get("physical id", "0"), b.get("core id", b["processor"])) for b in mine}
     ghz, source = _clock(sys_cpu, [b.get("cpu MHz", "") for b in mine])
+    return CpuFacts(**_identity(first), cores=len(cores) or None, ghz=ghz if ghz and 0 < ghz <= 20 else None,
+                    ghz_source=source)
+
+
+def _identity(first: dict) -> dict:
+    """The model, vendor and the vector flags that set the peak rate, from the first processor."""
     flags = set((first.get("flags") or first.get("Features") or "").split())
-    return CpuFacts(model=first.get("model name") or None, vendor=first.get("vendor_id") or None,
-                    cores=len(cores) or None, ghz=ghz if ghz and 0 < ghz <= 20 else None, ghz_source=source,
-                    flags=[f for f in RATE_FLAGS if f in flags])
+    return {"model": first.get("model name") or None, "vendor": first.get("vendor_id") or None,
+            "flags": [f for f in RATE_FLAGS if f in flags]}
+
+
+def _allowed(blocks: list[dict]) -> list[dict]:
+    """The processors (``/proc/cpuinfo`` blocks) this process may run on (all where the platform
+    does not say)."""
+    if not hasattr(os, "sched_getaffinity"):
+        return blocks
+    allowed = os.sched_getaffinity(0)
+    return [b for b in blocks if _cpu_number(b) in allowed]
 
 
 def _compiled_graphs() -> int:
