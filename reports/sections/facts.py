@@ -26,28 +26,26 @@ def counted(names) -> str:
     return ", ".join(f"{c} x {n}" if c > 1 else n for n, c in counts.items())
 
 
+# The facts shown in a form of their own: key -> (the type it has, how it is written).
+_FORMATS = {
+    "args": (list, lambda v: shlex.join(str(a) for a in v) or "(none)"),
+    "devices": (list, lambda v: counted(v) or "-"),
+    "schedule": (dict, lambda v: ", ".join(f"{k} {'-' if v[k] is None else v[k]}" for k in v)),
+    "duration_s": ((int, float), lambda v: f"{v:.1f} s"),
+}
+
+
 def _value(key: str, v) -> str:
     if v is None:
         return "-"
-    if key == "args" and isinstance(v, list):
-        return shlex.join(str(a) for a in v) or "(none)"
-    if key == "devices" and isinstance(v, list):
-        return counted(v) or "-"
-    if key == "schedule" and isinstance(v, dict):
-        return ", ".join(f"{k} {'-' if v[k] is None else v[k]}" for k in v)
-    if key == "duration_s" and isinstance(v, (int, float)):
-        return f"{v:.1f} s"
-    return _plain(v)
+    kind, write = _FORMATS.get(key, (None, None))
+    return write(v) if kind is not None and isinstance(v, kind) else _plain(v)
 
 
 def _plain(v, depth: int = 0) -> str:
     """A nested value in words, not Python's repr: ``a: 1; b: x, y``; empty ones as ``-``."""
     if isinstance(v, dict):
-        if not v:
-            return "-"
-        if depth >= 2:
-            return f"{len(v)} entries"
-        return "; ".join(f"{k}: {_plain(x, depth + 1)}" for k, x in v.items())
+        return _mapping(v, depth)
     if isinstance(v, (list, tuple)):
         return ", ".join(_plain(x, depth + 1) for x in v) if v else "-"
     if v is None:
@@ -57,19 +55,17 @@ def _plain(v, depth: int = 0) -> str:
     return str(v)
 
 
+def _mapping(v: dict, depth: int) -> str:
+    if not v:
+        return "-"
+    if depth >= 2:
+        return f"{len(v)} entries"
+    return "; ".join(f"{k}: {_plain(x, depth + 1)}" for k, x in v.items())
+
+
 def render(summary: dict) -> str:
-    run = summary.get("run") if isinstance(summary.get("run"), dict) else {}
-    known = [k for k, _ in FIELDS]
-    items = [(label, _value(k, run[k])) for k, label in FIELDS if k in run]
-    items += [(k, _value(k, run[k])) for k in run if k not in known]
-    items += [("mode", f"{summary.get('mode', '-')} trace"), ("perfscope", str(summary.get("perfscope_version", "-"))),
-              ("analyzed at", str(summary.get("generated_at", "-")))]
-    facts = '<dl class="facts">' + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items) + "</dl>"
-    rows = []
-    for t in summary.get("traces") or []:
-        if isinstance(t, dict):
-            rows.append(("", [esc(t.get("path")), esc(t.get("rank")), esc(t.get("mode")), f"{t.get('events', 0):,}"
-                              if isinstance(t.get("events"), int) else "-", esc(counted(t.get("devices") or []))]))
+    facts = '<dl class="facts">' + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in _items(summary)) + "</dl>"
+    rows = [_trace_row(t) for t in summary.get("traces") or [] if isinstance(t, dict)]
     traces = table([("file", "l"), ("rank", ""), ("mode", "l"), ("events", ""), ("devices", "l")], rows,
                    "The trace files analyzed.") if rows else ""
     notes = "".join(note(f"Note: {n}") for n in summary.get("notes") or [])
@@ -77,3 +73,20 @@ def render(summary: dict) -> str:
                    "TensorBoard's profiler plugin (tensorboard --logdir OUT_DIR/traces); perfscope merge OUT_DIR puts "
                    "every rank's trace in one file on one clock.") if rows else ""
     return section("facts", "Run facts", facts + traces + viewers + notes)
+
+
+def _items(summary: dict) -> list[tuple[str, str]]:
+    """(label, value) of the run's facts: the known fields in their order, then any others, then
+    the mode, perfscope's version and when the analysis ran."""
+    run = summary.get("run") if isinstance(summary.get("run"), dict) else {}
+    known = [k for k, _ in FIELDS]
+    items = [(label, _value(k, run[k])) for k, label in FIELDS if k in run]
+    items += [(k, _value(k, run[k])) for k in run if k not in known]
+    return items + [("mode", f"{summary.get('mode', '-')} trace"),
+                    ("perfscope", str(summary.get("perfscope_version", "-"))),
+                    ("analyzed at", str(summary.get("generated_at", "-")))]
+
+
+def _trace_row(t: dict) -> tuple[str, list[str]]:
+    events = f"{t.get('events', 0):,}" if isinstance(t.get("events"), int) else "-"
+    return ("", [esc(t.get("path")), esc(t.get("rank")), esc(t.get("mode")), events, esc(counted(t.get("devices") or []))])
