@@ -70,22 +70,32 @@ def locate_ranks(summary: dict, base_dir: Path | None) -> list[Found]:
     for t in summary.get("traces") or []:
         if not isinstance(t, dict) or not isinstance(t.get("path"), str):
             continue
-        on_disk = [c for c in _candidates(t["path"], base_dir) if c.is_file()]
-        recorded = t.get("fingerprint")
-        # A file there that is not the one analyzed (a later run's) must not be drawn as this one.
-        hit = next((c for c in on_disk if not isinstance(recorded, str) or fingerprint(c) == recorded), None)
+        on_disk, hit = _on_disk(t, base_dir)
         if hit is None:
             (replaced if on_disk else missing).append(t["path"])
         else:
             by_rank.setdefault(t.get("rank"), []).append(hit)
     if not by_rank:
-        if replaced:
-            return [Found(problem=f"{replaced[0]} is no longer the trace this summary was made from (a later run "
-                          "replaced it); run `perfscope analyze` on it to see that run", replaced=replaced)]
-        what = f"{missing[0]} is gone" if missing else "the summary records no trace paths"
-        return [Found(problem=f"none of the traces were found: {what}")]
+        return [_none_found(missing, replaced)]
     order = sorted(by_rank, key=lambda r: (not isinstance(r, int), r if isinstance(r, int) else 0))
     return [Found(rank=r, files=by_rank[r], replaced=replaced) for r in order]
+
+
+def _on_disk(t: dict, base_dir: Path | None) -> tuple[list[Path], Path | None]:
+    """The files at a recorded trace's path, and the one that is the trace analyzed (None when
+    none is: a file there that is not the one analyzed, a later run's, must not be drawn as it)."""
+    on_disk = [c for c in _candidates(t["path"], base_dir) if c.is_file()]
+    recorded = t.get("fingerprint")
+    return on_disk, next((c for c in on_disk if not isinstance(recorded, str) or fingerprint(c) == recorded), None)
+
+
+def _none_found(missing: list[str], replaced: list[str]) -> Found:
+    """Why no trace can be drawn: replaced by a later run's, gone, or never recorded."""
+    if replaced:
+        return Found(problem=f"{replaced[0]} is no longer the trace this summary was made from (a later run "
+                     "replaced it); run `perfscope analyze` on it to see that run", replaced=replaced)
+    what = f"{missing[0]} is gone" if missing else "the summary records no trace paths"
+    return Found(problem=f"none of the traces were found: {what}")
 
 
 def load(found: Found, tables: dict | None = None, timelines: dict | None = None) -> Found:
