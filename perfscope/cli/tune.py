@@ -135,18 +135,40 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
+def _tuner():
+    """The tuner module (PerfscopeError naming what is missing where its dependencies are not
+    installed)."""
+    try:
+        return importlib.import_module("perfscope.tuner.tune")
+    except ImportError as e:
+        missing = getattr(e, "name", None) or str(e)
+        raise PerfscopeError(f"perfscope tune needs {missing}, a dependency of perfscope-torch that is not "
+                             "installed here: pip install perfscope-torch (again) in this environment") from None
+
+
+def _print_recommendation(record: dict, best_path: Path) -> None:
+    """The recommendation line, and for a faster configuration where it was written, the verdict
+    before and after, and the next step."""
+    rec = record["recommendation"]
+    print(f"\n{safe(rec['line'])}")
+    if rec["status"] != "faster":
+        return
+    changes = ", ".join(f"{k}={v!r}" for k, v in rec["config"].items())
+    print(safe(f"best configuration ({changes}): {_shown(best_path)}"))
+    after = record.get("after") or {}
+    if after.get("verdict"):
+        print(safe(f"verdict before: {record['baseline']['verdict']}; after: {after['verdict']}"))
+    if rec.get("hint"):
+        print(f"next: {safe(rec['hint'])}")
+
+
 def cmd_tune(args, script_args: list[str], open_in_browser) -> int:
     """Run ``perfscope tune``; returns the exit status (130 after Ctrl-C)."""
     from perfscope.collect.script import check_script
     from perfscope.outputs import ensure_writable_dir
 
     script = check_script(args.script)  # one-line error before anything is created
-    try:
-        tune_mod = importlib.import_module("perfscope.tuner.tune")
-    except ImportError as e:
-        missing = getattr(e, "name", None) or str(e)
-        raise PerfscopeError(f"perfscope tune needs {missing}, a dependency of perfscope-torch that is not "
-                             "installed here: pip install perfscope-torch (again) in this environment") from None
+    tune_mod = _tuner()
     nodes = node_launch(args)  # one-line errors for an incomplete set
     if nodes is not None and nodes.node_rank > 0:
         from perfscope.tuner.nodes import follow
@@ -177,16 +199,7 @@ def cmd_tune(args, script_args: list[str], open_in_browser) -> int:
         return 130
     except PerfscopeError as e:  # a storage's or a driver's words may quote a URL with its password
         raise PerfscopeError(redact(str(e))) from None
-    rec = record["recommendation"]
-    print(f"\n{safe(rec['line'])}")
-    if rec["status"] == "faster":
-        changes = ", ".join(f"{k}={v!r}" for k, v in rec["config"].items())
-        print(safe(f"best configuration ({changes}): {_shown(best_path)}"))
-        after = record.get("after") or {}
-        if after.get("verdict"):
-            print(safe(f"verdict before: {record['baseline']['verdict']}; after: {after['verdict']}"))
-        if rec.get("hint"):
-            print(f"next: {safe(rec['hint'])}")
+    _print_recommendation(record, best_path)
     print(safe(f"wrote {_shown(best_path)}, {_shown(out_dir / 'tune.json')} and {_shown(out_dir / 'report.html')}"))
     if args.open:
         open_in_browser(out_dir / "report.html")
