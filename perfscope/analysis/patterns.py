@@ -60,20 +60,27 @@ def match_spans(names: np.ndarray) -> list[tuple[int, int, list[int]]]:
     """
     out = []
     for i in np.flatnonzero(np.isin(names, list(SOFTMAXES))):
-        after = next((j for j in range(i + 1, min(i + 3, len(names))) if names[j] in MATMULS), None)
-        if after is None:
-            continue
+        after = _find(names, range(i + 1, min(i + 3, len(names))), MATMULS)
         # The nearest product before the softmax that has the gather and an add after it.
-        first = next((j for j in range(i - 1, max(-1, i - LOOK_BACK - 1), -1) if names[j] in MATMULS), None)
-        if first is None or (out and first <= out[-1][1]):
+        first = _find(names, range(i - 1, max(-1, i - LOOK_BACK - 1), -1), MATMULS)
+        if after is None or first is None or (out and first <= out[-1][1]):
             continue
-        between = names[first + 1:i]
-        # The gather may come before the first product (torchvision gathers the bias first).
-        gathered = any(n in GATHERS for n in names[max(0, i - LOOK_BACK):i])
-        if gathered and any(n in ADDS for n in between):
-            scale = next((j for j in range(first - 1, max(-1, first - 3), -1) if names[j] in SCALES), None)
+        if _adds_a_gathered_bias(names, first, i):
+            scale = _find(names, range(first - 1, max(-1, first - 3), -1), SCALES)
             out.append((first if scale is None else scale, after, [first, after]))
     return out
+
+
+def _adds_a_gathered_bias(names: np.ndarray, first: int, softmax: int) -> bool:
+    """An index gather shortly before the softmax and an add between the first product and it.
+    The gather may come before the first product (torchvision gathers the bias first)."""
+    return (any(n in GATHERS for n in names[max(0, softmax - LOOK_BACK):softmax])
+            and any(n in ADDS for n in names[first + 1:softmax]))
+
+
+def _find(names: np.ndarray, positions: range, wanted: frozenset) -> int | None:
+    """The first of ``positions`` whose operator is one of ``wanted``, or None."""
+    return next((j for j in positions if names[j] in wanted), None)
 
 
 def _step_costs(rt: RankTrace, rows: np.ndarray, step_of_row: np.ndarray) -> pd.DataFrame:
