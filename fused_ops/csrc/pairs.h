@@ -18,11 +18,17 @@ inline void narrow_row(bf16* dst, const float* src, int n, int n_to) {
   std::memset(dst + n, 0, sizeof(bf16) * (n_to - n));
 }
 
+// dst (pairs x ld_dst 32-bit values, zero from column `rows` on) = src (rows x 2 * pairs bf16,
+// rows ld elements apart) transposed as pairs: B2 for the product with B = src^T.
+inline void transpose_pairs(const bf16* src, int64_t ld, int rows, int pairs, uint32_t* dst, int ld_dst) {
+  transpose_bits(reinterpret_cast<const char*>(src), 2 * ld, rows, pairs, reinterpret_cast<float*>(dst), ld_dst);
+}
+
+#ifdef __AVX512BF16__
 // dst (ceil(rows / 2) x ld_dst 32-bit values) = rows 2i and 2i + 1 of src (bf16, rows ld
 // elements apart) interleaved, the second in the high half; an odd last row is paired with zeros.
 // Columns from cols to the next multiple of 16 come out zero (nothing past a row is read).
 inline void interleave_rows(const bf16* src, int64_t ld, int rows, int cols, uint32_t* dst, int ld_dst) {
-#ifdef __AVX512BW__
   // 32 columns of two rows at a time: one two-source word permutation gives each half's pairs.
   // Masked loads: zero past the row, and no fault there.
   static const __m512i first = _mm512_set_epi16(47, 15, 46, 14, 45, 13, 44, 12, 43, 11, 42, 10, 41, 9, 40, 8, 39, 7,
@@ -41,31 +47,8 @@ inline void interleave_rows(const bf16* src, int64_t ld, int rows, int cols, uin
       if (c + W < padded) _mm512_storeu_si512(out + c + W, _mm512_permutex2var_epi16(a, second, b));
     }
   }
-#else
-  auto row = [&](const bf16* from, int c) {
-    vh x = vh{};
-    if (c + W <= cols) std::memcpy(&x, from, sizeof x);  // a whole vector: a constant size, inlined
-    else for (int j = 0; j < cols - c; ++j) x[j] = from[j];
-    return __builtin_convertvector(x, vu);
-  };
-  for (int i = 0; 2 * i < rows; ++i) {
-    const bf16* lo = src + 2 * i * ld;
-    const bool odd = 2 * i + 1 == rows;
-    for (int c = 0; c < cols; c += W) {
-      const vu pair = row(lo + c, c) | (odd ? vu{} : row(lo + ld + c, c) << 16);
-      std::memcpy(dst + i * ld_dst + c, &pair, sizeof pair);
-    }
-  }
-#endif
 }
 
-// dst (pairs x ld_dst 32-bit values, zero from column `rows` on) = src (rows x 2 * pairs bf16,
-// rows ld elements apart) transposed as pairs: B2 for the product with B = src^T.
-inline void transpose_pairs(const bf16* src, int64_t ld, int rows, int pairs, uint32_t* dst, int ld_dst) {
-  transpose_bits(reinterpret_cast<const char*>(src), 2 * ld, rows, pairs, reinterpret_cast<float*>(dst), ld_dst);
-}
-
-#ifdef __AVX512BF16__
 // A for the pair products: A's pair (r, k2) = A[r][2 k2] | A[r][2 k2 + 1] << 16 is the 32 bits at
 // a + r * rs + k2 * ks (strides in bytes). bf16 rows ld elements apart: rows(); the transpose
 // of a matrix whose rows were interleaved (interleave_rows, ld_dst pairs a row): columns().
