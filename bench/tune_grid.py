@@ -26,10 +26,10 @@ import optuna
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
-import perfscope.tuner.study as study_module
 from perfscope.tuner.space import SearchSpace, build_space, rule_based_guess
 from perfscope.tuner.sampler import CoordinateSampler
 from perfscope.tuner.study import DuplicateTrial, TuningStudy, trial_verdict
+from perfscope.tuner.runner import TrialRunner
 from perfscope.tuner.trial import TrialOutcome, TrialSpec, cleanup_traces, run_trial
 from perfscope.tuner.tune import BASELINE_PROFILE_STEPS
 
@@ -150,9 +150,9 @@ def noise_sigma(table: dict) -> float:
     return math.sqrt(sum(x * x for x in logs) / dof) if dof > 0 else 0.0
 
 
-class _Replay:
-    """Stands in for tuner.study.run_trial while a simulated study runs: the trial's value comes
-    from the grid table (times the noise), and the configurations measured are recorded."""
+class _Replay(TrialRunner):
+    """The trial runner of a simulated study: the trial's value comes from the grid table (times
+    the noise), and the configurations measured are recorded."""
 
     def __init__(self, space: SearchSpace, table: dict, sigma: float, seed: int) -> None:
         self.space, self.table, self.sigma = space, table, sigma
@@ -167,7 +167,7 @@ class _Replay:
     def observed(self, key: str) -> float:
         return self.table[key]["value"] * (math.exp(self.noise.gauss(0.0, self.sigma)) if self.sigma > 0 else 1.0)
 
-    def __call__(self, spec, config, work_dir, **_ignored) -> TrialOutcome:
+    def run(self, spec, config, work_dir, **_ignored) -> TrialOutcome:
         key = self.key(config)
         self.keys.append(key)
         value = self.observed(key)
@@ -215,15 +215,11 @@ def run_study(kind: str, seed: int, space: SearchSpace, facts: dict, table: dict
             replay.keys.append(key)
             study.tell(trial, replay.observed(key))
     else:
-        session = TuningStudy(study, TrialSpec(script="replay", script_args=()), Path("."))
+        session = TuningStudy(study, TrialSpec(script="replay", script_args=(), runner=replay), Path("."))
         guess = rule_based_guess(space, facts, fractions=fractions) if kind in ("guided", "tpe-guess") else None
         session.store_setup(space, baseline, guess)
         done = optuna.study.MaxTrialsCallback(budget, states=(TrialState.COMPLETE, TrialState.PRUNED))
-        saved, study_module.run_trial = study_module.run_trial, replay
-        try:
-            study.optimize(session.objective, callbacks=[done], catch=(DuplicateTrial,))
-        finally:
-            study_module.run_trial = saved
+        study.optimize(session.objective, callbacks=[done], catch=(DuplicateTrial,))
     target = TARGET_SHARE * max(e["value"] for e in table.values())
     return next((n for n, key in enumerate(replay.keys[:budget], 1) if table[key]["value"] >= target), budget + 1)
 

@@ -1,8 +1,10 @@
 """`perfscope tune` end to end, through the real command in child processes: the io-bound example
 gets a proven-faster configuration that `perfscope profile --config` then runs with; the comm-bound
-example is searched over 2 ranks; a run killed outright or stopped by Ctrl-C resumes; two workers
-share one study on a real PostgreSQL server; bad input gets one line and exit status 2. Every test
-runs a private copy of its script, so that nothing may be left running afterwards."""
+example is searched over 2 ranks; a run killed outright or stopped by Ctrl-C leaves none of its
+trial's processes running, and Ctrl-C writes what finished; bad input gets one line and exit
+status 2. Every test runs a private copy of its script, so that nothing may be left running
+afterwards. The study's flow (resuming, several workers, refusals) is tests/test_tune_flow.py's,
+against a simulated runner."""
 
 from __future__ import annotations
 
@@ -15,7 +17,6 @@ import subprocess
 
 import optuna
 import pytest
-from optuna.trial import TrialState
 from tunekit import (
     copy_script,
     logs,
@@ -29,7 +30,6 @@ from tunekit import (
 )
 
 from perfscope.runtime.config import load_config
-from perfscope.tuner.storage import open_storage
 
 pytestmark = pytest.mark.slow
 
@@ -47,25 +47,12 @@ IO_ARGS = ("--", "--steps", "100", "--decode-ms", "10")
 EXACT = ("--target-rse", "0")
 RUN_TIMEOUT_S = 420
 LEFT_S = 15.0  # DataLoader workers of a killed trial notice their parent is gone within 5 s
-FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 def tune_args(script, out, *extra: str) -> tuple[str, ...]:
     return (str(script), *BUDGET, "--out", str(out), *extra)
-
-
-def study_trials(url: str, name: str) -> list[optuna.trial.FrozenTrial] | None:
-    """The study's trials as stored now, or None while it cannot be read (not yet made, locked)."""
-    try:
-        return optuna.load_study(study_name=name, storage=url).get_trials(deepcopy=False)
-    except Exception:  # noqa: BLE001 - SQLite busy, the study not created yet: poll again
-        return None
-
-
-def finished(trials) -> list[optuna.trial.FrozenTrial]:
-    return [t for t in trials if t.state in FINISHED]
 
 
 def check_one_line_error(done: subprocess.CompletedProcess, *, status: int = 2) -> str:
@@ -151,65 +138,21 @@ def test_comm_bound_over_two_ranks_searches_the_communication_knobs(tmp_path):
 # Stopping and resuming
 
 
-def test_a_killed_run_resumes_keeping_its_finished_trials(tmp_path):
+def test_a_killed_run_leaves_no_trial_running(tmp_path):
+    # What the study keeps and how a rerun resumes is tests/test_tune_flow.py's (a simulated runner);
+    # here, that the trial's real processes die with the tuner.
     script = copy_script("examples/io_bound.py", tmp_path / "s")
     out = tmp_path / "out"
-    # 8 trials, of which some may be pruned or skipped as duplicates: enough still run after the
-    # second completed one for the kill to land while a trial steps (6 were not, on a loaded machine).
-    args = (*tune_args(script, out, "--trials", "8", "--confirm-rounds", "2"), *IO_ARGS)
-    url, name = f"sqlite:///{out / 'study.db'}", "tune-io_bound"
-    proc = start_tune(*args, log_dir=tmp_path / "first")
-    seen: dict = {}
-
-    def stepping(t: optuna.trial.FrozenTrial) -> bool:
-        # A trial whose run is stepping, not one skipped as a duplicate: that one is RUNNING with
-        # its parameters for a few milliseconds only, and never starts a run.
-        steps = out / "trials" / f"trial-{t.number}" / "records" / "rank0.steps.jsonl"
-        return t.state == TrialState.RUNNING and bool(t.params) and "failure" not in t.user_attrs and steps.is_file()
-
-    def midway() -> bool:
-        if not (out / "trials" / "trial-1").is_dir():  # the study is set up: safe to open
-            return False
-        trials = study_trials(url, name) or []
-        if len([t for t in trials if t.state == TrialState.COMPLETE]) < 2 or not any(map(stepping, trials)):
-            return False
-        # Frozen, perfscope cannot finish the trial between this read and the kill: what is read
-        # now is what the killed run leaves in the study.
-        os.kill(proc.pid, signal.SIGSTOP)
-        trials = study_trials(url, name) or []
-        running = [t for t in trials if stepping(t)]
-        if running:
-            seen.update(complete={t.number: t.value for t in trials if t.state == TrialState.COMPLETE},
-                        running=running[0].number)
-            return True
-        os.kill(proc.pid, signal.SIGCONT)
-        return False
-
+    proc = start_tune(*tune_args(script, out, *EXACT), *IO_ARGS, log_dir=tmp_path / "log")
+    stepping = out / "trials" / "baseline" / "records" / "rank0.steps.jsonl"
     try:
-        assert wait_until(midway, RUN_TIMEOUT_S, proc=proc, poll_s=0.5), logs(tmp_path / "first")
-        os.kill(proc.pid, signal.SIGKILL)  # perfscope only (stopped): its trial must die with it
+        assert wait_until(stepping.is_file, RUN_TIMEOUT_S, proc=proc), logs(tmp_path / "log")
+        os.kill(proc.pid, signal.SIGKILL)  # perfscope only: its trial must die with it
         assert proc.wait(timeout=30) == -signal.SIGKILL
     finally:
         if proc.poll() is None:
             proc.kill()
     assert not reap(script, LEFT_S), "the trial of a killed perfscope kept running"
-
-    done = run_tune(*args, timeout=RUN_TIMEOUT_S)
-    assert done.returncode == 0, done.stdout + done.stderr
-    assert re.search(rf"resuming: trial\(s\) .*\b{seen['running']}\b.* queued again", done.stdout), done.stdout
-    record = read_record(out)
-    trials = {t["number"]: t for t in record["trials"]}
-    for number, value in seen["complete"].items():  # kept, not measured again
-        assert trials[number]["state"] == "complete" and trials[number]["value"] == pytest.approx(value)
-    killed = trials[seen["running"]]
-    assert killed["state"] == "failed" and killed["failure"]["kind"] == "interrupted", killed
-    # Its configuration was queued again and ran.
-    assert any(t["params"] == killed["params"] and t["state"] in ("complete", "pruned")
-               for n, t in trials.items() if n > killed["number"]), record["trials"]
-    assert [t["role"] for t in record["trials"]].count("baseline") == 1  # the baseline ran once
-    assert len([t for t in record["trials"] if t["state"] in ("complete", "pruned")]) == 8
-    assert len(finished(study_trials(url, name))) == 8
-    assert not reap(script, LEFT_S)
 
 
 def test_a_killed_run_over_two_ranks_leaves_no_launcher_or_rank_running(tmp_path):
@@ -248,11 +191,12 @@ def ctrl_c(args: tuple[str, ...], log_dir, once) -> tuple[int, str, str]:
     return status, stdout, stderr
 
 
-def test_ctrl_c_stops_the_trial_writes_what_finished_and_a_rerun_resumes(tmp_path):
+def test_ctrl_c_stops_the_trial_and_writes_what_finished(tmp_path):
     script = copy_script("examples/io_bound.py", tmp_path / "s")
     out = tmp_path / "out"
-    args = (*tune_args(script, out, "--trials", "4", "--confirm-rounds", "2"), *IO_ARGS)
-    # In the search: once trial 1 is stepping.
+    args = (*tune_args(script, out, "--trials", "4", "--confirm-rounds", "2", *EXACT), *IO_ARGS)
+    # In the search: once trial 1 is stepping. Ctrl-C in the confirmation and the rerun that
+    # resumes are tests/test_tune_flow.py's (a simulated runner).
     ctrl_c(args, tmp_path / "first", out / "trials" / "trial-1" / "records" / "rank0.steps.jsonl")
     assert not reap(script, LEFT_S), "Ctrl-C left the trial running"
     record = read_record(out)
@@ -261,64 +205,6 @@ def test_ctrl_c_stops_the_trial_writes_what_finished_and_a_rerun_resumes(tmp_pat
     stopped = [t for t in record["trials"] if (t["failure"] or {}).get("kind") == "interrupted"]
     assert len(stopped) == 1 and stopped[0]["state"] == "failed", record["trials"]
     assert not (out / "best.yaml").exists()  # nothing was proven
-
-    # In the confirmation: once its first baseline run is stepping. The search had finished.
-    _, stdout, _ = ctrl_c(args, tmp_path / "second", out / "trials" / "confirm-*" / "baseline" / "records" / "rank0.steps.jsonl")
-    assert "resuming" in stdout
-    assert not reap(script, LEFT_S), "Ctrl-C left the confirmation run running"
-    record = read_record(out)
-    assert len([t for t in record["trials"] if t["state"] in ("complete", "pruned")]) == 4, record["trials"]
-    assert any(t["params"] == stopped[0]["params"] and t["state"] in ("complete", "pruned")
-               for t in record["trials"] if t["number"] > stopped[0]["number"]), record["trials"]  # queued again
-    assert record["recommendation"] is None and any("interrupted" in note for note in record["notes"])
-    assert not (out / "best.yaml").exists()
-
-    done = run_tune(*args, timeout=RUN_TIMEOUT_S)
-    assert done.returncode == 0, done.stdout + done.stderr
-    record = read_record(out)
-    assert any("no new trial ran" in note for note in record["notes"]), record["notes"]
-    assert record["recommendation"]["status"] in ("faster", "keep-current")
-    assert len([t for t in record["trials"] if t["state"] in ("complete", "pruned")]) == 4
-    assert [t["role"] for t in record["trials"]].count("baseline") == 1
-    assert (out / "best.yaml").is_file()
-    assert not reap(script, LEFT_S)
-
-
-# ---------------------------------------------------------------------------------------------
-# Several workers
-
-
-def test_two_workers_share_one_study_on_postgresql(tmp_path, postgres_url):
-    script = copy_script("examples/io_bound.py", tmp_path / "s")
-    common = ("--storage", postgres_url, "--study-name", "shared", "--trials", "4", "--confirm-rounds", "2", *EXACT)
-    procs = [start_tune(*tune_args(script, tmp_path / f"out{i}", *common), *IO_ARGS, log_dir=tmp_path / f"log{i}")
-             for i in (0, 1)]
-    try:
-        statuses = [p.wait(timeout=RUN_TIMEOUT_S) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    for i, status in enumerate(statuses):
-        stdout, stderr = logs(tmp_path / f"log{i}")
-        assert status == 0, (i, stdout, stderr)
-        assert postgres_url.split("@")[0].split(":")[-1] not in stdout + stderr  # no password shown
-    assert not reap(script, LEFT_S)
-
-    study = optuna.load_study(study_name="shared", storage=open_storage(postgres_url, tmp_path))
-    trials = study.get_trials(deepcopy=False)
-    assert [t.user_attrs.get("role") for t in trials].count("baseline") == 1
-    assert len({t.number for t in trials}) == len(trials)
-    # --trials is the study's total; each worker stops once it sees it reached, so a worker whose
-    # trial was running then finishes it: at most one trial more per extra worker.
-    assert 4 <= len(finished(trials)) <= 5, [(t.number, t.state) for t in trials]
-    assert not [t.number for t in trials if t.state == TrialState.RUNNING]
-    pids = {(t.user_attrs.get("worker") or {}).get("pid") for t in trials if t.user_attrs.get("role") != "baseline"}
-    assert pids >= {p.pid for p in procs}, (pids, [p.pid for p in procs])
-    for i in (0, 1):
-        record = read_record(tmp_path / f"out{i}")
-        assert "***" in record["study"]["storage"] and record["study"]["name"] == "shared"
-        assert not (tmp_path / f"out{i}" / "study.db").exists()  # the study lives in the server only
 
 
 # ---------------------------------------------------------------------------------------------
@@ -363,15 +249,4 @@ def test_a_script_failing_before_any_step_and_a_study_of_another_command(tmp_pat
     done = run_tune(*tune_args(script, out, *EXACT), "--", "--steps", "120", timeout=RUN_TIMEOUT_S)
     assert "profiling the baseline" in done.stdout and done.returncode != 0, done.stdout + done.stderr
     assert "missing.tfrecord" in check_one_line_error(done, status=done.returncode)
-
-    # A study that holds trials belongs to its command: other arguments are refused before anything runs.
-    io = copy_script("examples/io_bound.py", tmp_path / "io")
-    io_out = tmp_path / "io-out"
-    quick = ("--trials", "2", "--steps-per-trial", "2", "--warmup-steps", "1", "--profile-steps", "0",
-             "--confirm-rounds", "2", *EXACT)
-    done = run_tune(*tune_args(io, io_out, *quick), "--", "--steps", "60", timeout=RUN_TIMEOUT_S)
-    assert done.returncode == 0, done.stdout + done.stderr
-    done = run_tune(*tune_args(io, io_out, *quick), "--", "--steps", "70", timeout=RUN_TIMEOUT_S)
-    line = check_one_line_error(done)
-    assert "--steps 60" in line and "--steps 70" in line and "--study-name" in line, line
-    assert "profiling the baseline" not in done.stdout
+    # A study that holds trials refusing another command: tests/test_tune_flow.py.

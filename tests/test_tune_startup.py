@@ -10,7 +10,9 @@ import types
 import pytest
 
 from perfscope.tuner import prove as prove_mod
+from perfscope.tuner.runner import TrialRunner
 from perfscope.tuner.startup import extra_seconds, weigh
+from perfscope.tuner.trial import TrialSpec
 
 
 def test_break_even_and_net_speed_up_by_hand():
@@ -42,23 +44,30 @@ def test_extra_seconds_are_the_candidates_beyond_the_baselines():
 def _session(tmp_path):
     trial = types.SimpleNamespace(number=1, value=150.0, user_attrs={"config": {"compile": "default"}})
     return types.SimpleNamespace(baseline={"value": 100.0}, feasible_trials=lambda: [trial],
-                                 space=types.SimpleNamespace(knobs=["compile"], at_top=lambda config: []), spec=None,
+                                 space=types.SimpleNamespace(knobs=["compile"], at_top=lambda config: []),
+                                 spec=TrialSpec(script="train.py", script_args=(), runner=_FakeRuns()),
                                  work_dir=tmp_path,
                                  loader_settings=lambda config: {})
 
 
-def _fake_runs(monkeypatch, compile_s=20.0):
+class _FakeRuns(TrialRunner):
     """Baseline runs at about 100 steps/s, the compiled candidate at about 150, each with a
     little deterministic noise; the candidate's runs compile for ``compile_s`` seconds."""
-    wobble = itertools.cycle([0.99, 1.01, 1.0, 0.995, 1.005])
 
-    def run_trial(spec, config, work, **kw):
+    compile_s = 20.0
+
+    def __init__(self):
+        self.wobble = itertools.cycle([0.99, 1.01, 1.0, 0.995, 1.005])
+
+    def run(self, spec, config, work, **kw):
         compiled = config is not None and config.compile != "off"
-        value = (150.0 if compiled else 100.0) * next(wobble)
+        value = (150.0 if compiled else 100.0) * next(self.wobble)
         return types.SimpleNamespace(ok=True, value=value, status="ok", reason=None, step_seconds=[1 / value] * 8,
-                                     facts={"compiler": {"compile_s": compile_s if compiled else None}})
+                                     facts={"compiler": {"compile_s": self.compile_s if compiled else None}})
 
-    monkeypatch.setattr(prove_mod, "run_trial", run_trial)
+
+def _fake_runs(monkeypatch, compile_s=20.0):
+    monkeypatch.setattr(_FakeRuns, "compile_s", compile_s)
     monkeypatch.setattr(prove_mod, "still_running", lambda what: None)
 
 

@@ -6,6 +6,8 @@ import optuna
 import pytest
 
 from tunekit import copy_script, wait_no_processes
+from perfscope.testing.trials import check_runner
+from perfscope.tuner.runner import ProcessRunner
 from perfscope.tuner.space import build_space
 from perfscope.tuner.study import CATCH, TuningStudy
 from perfscope.tuner.trial import Pruned, TrialSpec, run_trial
@@ -30,6 +32,14 @@ def test_a_trial_measures_samples_per_second_and_its_verdict(tmp_path):
     assert 0 < outcome.value < 500
     assert outcome.trace_files and outcome.facts["dataloader"]["num_workers"] == 0
     assert all(v is not None for v in outcome.losses)
+    assert not wait_no_processes(script)
+
+
+def test_the_process_runner_keeps_the_runner_contract(tmp_path):
+    script = copy_script("examples/io_bound.py", tmp_path / "s")
+    spec = TrialSpec(script=str(script), script_args=("--steps", "40", "--decode-ms", "2"), warmup_steps=1,
+                     measure_steps=4, target_rse=None, profile_steps=0, timeout_s=120)
+    check_runner(ProcessRunner(), spec, tmp_path / "runs")
     assert not wait_no_processes(script)
 
 

@@ -13,6 +13,7 @@ from test_tune_hardening import one_error_line
 from tunekit import run_tune
 from perfscope.tuner.space import build_space
 from perfscope.tuner.study import CATCH, TuningStudy
+from perfscope.tuner.runner import TrialRunner
 from perfscope.tuner.trial import TrialOutcome, TrialSpec, _read_results, measure_command, noise_text
 from perfscope.tuner.window import steps_needed
 
@@ -80,17 +81,17 @@ def test_noise_is_said_with_the_window():
 def test_a_trial_that_measured_nothing_is_stored_failed_counted_and_not_measured_again(tmp_path, monkeypatch):
     space = build_space(FACTS, {"io": 0.5, "compute": 0.5}, "io-bound")
     study = optuna.create_study(direction="maximize")
-    session = TuningStudy(study, TrialSpec(script="s.py", script_args=()), tmp_path / "trials")
-    session.store_setup(space, {"value": 100.0, "unit": "samples/s", "step_values": [100.0], "losses": [],
-                                "verdict": "io-bound", "fractions": {}, "facts": FACTS}, guess=None)
     runs = []
 
-    def fake_run(spec, config, work_dir, **kwargs):
-        runs.append(config.changes())
-        return TrialOutcome(status="unmeasured", reason="the 2 measured steps held no samples of their own",
-                            step_samples=[16, 16], step_seconds=[0.01, 0.01], drawn_samples=32)
+    class Unmeasured(TrialRunner):
+        def run(self, spec, config, work_dir, **kwargs):
+            runs.append(config.changes())
+            return TrialOutcome(status="unmeasured", reason="the 2 measured steps held no samples of their own",
+                                step_samples=[16, 16], step_seconds=[0.01, 0.01], drawn_samples=32)
 
-    monkeypatch.setattr("perfscope.tuner.study.run_trial", fake_run)
+    session = TuningStudy(study, TrialSpec(script="s.py", script_args=(), runner=Unmeasured()), tmp_path / "trials")
+    session.store_setup(space, {"value": 100.0, "unit": "samples/s", "step_values": [100.0], "losses": [],
+                                "verdict": "io-bound", "fractions": {}, "facts": FACTS}, guess=None)
     params = dict(space.baseline_params, num_workers=2)
     study.enqueue_trial(params)
     study.enqueue_trial(params)  # proposed again: not run a second time

@@ -13,7 +13,7 @@ from perfscope.runtime.config import AccelConfig, config_from_dict
 from perfscope.tuner.confirm import confirm_candidates, interval_text
 from perfscope.tuner.progress import still_running
 from perfscope.tuner.startup import StartUp, from_runs
-from perfscope.tuner.trial import run_trial
+from perfscope.tuner.runner import run_configuration
 
 
 _DECIDED = {"cleared": "faster", "below": "not faster", "round budget": "undecided at the last round",
@@ -53,7 +53,7 @@ def prove(session, options, notes: list[str]) -> tuple[dict | None, dict]:
 
     def measure(config: AccelConfig | None, name: str):
         def run() -> float | None:
-            outcome = run_trial(spec, config, work / name, profile_steps=0,
+            outcome = run_configuration(spec, config, work / name, profile_steps=0,
                                 on_progress=still_running(f"confirmation run of {name}"), **session.loader_settings(config))
             if not outcome.ok or outcome.value is None:
                 notes.append(f"confirmation run of {name} failed ({outcome.status}): {outcome.reason}")

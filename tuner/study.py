@@ -30,7 +30,8 @@ from perfscope.errors import PerfscopeError
 from perfscope.tuner.numerics import at_same_samples, check_losses
 from perfscope.tuner.pruner import FEASIBLE_ATTR
 from perfscope.tuner.space import SearchSpace
-from perfscope.tuner.trial import Pruned, TrialOutcome, TrialSpec, cleanup_traces, run_trial
+from perfscope.tuner.trial import Pruned, TrialOutcome, TrialSpec, cleanup_traces
+from perfscope.tuner.runner import run_configuration
 
 SPACE_ATTR = "perfscope.space"
 BASELINE_ATTR = "perfscope.baseline"
@@ -331,7 +332,7 @@ class TuningStudy:
             if trial.should_prune():
                 raise Pruned
 
-        outcome = run_trial(self.spec, config, self.work_dir / f"trial-{trial.number}", on_step=report,
+        outcome = run_configuration(self.spec, config, self.work_dir / f"trial-{trial.number}", on_step=report,
                             **self.loader_settings(config))
         trial.set_user_attr("step_values", outcome.step_values)
         trial.set_user_attr("unit", outcome.unit)

@@ -63,6 +63,9 @@ FAILURE_KINDS = ("oom", "crash", "killed", "timeout", "output", "too-few-steps",
                  "interrupted", "lost")
 
 
+PRUNED_REASON = "clearly slower than the best trial so far"
+
+
 class Pruned(Exception):
     """Raised by an ``on_step`` callback to stop a trial that is clearly slower."""
 
@@ -88,6 +91,8 @@ class TrialSpec:
         output_limit_bytes: Bytes of output after which the trial is stopped and failed.
         board: A job over several nodes (this being node 0): the :class:`perfscope.tuner.nodes.TrialBoard`
             that tells the other nodes each trial; None for one node.
+        runner: The :class:`perfscope.tuner.runner.TrialRunner` that runs every trial (None: the
+            script in child processes, :func:`run_trial`).
     """
 
     script: str
@@ -103,6 +108,7 @@ class TrialSpec:
     output_keep_bytes: int = KEEP_BYTES
     output_limit_bytes: int = LIMIT_BYTES
     board: object | None = None
+    runner: object | None = None
 
 
 @dataclasses.dataclass
@@ -255,7 +261,7 @@ def run_trial(
     try:
         status, reason = watch(proc, measured, log, spec, on_progress, started)
     except Pruned:
-        status, reason = "pruned", "clearly slower than the best trial so far"
+        status, reason = "pruned", PRUNED_REASON
     except KeyboardInterrupt:
         stop_trial(proc, spec.nproc_per_node is not None, mark)
         shared = None  # no waiting for the other nodes after Ctrl-C: their ranks fail without ours

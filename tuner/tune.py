@@ -39,7 +39,8 @@ from perfscope.tuner.study import (
     trial_verdict,
     worker_id,
 )
-from perfscope.tuner.trial import TrialSpec, cleanup_traces, noise_text, run_trial
+from perfscope.tuner.trial import TrialSpec, cleanup_traces, noise_text
+from perfscope.tuner.runner import TrialRunner, run_configuration
 from perfscope.tuner.options import BASELINE_TIMEOUT_S, TuneOptions
 
 BASELINE_PROFILE_STEPS = 5  # as `perfscope profile`'s default active window
@@ -51,8 +52,13 @@ class TuneError(PerfscopeError):
     """The tuning cannot start or go on (the baseline fails, the study is unusable...)."""
 
 
-def tune(options: TuneOptions) -> dict:
+def tune(options: TuneOptions, *, runner: TrialRunner | None = None) -> dict:
     """Run the whole tuning and write its outputs; returns the ``tune.json`` record.
+
+    Args:
+        options: What the tuning is asked (validated).
+        runner: Runs each configuration (None: the script in child processes,
+            :class:`perfscope.tuner.runner.ProcessRunner`).
 
     Raises:
         TuneError: the baseline run fails or measures too few steps.
@@ -66,7 +72,7 @@ def tune(options: TuneOptions) -> dict:
     # (Ctrl-C) as a warning with its traceback, and Ctrl-C must end with our one line.
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     with FolderLock(options.out_dir), _storage_failures(options):  # one tuner per folder, for its whole life
-        return _tune(options, started)
+        return _tune(options, started, runner)
 
 
 @contextmanager
@@ -83,7 +89,7 @@ def _storage_failures(options: TuneOptions):
                            "the finished trials are kept in it: run the same command again to resume") from None
 
 
-def _tune(options: TuneOptions, started: float) -> dict:
+def _tune(options: TuneOptions, started: float, runner: TrialRunner | None) -> dict:
     out = options.out_dir
     storage = open_storage(options.storage, out)
     board = None
@@ -96,7 +102,7 @@ def _tune(options: TuneOptions, started: float) -> dict:
                      nproc_per_node=options.nproc_per_node, warmup_steps=options.warmup_steps,
                      measure_steps=options.measure_steps, target_rse=options.target_rse,
                      measure_cap_s=options.measure_cap_s, profile_steps=options.profile_steps, seed=options.seed,
-                     timeout_s=options.trial_timeout_s or BASELINE_TIMEOUT_S, board=board)
+                     timeout_s=options.trial_timeout_s or BASELINE_TIMEOUT_S, board=board, runner=runner)
     try:
         return _tune_with(spec, storage, options, started)
     finally:
@@ -210,13 +216,13 @@ def _set_up(session: TuningStudy, options: TuneOptions, out: Path) -> None:
               else f"{options.measure_steps} measured steps")
     print(f"perfscope: profiling the baseline ({options.warmup_steps} warm-up steps, {window}, then "
           f"{BASELINE_PROFILE_STEPS} profiled steps)...", flush=True)
-    outcome = run_trial(session.spec, None, out / "trials" / "baseline", profile_steps=BASELINE_PROFILE_STEPS,
+    outcome = run_configuration(session.spec, None, out / "trials" / "baseline", profile_steps=BASELINE_PROFILE_STEPS,
                         on_progress=still_running("the baseline"))
     loader = (outcome.facts.get("dataloader") or {}) if outcome.ok else {}
     if loader.get("num_workers"):
         # The script loads with workers: drain their prefetched batches and measure whole worker
         # rounds, as every trial with workers does.
-        outcome = run_trial(session.spec, None, out / "trials" / "baseline", profile_steps=BASELINE_PROFILE_STEPS,
+        outcome = run_configuration(session.spec, None, out / "trials" / "baseline", profile_steps=BASELINE_PROFILE_STEPS,
                             loader_workers=loader["num_workers"], prefetch_factor=loader.get("prefetch_factor"),
                             on_progress=still_running("the baseline (again, draining its workers' batches)"))
     if not outcome.ok:
@@ -313,7 +319,7 @@ def _profile_after(session: TuningStudy, options: TuneOptions, recommendation: d
     config = config_from_dict(recommendation["config"])
     print(f"perfscope: profiling the recommended configuration for the before/after comparison "
           f"({BASELINE_PROFILE_STEPS} profiled steps)...", flush=True)
-    outcome = run_trial(session.spec, config, session.work_dir / f"best-{os.getpid()}", profile_steps=BASELINE_PROFILE_STEPS,
+    outcome = run_configuration(session.spec, config, session.work_dir / f"best-{os.getpid()}", profile_steps=BASELINE_PROFILE_STEPS,
                         on_progress=still_running("the profile of the recommendation"), **session.loader_settings(config))
     verdict, fractions, summary = trial_verdict(outcome)
     cleanup_traces(outcome)

@@ -10,7 +10,10 @@ keeps the contract:
 - :mod:`.executors`: a :class:`~perfscope.analysis.executors.RankExecutor` (order, streaming,
   exceptions, dead workers, close);
 - :mod:`.sections`: a report :class:`~perfscope.reports.bottleneck.Section`;
-- :mod:`.record`: a summary record against the schema (:mod:`perfscope.record.schema`).
+- :mod:`.record`: a summary record against the schema (:mod:`perfscope.record.schema`);
+- :mod:`.trials`: a :class:`~perfscope.tuner.runner.TrialRunner` (outcomes, ``on_step``, pruning,
+  Ctrl-C, its work folder), and :class:`~.trials.SimulatedRunner`, which runs a tuning's
+  configurations as a simulated workload, without a script.
 
 Nothing in the library imports this package.
 """

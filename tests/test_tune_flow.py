@@ -1,0 +1,210 @@
+"""The tuner's flow against a simulated runner (perfscope.testing.trials), in seconds: an io-bound
+study finds, proves and profiles loader workers; a study whose tuner was killed, or stopped by
+Ctrl-C in the search or in the confirmation, resumes keeping what finished; two workers share one
+study on a real PostgreSQL server; a failing baseline and a study of another command are refused.
+The same flows through real child processes (what they leave running, the command's exit status
+and words) are the end-to-end tests of tests/test_tune_cli.py."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from tunekit import ROOT, tune_env
+
+from perfscope.runtime.config import load_config
+from perfscope.testing.trials import SimulatedRunner, Workload, check_runner
+from perfscope.tuner.command import CommandChanged
+from perfscope.tuner.options import TuneOptions
+from perfscope.tuner.storage import open_storage
+from perfscope.tuner.trial import TrialSpec
+from perfscope.tuner.tune import TuneError, tune
+
+SIMULATED_TUNE = ROOT / "tests" / "scripts" / "simulated_tune.py"
+FINISHED = (TrialState.COMPLETE, TrialState.PRUNED)
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+
+
+def options(out: Path, *args: str, **changes) -> TuneOptions:
+    """A small study of the simulated script ``train.py ARGS`` writing to ``out``."""
+    fields = dict(script=str(out.parent / "train.py"), script_args=args or ("--steps", "100"), out_dir=out,
+                  best_path=out / "best.yaml", study_name="tune-train", trials=4, warmup_steps=2, measure_steps=4,
+                  profile_steps=0, confirm_top=1, confirm_rounds=4, progress=False)
+    return TuneOptions(**{**fields, **changes})
+
+
+def read_record(out: Path) -> dict:
+    return json.loads((out / "tune.json").read_text())
+
+
+def finished(record: dict) -> list[dict]:
+    return [t for t in record["trials"] if t["state"] in ("complete", "pruned")]
+
+
+def stop_at(predicate):
+    """An ``on_run`` raising KeyboardInterrupt (what Ctrl-C raises) as the first run for which
+    ``predicate(index, work_dir)`` holds starts."""
+    def on_run(index: int, changes: dict, work_dir: Path) -> None:
+        if predicate(index, work_dir):
+            raise KeyboardInterrupt
+    return on_run
+
+
+def test_the_simulated_runner_keeps_the_runner_contract(tmp_path):
+    spec = TrialSpec(script="train.py", script_args=(), warmup_steps=1, measure_steps=4, profile_steps=0)
+    check_runner(SimulatedRunner(), spec, tmp_path)
+
+
+def test_an_io_bound_study_finds_proves_and_profiles_loader_workers(tmp_path, capsys):
+    out = tmp_path / "out"
+    runner = SimulatedRunner()
+    record = tune(options(out, trials=5), runner=runner)
+    said = capsys.readouterr().out
+    rec = record["recommendation"]
+    assert rec["status"] == "faster", rec
+    assert record["baseline"]["verdict"] == "io-bound", record["baseline"]
+    best = load_config(out / "best.yaml")
+    assert best is not None and best.num_workers and best.num_workers > 0
+    assert rec["config"]["num_workers"] == best.num_workers and record["best_config"] == "best.yaml"
+    assert record["schema"] == "perfscope.tune" and record["objective"]["unit"] == "samples/s"
+    roles = {t["number"]: t["role"] for t in record["trials"]}
+    assert roles[0] == "baseline" and roles[1] == "guess" and list(roles.values()).count("baseline") == 1, roles
+    assert 1 < rec["ci_low"] <= rec["speedup"] <= rec["ci_high"], rec
+    for name in ("report.html", "baseline/summary.json", "best/summary.json", "diff.html", "study.db"):
+        assert (out / name).is_file(), name
+    assert record["after"]["summary"] == "best/summary.json" and record["after"]["diff"] == "diff.html"
+    assert record["after"]["verdict"] != "io-bound", record["after"]  # the workers took the input wait off
+    assert re.search(r"^perfscope: trial \d+ \(\d+/\d+ done\): ", said, re.MULTILINE), said
+    assert f"B is {rec['speedup']:.2f}x faster" in (out / "diff.html").read_text()
+    # The baseline ran once in the search; every confirmation round ran both.
+    assert [r.changes for r in runner.runs].count({}) == 1 + rec["rounds"]
+
+
+def test_a_killed_tuner_resumes_keeping_its_finished_trials(tmp_path):
+    out = tmp_path / "out"
+    # Runs 0 (baseline), 1 (guess) and 2 finish; the tuner is killed as run 3 (trial 3) starts.
+    first = subprocess.run([sys.executable, str(SIMULATED_TUNE), str(out), "--trials", "6", "--kill-at-run", "3"],
+                           capture_output=True, text=True, timeout=300, env=tune_env())
+    assert first.returncode == -9, first.stdout + first.stderr
+    url = f"sqlite:///{out / 'study.db'}"
+    trials = optuna.load_study(study_name="tune-train", storage=url).get_trials()
+    complete = {t.number: t.value for t in trials if t.state in FINISHED}
+    running = [t.number for t in trials if t.state == TrialState.RUNNING]
+    assert sorted(complete) == [0, 1, 2] and running == [3], [(t.number, t.state) for t in trials]
+
+    runner = SimulatedRunner()
+    record = tune(options(out, trials=6), runner=runner)
+    by_number = {t["number"]: t for t in record["trials"]}
+    for number, value in complete.items():  # kept, not measured again
+        assert by_number[number]["value"] == pytest.approx(value)
+    killed = by_number[3]
+    assert killed["state"] == "failed" and killed["failure"]["kind"] == "interrupted", killed
+    assert any(t["params"] == killed["params"] and t["state"] in ("complete", "pruned")
+               for n, t in by_number.items() if n > 3), record["trials"]  # its configuration ran again
+    assert [t["role"] for t in record["trials"]].count("baseline") == 1
+    assert len(finished(record)) == 6
+    assert {} not in [r.changes for r in runner.runs[:3]]  # the rerun went on with the search, no baseline
+
+
+def test_ctrl_c_in_the_search_then_in_the_confirmation_then_a_rerun_finishes(tmp_path, capsys):
+    out = tmp_path / "out"
+    with pytest.raises(KeyboardInterrupt):  # as trial 2 starts
+        tune(options(out), runner=SimulatedRunner(on_run=stop_at(lambda i, work: work.name == "trial-2")))
+    record = read_record(out)
+    assert any("interrupted" in note for note in record["notes"]), record["notes"]
+    assert record["recommendation"] is None and not (out / "best.yaml").exists()
+    stopped = [t for t in record["trials"] if (t["failure"] or {}).get("kind") == "interrupted"]
+    assert [t["number"] for t in stopped] == [2] and stopped[0]["state"] == "failed", record["trials"]
+
+    capsys.readouterr()
+    with pytest.raises(KeyboardInterrupt):  # as the confirmation's first run starts: the search had finished
+        tune(options(out), runner=SimulatedRunner(on_run=stop_at(lambda i, work: "confirm-" in str(work))))
+    assert "resuming" in capsys.readouterr().out
+    record = read_record(out)
+    assert len(finished(record)) == 4, record["trials"]
+    assert any(t["params"] == stopped[0]["params"] and t["state"] in ("complete", "pruned")
+               for t in record["trials"] if t["number"] > 2), record["trials"]  # queued again
+    assert record["recommendation"] is None and any("interrupted" in note for note in record["notes"])
+    assert not (out / "best.yaml").exists()
+
+    runner = SimulatedRunner()
+    record = tune(options(out), runner=runner)
+    assert any("no new trial ran" in note for note in record["notes"]), record["notes"]
+    assert record["recommendation"]["status"] == "faster"
+    assert len(finished(record)) == 4 and [t["role"] for t in record["trials"]].count("baseline") == 1
+    assert (out / "best.yaml").is_file()
+    assert all("confirm-" in str(r.work_dir) or r.work_dir.name.startswith("best-") for r in runner.runs)
+
+
+def test_two_workers_share_one_study_on_postgresql(tmp_path, postgres_url):
+    name = f"shared-{tmp_path.name}"
+    # Each run takes 0.3 s of real time, so that the two workers' trials overlap.
+    procs = [subprocess.Popen([sys.executable, str(SIMULATED_TUNE), str(tmp_path / f"out{i}"), "--trials", "6",
+                               "--storage", postgres_url, "--study-name", name, "--pace", "0.3"],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=tune_env())
+             for i in (0, 1)]
+    try:
+        said = [p.communicate(timeout=300)[0] for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for i, p in enumerate(procs):
+        assert p.returncode == 0, (i, said[i])
+        assert postgres_url.split("@")[0].split(":")[-1] not in said[i]  # no password shown
+    study = optuna.load_study(study_name=name, storage=open_storage(postgres_url, tmp_path))
+    trials = study.get_trials(deepcopy=False)
+    assert [t.user_attrs.get("role") for t in trials].count("baseline") == 1
+    assert len({t.number for t in trials}) == len(trials)
+    # --trials is the study's total; a worker whose trial was running when it was reached finishes it.
+    assert 6 <= len([t for t in trials if t.state in FINISHED]) <= 7, [(t.number, t.state) for t in trials]
+    assert not [t.number for t in trials if t.state == TrialState.RUNNING]
+    pids = {(t.user_attrs.get("worker") or {}).get("pid") for t in trials if t.user_attrs.get("role") != "baseline"}
+    assert pids >= {p.pid for p in procs}, (pids, [p.pid for p in procs])
+    for i in (0, 1):
+        record = read_record(tmp_path / f"out{i}")
+        assert "***" in record["study"]["storage"] and record["study"]["name"] == name
+        assert not (tmp_path / f"out{i}" / "study.db").exists()  # the study lives in the server only
+
+
+def test_a_failing_baseline_is_refused_and_leaves_the_folder_for_corrected_arguments(tmp_path):
+    out = tmp_path / "out"
+
+    def missing_data(changes: dict):
+        return "crash", "FileNotFoundError: [Errno 2] No such file or directory: 'missing.tfrecord'"
+
+    runner = SimulatedRunner(fail=missing_data)
+    with pytest.raises(TuneError, match=r"baseline run failed \(crash\).*missing\.tfrecord"):
+        tune(options(out), runner=runner)
+    # No trial was left: the same folder takes corrected arguments, whose baseline runs (and fails) again.
+    with pytest.raises(TuneError, match="missing.tfrecord"):
+        tune(options(out, "--steps", "120"), runner=runner)
+    assert [r.changes for r in runner.runs] == [{}, {}]
+
+
+def test_a_study_that_holds_trials_refuses_another_command_before_anything_runs(tmp_path):
+    out = tmp_path / "out"
+    tune(options(out, "--steps", "60", trials=2, confirm_rounds=2), runner=SimulatedRunner())
+    runner = SimulatedRunner()
+    with pytest.raises(CommandChanged) as caught:
+        tune(options(out, "--steps", "70", trials=2, confirm_rounds=2), runner=runner)
+    line = str(caught.value)
+    assert "--steps 60" in line and "--steps 70" in line and "--study-name" in line, line
+    assert runner.runs == []  # no baseline was profiled
+
+
+def test_a_workload_without_an_input_wait_keeps_the_current_settings(tmp_path):
+    # Compute only: loader workers change nothing, and the confirmation says so.
+    record = tune(options(tmp_path / "out", trials=4), runner=SimulatedRunner(Workload(io_s=0.0, compute_s=0.005)))
+    assert record["baseline"]["verdict"] == "compute-bound", record["baseline"]
+    assert record["recommendation"]["status"] == "keep-current", record["recommendation"]
+    kept = load_config(tmp_path / "out" / "best.yaml")
+    assert kept is None or kept.changes() == {}, (tmp_path / "out" / "best.yaml").read_text()
