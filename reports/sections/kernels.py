@@ -45,13 +45,18 @@ def utilisation(view) -> str:
 
     if not isinstance(view, dict) or num(view.get("flops_per_step")) is None:
         return ""
-    rows = [("", [esc(o.get("name")), f"{(num(o.get('flops')) or 0) / 1e9:,.2f}", pct(o.get("share"), 0)])
-            for o in view.get("top_operators") or [] if isinstance(o, dict)]
+    rows = _flop_rows(view.get("top_operators") or [])
     assumptions = "".join(f"<li>{esc(a)}</li>" for a in view.get("assumptions") or [] if isinstance(a, str))
     return (f"<h3>Model FLOPs utilisation</h3><p>{esc(mfu_line(view))}.</p>"
             + (f'<ul class="muted">{assumptions}</ul>' if assumptions else "")
             + table([("operator", "l"), ("GFLOP a step", ""), ("share", "")], rows,
                     "The operators the FLOPs were counted in (docs/metrics.md, Model FLOPs utilisation)."))
+
+
+def _flop_rows(operators: list) -> list:
+    """Table rows of the operators the FLOPs were counted in: name, GFLOP a step, share."""
+    return [("", [esc(o.get("name")), f"{(num(o.get('flops')) or 0) / 1e9:,.2f}", pct(o.get("share"), 0)])
+            for o in operators if isinstance(o, dict)]
 
 
 def efficiency(e) -> str:
@@ -76,6 +81,28 @@ def efficiency(e) -> str:
     return table([("GPU efficiency", "l"), ("", ""), ("what it means", "l")], rows, caption)
 
 
+def _launch_rows(ls: dict) -> list[tuple[str, str]]:
+    """(statistic, value) rows of ``details.launch_stats``."""
+    kernels = num(ls.get("kernels")) or 0
+    short, long_ = num(ls.get("short_kernels")), num(ls.get("long_delay_kernels"))
+    short_us, long_us = (f"{num(ls.get(k)) or d:g}" for k, d in (("short_kernel_us", 10), ("long_delay_us", 100)))
+
+    def of_all(part):
+        return f"{count(part)} ({pct(part / kernels if kernels and part is not None else None)})"
+
+    rows = [
+        ("kernels launched in the counted steps", count(kernels)),
+        (f"short kernels (under {esc(short_us)} µs)", of_all(short)),
+        ("median launch delay", dur(ls.get("median_launch_delay_us"))),
+        ("90th percentile launch delay", dur(ls.get("p90_launch_delay_us"))),
+        (f"kernels starting over {esc(long_us)} µs after their launch call", of_all(long_)),
+    ]
+    graph = num(ls.get("graph_kernels"))
+    if graph:
+        rows.append(("kernels replayed from CUDA graphs (no launch delay of their own)", count(graph)))
+    return rows
+
+
 def render_launch(summary: dict) -> str:
     title = "Kernel launch statistics"
     if summary.get("mode") != "gpu":
@@ -83,20 +110,7 @@ def render_launch(summary: dict) -> str:
     ls = model.details(summary).get("launch_stats")
     if not isinstance(ls, dict):
         return section("launch", title, note("No launch statistics in this summary."))
-    kernels = num(ls.get("kernels")) or 0
-    short, long_ = num(ls.get("short_kernels")), num(ls.get("long_delay_kernels"))
-    short_us, long_us = (f"{num(ls.get(k)) or d:g}" for k, d in (("short_kernel_us", 10), ("long_delay_us", 100)))
-    rows = [
-        ("kernels launched in the counted steps", count(kernels)),
-        (f"short kernels (under {esc(short_us)} µs)", f"{count(short)} ({pct(short / kernels if kernels and short is not None else None)})"),
-        ("median launch delay", dur(ls.get("median_launch_delay_us"))),
-        ("90th percentile launch delay", dur(ls.get("p90_launch_delay_us"))),
-        (f"kernels starting over {esc(long_us)} µs after their launch call", f"{count(long_)} ({pct(long_ / kernels if kernels and long_ is not None else None)})"),
-    ]
-    graph = num(ls.get("graph_kernels"))
-    if graph:
-        rows.append(("kernels replayed from CUDA graphs (no launch delay of their own)", count(graph)))
-    tab = table([("statistic", "l"), ("value", "")], [("", [r[0], r[1]]) for r in rows],
+    tab = table([("statistic", "l"), ("value", "")], [("", [r[0], r[1]]) for r in _launch_rows(ls)],
                 "Launch delay: kernel start minus the end of its launch call (runtime call matched by correlation id), "
                 "as Holistic Trace Analysis defines it; kernels replayed from a CUDA graph wait in the graph, not in "
                 "the launch queue, and are left out of it.")

@@ -76,30 +76,41 @@ def _telemetry_bars(prep, r) -> list[Bar] | None:
             continue
         a = max((ts[k] - r.lo) / r.col_ns, 0.0)
         b = min((min(ts[k] + interval, ts[k + 1] if k + 1 < len(ts) else ts[k] + interval) - r.lo) / r.col_ns, COLUMNS)
-        power = df["power_mw"].iloc[k]
-        title = f"{util:.0f}% utilised" + (f", {power / 1000:.0f} W" if power == power and power is not None else "")
-        if df["reasons"].iloc[k] and int(df["reasons"].iloc[k]) & THROTTLE_MASK:
-            title += ", clocks throttled"
-        bars.append(Bar(float(a), float(b), min(max(float(util), 0.0), 100.0) / 100, title))
+        bars.append(Bar(float(a), float(b), min(max(float(util), 0.0), 100.0) / 100, _sample_title(df, k, util)))
     return bars
+
+
+def _sample_title(df, k: int, util: float) -> str:
+    """``"87% utilised, 250 W, clocks throttled"``: sample ``k`` of the telemetry frame in words."""
+    power = df["power_mw"].iloc[k]
+    title = f"{util:.0f}% utilised" + (f", {power / 1000:.0f} W" if power == power and power is not None else "")
+    if df["reasons"].iloc[k] and int(df["reasons"].iloc[k]) & THROTTLE_MASK:
+        title += ", clocks throttled"
+    return title
+
+
+def _shade_and_labels(prep, r) -> tuple[list[Run], list[tuple[int, int, str]]]:
+    """(runs shaded behind the lanes, labelled stretches) of a rastered step: on a GPU the idle
+    stretches, shaded and the wide ones labelled; on a CPU wide stretches of DataLoader, exposed
+    communication and framework overhead, labelled."""
+    cats = prep.partition_cats
+    if prep.mode != "gpu":
+        other = r.partition_cov[list(CPU_LABELLED)]
+        return [], _stretches(other.sum(axis=0) >= 0.75, other, [cats[j] for j in CPU_LABELLED], r.col_ns)
+    idle = r.partition_cov[list(GPU_IDLE)]
+    mostly = np.where(idle.sum(axis=0) >= 0.75, np.argmax(idle, axis=0), -1)
+    labels = _stretches(mostly >= 0, idle, [cats[j] for j in GPU_IDLE], r.col_ns)
+    change = np.flatnonzero(np.diff(mostly)) + 1
+    shade = [Run(int(a), int(b), cats[GPU_IDLE[mostly[a]]][1])
+             for a, b in zip(np.concatenate([[0], change]), np.concatenate([change, [mostly.size]])) if mostly[a] >= 0]
+    return shade, labels
 
 
 def _step_view(prep, i: int, s: dict, representative: bool) -> StepView:
     """Step ``i`` of a prepared trace as drawn (``s``: its summary row)."""
     r = raster(prep, i)
     cats = prep.partition_cats
-    shade, labels = [], []
-    if prep.mode == "gpu":  # shade idle stretches behind the stream lanes; label the wide ones
-        idle = r.partition_cov[list(GPU_IDLE)]
-        mostly = np.where(idle.sum(axis=0) >= 0.75, np.argmax(idle, axis=0), -1)
-        labels = _stretches(mostly >= 0, idle, [cats[j] for j in GPU_IDLE], r.col_ns)
-        change = np.flatnonzero(np.diff(mostly)) + 1
-        for a, b in zip(np.concatenate([[0], change]), np.concatenate([change, [mostly.size]])):
-            if mostly[a] >= 0:
-                shade.append(Run(int(a), int(b), cats[GPU_IDLE[mostly[a]]][1]))
-    else:  # CPU: label wide stretches of DataLoader, exposed communication, framework overhead
-        other = r.partition_cov[list(CPU_LABELLED)]
-        labels = _stretches(other.sum(axis=0) >= 0.75, other, [cats[j] for j in CPU_LABELLED], r.col_ns)
+    shade, labels = _shade_and_labels(prep, r)
     lanes = []
     for lane, lane_runs, cov in r.lanes:
         runs = []
@@ -298,17 +309,13 @@ def _pane(rid: str, label: str, tag: str, view: StepView, caption: str, checked:
     return button, pane
 
 
-def render(timeline: TimelineRecord | str) -> str:
-    """The section: the drawings of a :class:`TimelineRecord` (from :func:`build` or a stored
-    ``timeline.json``), or the note :func:`build` returned."""
-    if isinstance(timeline, str):
-        return timeline
-    rank = timeline.rank
+def _panes(timeline: TimelineRecord) -> tuple[list[str], list[str]]:
+    """(buttons, panes): the chosen rank's steps, then the other ranks' representative steps."""
     picker, panes = [], []
     for pos, view in enumerate(timeline.views):
         label = f"step {view.step}"
         tag = " (representative)" if view.representative else ""
-        caption = (f"Rank {rank}, {label}{tag}: {ms(view.step_time_us)}, {view.verdict or '-'}. One pixel is "
+        caption = (f"Rank {timeline.rank}, {label}{tag}: {ms(view.step_time_us)}, {view.verdict or '-'}. One pixel is "
                    f"{view.span_ns / 1e3 / COLUMNS:.1f} µs; events narrower than a "
                    "pixel are merged and a paler block is busy only part of its time. Hover for event names.")
         button, pane = _pane(f"tl{pos}", label, tag, view, caption, " checked" if pos == timeline.chosen else "")
@@ -321,6 +328,16 @@ def render(timeline: TimelineRecord | str) -> str:
         button, pane = _pane(f"tl{pos}", label, "", view, caption)
         picker.append(button)
         panes.append(pane)
+    return picker, panes
+
+
+def render(timeline: TimelineRecord | str) -> str:
+    """The section: the drawings of a :class:`TimelineRecord` (from :func:`build` or a stored
+    ``timeline.json``), or the note :func:`build` returned."""
+    if isinstance(timeline, str):
+        return timeline
+    rank = timeline.rank
+    picker, panes = _panes(timeline)
     more = ""
     if timeline.total_views > len(timeline.views):
         more = note(f"{len(timeline.views)} of rank {rank}'s {timeline.total_views} steps are pre-rendered here; "

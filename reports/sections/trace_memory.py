@@ -22,13 +22,25 @@ def _signed(value) -> str:
     return "-" if v is None else ("+" if v > 0 else "") + mib(v)
 
 
-def _chart(d: dict, key: str, who: str) -> str:
-    device = str(d.get("device") or "?")
-    curve = [p for p in d.get("curve") or [] if isinstance(p, list) and len(p) == 3 and num(p[0]) is not None]
+def _points(d: dict) -> list[list]:
+    """The device's curve points ``[ms, allocated, reserved]`` that have their time."""
+    return [p for p in d.get("curve") or [] if isinstance(p, list) and len(p) == 3 and num(p[0]) is not None]
+
+
+def _series(d: dict) -> list[tuple]:
+    """The allocated (and, where every point has it, reserved) MiB over the device's curve."""
+    curve = _points(d)
     xs = [num(p[0]) for p in curve]
     series = [("allocated", xs, [(num(p[1]) or 0.0) / 2**20 for p in curve], BLUE)]
-    if curve and all(num(p[2]) is not None for p in curve):
-        series.append(("reserved", xs, [num(p[2]) / 2**20 for p in curve], ORANGE))
+    reserved = [num(p[2]) for p in curve]
+    if curve and None not in reserved:
+        series.append(("reserved", xs, [v / 2**20 for v in reserved], ORANGE))
+    return series
+
+
+def _chart(d: dict, key: str, who: str) -> str:
+    device = str(d.get("device") or "?")
+    series = _series(d)
     basis = ("change since the trace's first allocator instant (the trace has no allocator totals)"
              if d.get("relative") else "bytes the allocator held")
     return figure(levels(key, series, "ms since the first counted step began", "MiB",
@@ -67,14 +79,18 @@ def _device(d: dict, key: str, who: str) -> str:
     return head + _chart(d, key, who) + _steps_table(d) + _operators_table(d)
 
 
+def _devices(trace: dict) -> list[dict]:
+    """The devices of one trace's memory record (malformed entries left out)."""
+    return [d for d in trace.get("devices") or [] if isinstance(d, dict)]
+
+
 def render(summary: dict) -> str:
     """The HTML of the traces' memory (empty when no trace holds allocator instants)."""
     traces = [t for t in model.details(summary).get("trace_memory") or [] if isinstance(t, dict)]
     if not traces:
         return ""
     parts = [_device(d, f"tmem{i}-{j}", f"rank {t.get('rank')}" if len(traces) > 1 else "trace")
-             for i, t in enumerate(traces[:MAX_TRACES])
-             for j, d in enumerate(d for d in t.get("devices") or [] if isinstance(d, dict))]
+             for i, t in enumerate(traces[:MAX_TRACES]) for j, d in enumerate(_devices(t))]
     more = (f'<p class="muted">{len(traces) - MAX_TRACES} more traces in summary.json '
             "(details.trace_memory).</p>" if len(traces) > MAX_TRACES else "")
     return ("<h3>From the traces' allocator records</h3><p>The profiler recorded every allocation and free "

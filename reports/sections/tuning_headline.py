@@ -82,18 +82,24 @@ def _numbers(record: dict) -> str:
                  + (f"{measure:.0f} measured steps" if measure is not None else "the measured steps")
                  + (f" after {warmup:.0f} warm-up steps" if warmup is not None else "") + ", higher is better."]
     sentences.append(f"Baseline (trial {word(base.get('trial'))}, your settings): {amount(base.get('value'))} {u}.")
-    chosen = find_trial(record, rec.get("trial")) if rec.get("status") == FASTER else None
-    best = chosen or best_trial(record)
-    if best is not None and not same_trial(best.get("number"), base.get("trial")):
-        label = "Recommended" if chosen else "Best in the search"
-        sentences.append(f"{label}: trial {word(best.get('number'))}, {amount(best.get('value'))} {u} in the search"
-                         + (f" ({ratio(num(best.get('value')) / num(base.get('value')))} the baseline)"
-                            if num(best.get("value")) is not None and num(base.get("value")) else "") + ".")
+    sentences += _best_sentence(record, rec, base, u)
     if rec.get("status") == FASTER:
         sentences.append("The speed-up is the confirmation's: candidate and baseline measured again, interleaved, "
                          f"and the interval lies above {1 + min_gain(record):.2f}x.")
         sentences += _why_not_higher(record, rec)
     return " ".join(sentences)
+
+
+def _best_sentence(record: dict, rec: dict, base: dict, u: str) -> list[str]:
+    """The recommended trial (or the search's best) against the baseline, unless it is the baseline."""
+    chosen = find_trial(record, rec.get("trial")) if rec.get("status") == FASTER else None
+    best = chosen or best_trial(record)
+    if best is None or same_trial(best.get("number"), base.get("trial")):
+        return []
+    label = "Recommended" if chosen else "Best in the search"
+    value, baseline = num(best.get("value")), num(base.get("value"))
+    against = f" ({ratio(value / baseline)} the baseline)" if value is not None and baseline else ""
+    return [f"{label}: trial {word(best.get('number'))}, {amount(best.get('value'))} {u} in the search{against}."]
 
 
 def _why_not_higher(record: dict, rec: dict) -> list[str]:
@@ -147,6 +153,14 @@ def render(record: dict) -> str:
         extra = f" The tuner's summary: {given.strip()}"
     head = (f'<p class="{cls}"><strong>{esc(line)}</strong>'
             f"<small>{esc(_numbers(record) + extra)}</small></p>")
+    return section("recommendation", "Recommendation", head + _changes_body(record, rec) + links(record))
+
+
+def _changes_body(record: dict, rec: dict) -> str:
+    """The recommendation's changed keys as a table (or why there is none), and its hint."""
+    if not rec:
+        return note("Not available: the record holds no recommendation (the tuning may not have finished).")
+    status = rec.get("status")
     rows = changes(record)
     if rows:
         body = table([("knob", "name"), ("baseline", "l"), ("recommended", "l")],
@@ -160,9 +174,7 @@ def render(record: dict) -> str:
     hint = rec.get("hint")
     if status == FASTER and isinstance(hint, str) and hint.strip():
         body += note("Next: " + hint.strip())
-    if not rec:
-        body = note("Not available: the record holds no recommendation (the tuning may not have finished).")
-    return section("recommendation", "Recommendation", head + body + links(record))
+    return body
 
 
 def title(record: dict) -> str:

@@ -53,28 +53,30 @@ def points(record: dict) -> tuple[list[Point], list[dict]]:
     u = unit(record)
     drawn, skipped = [], []
     for t in trials(record):
-        n, kind = num(t.get("number")), outcome(t)
-        role = word(t.get("role"), "")
-        head = f"trial {word(t.get('number'))}" + (f" ({role})" if role else "")
-        config = changes_text(t.get("config"), "your settings" if role == "baseline" else "no change")
-        if n is None or kind == "running":
+        point = _point(t, u)
+        if point is None:
             skipped.append(t)
-        elif kind == INFEASIBLE:
-            reason = failure_text(t) or "infeasible"
-            drawn.append(Point(n, 0.0, kind, truncate(f"{head}: {reason} · {config}", 400)))
-        elif kind == "pruned":
-            v = last_value(t)
-            if v is None:
-                skipped.append(t)
-            else:
-                drawn.append(Point(n, v, kind, truncate(f"{head}: pruned at {amount(v)} {u} · {config}", 400)))
         else:
-            v = num(t.get("value"))
-            if v is None:
-                skipped.append(t)
-            else:
-                drawn.append(Point(n, v, kind, truncate(f"{head}: {amount(v)} {u} · {config}", 400)))
+            drawn.append(point)
     return drawn, skipped
+
+
+def _point(t: dict, u: str) -> Point | None:
+    """The marker of one trial (an infeasible one on the x axis, a pruned one at its last value),
+    or None when it has nothing to draw."""
+    n, kind = num(t.get("number")), outcome(t)
+    if n is None or kind == "running":
+        return None
+    role = word(t.get("role"), "")
+    head = f"trial {word(t.get('number'))}" + (f" ({role})" if role else "")
+    config = changes_text(t.get("config"), "your settings" if role == "baseline" else "no change")
+    if kind == INFEASIBLE:
+        return Point(n, 0.0, kind, truncate(f"{head}: {failure_text(t) or 'infeasible'} · {config}", 400))
+    v = last_value(t) if kind == "pruned" else num(t.get("value"))
+    if v is None:
+        return None
+    shown = f"pruned at {amount(v)} {u}" if kind == "pruned" else f"{amount(v)} {u}"
+    return Point(n, v, kind, truncate(f"{head}: {shown} · {config}", 400))
 
 
 def best_so_far(drawn: list[Point]) -> list[tuple[float, float]]:

@@ -131,15 +131,18 @@ def outcome(trial: dict) -> str:
     return "running"
 
 
-def failure_text(trial: dict) -> str:
-    """``oom: CUDA out of memory ...``; the numerics guard's finding when it found the loss unsafe."""
-    bits = []
+def _failure_bits(trial: dict) -> list[str]:
+    """``["kind: reason"]`` of a failed trial (``["failed"]`` without either), else ``[]``."""
     failure = obj(trial.get("failure"))
     if failure:
         kind, reason = word(failure.get("kind"), ""), word(failure.get("reason"), "")
-        bits.append(f"{kind}: {reason}" if kind and reason else kind or reason or "failed")
-    elif trial.get("state") == "failed":
-        bits.append("failed")
+        return [f"{kind}: {reason}" if kind and reason else kind or reason or "failed"]
+    return ["failed"] if trial.get("state") == "failed" else []
+
+
+def failure_text(trial: dict) -> str:
+    """``oom: CUDA out of memory ...``; the numerics guard's finding when it found the loss unsafe."""
+    bits = _failure_bits(trial)
     numerics = obj(trial.get("numerics"))
     if numerics.get("status") == "unsafe":
         detail = word(numerics.get("detail"), "")

@@ -108,6 +108,11 @@ def render(record: dict) -> str:
     if skipped and svg:
         names = ", ".join(f"{word(t.get('number'))} ({word(t.get('state'))})" for t in skipped)
         fig += note(f"Not drawn (no value reported): trial {names}.")
+    return section("trials", title, f'<p class="muted">{esc(_counts_line(record, rows))}</p>' + fig + trial_table(record))
+
+
+def _counts_line(record: dict, rows: list[dict]) -> str:
+    """``"6 trials; 5 of the 6 planned have finished (...): 4 complete, 1 pruned, 1 infeasible."``"""
     counts = {}
     for t in rows:
         counts[outcome(t)] = counts.get(outcome(t), 0) + 1
@@ -115,8 +120,7 @@ def render(record: dict) -> str:
     # --trials counts finished trials (complete or pruned, as Optuna's MaxTrialsCallback does):
     # skipped duplicates, interrupted and running trials are listed but do not count.
     finished = sum(t.get("state") in ("complete", "pruned") for t in rows)
-    summary = (f"{len(rows)} trial" + ("s" if len(rows) != 1 else "")
-               + (f"; {finished} of the {target:.0f} planned have finished (failed and running trials do not count)"
-                  if target is not None else "") + ": "
-               + ", ".join(f"{n} {k}" for k, n in counts.items()) + ".")
-    return section("trials", title, f'<p class="muted">{esc(summary)}</p>' + fig + trial_table(record))
+    return (f"{len(rows)} trial" + ("s" if len(rows) != 1 else "")
+            + (f"; {finished} of the {target:.0f} planned have finished (failed and running trials do not count)"
+               if target is not None else "") + ": "
+            + ", ".join(f"{n} {k}" for k, n in counts.items()) + ".")
