@@ -82,14 +82,18 @@ SECTIONS = (
 )
 
 
+def _world(run: dict) -> list[str]:
+    """``["world size 8 (2 analyzed)"]`` of the run's facts; ``[]`` without a world size."""
+    world, analyzed = run.get("world_size"), run.get("ranks_analyzed")
+    if world is None:
+        return []
+    return [f"world size {world}" + (f" ({analyzed} analyzed)" if analyzed not in (None, world) else "")]
+
+
 def header(summary: dict, heading: str = "perfscope bottleneck report") -> str:
     run = summary.get("run") if isinstance(summary.get("run"), dict) else {}
     what = run.get("script") or run.get("source") or "analyzed traces"
-    world = run.get("world_size")
-    ranks_ = run.get("ranks_analyzed")
-    bits = [str(what), f"{str(summary.get('mode', '-')).upper()} trace"]
-    if world is not None:
-        bits.append(f"world size {world}" + (f" ({ranks_} analyzed)" if ranks_ not in (None, world) else ""))
+    bits = [str(what), f"{str(summary.get('mode', '-')).upper()} trace", *_world(run)]
     skipped = [x for x in summary.get("skipped") or [] if isinstance(x, dict)]
     if skipped:
         bits.append(f"{len(skipped)} trace file{'s' if len(skipped) != 1 else ''} left out (see Data quality)")

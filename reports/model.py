@@ -109,13 +109,19 @@ def rank_rows(summary: dict) -> tuple[list[dict], int | None]:
         if slowest is None:
             slowest = steptime.slowest_rank(rows)
         return rows, slowest
+    rows = _medians_by_rank(counted_steps(summary), "compute_us" if summary.get("mode") == "gpu" else "operator_us")
+    return rows, steptime.slowest_rank(rows)
+
+
+def _medians_by_rank(steps: list[dict], compute_col: str) -> list[dict]:
+    """Per-rank medians of the counted steps' step time, compute (``compute_col``) and
+    communication, ranks in order (integers first)."""
     by_rank: dict = {}
-    for s in counted_steps(summary):
+    for s in steps:
         by_rank.setdefault(s.get("rank"), []).append(s)
     rows = []
     for rank in sorted(by_rank, key=lambda r: (not isinstance(r, int), str(r) if not isinstance(r, int) else r)):
         ss = by_rank[rank]
-        compute_col = "compute_us" if summary.get("mode") == "gpu" else "operator_us"
         rows.append({
             "rank": rank,
             "median_step_time_us": _median(s.get("step_time_us") for s in ss),
@@ -123,4 +129,4 @@ def rank_rows(summary: dict) -> tuple[list[dict], int | None]:
             "median_comm_us": _median(s.get("comm_us") for s in ss),
             "wait_for_slowest_us": None,
         })
-    return rows, steptime.slowest_rank(rows)
+    return rows

@@ -112,6 +112,22 @@ def _round_top(peak: float, axis) -> float:
     return next((t for t in ticks if t >= peak * (1 - 1e-9) and t > 0), peak or 1.0)
 
 
+def _count_axis(ax, peak: float, log: bool) -> None:
+    """The value axis of :func:`columns`: logarithmic by decades (``log`` and a peak of 1 or
+    more), else linear with nice steps, both labelled in whole numbers."""
+    from matplotlib.ticker import LogLocator, MaxNLocator, NullLocator
+
+    if log and peak >= 1:
+        ax.set_yscale("log")
+        ax.set_ylim(0.7, 10.0 ** max(1, math.ceil(math.log10(peak) - 1e-9)))
+        ax.yaxis.set_major_locator(LogLocator(base=10))
+        ax.yaxis.set_minor_locator(NullLocator())
+    else:
+        ax.yaxis.set_major_locator(MaxNLocator(5, steps=NICE_STEPS))
+        ax.set_ylim(0, _round_top(peak, ax.yaxis))
+    ax.yaxis.set_major_formatter(integer_label)
+
+
 @or_note
 @cached
 def columns(key: str, values: list[float], labels: list[str], colour: str, unit_label: str, label: str,
@@ -127,8 +143,6 @@ def columns(key: str, values: list[float], labels: list[str], colour: str, unit_
         log: a logarithmic axis (for counts spanning decades, where a linear one flattens the
             small bins to nothing); a count of 1 still shows as a short column.
     """
-    from matplotlib.ticker import LogLocator, MaxNLocator, NullLocator
-
     labels = [*labels, *[""] * len(values)][: len(values)]  # a summary's lists may disagree in length
     titles = [*(titles or []), *[None] * len(values)][: len(values)]
     with Chart(key, width, height, (56, 8, 10, 52)) as c:
@@ -138,17 +152,7 @@ def columns(key: str, values: list[float], labels: list[str], colour: str, unit_
                       color=[(colours[i] if colours else colour) for i in shown])
         c.tips(bars, [titles[i] or f"{labels[i]}: {values[i]:g}" for i in shown])
         ax.set_xlim(-0.5, max(len(values), 1) - 0.5)
-        peak = max(values, default=0.0)
-        if log and peak >= 1:
-            ax.set_yscale("log")
-            ax.set_ylim(0.7, 10.0 ** max(1, math.ceil(math.log10(peak) - 1e-9)))
-            ax.yaxis.set_major_locator(LogLocator(base=10))
-            ax.yaxis.set_minor_locator(NullLocator())
-            ax.yaxis.set_major_formatter(integer_label)
-        else:
-            ax.yaxis.set_major_locator(MaxNLocator(5, steps=NICE_STEPS))
-            ax.set_ylim(0, _round_top(peak, ax.yaxis))
-            ax.yaxis.set_major_formatter(integer_label)
+        _count_axis(ax, max(values, default=0.0), log)
         ax.yaxis.grid(True)
         ax.set_ylabel(clean(unit_label))
         ax.set_xticks(range(len(values)), [clean(s) for s in labels], rotation=35, ha="right",
@@ -276,6 +280,22 @@ def levels(key: str, series: list[tuple[str, list[float], list[float], str]], x_
         return c.svg(label)
 
 
+def _stacked_steps(c, xs: list[float], parts: list[tuple[str, list[float], str]],
+                   marks: list[tuple[float, float, str]]) -> float:
+    """Stack :func:`run_steps`' phases on ``c`` (two steps or more); returns the highest value
+    drawn, marks included (ms)."""
+    if len(xs) < 2:
+        return max([m[1] for m in marks], default=1.0)
+    # a step's band spans [step, step + 1): the last one needs its right edge
+    ends = [*xs, xs[-1] + 1]
+    areas = c.ax.stackplot(ends, *[[*p[1], p[1][-1]] for p in parts], colors=[p[2] for p in parts], step="post",
+                           linewidth=0)
+    for area, (name, ys, colour) in zip(areas, parts):
+        c.tip(area, f"{name}: median {sorted(ys)[len(ys) // 2]:.3g} ms a step")
+    top = [sum(v) for v in zip(*[p[1] for p in parts])]
+    return max(top + [m[1] for m in marks])
+
+
 @or_note
 @cached
 def run_steps(key: str, xs: list[float], parts: list[tuple[str, list[float], str]], window: tuple[float, float] | None,
@@ -294,17 +314,7 @@ def run_steps(key: str, xs: list[float], parts: list[tuple[str, list[float], str
 
     with Chart(key, width, height, (64, 20, 10, 40)) as c:
         ax = c.ax
-        if len(xs) >= 2:
-            # a step's band spans [step, step + 1): the last one needs its right edge
-            ends = [*xs, xs[-1] + 1]
-            areas = ax.stackplot(ends, *[[*p[1], p[1][-1]] for p in parts], colors=[p[2] for p in parts], step="post",
-                                 linewidth=0)
-            for area, (name, ys, colour) in zip(areas, parts):
-                c.tip(area, f"{name}: median {sorted(ys)[len(ys) // 2]:.3g} ms a step")
-            top = [sum(v) for v in zip(*[p[1] for p in parts])]
-            high = max(top + [m[1] for m in marks])
-        else:
-            high = max([m[1] for m in marks], default=1.0)
+        high = _stacked_steps(c, xs, parts, marks)
         if window is not None:
             span = ax.axvspan(window[0], window[1] + 1, color="#999999", alpha=0.25, linewidth=0)
             c.tip(span, f"profiled window: steps {window[0]:g}-{window[1]:g}")

@@ -17,17 +17,26 @@ def gib(value) -> str:
     return "-" if v is None else f"{v / 2**30:.2f} GiB"
 
 
+def _labels(steps: list[dict]) -> list[str]:
+    """Each bar's label: its step, with its rank where several ranks are drawn."""
+    multi = len({s.get("rank") for s in steps}) > 1
+    return [f"r{s.get('rank')} s{s.get('step')}" if multi else str(s.get("step")) for s in steps]
+
+
+def _step_title(s: dict, col: str, kind: str) -> str:
+    """A step's bar tooltip: its peak (reserved and allocated, on a device)."""
+    return (f"rank {s.get('rank')} step {s.get('step')}: peak {gib(s[col])}"
+            + (f" reserved, {gib(s.get('device_peak_allocated_bytes'))} allocated" if kind == "device" else ""))
+
+
 def _chart(summary: dict, kind: str) -> str:
     col = "device_peak_reserved_bytes" if kind == "device" else "peak_rss_bytes"
     steps = [s for s in model.counted_steps(summary) if num(s.get(col)) is not None][:MAX_BARS]
     if not steps:
         return ""
-    multi = len({s.get("rank") for s in steps}) > 1
-    labels = [f"r{s.get('rank')} s{s.get('step')}" if multi else str(s.get("step")) for s in steps]
+    labels = _labels(steps)
     values = [num(s[col]) / 2**30 for s in steps]
-    titles = [f"rank {s.get('rank')} step {s.get('step')}: peak {gib(s[col])}"
-              + (f" reserved, {gib(s.get('device_peak_allocated_bytes'))} allocated" if kind == "device" else "")
-              for s in steps]
+    titles = [_step_title(s, col, kind) for s in steps]
     what = "reserved by the CUDA caching allocator" if kind == "device" else "resident (the process's RSS)"
     svg = columns("memory", values, labels, BLUE if kind == "device" else SKY, "GiB", f"peak memory per step, {what}",
                   titles=titles, width=900)
@@ -35,14 +44,19 @@ def _chart(summary: dict, kind: str) -> str:
                   "peak counters reset at every step boundary.")
 
 
+def _block_cells(b: dict) -> list[str]:
+    """A live allocation at the OOM: its size, the size asked for, its innermost three frames."""
+    frames = "<br>".join(esc(f) for f in (b.get("frames") or [])[:3] if isinstance(f, str))
+    return [f"{(num(b.get('bytes')) or 0) / 2**20:,.1f} MiB", f"{(num(b.get('requested_bytes')) or 0) / 2**20:,.1f} MiB",
+            frames or "(no stack recorded)"]
+
+
 def _oom(summary: dict) -> str:
     """The largest live allocations when the GPU ran out of memory (``run.oom``); "" without it."""
     oom = (summary.get("run") or {}).get("oom") if isinstance(summary.get("run"), dict) else None
     if not isinstance(oom, dict):
         return ""
-    rows = [("", [f"{(num(b.get('bytes')) or 0) / 2**20:,.1f} MiB", f"{(num(b.get('requested_bytes')) or 0) / 2**20:,.1f} MiB",
-                  "<br>".join(esc(f) for f in (b.get("frames") or [])[:3] if isinstance(f, str)) or "(no stack recorded)"])
-            for b in oom.get("largest") or [] if isinstance(b, dict)]
+    rows = [("", _block_cells(b)) for b in oom.get("largest") or [] if isinstance(b, dict)]
     head = (f'<p class="verdict warn"><strong>Out of memory</strong> on cuda:{esc(oom.get("device"))}: '
             f"{esc(gib(oom.get('requested_bytes')))} asked for with {esc(gib(oom.get('allocated_bytes')))} allocated, "
             f"{esc(gib(oom.get('reserved_bytes')))} reserved and {esc(gib(oom.get('free_bytes')))} free.</p>")

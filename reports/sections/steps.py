@@ -36,26 +36,38 @@ CPU_COLUMNS = (
 )
 
 
+def _bar_title(s: dict) -> str:
+    """A step's bar tooltip: rank, step, time, verdict, and why it is not counted where it is not."""
+    title = f"rank {s.get('rank')} step {s.get('step')}: {ms(s.get('step_time_us'))}, {s.get('verdict') or '-'}"
+    if not model.is_counted(s):
+        title += f" ({_status(s)}, not counted" + (f": {s['status_reason']}" if s.get("status_reason") else "") + ")"
+    return title
+
+
+def _rank_groups(steps: list[dict]) -> list[tuple[int, int, str]]:
+    """(first bar, last bar, ``"rank R"``) of each run of consecutive bars of one rank."""
+    groups = []
+    for i, s in enumerate(steps):
+        if groups and groups[-1][2] == f"rank {s.get('rank')}":
+            groups[-1] = (groups[-1][0], i, groups[-1][2])
+        else:
+            groups.append((i, i, f"rank {s.get('rank')}"))
+    return groups
+
+
 def chart(summary: dict, steps: list[dict], mode: str, y_max: float | None = None, key: str = "steps") -> str:
     """The stacked columns of ``steps`` with their caption and legend; ``key``: the chart's id prefix
     (unique in the page: the diff draws two)."""
     groups_def = parts(mode)
-    bars, groups = [], []
+    bars = []
     multi_rank = len({s.get("rank") for s in steps}) > 1
-    for i, s in enumerate(steps):
+    for s in steps:
         values = [part_us(s, cols) / 1000.0 for _, _, _, cols in groups_def]
-        counted = model.is_counted(s)
-        title = f"rank {s.get('rank')} step {s.get('step')}: {ms(s.get('step_time_us'))}, {s.get('verdict') or '-'}"
-        if not counted:
-            title += f" ({_status(s)}, not counted" + (f": {s['status_reason']}" if s.get("status_reason") else "") + ")"
-        bars.append({"values": values, "label": str(s.get("step")), "sub": _label(s), "title": title, "faded": not counted})
-        if multi_rank:
-            if groups and groups[-1][2] == f"rank {s.get('rank')}":
-                groups[-1] = (groups[-1][0], i, groups[-1][2])
-            else:
-                groups.append((i, i, f"rank {s.get('rank')}"))
+        bars.append({"values": values, "label": str(s.get("step")), "sub": _label(s), "title": _bar_title(s),
+                     "faded": not model.is_counted(s)})
     svg = stacked_columns(key, bars, [(label, colour) for _, label, colour, _ in groups_def], "step time (ms)",
-                          "per-step breakdown of step time", groups=groups if multi_rank else None, y_max=y_max)
+                          "per-step breakdown of step time", groups=_rank_groups(steps) if multi_rank else None,
+                          y_max=y_max)
     caption = (
         "Step time (ms) of each step" + (" and rank" if multi_rank else "") + ", split into the parts of the "
         "step partition (docs/metrics.md); under each bar its step number and verdict. Faded bars are steps "
@@ -78,6 +90,17 @@ def shown_steps(steps: list[dict]) -> tuple[list[dict], str]:
                                            f"and the last {half}; summary.json holds every one.")
 
 
+def _step_row(s: dict, columns) -> tuple[str, list[str]]:
+    """A step's table row (class ``cut`` where the verdict leaves it out): rank, step, time, shares,
+    verdict, runner-up."""
+    cut = not model.is_counted(s)
+    cells = [esc(s.get("rank")), esc(s.get("step")) + (f" ({esc(_status(s))})" if cut else ""),
+             ms(s.get("step_time_us"), unit=False)]
+    cells += [pct(s.get(c)) for c, _ in columns]
+    cells += [esc(s.get("verdict") or "-"), esc(s.get("runner_up") or "-")]
+    return ("cut" if cut else "", cells)
+
+
 def render(summary: dict) -> str:
     mode = "gpu" if summary.get("mode") == "gpu" else "cpu"
     all_steps = model.steps_of(summary)
@@ -87,13 +110,7 @@ def render(summary: dict) -> str:
     columns = GPU_COLUMNS if mode == "gpu" else CPU_COLUMNS
     headers = [("rank", ""), ("step", ""), ("step time (ms)", "")] + [(h, "") for _, h in columns] + [
         ("verdict", "l"), ("runner-up", "l")]
-    rows = []
-    for s in steps:
-        cut = not model.is_counted(s)
-        cells = [esc(s.get("rank")), esc(s.get("step")) + (f" ({esc(_status(s))})" if cut else ""), ms(s.get("step_time_us"), unit=False)]
-        cells += [pct(s.get(c)) for c, _ in columns]
-        cells += [esc(s.get("verdict") or "-"), esc(s.get("runner_up") or "-")]
-        rows.append(("cut" if cut else "", cells))
+    rows = [_step_row(s, columns) for s in steps]
     tab = table(headers, rows, "Step time in milliseconds; the other columns are shares of each step's time "
                 "and add up to 100% (definitions in docs/metrics.md).")
     extra = f'<p class="muted">{esc(left_out)}</p>' if left_out else ""

@@ -25,18 +25,12 @@ def headline(summary: dict) -> str | None:
     return f"GPU utilisation {num(t['gpu_util_pct']):.0f}% ({t.get('source') or 'NVML'})"
 
 
-def render(summary: dict) -> str:
-    t = model.details(summary).get("telemetry")
-    title = "GPU telemetry"
-    if not isinstance(t, dict):
-        return section("telemetry", title, note("Not recorded: the traces hold no telemetry record (perfscope profile "
-                                                 "samples the GPU through NVML on a CUDA device)."))
-    if t.get("skipped"):
-        return section("telemetry", title, note(f"Not sampled: {t['skipped']}."))
+def _head(summary: dict, t: dict) -> str:
+    """The headline with the samples, clocks, power, throttling and the sampler's own cost."""
     clocks, power = t.get("sm_clock_mhz") or {}, t.get("power_w") or {}
     throttled = num(t.get("throttled_share")) or 0.0
     reasons = ", ".join(f"{k} {pct(v, 0)}" for k, v in sorted((t.get("throttle") or {}).items(), key=lambda kv: -kv[1]))
-    head = (f'<p class="verdict{" warn" if throttled >= 0.05 else ""}"><strong>{esc(headline(summary) or "-")}</strong>'
+    return (f'<p class="verdict{" warn" if throttled >= 0.05 else ""}"><strong>{esc(headline(summary) or "-")}</strong>'
             f"<small>{esc(_f(t.get('samples'), ',.0f'))} samples every {esc(_f(t.get('interval_s'), '.2f', ' s'))} in the "
             f"counted steps; SM clock {esc(_f(clocks.get('min'), '.0f'))}–{esc(_f(clocks.get('max'), '.0f', ' MHz'))}, "
             f"power {esc(_f(power.get('mean'), '.0f', ' W'))} mean, {esc(_f(power.get('max'), '.0f', ' W'))} peak; "
@@ -46,18 +40,29 @@ def render(summary: dict) -> str:
             + (f" Utilisation and power: not measured, {esc(t['unsettled'])}." if isinstance(t.get("unsettled"), str)
                else "")
             + "</small></p>")
-    rows = []
-    for s in model.counted_steps(summary)[:MAX_ROWS]:
-        if num(s.get("telemetry_samples")) is None:
-            continue
-        share = num(s.get("throttled_share"))
-        rows.append(("hl" if share else "", [esc(s.get("rank")), esc(s.get("step")), _f(s.get("gpu_util_pct"), ".0f", "%"),
-                                             _f(s.get("power_w"), ".0f", " W"), _f(s.get("sm_clock_mhz"), ".0f", " MHz"),
-                                             pct(share, 0), _f(s.get("telemetry_samples"), ".0f")]))
+
+
+def _step_row(s: dict) -> tuple[str, list[str]]:
+    """A counted step's telemetry row, highlighted where some of its samples were throttled."""
+    share = num(s.get("throttled_share"))
+    return ("hl" if share else "", [esc(s.get("rank")), esc(s.get("step")), _f(s.get("gpu_util_pct"), ".0f", "%"),
+                                    _f(s.get("power_w"), ".0f", " W"), _f(s.get("sm_clock_mhz"), ".0f", " MHz"),
+                                    pct(share, 0), _f(s.get("telemetry_samples"), ".0f")])
+
+
+def render(summary: dict) -> str:
+    t = model.details(summary).get("telemetry")
+    title = "GPU telemetry"
+    if not isinstance(t, dict):
+        return section("telemetry", title, note("Not recorded: the traces hold no telemetry record (perfscope profile "
+                                                 "samples the GPU through NVML on a CUDA device)."))
+    if t.get("skipped"):
+        return section("telemetry", title, note(f"Not sampled: {t['skipped']}."))
+    rows = [_step_row(s) for s in model.counted_steps(summary)[:MAX_ROWS] if num(s.get("telemetry_samples")) is not None]
     tab = table([("rank", ""), ("step", ""), ("GPU utilisation", ""), ("power", ""), ("lowest SM clock", ""),
                  ("samples throttled", ""), ("samples", "")], rows,
                 "Per counted step: NVML's utilisation (the share of its sample period a kernel ran) and power, "
                 "averaged over the step's samples taken a full averaging period (up to 1 s) after the profiled "
                 "window opened (earlier ones hold time before it); the lowest SM clock seen; the share of samples with a throttle "
                 "reason. The timeline draws the samples under the step.")
-    return section("telemetry", title, head + tab)
+    return section("telemetry", title, _head(summary, t) + tab)
