@@ -123,6 +123,20 @@ def encode(record: Record, key: str, secret: bytes | None) -> bytes:
     return b".".join((VERSION, (_mac(secret, key, body) if secret else "-").encode(), body))
 
 
+def _check_signature(key: str, mac: bytes, body: bytes, secret: bytes | None) -> None:
+    """Refuse a signed record without a secret here, and an unsigned or wrongly signed one with it.
+
+    Raises:
+        BoardError: naming which.
+    """
+    if secret is None and mac != b"-":
+        raise BoardError(f"{key}: signed, but this node has no secret: set ${SECRET_ENV} (or ${SECRET_FILE_ENV}) "
+                         "to the job's secret on every node")
+    if secret is not None and (mac == b"-" or not hmac.compare_digest(mac, _mac(secret, key, body).encode())):
+        raise BoardError(f"{key}: {'unsigned' if mac == b'-' else 'signed with another secret'}; refusing it "
+                         "(is another process serving the board's port?)")
+
+
 def decode(raw: bytes, key: str, secret: bytes | None) -> Record:
     """The record stored under ``key``, checked.
 
@@ -136,12 +150,7 @@ def decode(raw: bytes, key: str, secret: bytes | None) -> Record:
     mac, _, body = rest.partition(b".")
     if version != VERSION or not mac:
         raise BoardError(f"{key}: not a record of perfscope's tuning board")
-    if secret is None and mac != b"-":
-        raise BoardError(f"{key}: signed, but this node has no secret: set ${SECRET_ENV} (or ${SECRET_FILE_ENV}) "
-                         "to the job's secret on every node")
-    if secret is not None and (mac == b"-" or not hmac.compare_digest(mac, _mac(secret, key, body).encode())):
-        raise BoardError(f"{key}: {'unsigned' if mac == b'-' else 'signed with another secret'}; refusing it "
-                         "(is another process serving the board's port?)")
+    _check_signature(key, mac, body, secret)
     try:
         return _decoder.decode(body)
     except (msgspec.DecodeError, RecursionError) as e:

@@ -51,6 +51,16 @@ def check_same_command(study: optuna.Study, options, *, space_attr: str) -> None
     elif stored != command:
         raise CommandChanged(f"study {options.study_name!r} was made for `{words(stored)}`, not `{words(command)}`; "
                              "pass another --study-name or --out to start a new one")
+    _check_same_measurement(study, options, measurement, fresh)
+
+
+def _check_same_measurement(study: optuna.Study, options, measurement: dict, fresh: bool) -> None:
+    """Store the measurement options (a fresh study, or one made before they were stored);
+    refuse other values than the stored ones.
+
+    Raises:
+        CommandChanged: naming each option whose value differs.
+    """
     measured = study.user_attrs.get(MEASUREMENT_ATTR)
     if measured is None or fresh:
         study.set_user_attr(MEASUREMENT_ATTR, measurement)

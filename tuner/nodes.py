@@ -164,6 +164,14 @@ class TrialBoard:
                                             profile_steps=profile_steps, seed=seed, timeout_s=float(timeout_s)))
         return k
 
+    def _beat_of(self, node: int):
+        """The follower's last heartbeat record on the board, or None (none yet, or unreadable)."""
+        key = f"alive/{node}"
+        try:
+            return self._board.get(key) if self._board.has(key) else None
+        except Exception:  # noqa: BLE001 - not the node's, or deleted since: as good as no beat
+            return None
+
     def lost(self) -> str | None:
         """One line naming a follower whose heartbeat stopped :data:`LOST_AFTER_S` ago (checked
         at most every half second), else None. A node not yet seen is not judged: the run's
@@ -173,11 +181,7 @@ class TrialBoard:
             return None
         self._checked = now
         for node in range(1, self.nodes.nnodes):
-            key = f"alive/{node}"
-            try:
-                beat = self._board.get(key) if self._board.has(key) else None
-            except Exception:  # noqa: BLE001 - not the node's, or deleted since: as good as no beat
-                beat = None
+            beat = self._beat_of(node)
             seen = self._beats.get(node)
             if isinstance(beat, Alive) and beat.node == node and (seen is None or beat.beat > seen[0]):
                 self._beats[node] = (beat.beat, now)

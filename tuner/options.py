@@ -124,11 +124,14 @@ class TuneOptions:
             self.confirm_min_rounds = min(DEFAULT_MIN_ROUNDS, max(2, self.confirm_rounds))
         if not all(isinstance(a, str) for a in self.script_args):
             raise TuneOptionsError("the script's arguments must be strings")
-        for name, (flag, low, high) in LIMITS.items():
+        for name in LIMITS:
             value = getattr(self, name)
-            if value is None and name in _OPTIONAL:
-                continue
-            check_limit(name, value)
+            if value is not None or name not in _OPTIONAL:
+                check_limit(name, value)
+        self._check_together()
+
+    def _check_together(self) -> None:
+        """Refuse options that contradict each other, and a confidence outside (0, 1)."""
         if self.confirm_min_rounds > self.confirm_rounds:
             raise TuneOptionsError(f"--confirm-min-rounds {self.confirm_min_rounds} is above --confirm-rounds "
                                    f"{self.confirm_rounds}: the first decision would come after the last round")
@@ -136,6 +139,13 @@ class TuneOptions:
             raise TuneOptionsError("a job over several nodes (--nnodes) needs --nproc-per-node: the ranks of each node")
         if not (isinstance(self.confidence, float) and 0 < self.confidence < 1):
             raise TuneOptionsError(f"confidence must lie in (0, 1), got {self.confidence!r}")
+
+
+def _in_range(name: str, value, whole: bool, low: float, high: float) -> bool:
+    """Whether ``value`` is a number of the field's kind (not a bool) within its (open or closed) range."""
+    ok = isinstance(value, int) if whole else isinstance(value, (int, float)) and math.isfinite(value)
+    ok = ok and not isinstance(value, bool) and low <= value <= high
+    return ok and not (name in _OPEN_LOW and value == low) and not (name in _OPEN_HIGH and value == high)
 
 
 def check_limit(name: str, value) -> None:
@@ -147,10 +157,7 @@ def check_limit(name: str, value) -> None:
     flag, low, high = LIMITS[name]
     whole = name in _WHOLE
     kind = "a whole number" if whole else "a number"
-    ok = isinstance(value, int) if whole else isinstance(value, (int, float)) and math.isfinite(value)
-    ok = ok and not isinstance(value, bool) and low <= value <= high
-    ok = ok and not (name in _OPEN_LOW and value == low) and not (name in _OPEN_HIGH and value == high)
-    if not ok:
+    if not _in_range(name, value, whole, low, high):
         above = "above" if name in _OPEN_LOW else "from"
         below = "below" if name in _OPEN_HIGH else "to"
         raise TuneOptionsError(f"{flag} must be {kind} {above} {low:,g} {below} {high:,g}, got {value!r}")

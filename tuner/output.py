@@ -67,25 +67,30 @@ class OutputLog:
         self._thread = threading.Thread(target=self._read, name="trial-output", daemon=True)
         self._thread.start()
 
+    def _chunk(self) -> bytes | None:
+        """The next bytes of the pipe (``b""``: none ready yet), or None once reading ends."""
+        if self._stop.is_set() and time.monotonic() > self._deadline:
+            return None  # a stray process keeps writing after the trial ended: give up on it
+        try:
+            ready, _, _ = select.select([self._fd], [], [], _POLL_S)
+        except (OSError, ValueError):
+            return None
+        if not ready:
+            # stopped, and nothing more to read now (a stray writer may hold the pipe)
+            return None if self._stop.is_set() else b""
+        try:
+            data = os.read(self._fd, _CHUNK)
+        except OSError:
+            return None
+        return data or None  # b"": every writer closed it
+
     def _read(self) -> None:
-        fd = self._fd
         while self.problem is None:
-            if self._stop.is_set() and time.monotonic() > self._deadline:
-                return  # a stray process keeps writing after the trial ended: give up on it
-            try:
-                ready, _, _ = select.select([fd], [], [], _POLL_S)
-            except (OSError, ValueError):
-                return
-            if not ready:
-                if self._stop.is_set():
-                    return  # stopped, and nothing more to read now (a stray writer may hold the pipe)
-                continue
-            try:
-                data = os.read(fd, _CHUNK)
-            except OSError:
+            data = self._chunk()
+            if data is None:
                 return
             if not data:
-                return  # every writer closed it
+                continue
             self.total += len(data)
             try:
                 self._write(data)

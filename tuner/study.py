@@ -189,13 +189,7 @@ class TuningStudy:
         Returns:
             The numbers of the trials queued again.
         """
-        host = socket.gethostname()
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            worker = t.user_attrs.get("worker") or {}
-            if worker.get("host") == host and not pid_alive(int(worker.get("pid") or 0)):
-                self.study._storage.set_trial_user_attr(t._trial_id, "failure",
-                                                        {"kind": "interrupted", "reason": "its worker was killed"})
-                self.study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+        self._fail_killed_trials()
         done = set(self.study.user_attrs.get(REQUEUED_ATTR, []))
         queued = []
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
@@ -208,6 +202,16 @@ class TuningStudy:
         if queued:
             self.study.set_user_attr(REQUEUED_ATTR, sorted(done | set(queued)))
         return queued
+
+    def _fail_killed_trials(self) -> None:
+        """Fail (kind ``interrupted``) the running trials of this host whose worker process is gone."""
+        host = socket.gethostname()
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            worker = t.user_attrs.get("worker") or {}
+            if worker.get("host") == host and not pid_alive(int(worker.get("pid") or 0)):
+                self.study._storage.set_trial_user_attr(t._trial_id, "failure",
+                                                        {"kind": "interrupted", "reason": "its worker was killed"})
+                self.study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
 
     def fail_stale_trials(self) -> list[int]:
         """Fail the running trials whose worker stopped sending heartbeats (killed, its machine

@@ -364,12 +364,19 @@ def _judge_outcome(outcome: TrialOutcome, results: dict[int, RankResult], rank0:
                           f"({outcome.drawn_samples} were drawn from batches loaded before the window)")
 
 
+def _failure_message(first: RankResult | None, tail: str | None, exit_code: int | None) -> str:
+    """The failure in one line: the rank's own error, else the log's last error line, else the
+    exit status (with the log's line where both exist, e.g. argparse's error)."""
+    message = (first.error if first else None) or tail or f"exited with status {exit_code}"
+    if "exited with status" in message and tail:
+        message = f"{message}: {tail}"
+    return message
+
+
 def _failed(outcome: TrialOutcome, first: RankResult | None, log: Path) -> None:
     """The trial's process failed (``first``: the first rank that said why): killed, oom or crash."""
     tail = failure_line(log)
-    message = (first.error if first else None) or tail or f"exited with status {outcome.exit_code}"
-    if "exited with status" in message and tail:  # e.g. argparse's error line
-        message = f"{message}: {tail}"
+    message = _failure_message(first, tail, outcome.exit_code)
     killed = None if first is not None else killed_reason(outcome.exit_code, log)
     if killed is not None:
         outcome.status = "killed"

@@ -115,16 +115,7 @@ def _tune_with(spec: TrialSpec, storage, options: TuneOptions, started: float) -
     study, created = _open_study(storage, options)
     check_same_command(study, options, space_attr=SPACE_ATTR)
     session = TuningStudy(study, spec, out / "trials")
-    if created:
-        study.set_user_attr(SETUP_BY_ATTR, worker_id())
-    if not session.load_setup():
-        if not created and _setup_owner_may_be_running(study):
-            print(f"perfscope: study {options.study_name!r} is being set up by another worker: waiting up to "
-                  f"{SETUP_WAIT_S:.0f} s for its baseline...")
-            session.wait_for_setup(SETUP_WAIT_S)
-        if session.space is None:
-            study.set_user_attr(SETUP_BY_ATTR, worker_id())
-            _set_up(session, options, out)
+    _ensure_setup(session, created, options)
     if options.trial_timeout_s is None:  # a trial may take a few times the baseline's time
         session.spec = dataclasses.replace(spec, timeout_s=max(60.0, 4.0 * float(session.baseline.get("duration_s") or 60.0) + 30.0))
     _print_space(session)
@@ -163,6 +154,23 @@ def _tune_with(spec: TrialSpec, storage, options: TuneOptions, started: float) -
                                recommendation=recommendation, after=after)
     outputs.write(record, recommendation, comment=f"{comment}: {recommendation['line']}")
     return record
+
+
+def _ensure_setup(session: TuningStudy, created: bool, options: TuneOptions) -> None:
+    """Load the study's baseline and space; where another worker is setting them up, wait for
+    it; where none has (or it gave up), profile the baseline here."""
+    study = session.study
+    if created:
+        study.set_user_attr(SETUP_BY_ATTR, worker_id())
+    if session.load_setup():
+        return
+    if not created and _setup_owner_may_be_running(study):
+        print(f"perfscope: study {options.study_name!r} is being set up by another worker: waiting up to "
+              f"{SETUP_WAIT_S:.0f} s for its baseline...")
+        session.wait_for_setup(SETUP_WAIT_S)
+    if session.space is None:
+        study.set_user_attr(SETUP_BY_ATTR, worker_id())
+        _set_up(session, options, options.out_dir)
 
 
 def _note_stale(session: TuningStudy, notes: list[str], *, settle: bool = False) -> None:
@@ -216,21 +224,7 @@ def _set_up(session: TuningStudy, options: TuneOptions, out: Path) -> None:
               else f"{options.measure_steps} measured steps")
     print(f"perfscope: profiling the baseline ({options.warmup_steps} warm-up steps, {window}, then "
           f"{BASELINE_PROFILE_STEPS} profiled steps)...", flush=True)
-    outcome = run_configuration(session.spec, None, out / "trials" / "baseline", profile_steps=BASELINE_PROFILE_STEPS,
-                        on_progress=still_running("the baseline"))
-    loader = (outcome.facts.get("dataloader") or {}) if outcome.ok else {}
-    if loader.get("num_workers"):
-        # The script loads with workers: drain their prefetched batches and measure whole worker
-        # rounds, as every trial with workers does.
-        outcome = run_configuration(session.spec, None, out / "trials" / "baseline", profile_steps=BASELINE_PROFILE_STEPS,
-                            loader_workers=loader["num_workers"], prefetch_factor=loader.get("prefetch_factor"),
-                            on_progress=still_running("the baseline (again, draining its workers' batches)"))
-    if not outcome.ok:
-        log = out / "trials" / "baseline" / "output.log"
-        hint = ""
-        if outcome.status == "too-few-steps" and "perfscope.step()" not in (outcome.reason or ""):
-            hint = "; let the script run longer (its arguments go after --) or lower --warmup-steps/--steps-per-trial"
-        raise TuneError(f"the baseline run failed ({outcome.status}): {outcome.reason}{hint} (output: {log})")
+    outcome = _run_baseline(session.spec, out / "trials" / "baseline")
     verdict, fractions, summary = trial_verdict(outcome)
     baseline = {
         "value": outcome.value, "unit": outcome.unit, "step_values": outcome.step_values,
@@ -252,6 +246,30 @@ def _set_up(session: TuningStudy, options: TuneOptions, out: Path) -> None:
     session.store_setup(space, baseline, rule_based_guess(space, facts, fractions=fractions))
 
 
+def _run_baseline(spec: TrialSpec, work: Path):
+    """Run the script as it is, with its profiled steps; returns the ok outcome.
+
+    Raises:
+        TuneError: the run failed (with a hint where it ran too few steps).
+    """
+    outcome = run_configuration(spec, None, work, profile_steps=BASELINE_PROFILE_STEPS,
+                                on_progress=still_running("the baseline"))
+    loader = (outcome.facts.get("dataloader") or {}) if outcome.ok else {}
+    if loader.get("num_workers"):
+        # The script loads with workers: drain their prefetched batches and measure whole worker
+        # rounds, as every trial with workers does.
+        outcome = run_configuration(spec, None, work, profile_steps=BASELINE_PROFILE_STEPS,
+                                    loader_workers=loader["num_workers"], prefetch_factor=loader.get("prefetch_factor"),
+                                    on_progress=still_running("the baseline (again, draining its workers' batches)"))
+    if not outcome.ok:
+        hint = ""
+        if outcome.status == "too-few-steps" and "perfscope.step()" not in (outcome.reason or ""):
+            hint = "; let the script run longer (its arguments go after --) or lower --warmup-steps/--steps-per-trial"
+        raise TuneError(f"the baseline run failed ({outcome.status}): {outcome.reason}{hint} "
+                        f"(output: {work / 'output.log'})")
+    return outcome
+
+
 def verdict_text(verdict: str | None, summary: dict | None, outcome=None) -> str:
     """The baseline's verdict in words: provisional where it is, and why there is none.
 
@@ -260,20 +278,26 @@ def verdict_text(verdict: str | None, summary: dict | None, outcome=None) -> str
         outcome: The baseline's :class:`~perfscope.tuner.trial.TrialOutcome`: when it wrote no
             trace because the script ended before its profiled steps, the words say so.
     """
-    overall = (summary or {}).get("overall") or {}
-    if summary is None and outcome is not None and not outcome.trace_files:
-        ran = len(outcome.losses) if outcome.losses else None
-        more = f" (it ran {ran} steps; try `-- --steps {2 * ran}`)" if ran else ""
-        return ("unknown (the script ended before its profiled steps: let it run longer, its arguments after --"
-                f"{more}; every applicable knob is searched)")
     if summary is None:
-        return "unknown (the profiled steps' trace could not be read: every applicable knob is searched)"
+        return _unknown_text(outcome)
+    overall = summary.get("overall") or {}
     if verdict is None:
         return f"none ({overall.get('reason') or 'no step could be classified'}; every applicable knob is searched)"
     if overall.get("provisional") is True:
         return (f"{verdict}, provisional (busy host: {100 * float(overall.get('core_wait_share') or 0):.0f}% of the "
                 "profiled steps waiting for a core)")
     return verdict
+
+
+def _unknown_text(outcome) -> str:
+    """Why the baseline has no verdict when no trace was analysed: the script ended before its
+    profiled steps (no trace written), or the trace could not be read."""
+    if outcome is not None and not outcome.trace_files:
+        ran = len(outcome.losses) if outcome.losses else None
+        more = f" (it ran {ran} steps; try `-- --steps {2 * ran}`)" if ran else ""
+        return ("unknown (the script ended before its profiled steps: let it run longer, its arguments after --"
+                f"{more}; every applicable knob is searched)")
+    return "unknown (the profiled steps' trace could not be read: every applicable knob is searched)"
 
 
 def _print_space(session: TuningStudy) -> None:
