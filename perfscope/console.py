@@ -281,23 +281,30 @@ def oom_lines(oom) -> list[str]:
     lines = [f"out of memory on cuda:{oom.get('device')}: {oom['requested_bytes'] / mib:,.0f} MiB asked for, "
              f"{(oom.get('allocated_bytes') or 0) / mib:,.0f} MiB allocated, {(oom.get('free_bytes') or 0) / mib:,.0f} MiB "
              "free; the largest live allocations:"]
-    for b in (oom.get("largest") or [])[:5]:
-        if isinstance(b, dict):
-            frames = [f for f in b.get("frames") or [] if isinstance(f, str)]
-            lines.append(f"  {(b.get('bytes') or 0) / mib:,.1f} MiB  {frames[0] if frames else '(no stack recorded)'}")
+    lines += [_block_line(b) for b in (oom.get("largest") or [])[:5] if isinstance(b, dict)]
     return [safe(line) for line in lines]
+
+
+def _block_line(b: dict) -> str:
+    """``"  512.0 MiB  model.py:42 forward"``: a live allocation and its innermost frame."""
+    frames = [f for f in b.get("frames") or [] if isinstance(f, str)]
+    return f"  {(b.get('bytes') or 0) / 2**20:,.1f} MiB  {frames[0] if frames else '(no stack recorded)'}"
 
 
 def modules_line(summary: dict) -> str | None:
     """``modules: ...``: the leaf modules with most self time in the forward pass; None without them."""
-    view = (summary.get("details") or {}).get("modules")
-    rows = [r for r in (view or {}).get("rows") or [] if isinstance(r, dict)]
+    view = (summary.get("details") or {}).get("modules") or {}
+    rows = [r for r in view.get("rows") or [] if isinstance(r, dict)]
     if not rows:
         return None
     key = "device_self_us" if summary.get("mode") == "gpu" else "host_self_us"
-    total = sum(r.get(key) or 0.0 for r in rows) or 1.0
-    top = sorted(rows, key=lambda r: -(r.get(key) or 0.0))[:3]
-    return safe("modules (forward, self time): " + ", ".join(f"{r['module']} {(r.get(key) or 0.0) / total:.0%}" for r in top))
+
+    def self_us(r: dict) -> float:
+        return r.get(key) or 0.0
+
+    total = sum(map(self_us, rows)) or 1.0
+    top = sorted(rows, key=lambda r: -self_us(r))[:3]
+    return safe("modules (forward, self time): " + ", ".join(f"{r['module']} {self_us(r) / total:.0%}" for r in top))
 
 
 def run_line(summary: dict) -> str | None:

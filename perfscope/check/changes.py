@@ -39,12 +39,21 @@ def per_step_top(summaries: list[dict]) -> dict[str, float]:
     for s in summaries:
         key = "top_kernels" if s.get("mode") == "gpu" else "top_operators"
         rows = _number((s.get("overall") or {}).get("steps_counted")) or 0
-        for e in (s.get("details") or {}).get(key) or []:
-            total = _number(e.get("total_us")) if isinstance(e, dict) else None
-            if total is not None and rows:
-                name = str(e.get("name"))
-                totals[name] = totals.get(name, 0.0) + total / rows / len(summaries)
+        if not rows:
+            continue
+        for name, total in _totals(s, key):
+            totals[name] = totals.get(name, 0.0) + total / rows / len(summaries)
     return totals
+
+
+def _totals(summary: dict, key: str) -> list[tuple[str, float]]:
+    """(name, total µs) of the ``details.<key>`` entries that have a total."""
+    out = []
+    for e in (summary.get("details") or {}).get(key) or []:
+        total = _number(e.get("total_us")) if isinstance(e, dict) else None
+        if total is not None:
+            out.append((str(e.get("name")), total))
+    return out
 
 
 def what_grew(baselines: list[dict], runs: list[dict]) -> list[str]:
@@ -61,11 +70,19 @@ def what_grew(baselines: list[dict], runs: list[dict]) -> list[str]:
         if delta > quiet:
             grown.append((delta, f"{c} share {a:.0%} -> {b:.0%}: {a * mb / 1000:.2f} -> {b * mr / 1000:.2f} ms "
                                  f"per step (+{delta / 1000:.2f} ms)"))
+    grown += _grown_top(baselines, runs, quiet)
+    return [line for _, line in sorted(grown, key=lambda g: -g[0])]
+
+
+def _grown_top(baselines: list[dict], runs: list[dict], quiet: float) -> list[tuple[float, str]]:
+    """(growth µs, line) of the kernels/operators whose time per step grew by more than ``quiet``
+    µs, of the :data:`TOP_GROWN` that grew most."""
     what = "kernel" if runs[0].get("mode") == "gpu" else "operator"
     ta, tb = per_step_top(baselines), per_step_top(runs)
+    grown = []
     for delta, name in sorted(((tb[n] - ta.get(n, 0.0), n) for n in tb), reverse=True)[:TOP_GROWN]:
         if delta > quiet:
             was = f"{ta[name] / 1000:.2f}" if name in ta else "absent (0)"
             shown = name if len(name) <= MAX_NAME else name[:MAX_NAME] + "..."
             grown.append((delta, f"{what} {shown}: {was} -> {tb[name] / 1000:.2f} ms per step (+{delta / 1000:.2f} ms)"))
-    return [line for _, line in sorted(grown, key=lambda g: -g[0])]
+    return grown
