@@ -11,6 +11,7 @@ from __future__ import annotations
 from perfscope import steptime
 from perfscope.analysis.host_cpu import sources_line
 from perfscope.analysis.verdict import CLASSES
+from perfscope.analysis.waits import wait_shares
 from perfscope.text import safe
 
 MAX_ROWS = 24  # beyond this the table shows the first and last steps only
@@ -60,12 +61,10 @@ def _waits_line(summary: dict) -> str | None:
 
 def _wait_causes(waits: dict) -> list[str]:
     """``cause N% (call, call)`` for each cause of the GPU's waits with time of its own."""
-    total = waits.get("other_idle_us") or 0.0
     parts = []
-    for cause, c in (waits.get("causes") or {}).items():
-        if total > 0 and c.get("us", 0) > 0:
-            calls = ", ".join(safe(k) for k in list(c.get("calls") or {})[:2])
-            parts.append(f"{cause} {100 * c['us'] / total:.0f}%" + (f" ({calls})" if calls else ""))
+    for cause, share, calls in wait_shares(waits):
+        names = ", ".join(safe(k) for k, _ in calls[:2])
+        parts.append(f"{cause} {100 * share:.0f}%" + (f" ({names})" if names else ""))
     return parts
 
 

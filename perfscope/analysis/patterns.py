@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from perfscope.analysis.what_ifs import removal
+from perfscope.analysis.what_ifs import pattern_removal
 from perfscope.trace.kinds import EventKind
 
 if TYPE_CHECKING:
@@ -145,12 +145,10 @@ def window_attention_cost(rank_traces: list[RankTrace], ranks: list[int], frame:
         owner = np.searchsorted(w.start[sel], rt.table.ts_ns[rows], side="right") - 1
         costs = _step_costs(rt, rows, w.step[sel][np.clip(owner, 0, None)])
         parts.append(mine[["rank", "step", "step_time_us"]].merge(costs, on="step", how="left").fillna(0.0))
-    if not parts:
+    found = pattern_removal(parts, "calls", "removable_us")
+    if found is None:
         return None
-    df = pd.concat(parts, ignore_index=True)
-    if not (df["calls"] > 0).any():
-        return None
-    removable, what_if = removal(df, df["removable_us"].to_numpy())
+    df, removable, what_if = found
     return {"pattern": "window_attention", "calls_per_step": float(df["calls"].median()),
             "forward_us_per_step": float(df["forward_us"].median()),
             "removable_us_per_step": float(np.median(removable)), **what_if, "backward_factor": BACKWARD_FACTOR}

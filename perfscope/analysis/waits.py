@@ -17,6 +17,7 @@ Times are microseconds.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -140,6 +141,32 @@ def _minus(a: Intervals, b: Intervals) -> Intervals:
 
 def _top(calls: dict) -> dict:
     return {k: v for k, v in sorted(calls.items(), key=lambda kv: -kv[1])[:_TOP] if v > 0}
+
+
+def _finite(value) -> float | None:
+    """A finite number of a record, or None (a saved record may be hand-edited or damaged)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def wait_shares(waits: dict) -> list[tuple[str, float, list[tuple[str, object]]]]:
+    """Each cause of the GPU's waits that has time of its own, in the record's order:
+    ``(cause, share of other_idle_us, [(call, µs), ...])``, its calls as the record lists them
+    (largest first). The one reading of ``details.other_waits`` that the console line and the
+    report's list both render; ``[]`` without idle time.
+    """
+    total = _finite(waits.get("other_idle_us")) or 0.0
+    if total <= 0:
+        return []
+    out = []
+    for cause, c in (waits.get("causes") or {}).items():
+        c = c if isinstance(c, dict) else {}
+        us = _finite(c.get("us")) or 0.0
+        if us > 0:
+            calls = c.get("calls") if isinstance(c.get("calls"), dict) else {}
+            out.append((str(cause), us / total, list(calls.items())))
+    return out
 
 
 def merge_waits(parts: list[dict | None]) -> dict | None:

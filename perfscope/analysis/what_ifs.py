@@ -55,6 +55,27 @@ def removal(steps: pd.DataFrame, removable_us: np.ndarray) -> tuple[np.ndarray, 
                        "step_time_us": now, "step_time_without_us": without, "speedup": steptime.speedup(now, without)}
 
 
+def pattern_removal(parts: list[pd.DataFrame], count: str,
+                    removable: str) -> tuple[pd.DataFrame, np.ndarray, dict] | None:
+    """A pattern's steps over ranks and what removing it would leave.
+
+    Args:
+        parts: Each rank's verdict steps (``rank``, ``step``, ``step_time_us``) with the pattern's
+            ``count`` per step and its ``removable`` µs per step.
+
+    Returns:
+        ``(steps, removable µs per step, what-if)`` as :func:`removal`'s, or None where there are
+        no steps or none holds the pattern.
+    """
+    if not parts:
+        return None
+    df = pd.concat(parts, ignore_index=True)
+    if not (df[count] > 0).any():
+        return None
+    spent, what_if = removal(df, df[removable].to_numpy())
+    return df, spent, what_if
+
+
 def graphs_cost(frame: pd.DataFrame) -> dict | None:
     """The CUDA-graphs what-if over the verdict's steps (``frame``: their rows with the classes'
     ``*_cost_frac`` shares): ``share`` (the launch cost over step time), ``step_time_us`` and
@@ -102,12 +123,10 @@ def transpose_cost(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Dat
             spent.rename(columns={"sum": "transpose_us", "size": "kernels"}), left_on="step", right_index=True,
             how="left").fillna({"transpose_us": 0.0, "kernels": 0})
         records.append(part)
-    if not records:
+    found = pattern_removal(records, "kernels", "transpose_us")
+    if found is None:
         return None
-    df = pd.concat(records, ignore_index=True)
-    if not (df["kernels"] > 0).any():
-        return None
-    spent, what_if = removal(df, df["transpose_us"].to_numpy())
+    df, spent, what_if = found
     if not what_if["step_time_us"] or not what_if["step_time_without_us"]:
         return None
     return {"kernels_per_step": float(df["kernels"].mean()), "transpose_us_per_step": float(spent.mean()), **what_if}

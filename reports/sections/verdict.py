@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from perfscope.analysis.verdict import ADVICE, THRESHOLDS
+from perfscope.analysis.waits import wait_shares
 from perfscope.classes import MEANING, REMOVAL, TITLE
 from perfscope.reports import model
 from perfscope.reports.sections import telemetry
@@ -49,14 +50,12 @@ def _waits(summary: dict) -> str:
 
 def _wait_items(waits: dict) -> list[str]:
     """A list item per cause of the GPU's waits with time of its own: its share and top calls."""
-    total = num(waits.get("other_idle_us")) or 0.0
-    causes = {cause: c or {} for cause, c in (waits.get("causes") or {}).items()}
-    return [_wait_item(cause, c, total) for cause, c in causes.items() if total > 0 and (num(c.get("us")) or 0.0) > 0]
+    return [_wait_item(cause, share, calls) for cause, share, calls in wait_shares(waits)]
 
 
-def _wait_item(cause: str, c: dict, total: float) -> str:
-    calls = ", ".join(f"{k} {ms(v)}" for k, v in list((c.get("calls") or {}).items())[:3])
-    return f"<li>{esc(cause)}: {pct(num(c.get('us')) / total, 0)}{esc(' (' + calls + ')') if calls else ''}</li>"
+def _wait_item(cause: str, share: float, calls: list) -> str:
+    names = ", ".join(f"{k} {ms(v)}" for k, v in calls[:3])
+    return f"<li>{esc(cause)}: {pct(share, 0)}{esc(' (' + names + ')') if names else ''}</li>"
 
 
 def _ranked(wif: dict, verdict: str) -> list[str]:
