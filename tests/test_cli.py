@@ -40,13 +40,15 @@ def test_failure_before_the_window_exits_with_the_scripts_code(tmp_path, code, e
     assert "perfscope: error" not in r.stderr
 
 
-@pytest.mark.parametrize("name", ["reports", "tuner", "fused_ops"])
-def test_script_with_its_own_package_of_a_perfscope_folders_name(tmp_path, name):
+def test_script_with_its_own_packages_of_perfscope_folders_names(tmp_path):
     # perfscope's folders reports/, tuner/, fused_ops/ are perfscope.reports, ...: the script's own
-    # package of that name is the script's, and perfscope's are untouched by it
-    (tmp_path / name).mkdir()
-    (tmp_path / name / "__init__.py").write_text("def make():\n    return 'mine'\n")
-    script = write_script(tmp_path / "train.py", f"import {name}\nassert {name}.make() == 'mine'\n" + TRAIN)
+    # packages of those names (all three at once) are the script's, and perfscope's are untouched
+    imports = ""
+    for name in ("reports", "tuner", "fused_ops"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text(f"def make():\n    return 'mine: {name}'\n")
+        imports += f"import {name}\nassert {name}.make() == 'mine: {name}'\n"
+    script = write_script(tmp_path / "train.py", imports + TRAIN)
     r = run_cli(tmp_path, "profile", script, "--out", tmp_path / "out")
     assert r.returncode == 0, r.stderr
     assert (tmp_path / "out" / "report.html").is_file()

@@ -180,18 +180,13 @@ def test_the_kernel_can_be_turned_off_in_any_case(tmp_path, monkeypatch, value):
     from perfscope.fused_ops import native
 
     # Read where the library is first wanted: each spelling here, in a fresh state of this process
-    # (nothing is built: the switch is read before the compiler is looked for) ...
+    # (nothing is built: the switch is read before the compiler is looked for).
     monkeypatch.setenv("PERFSCOPE_NATIVE", value)
     monkeypatch.setenv("PERFSCOPE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(native, "_state", {})
     assert native.kernel() is None and native.status() == "off (PERFSCOPE_NATIVE=0)"
     assert not list(tmp_path.iterdir())
-
-
-def test_a_kernel_turned_off_leaves_the_fallback_in_a_fresh_process(tmp_path):
-    # ... and once as a user's first call in a fresh process, whose window attention still runs.
-    status, ok, _ = probe({"PERFSCOPE_CACHE_DIR": str(tmp_path), "PERFSCOPE_NATIVE": "Off"})
-    assert status == "off (PERFSCOPE_NATIVE=0)" and ok == "True"
+    # A fresh process turned off, whose window attention still runs: tests/test_fused_native.py.
 
 
 @needs_root
