@@ -112,10 +112,15 @@ def _check_run(summary: dict, which: str, whole: bool) -> None:
                               f"least {MIN_STEPS} in each run (profile more steps: perfscope profile --active N)")
 
 
+def _left_out(counts: dict) -> dict:
+    """The step statuses other than ``ok`` with a positive count."""
+    return {k: v for k, v in counts.items() if k != "ok" and isinstance(v, int) and v > 0}
+
+
 def _why_left_out(summary: dict) -> str:
     """The statuses of the steps the verdict left out, e.g. ``" (18 host-contended: ...)"``."""
     counts = (summary.get("overall") or {}).get("steps_by_status") or {}
-    out = {k: v for k, v in counts.items() if k != "ok" and isinstance(v, int) and v > 0} if isinstance(counts, dict) else {}
+    out = _left_out(counts) if isinstance(counts, dict) else {}
     if not out:
         return ""
     hint = "; the machine was busy: run it again" if "host-contended" in out else ""
@@ -210,14 +215,18 @@ def _step_times(baselines: list[dict], runs: list[dict], whole: list | None, mis
     return vb, vr, None
 
 
+def _provisional(summary: dict) -> bool:
+    """Whether the run's verdict is provisional and rests on no counted step."""
+    return (summary.get("overall") or {}).get("provisional") is True and not steptime.counted_rows(summary.get("steps") or [])
+
+
 def _verdict_notes(baselines: list[dict], runs: list[dict], verdict_b, verdict_r, notes: list[str]) -> list[str]:
     """Notes on verdicts that cannot be compared; the sides whose verdict is provisional (a verdict
     resting on no counted step: a flag beside counted steps is a hand edit)."""
     if verdict_b is None or verdict_r is None:
         which = " and ".join(n for n, v in (("the baseline", verdict_b), ("the run", verdict_r)) if v is None)
         notes.append(f"verdict not compared: {which} has no verdict (its evidence is incomplete)")
-    provisional = [name for name, side in (("the baseline", baselines), ("the run", runs))
-                   if any((s.get("overall") or {}).get("provisional") is True and not steptime.counted_rows(s.get("steps") or []) for s in side)]
+    provisional = [name for name, side in (("the baseline", baselines), ("the run", runs)) if any(map(_provisional, side))]
     if provisional:
         notes.append(f"{' and '.join(provisional)} had no clean step (busy host): {'their' if len(provisional) > 1 else 'its'} "
                      "verdict is provisional and step times are compared without the waits for a core "
@@ -237,30 +246,36 @@ def _power_note(samples: tuple[list[float], list[float]], window_b: list[float],
             f"{POWER:.0%} of the time is about {whole:.1%}{than}; the drift between runs is still not in the test")
 
 
-def report_lines(r: CheckResult) -> list[str]:
-    """The terminal lines of a result: step time, verdict, what grew, notes, the outcome."""
+def _step_line(r: CheckResult) -> str:
+    """``step time A ms -> B ms (x% slower); test: one-sided p = ...: outcome``."""
     sign = "slower" if r.slowdown >= 0 else "faster"
     step = (f"step time {r.baseline_step_us / 1000:.2f} ms -> {r.run_step_us / 1000:.2f} ms ({abs(r.slowdown):.1%} "
             f"{sign}); {r.test}: one-sided p = {r.p_value:.2g}")
     if r.step_regression:
-        step += f": REGRESSION (beyond the noise: p < {r.alpha:g} and {r.slowdown:.1%} >= {r.threshold:.1%})"
-    elif r.slowdown >= r.threshold:
-        step += f": within the noise (p >= {r.alpha:g})"
-    else:
-        step += f": ok (below the {r.threshold:.1%} threshold)"
+        return step + f": REGRESSION (beyond the noise: p < {r.alpha:g} and {r.slowdown:.1%} >= {r.threshold:.1%})"
+    if r.slowdown >= r.threshold:
+        return step + f": within the noise (p >= {r.alpha:g})"
+    return step + f": ok (below the {r.threshold:.1%} threshold)"
+
+
+def _verdict_line(r: CheckResult) -> str:
+    """``verdict: A -> B`` and whether the change is failed on."""
     vb, vr = r.verdicts
     if vb is None or vr is None:
-        verdict = f"verdict: {vb or 'none'} -> {vr or 'none'} (not compared)"
-    elif vb == vr:
-        verdict = f"verdict: unchanged ({vb})"
+        return f"verdict: {vb or 'none'} -> {vr or 'none'} (not compared)"
+    if vb == vr:
+        return f"verdict: unchanged ({vb})"
+    if r.verdict_regression:
+        why = ": REGRESSION (to a removable class)"
+    elif vr == "compute-bound":
+        why = " (changed, not failed: the removable cause is gone)"
     else:
-        if r.verdict_regression:
-            why = ": REGRESSION (to a removable class)"
-        elif vr == "compute-bound":
-            why = " (changed, not failed: the removable cause is gone)"
-        else:
-            why = " (changed, not failed: both are removable classes)"
-        verdict = f"verdict: {vb} -> {vr}{why}"
-    lines = [step, verdict] + [f"grew: {c}" for c in r.changes] + [f"note: {n}" for n in r.notes]
+        why = " (changed, not failed: both are removable classes)"
+    return f"verdict: {vb} -> {vr}{why}"
+
+
+def report_lines(r: CheckResult) -> list[str]:
+    """The terminal lines of a result: step time, verdict, what grew, notes, the outcome."""
+    lines = [_step_line(r), _verdict_line(r)] + [f"grew: {c}" for c in r.changes] + [f"note: {n}" for n in r.notes]
     lines.append("result: FAIL" if r.failed else "result: pass")
     return lines

@@ -97,28 +97,40 @@ def _load(text: str) -> tuple[Path, dict]:
     return path, summary
 
 
+def _check_step(summary: dict, step: int) -> None:
+    """Refuse ``--step`` where the run has no such step (naming the steps it has)."""
+    steps = sorted({s.get("step") for s in summary["steps"] if isinstance(s, dict) and isinstance(s.get("step"), int)})
+    if step not in steps:
+        have = f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else (str(steps[0]) if steps else "none")
+        raise PerfscopeError(f"--step {step} is not a step of this run (steps {have})")
+
+
+def _warn_timeline_sources(path, summary: dict, stored, stored_problem: str | None, step: int | None) -> None:
+    """Warn on stderr where the stored timeline could not be read, and, where the timeline is
+    drawn from the traces, of each trace a later run replaced."""
+    from perfscope.reports.traces import locate
+
+    if stored_problem:
+        print(f"perfscope: warning: {safe(stored_problem)}: the timeline is drawn from the traces", file=sys.stderr)
+    if stored is None or not stored.holds(step):
+        for replaced in locate(summary, path.parent).replaced:
+            print(f"perfscope: warning: {safe(replaced)} is no longer the trace {safe(path)} was made from (a later "
+                  "run replaced it): its events are left out of the timeline", file=sys.stderr)
+
+
 def cmd_report(args) -> int:
     path, summary = _load(args.summary)
     if args.step is not None:
-        steps = sorted({s.get("step") for s in summary["steps"] if isinstance(s, dict) and isinstance(s.get("step"), int)})
-        if args.step not in steps:
-            have = f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else (str(steps[0]) if steps else "none")
-            raise PerfscopeError(f"--step {args.step} is not a step of this run (steps {have})")
+        _check_step(summary, args.step)
     out = (args.out if args.out is not None else path.parent / "report.html").resolve()
     if out.is_dir():
         raise PerfscopeError(f"--out {args.out}: is a directory; give the HTML file to write")
     from perfscope.reports import write_report
     from perfscope.reports.bottleneck import timeline_of
     from perfscope.reports.timeline_record import read_beside
-    from perfscope.reports.traces import locate
 
     stored, stored_problem = read_beside(path, summary)
-    if stored_problem:
-        print(f"perfscope: warning: {safe(stored_problem)}: the timeline is drawn from the traces", file=sys.stderr)
-    if stored is None or not stored.holds(args.step):
-        for replaced in locate(summary, path.parent).replaced:
-            print(f"perfscope: warning: {safe(replaced)} is no longer the trace {safe(path)} was made from (a later "
-                  "run replaced it): its events are left out of the timeline", file=sys.stderr)
+    _warn_timeline_sources(path, summary, stored, stored_problem, args.step)
     try:
         drawn = timeline_of(summary, base_dir=path.parent, step=args.step, stored=stored, stored_problem=stored_problem)
         written = write_report(summary, out, base_dir=path.parent, step=args.step, drawn=drawn)

@@ -105,7 +105,6 @@ def run(args, load) -> int:
     Args:
         load: ``text -> (path, summary)``, the CLI's summary loader (one-line errors).
     """
-    from perfscope.check import write_junit
     from perfscope.outputs import checked_output_file
 
     baselines, runs = _side(args.baseline, load), _side(args.run, load)
@@ -117,13 +116,23 @@ def run(args, load) -> int:
                          alpha=args.alpha, all_steps=args.all_steps)
     except CheckInputError as e:
         raise PerfscopeError(f"cannot compare {' '.join(args.run)} with {' '.join(args.baseline)}: {e}") from None
-    run_path = runs[0][0]
     for line in report_lines(result):
         print(safe(line))
     if args.junit is not None:
-        try:
-            written = write_junit(result, args.junit, str(run_path))
-        except OSError as e:
-            raise PerfscopeError(f"--junit {args.junit}: cannot write it ({e.strerror or e})") from None
-        print(f"wrote {safe(written)}")
+        _write_junit(result, args.junit, runs[0][0])
     return 1 if result.failed else 0
+
+
+def _write_junit(result, path, run_path) -> None:
+    """Write the result as JUnit XML and say so.
+
+    Raises:
+        PerfscopeError: the file cannot be written.
+    """
+    from perfscope.check import write_junit
+
+    try:
+        written = write_junit(result, path, str(run_path))
+    except OSError as e:
+        raise PerfscopeError(f"--junit {path}: cannot write it ({e.strerror or e})") from None
+    print(f"wrote {safe(written)}")

@@ -36,13 +36,18 @@ def _node_offsets(folder: Path) -> dict[int, float]:
                 nodes = (load_summary(candidate).get("details") or {}).get("nodes") or {}
             except PerfscopeError:
                 return {}
-            out = {}
-            for n in nodes.get("nodes") or []:
-                offset = n.get("clock_offset_us") if isinstance(n, dict) else None
-                if isinstance(offset, (int, float)) and offset:
-                    out.update({r: float(offset) for r in n.get("ranks") or [] if type(r) is int})
-            return out
+            return _offsets_by_rank(nodes.get("nodes") or [])
     return {}
+
+
+def _offsets_by_rank(nodes: list) -> dict[int, float]:
+    """rank -> µs of its node's clock offset (``details.nodes.nodes``), for nodes with one."""
+    out = {}
+    for n in nodes:
+        offset = n.get("clock_offset_us") if isinstance(n, dict) else None
+        if isinstance(offset, (int, float)) and offset:
+            out.update({r: float(offset) for r in n.get("ranks") or [] if type(r) is int})
+    return out
 
 
 def _recorded_traces(out_dir: Path) -> list[Path]:
@@ -76,14 +81,14 @@ def _is_merged_view(path: Path) -> bool:
         return False
 
 
-def run(args) -> int:
-    """Merge, write, say what was done; 0 on success."""
-    from perfscope.outputs import checked_output_file
+def _input_traces(paths: list[str]) -> list[Path]:
+    """The trace files named by ``paths`` (files, folders of traces, perfscope output folders),
+    resolved, each once, in order, an earlier merged view left out."""
     from perfscope.trace import find_trace_files
-    from perfscope.trace.merge import MERGED_NAME, merge_traces, write_merged
+    from perfscope.trace.merge import MERGED_NAME
 
     files: list[Path] = []
-    for text in args.paths:
+    for text in paths:
         path = Path(text)
         if path.is_dir() and (path / "traces").is_dir():
             path = path / "traces"
@@ -91,7 +96,15 @@ def run(args) -> int:
             files += _recorded_traces(path)
             continue
         files += find_trace_files(path)
-    files = sorted(dict.fromkeys(p.resolve() for p in files if p.name != MERGED_NAME))
+    return sorted(dict.fromkeys(p.resolve() for p in files if p.name != MERGED_NAME))
+
+
+def run(args) -> int:
+    """Merge, write, say what was done; 0 on success."""
+    from perfscope.outputs import checked_output_file
+    from perfscope.trace.merge import MERGED_NAME, merge_traces, write_merged
+
+    files = _input_traces(args.paths)
     if args.out is not None:  # refused before anything is read: a bad path is bad input
         checked_output_file(args.out, "--out", files)
     if len(files) < 1:
