@@ -208,3 +208,52 @@ def test_a_workload_without_an_input_wait_keeps_the_current_settings(tmp_path):
     assert record["recommendation"]["status"] == "keep-current", record["recommendation"]
     kept = load_config(tmp_path / "out" / "best.yaml")
     assert kept is None or kept.changes() == {}, (tmp_path / "out" / "best.yaml").read_text()
+
+
+def test_the_time_budget_starts_no_trial_once_spent_on_the_runners_clock(tmp_path):
+    # Each run spends 10 simulated seconds starting: the budget of 35 s is spent during trial 3.
+    started_at = []
+    runner = SimulatedRunner(start_s=10.0, on_run=lambda i, changes, work: started_at.append((work, runner.now)))
+    record = tune(options(tmp_path / "out", trials=20, time_budget_s=35.0), runner=runner)
+    search = [(work.name, at) for work, at in started_at if work.parent.name == "trials" and work.name.startswith("trial-")]
+    assert search and all(at < 35.0 for _, at in search), started_at  # none started once it was spent
+    assert len(finished(record)) == 1 + len(search) < 20, record["trials"]
+    assert record["recommendation"] is not None  # the confirmation still ran
+
+
+def test_the_confirmation_budget_ends_its_rounds_on_the_runners_clock(tmp_path):
+    runner = SimulatedRunner(start_s=10.0)
+    record = tune(options(tmp_path / "out", trials=3, confirm_rounds=8, confirm_min_rounds=2, confirm_budget_s=25.0),
+                  runner=runner)
+    confirmation = record["confirmation"]
+    # Round 1 (baseline and candidate: about 20 s) and round 2 start within the budget; no third.
+    assert confirmation["rounds"] == 2 and confirmation["budget_s"] == 25.0, confirmation
+    assert sum("confirm-" in str(r.work_dir) for r in runner.runs) == 4
+
+
+def test_a_second_worker_waits_for_the_setup_on_an_injected_clock(tmp_path):
+    from perfscope.testing.trials import CPU_FACTS
+    from perfscope.tuner.space import build_space
+    from perfscope.tuner.study import TuningStudy
+
+    study = optuna.create_study(direction="maximize")
+    session = TuningStudy(study, TrialSpec(script="train.py", script_args=()), tmp_path / "trials")
+    now, polls = [0.0], []
+
+    def sleep(seconds: float) -> None:  # no real waiting: the clock moves by what is slept
+        polls.append(seconds)
+        now[0] += seconds
+
+    assert not session.wait_for_setup(10.0, 2.0, clock=lambda: now[0], sleep=sleep)
+    assert polls == [2.0] * 5  # until the 10 s were spent, then one last look
+
+    def set_up_by_the_other_worker(seconds: float) -> None:
+        sleep(seconds)
+        if len(polls) == 7:  # the other worker stores its setup during the second poll
+            owner = TuningStudy(study, TrialSpec(script="train.py", script_args=()), tmp_path / "other")
+            owner.store_setup(build_space(CPU_FACTS, {"io": 0.8, "compute": 0.2}, "io-bound"),
+                              {"value": 100.0, "unit": "samples/s", "step_values": [100.0], "losses": [],
+                               "verdict": "io-bound", "fractions": {}, "facts": CPU_FACTS}, guess=None)
+
+    assert session.wait_for_setup(10.0, 2.0, clock=lambda: now[0], sleep=set_up_by_the_other_worker)
+    assert len(polls) == 7 and session.space is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 
 import optuna
 
@@ -15,14 +16,17 @@ class Progress:
     Args:
         session: The :class:`perfscope.tuner.study.TuningStudy` (for the best value and the unit).
         options: The :class:`perfscope.tuner.tune.TuneOptions` (trial target and time budget).
-        started: ``time.monotonic()`` at the start of the tuning (the budget counts from it).
+        started: ``clock()`` at the start of the tuning (the budget counts from it).
         enabled: False: no bar; a line per finished trial instead (a log still shows progress).
+        clock: The clock of the budget (the trial runner's; seconds).
     """
 
-    def __init__(self, session, options, started: float, *, enabled: bool = True) -> None:
+    def __init__(self, session, options, started: float, *, enabled: bool = True,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         self.session = session
         self.options = options
         self.started = started
+        self.clock = clock
         self.enabled = enabled
         self.bar = None
 
@@ -75,7 +79,7 @@ class Progress:
         best = best_feasible_value(self.session.study)
         parts = {"best": f"{best:.4g} {unit}" if best is not None else "-"}
         if self.options.time_budget_s is not None:
-            left = self.options.time_budget_s - (time.monotonic() - self.started)
+            left = self.options.time_budget_s - (self.clock() - self.started)
             parts["left"] = f"{max(0.0, left):.0f} s"
         if trial is not None:
             failure = trial.user_attrs.get("failure") or {}

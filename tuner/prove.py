@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import os
 import statistics
-import time
 
 from perfscope.errors import PerfscopeError
 from perfscope.runtime.config import AccelConfig, config_from_dict
 from perfscope.tuner.confirm import confirm_candidates, interval_text
 from perfscope.tuner.progress import still_running
 from perfscope.tuner.startup import StartUp, from_runs
-from perfscope.tuner.runner import run_configuration
+from perfscope.tuner.runner import run_configuration, runner_of
 
 
 _DECIDED = {"cleared": "faster", "below": "not faster", "round budget": "undecided at the last round",
@@ -69,20 +68,21 @@ def prove(session, options, notes: list[str]) -> tuple[dict | None, dict]:
             raise ConfirmationError("the baseline failed during confirmation; see the notes in tune.json")
         return value
 
-    started = time.monotonic()
+    clock = runner_of(spec).clock
+    started = clock()
 
     def progress(number: int, looked: dict) -> None:
         parts = [f"trial {key}: {interval_text(c.speedup, c.ci_low, c.ci_high, c.baseline, c.candidate)}"
                  + (f", {_DECIDED[c.decided_by]}" if c.decided_by in _DECIDED else "")
                  for key, c in looked.items() if c is not None]
-        print(f"perfscope: confirmation round {number} done ({time.monotonic() - started:.0f} s)"
+        print(f"perfscope: confirmation round {number} done ({clock() - started:.0f} s)"
               + (f": {'; '.join(parts)}" if parts else ""), flush=True)
 
     results = confirm_candidates(
         baseline_run,
         {t.number: measure(config_from_dict(t.user_attrs["config"]), f"trial-{t.number}") for t in candidates},
         rounds=options.confirm_rounds, min_rounds=options.confirm_min_rounds, confidence=options.confidence,
-        min_gain=options.min_gain, budget_s=options.confirm_budget_s, on_round=progress,
+        min_gain=options.min_gain, budget_s=options.confirm_budget_s, clock=clock, on_round=progress,
     )
     used = max((c.rounds for c in results.values() if c is not None), default=0)
     confirmation = {"rounds": used, "max_rounds": options.confirm_rounds, "min_rounds": options.confirm_min_rounds,

@@ -12,6 +12,7 @@ few end-to-end tests.
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -28,7 +29,14 @@ class TrialRunner(abc.ABC):
     ``(index from 0, throughput so far)`` and may raise :class:`~perfscope.tuner.trial.Pruned`, after
     which the outcome's status is ``pruned``; a ``KeyboardInterrupt`` propagates after the run is
     stopped; ``work_dir`` is created (emptied first) and holds the run's files.
+
+    :meth:`clock` is the time the tuning's budgets are counted in (``--time-budget``,
+    ``--confirm-budget``): the runner's own, so that a simulated one spends simulated seconds.
     """
+
+    def clock(self) -> float:
+        """Seconds on the clock the tuning's budgets count (monotonic; real time by default)."""
+        return time.monotonic()
 
     @abc.abstractmethod
     def run(self, spec: TrialSpec, config: AccelConfig | None, work_dir: Path, *,
@@ -50,6 +58,11 @@ class ProcessRunner(TrialRunner):
 PROCESS_RUNNER = ProcessRunner()
 
 
+def runner_of(spec: TrialSpec) -> TrialRunner:
+    """The spec's runner (None: :data:`PROCESS_RUNNER`)."""
+    return spec.runner if spec.runner is not None else PROCESS_RUNNER
+
+
 def run_configuration(spec: TrialSpec, config: AccelConfig | None, work_dir: Path, **kwargs) -> TrialOutcome:
     """Run ``config`` with the spec's runner (``spec.runner``; None: :data:`PROCESS_RUNNER`).
 
@@ -57,5 +70,4 @@ def run_configuration(spec: TrialSpec, config: AccelConfig | None, work_dir: Pat
     (``KeyboardInterrupt``, ``OSError`` for an unwritable work folder,
     :class:`perfscope.tuner.board.NodeLost`).
     """
-    runner = spec.runner if spec.runner is not None else PROCESS_RUNNER
-    return runner.run(spec, config, Path(work_dir), **kwargs)
+    return runner_of(spec).run(spec, config, Path(work_dir), **kwargs)

@@ -138,13 +138,14 @@ class TuningStudy:
         self.baseline = attrs[BASELINE_ATTR]
         return True
 
-    def wait_for_setup(self, timeout_s: float, poll_s: float = 2.0) -> bool:
-        """Wait until another worker stored the space and baseline; False after ``timeout_s``."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
+    def wait_for_setup(self, timeout_s: float, poll_s: float = 2.0, *, clock=time.monotonic, sleep=time.sleep) -> bool:
+        """Wait until another worker stored the space and baseline; False after ``timeout_s``
+        (seconds on ``clock``, polled every ``poll_s`` through ``sleep``)."""
+        deadline = clock() + timeout_s
+        while clock() < deadline:
             if self.load_setup():
                 return True
-            time.sleep(poll_s)
+            sleep(poll_s)
         return self.load_setup()
 
     def store_setup(self, space: SearchSpace, baseline: dict, guess: dict | None) -> None:

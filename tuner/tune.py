@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
-import time
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -40,7 +39,7 @@ from perfscope.tuner.study import (
     worker_id,
 )
 from perfscope.tuner.trial import TrialSpec, cleanup_traces, noise_text
-from perfscope.tuner.runner import TrialRunner, run_configuration
+from perfscope.tuner.runner import PROCESS_RUNNER, TrialRunner, run_configuration, runner_of
 from perfscope.tuner.options import BASELINE_TIMEOUT_S, TuneOptions
 
 BASELINE_PROFILE_STEPS = 5  # as `perfscope profile`'s default active window
@@ -67,7 +66,8 @@ def tune(options: TuneOptions, *, runner: TrialRunner | None = None) -> dict:
         tuner.command.CommandChanged: the study was made for another command or measurement.
         KeyboardInterrupt: after writing the outputs of the finished trials.
     """
-    started = time.monotonic()
+    clock = (runner or PROCESS_RUNNER).clock
+    started = clock()
     # The progress bar and our lines say it. ERROR, not WARNING: Optuna logs a trial that raised
     # (Ctrl-C) as a warning with its traceback, and Ctrl-C must end with our one line.
     optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -319,20 +319,24 @@ def _search(session: TuningStudy, options: TuneOptions, started: float, notes: l
         print(f"perfscope: {safe(line)}")
         notes.append(line)
         return
-    timeout = None
-    if options.time_budget_s is not None:
-        timeout = max(0.0, options.time_budget_s - (time.monotonic() - started))
+    clock = runner_of(session.spec).clock
+    if options.time_budget_s is not None and clock() - started >= options.time_budget_s:
+        notes.append("the time budget was spent before the search: no trial ran")
+        return
+
     def target(study: optuna.Study, trial) -> None:
+        # --trials is the study's total; --time-budget starts no trial once spent (on the runner's clock)
         if session.finished_count() >= options.trials:
+            study.stop()
+        elif options.time_budget_s is not None and clock() - started >= options.time_budget_s:
             study.stop()
 
     # The profile's order first, one knob at a time around the best; then TPE (tuner/sampler.py).
     if not isinstance(session.study.sampler, CoordinateSampler):
         session.study.sampler = CoordinateSampler(session.space, session.study.sampler)
-    with Progress(session, options, started, enabled=options.progress) as progress:
+    with Progress(session, options, started, enabled=options.progress, clock=clock) as progress:
         # No n_trials: skipped duplicates do not count; `target` ends the study-wide search.
-        session.study.optimize(session.objective, timeout=timeout, callbacks=[target, progress.update],
-                               catch=STUDY_CATCH)
+        session.study.optimize(session.objective, callbacks=[target, progress.update], catch=STUDY_CATCH)
     if session.exhausted:
         notes.append(f"the search stopped early: {session.exhausted}")
 

@@ -81,16 +81,27 @@ class SimulatedRunner(TrialRunner):
         sleep, pace_s: Each run sleeps ``pace_s`` real seconds through ``sleep`` (default none),
             so that several workers' runs overlap in time.
         seed: Seed of the step-time noise (each run draws from ``seed`` and its index).
+        start_s: Simulated seconds each run spends starting (a process, imports) before its steps.
+
+    Its :meth:`clock` is simulated: each run advances it by its start-up and all its steps, so the
+    tuning's budgets are spent in simulated seconds.
     """
 
     def __init__(self, workload: Workload | None = None, *, facts: dict | None = None,
                  fail: Callable[[dict], tuple[str, str] | None] | None = None,
                  on_run: Callable[[int, dict, Path], None] | None = None,
-                 sleep: Callable[[float], None] | None = None, pace_s: float = 0.0, seed: int = 0) -> None:
+                 sleep: Callable[[float], None] | None = None, pace_s: float = 0.0, seed: int = 0,
+                 start_s: float = 1.0) -> None:
         self.workload = workload or Workload()
         self.facts = facts if facts is not None else CPU_FACTS
         self.fail, self.on_run, self.sleep, self.pace_s, self.seed = fail, on_run, sleep, pace_s, seed
+        self.start_s = start_s
+        self.now = 0.0
         self.runs: list[Run] = []
+
+    def clock(self) -> float:
+        """Simulated seconds spent by the runs so far."""
+        return self.now
 
     def run(self, spec: TrialSpec, config, work_dir: Path, *, on_step=None, profile_steps=None,
             loader_workers=None, prefetch_factor=None, on_progress=None) -> TrialOutcome:
@@ -103,8 +114,10 @@ class SimulatedRunner(TrialRunner):
             self.on_run(index, changes, work_dir)
         if self.sleep is not None and self.pace_s > 0:
             self.sleep(self.pace_s)
-        outcome = self._outcome(spec, changes, work_dir, index, on_step, loader_workers,
-                                spec.profile_steps if profile_steps is None else profile_steps)
+        profile = spec.profile_steps if profile_steps is None else profile_steps
+        outcome = self._outcome(spec, changes, work_dir, index, on_step, loader_workers, profile)
+        step = sum(self.workload.step_parts(changes))
+        self.now += self.start_s + sum(outcome.step_seconds) + (spec.warmup_steps + profile) * step
         self.runs.append(Run(changes, work_dir, outcome.status))
         return outcome
 

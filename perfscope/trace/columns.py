@@ -105,9 +105,3 @@ def fingerprint(event: dict) -> str:
         return json.dumps(event, sort_keys=True, separators=(",", ":"))
     except (TypeError, ValueError):  # keys that do not sort: not from a JSON file, compare as written
         return repr(event)
-
-
-def factorize_text(values: list) -> tuple[np.ndarray, np.ndarray]:
-    """Interned strings: codes (int64) and the unique values (object array)."""
-    codes, uniques = pd.factorize(pd.Series(values, dtype=object), use_na_sentinel=False)
-    return codes.astype(np.int64), np.asarray(uniques, dtype=object)
