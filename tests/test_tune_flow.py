@@ -146,9 +146,10 @@ def test_ctrl_c_in_the_search_then_in_the_confirmation_then_a_rerun_finishes(tmp
 
 def test_two_workers_share_one_study_on_postgresql(tmp_path, postgres_url):
     name = f"shared-{tmp_path.name}"
-    # Each run takes 0.3 s of real time, so that the two workers' trials overlap.
+    # Each run takes 1 s of real time, so that the two workers' trials overlap: the search's five
+    # trials outlast the second worker's poll for the setup (every 2 s) several times over.
     procs = [subprocess.Popen([sys.executable, str(SIMULATED_TUNE), str(tmp_path / f"out{i}"), "--trials", "6",
-                               "--storage", postgres_url, "--study-name", name, "--pace", "0.3"],
+                               "--storage", postgres_url, "--study-name", name, "--pace", "1.0"],
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=tune_env())
              for i in (0, 1)]
     try:

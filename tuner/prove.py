@@ -53,7 +53,8 @@ def prove(session, options, notes: list[str]) -> tuple[dict | None, dict]:
     def measure(config: AccelConfig | None, name: str):
         def run() -> float | None:
             outcome = run_configuration(spec, config, work / name, profile_steps=0,
-                                on_progress=still_running(f"confirmation run of {name}"), **session.loader_settings(config))
+                                        on_progress=still_running(f"confirmation run of {name}"),
+                                        **session.loader_settings(config))
             if not outcome.ok or outcome.value is None:
                 notes.append(f"confirmation run of {name} failed ({outcome.status}): {outcome.reason}")
                 return None

@@ -23,12 +23,14 @@ from perfscope.tuner.trial import TrialOutcome, TrialSpec, run_trial
 class TrialRunner(abc.ABC):
     """Runs one configuration of the script and measures it.
 
-    The contract (checked for every runner by :func:`perfscope.testing.trials.check_runner`):
-    failures of the script are outcomes (``status`` other than ``ok``, with a one-line
-    ``reason``), never exceptions; ``on_step`` is called after each measured step with
+    The contract: failures of the script are outcomes (``status`` other than ``ok``, with a
+    one-line ``reason``), never exceptions; ``on_step`` is called after each measured step with
     ``(index from 0, throughput so far)`` and may raise :class:`~perfscope.tuner.trial.Pruned`, after
     which the outcome's status is ``pruned``; a ``KeyboardInterrupt`` propagates after the run is
     stopped; ``work_dir`` is created (emptied first) and holds the run's files.
+    :func:`perfscope.testing.trials.check_runner` checks all but the first on a working script
+    (the shipped runners' failures have tests of their own: ``tests/test_tune_trials.py``,
+    ``tests/test_tune_flow.py``).
 
     :meth:`clock` is the time the tuning's budgets are counted in (``--time-budget``,
     ``--confirm-budget``): the runner's own, so that a simulated one spends simulated seconds.

@@ -338,7 +338,7 @@ class TuningStudy:
                 raise Pruned
 
         outcome = run_configuration(self.spec, config, self.work_dir / f"trial-{trial.number}", on_step=report,
-                            **self.loader_settings(config))
+                                    **self.loader_settings(config))
         trial.set_user_attr("step_values", outcome.step_values)
         trial.set_user_attr("unit", outcome.unit)
         trial.set_user_attr("duration_s", round(outcome.duration_s, 3))

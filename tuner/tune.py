@@ -347,8 +347,10 @@ def _profile_after(session: TuningStudy, options: TuneOptions, recommendation: d
     config = config_from_dict(recommendation["config"])
     print(f"perfscope: profiling the recommended configuration for the before/after comparison "
           f"({BASELINE_PROFILE_STEPS} profiled steps)...", flush=True)
-    outcome = run_configuration(session.spec, config, session.work_dir / f"best-{os.getpid()}", profile_steps=BASELINE_PROFILE_STEPS,
-                        on_progress=still_running("the profile of the recommendation"), **session.loader_settings(config))
+    outcome = run_configuration(session.spec, config, session.work_dir / f"best-{os.getpid()}",
+                                profile_steps=BASELINE_PROFILE_STEPS,
+                                on_progress=still_running("the profile of the recommendation"),
+                                **session.loader_settings(config))
     verdict, fractions, summary = trial_verdict(outcome)
     cleanup_traces(outcome)
     if summary is None:
