@@ -27,7 +27,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -35,10 +34,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from perfscope.process.group import child_env
-from perfscope.errors import OOM_MESSAGE
 from perfscope.runtime.config import CONFIG_ENV, AccelConfig, config_env_of, save_config
 from perfscope.text import safe
-from perfscope.tuner.failure import failure_line, killed_reason
+from perfscope.tuner.outcome import judge_outcome
 from perfscope.tuner.output import KEEP_BYTES, LIMIT_BYTES, OutputLog
 from perfscope.tuner.procs import MARK_ENV, new_mark, stop_trial, trial_command
 from perfscope.measure.protocol import RankResult, read_rank_result
@@ -46,12 +44,7 @@ from perfscope.measure.protocol import read_step_lines, steps_path
 from perfscope.measure.records import StepReader, drawn_from_queues
 from perfscope.tuner.options import BASELINE_TIMEOUT_S, TuneOptions
 from perfscope.tuner.watch import Measured, watch
-from perfscope.tuner.window import (
-    measure_steps_for,
-    steps_needed,
-    warmup_steps_for,
-    window_throughput,
-)
+from perfscope.tuner.window import measure_steps_for, warmup_steps_for, window_throughput
 
 # A trial's defaults are the study's (one definition: TuneOptions).
 _TUNE = {f.name: f.default for f in dataclasses.fields(TuneOptions) if f.default is not dataclasses.MISSING}
@@ -331,7 +324,7 @@ def _read_results(outcome: TrialOutcome, record_dir: Path, ranks: int, log: Path
     if wait is not None:
         outcome.data_wait = wait
     if outcome.status == "ok":
-        _judge_outcome(outcome, results, rank0, log, spec)
+        judge_outcome(outcome, results, rank0, log, spec)
 
 
 def _has_trace(res: RankResult) -> bool:
@@ -350,57 +343,6 @@ def _data_wait(record_dir: Path) -> float | None:
     return sum(line.data_wait_s for line in measured) / total if total > 0 else None
 
 
-def _judge_outcome(outcome: TrialOutcome, results: dict[int, RankResult], rank0: RankResult | None, log: Path,
-                   spec: TrialSpec) -> None:
-    """A run that ended: failed (a rank's error, or its exit), too few steps, or no sample measured."""
-    failed = [res for _, res in sorted(results.items()) if res.error]
-    if outcome.exit_code != 0 or failed:
-        _failed(outcome, failed[0] if failed else None, log)
-    elif len(outcome.step_values) < spec.measure_steps:
-        _too_few_steps(outcome, rank0, spec)
-    elif outcome.value is None or not outcome.value > 0:
-        outcome.status = "unmeasured"
-        outcome.reason = (f"the {len(outcome.step_seconds)} measured steps held no samples of their own "
-                          f"({outcome.drawn_samples} were drawn from batches loaded before the window)")
-
-
-def _failure_message(first: RankResult | None, tail: str | None, exit_code: int | None) -> str:
-    """The failure in one line: the rank's own error, else the log's last error line, else the
-    exit status (with the log's line where both exist, e.g. argparse's error)."""
-    message = (first.error if first else None) or tail or f"exited with status {exit_code}"
-    if "exited with status" in message and tail:
-        message = f"{message}: {tail}"
-    return message
-
-
-def _failed(outcome: TrialOutcome, first: RankResult | None, log: Path) -> None:
-    """The trial's process failed (``first``: the first rank that said why): killed, oom or crash."""
-    tail = failure_line(log)
-    message = _failure_message(first, tail, outcome.exit_code)
-    killed = None if first is not None else killed_reason(outcome.exit_code, log)
-    if killed is not None:
-        outcome.status = "killed"
-        outcome.reason = killed + (f"; its last output: {tail}" if tail else "")
-        return
-    if outcome.exit_code is not None and outcome.exit_code < 0:
-        message = f"killed by {_signal_name(-outcome.exit_code)}; {message}"
-    oom = (first is not None and first.error_kind == "oom") or OOM_MESSAGE.search(message)
-    outcome.status, outcome.reason = ("oom" if oom else "crash"), message
-
-
-def _too_few_steps(outcome: TrialOutcome, rank0: RankResult | None, spec: TrialSpec) -> None:
-    seen = rank0.steps_seen if rank0 is not None else 0
-    used = rank0.warmup_steps_used if rank0 is not None and rank0.warmup_steps_used is not None else spec.warmup_steps
-    outcome.status = "too-few-steps"
-    outcome.reason = (f"the script ended after {seen} steps; this trial needed {used} warm-up + "
-                      f"{spec.measure_steps} measured steps")
-    if seen == 0:
-        outcome.reason += (" (no step was seen: a loop without a torch optimizer must call perfscope.step() "
-                           "once per iteration)")
-    else:  # the warm-up grows with the loader's workers: say what the script must run
-        outcome.reason += f": give the script at least {steps_needed(used, spec.measure_steps)} steps (e.g. -- --steps N)"
-
-
 def noise_text(outcome: TrialOutcome) -> str:
     """The measured window in words: ``"±2.1% over 24 steps"`` (or ``"8 steps"`` when not estimated)."""
     w = outcome.window or {}
@@ -409,13 +351,6 @@ def noise_text(outcome: TrialOutcome) -> str:
         return f"{steps} steps"
     ended = {"time cap": ", time cap reached", "script ended": ", the script ended first"}.get(w.get("ended_by"), "")
     return f"±{outcome.noise:.1%} over {steps} steps{ended}"
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:  # a real-time or unknown signal
-        return f"signal {number}"
 
 
 def cleanup_traces(outcome: TrialOutcome) -> None:
