@@ -1,8 +1,9 @@
 """The tuner's flow against a simulated runner (perfscope.testing.trials), in seconds: an io-bound
 study finds, proves and profiles loader workers; a study whose tuner was killed, or stopped by
 Ctrl-C in the search or in the confirmation, resumes keeping what finished; two workers share one
-study on a real PostgreSQL server; a failing baseline and a study of another command are refused.
-The same flows through real child processes (what they leave running, the command's exit status
+study on a real PostgreSQL server; a failing baseline and a study of another command are refused;
+the time budgets count the runner's clock, and a second worker's wait for the setup an injected
+one. The same flows through real child processes (what they leave running, the command's exit status
 and words) are the end-to-end tests of tests/test_tune_cli.py."""
 
 from __future__ import annotations
