@@ -9,9 +9,10 @@ inline styles and ``data:`` images, so even a missed escape could not run code o
 from __future__ import annotations
 
 import html
-import math
 import re
 from importlib import resources
+
+from perfscope.record.values import finite_number
 
 # Nothing external: no script anywhere, styles only inline, images only data: URIs.
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
@@ -35,12 +36,7 @@ def esc(value) -> str:
     return html.escape(clean(value), quote=True)
 
 
-def num(value) -> float | None:
-    """A finite float, or None for anything else (None, NaN, text in a hand-edited summary)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else None
+num = finite_number  # a finite float of a record's value, or None (None, NaN, text in a hand-edited summary)
 
 
 def _decimals(v: float) -> int:

@@ -14,6 +14,7 @@ contract stated on :class:`~perfscope.tuner.runner.TrialRunner`.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import math
@@ -155,7 +156,7 @@ class SimulatedRunner(TrialRunner):
 
     def _facts(self, changes: dict) -> dict:
         """The facts a run of ``changes`` reports: the loader's settings as the configuration set them."""
-        facts = json.loads(json.dumps(self.facts))
+        facts = copy.deepcopy(self.facts)
         loader = facts.get("dataloader")
         if isinstance(loader, dict):
             for key in ("num_workers", "prefetch_factor", "pin_memory", "batch_size"):
