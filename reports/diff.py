@@ -12,6 +12,7 @@ import statistics
 from pathlib import Path
 
 from perfscope.atomic import write_text_atomic
+from perfscope.record.view import Record, record_of
 from perfscope.text import safe
 from perfscope.reports import model
 from perfscope.reports.html import esc, figure, legend, ms, num, page, pct, section, table
@@ -21,27 +22,19 @@ from perfscope.reports.sections import verdict as verdict_section
 from perfscope.reports.plots import hbars
 
 
-def _median(summary: dict) -> float | None:
-    return num((summary.get("overall") or {}).get("median_step_time_us"))
+def _frac(record: Record, c: str) -> float | None:
+    fractions = model.overall(record).fractions
+    return getattr(fractions, c, None) if fractions is not None else None
 
 
-def _step(summary: dict) -> float | None:
-    return model.step_time(summary)
+def _verdict(record: Record) -> str:
+    return model.overall(record).verdict or ("no verdict" if record.overall is not None else "-")
 
 
-def _frac(summary: dict, c: str) -> float | None:
-    return num(((summary.get("overall") or {}).get("fractions") or {}).get(c))
-
-
-def _verdict(summary: dict) -> str:
-    o = summary.get("overall") or {}
-    return str(o.get("verdict") or ("no verdict" if "verdict" in o else "-"))
-
-
-def ratio(a: dict, b: dict) -> float | None:
+def ratio(a: dict | Record, b: dict | Record) -> float | None:
     """B's step time over A's (below 1: B is faster): the inverse of the speed-up, throughput
     over each run's window (:mod:`perfscope.steptime`)."""
-    ma, mb = _step(a), _step(b)
+    ma, mb = model.step_time(record_of(a)), model.step_time(record_of(b))
     return mb / ma if ma and mb is not None else None
 
 
@@ -53,38 +46,43 @@ def ratio_words(r: float | None) -> str:
     return f"B/A {r:.2f}x: B is {1 / r:.2f}x faster" if r < 1 else f"B/A {r:.2f}x: B is {r:.2f}x slower"
 
 
-def _mean_part(summary: dict, columns) -> float | None:
-    vals = [part_us(s, columns) for s in model.counted_steps(summary)]
+def _mean_part(record: Record, columns) -> float | None:
+    vals = [part_us(s, columns) for s in model.counted_steps(record)]
     return statistics.fmean(vals) if vals else None
 
 
-def _median_col(summary: dict, col: str) -> float | None:
-    vals = [v for v in (num(s.get(col)) for s in model.counted_steps(summary)) if v is not None]
+def _median_col(record: Record, col: str) -> float | None:
+    vals = [v for v in (num(s.get(col)) for s in model.counted_steps(record)) if v is not None]
     return statistics.median(vals) if vals else None
 
 
-def metric_rows(a: dict, b: dict) -> list[tuple[str, str, str, str]]:
+def metric_rows(a: dict | Record, b: dict | Record) -> list[tuple[str, str, str, str]]:
     """(metric, A, B, change) rows, already formatted (plain text)."""
-    same_mode = a.get("mode") == b.get("mode")
+    a, b = record_of(a), record_of(b)
+    same_mode = a.mode == b.mode
     rows = [("verdict", _verdict(a), _verdict(b), "unchanged" if _verdict(a) == _verdict(b) else "changed"),
-            _time_row("step time (window / steps)", _step(a), _step(b)),
-            _time_row("median step (all rows, for reference)", _median(a), _median(b))]
+            _time_row("step time (window / steps)", model.step_time(a), model.step_time(b)),
+            _time_row("median step (all rows, for reference)", model.overall(a).median_step_time_us,
+                      model.overall(b).median_step_time_us)]
     rows += [_share_row(c, _frac(a, c), _frac(b, c)) for c in CLASS_ORDER]
     if same_mode:
         rows += [_time_row(f"{label} per step (mean)", _mean_part(a, cols), _mean_part(b, cols))
-                 for _, label, _, cols in parts(str(a.get("mode")))]
-    rows.append(("steps counted", str((a.get("overall") or {}).get("steps_counted")),
-                 str((b.get("overall") or {}).get("steps_counted")), "-"))
+                 for _, label, _, cols in parts(str(a.mode))]
+    rows.append(("steps counted", str(model.overall(a).steps_counted), str(model.overall(b).steps_counted), "-"))
     if same_mode:  # a count: kept apart from the millisecond rows above
         rows.append(_count_row(a, b))
     return rows + _run_rows(a, b)
 
 
-def _run_rows(a: dict, b: dict) -> list[tuple[str, str, str, str]]:
+def _run_rows(a: Record, b: Record) -> list[tuple[str, str, str, str]]:
     """Ranks analyzed, world size and mode of both runs."""
-    rows = [(label, str((a.get("run") or {}).get(key, "-")), str((b.get("run") or {}).get(key, "-")), "-")
+    def fact(r: Record, key: str) -> str:
+        value = getattr(r.run, key) if r.run is not None else None
+        return "-" if value is None else str(value)
+
+    rows = [(label, fact(a, key), fact(b, key), "-")
             for key, label in (("ranks_analyzed", "ranks analyzed"), ("world_size", "world size"))]
-    return rows + [("mode", str(a.get("mode", "-")), str(b.get("mode", "-")), "-")]
+    return rows + [("mode", a.mode or "-", b.mode or "-", "-")]
 
 
 def _time_row(label: str, va: float | None, vb: float | None) -> tuple[str, str, str, str]:
@@ -100,35 +98,37 @@ def _share_row(c: str, fa: float | None, fb: float | None) -> tuple[str, str, st
     return (f"{c} share of step time", pct(fa), pct(fb), change)
 
 
-def _count_row(a: dict, b: dict) -> tuple[str, str, str, str]:
+def _count_row(a: Record, b: Record) -> tuple[str, str, str, str]:
     """Kernels (GPU) or operators (CPU) per step, median count, in runs of one mode."""
-    gpu = a.get("mode") == "gpu"
+    gpu = a.mode == "gpu"
     ka, kb = _median_col(a, "kernel_count" if gpu else "operator_count"), _median_col(b, "kernel_count" if gpu else "operator_count")
     return (f"{'kernels' if gpu else 'operators'} per step (median count)",
             "-" if ka is None else f"{ka:,.0f}", "-" if kb is None else f"{kb:,.0f}",
             f"{kb - ka:+,.0f}" if ka is not None and kb is not None else "-")
 
 
-def text_diff(a: dict, b: dict, label_a: str = "A", label_b: str = "B") -> str:
+def text_diff(a: dict | Record, b: dict | Record, label_a: str = "A", label_b: str = "B") -> str:
     """A few lines for the terminal: both runs, the verdict change, the step time ratio, the shares."""
+    a, b = record_of(a), record_of(b)
     va, vb = _verdict(a), _verdict(b)
+    sa, sb = model.step_time(a), model.step_time(b)
     shares = ", ".join(
-        f"{c} {pct(_frac(a, c), 0)} -> {pct(_frac(b, c), 0)}" for c in CLASS_ORDER if c != "other" or a.get("mode") == "gpu"
+        f"{c} {pct(_frac(a, c), 0)} -> {pct(_frac(b, c), 0)}" for c in CLASS_ORDER if c != "other" or a.mode == "gpu"
     )
     return "\n".join(safe(line) for line in [  # escaped per line: a name's newline cannot start a line
-        f"A: {label_a}  {va}, step time {ms(_step(a))}",
-        f"B: {label_b}  {vb}, step time {ms(_step(b))}",
+        f"A: {label_a}  {va}, step time {ms(sa)}",
+        f"B: {label_b}  {vb}, step time {ms(sb)}",
         f"verdict: {va} -> {vb}" if va != vb else f"verdict: unchanged ({va})",
-        f"step time (window / steps): {ms(_step(a))} -> {ms(_step(b))} ({ratio_words(ratio(a, b))})",
+        f"step time (window / steps): {ms(sa)} -> {ms(sb)} ({ratio_words(ratio(a, b))})",
         f"share of step time: {shares}",
-    ] + ([f"note: A is a {a.get('mode')} run and B a {b.get('mode')} run: their step times do not compare, only "
-          "the shares"] if a.get("mode") != b.get("mode") else []))
+    ] + ([f"note: A is a {a.mode} run and B a {b.mode} run: their step times do not compare, only "
+          "the shares"] if a.mode != b.mode else []))
 
 
-def _composition(a: dict, b: dict) -> str:
+def _composition(a: Record, b: Record) -> str:
     """Two horizontal bars on one ms scale: the mean step of A and B split into the partition."""
-    mode = str(a.get("mode"))
-    groups = parts(mode) if a.get("mode") == b.get("mode") else ()
+    mode = str(a.mode)
+    groups = parts(mode) if a.mode == b.mode else ()
     if not groups:
         return ""
     vals = {k: [(_mean_part(s, cols) or 0.0) / 1000 for _, _, _, cols in groups] for k, s in (("A", a), ("B", b))}
@@ -141,17 +141,14 @@ def _composition(a: dict, b: dict) -> str:
                   "partition (ms).") + legend([(label, colour) for _, label, colour, _ in groups])
 
 
-def _side(summary: dict, key: str, label: str, y_max: float) -> str:
-    o = summary.get("overall") or {}
-    f = o.get("fractions") or {}
-    head = (f'<h3>{esc(key)}: {esc(label)}</h3><p class="verdict"><strong>{esc(_verdict(summary))}</strong>'
-            f"<small>step time {ms(_step(summary))}; "
-            + ", ".join(f"{esc(c)} {pct(f.get(c), 0)}" for c in CLASS_ORDER) + "</small></p>")
-    steps, _ = steps_section.shown_steps(model.steps_of(summary))
-    chart = steps_section.chart(summary, steps, "gpu" if summary.get("mode") == "gpu" else "cpu", y_max,
-                                key=f"steps-{key}") if steps else ""
-    wif = model.what_if(summary)
-    mode = "gpu" if summary.get("mode") == "gpu" else "cpu"
+def _side(record: Record, key: str, label: str, y_max: float) -> str:
+    head = (f'<h3>{esc(key)}: {esc(label)}</h3><p class="verdict"><strong>{esc(_verdict(record))}</strong>'
+            f"<small>step time {ms(model.step_time(record))}; "
+            + ", ".join(f"{esc(c)} {pct(_frac(record, c), 0)}" for c in CLASS_ORDER) + "</small></p>")
+    mode = model.mode(record)
+    steps, _ = steps_section.shown_steps(record.steps or [])
+    chart = steps_section.chart(steps, mode, y_max, key=f"steps-{key}") if steps else ""
+    wif = model.what_if(record)
     lis = "".join(f"<li>{esc(verdict_section.what_if_sentence(c, wif[c], mode))}</li>" for c in wif)
     return head + chart + (f"<h3>What-if bounds</h3><ul>{lis}</ul>" if lis else "")
 
@@ -174,43 +171,56 @@ def speedup_words(speedup: dict) -> str:
             f"window{over}")
 
 
-def render_diff(a: dict, b: dict, label_a: str = "A", label_b: str = "B", speedup: dict | None = None) -> str:
-    """The comparison page of two summary records (A before, B after).
+def render_diff(a: dict | Record, b: dict | Record, label_a: str = "A", label_b: str = "B",
+                speedup: dict | None = None) -> str:
+    """The comparison page of two summary records (A before, B after; plain data or
+    :class:`~perfscope.record.view.Record`).
 
     Args:
         speedup: The tuner's confirmed speed-up of B over A (:func:`speedup_words`); when given it
             is the page's headline figure, and the profiled steps' step time ratio is shown as
             what it is (a few profiled steps).
+
+    Raises:
+        PerfscopeError: a field of the wrong type (:func:`~perfscope.record.view.record_of`).
     """
+    a, b = record_of(a), record_of(b)
     va, vb = _verdict(a), _verdict(b)
+    rows = [("", [esc(m), esc(x), esc(y), esc(c)]) for m, x, y, c in metric_rows(a, b)]
+    tab = table([("metric", "l"), ("A", ""), ("B", ""), ("change (B - A)", "")], rows,
+                "Over each run's counted steps, all ranks. Shares change in percentage points (pt).")
+    summary_sec = section("summary", "Change", _lead(a, b, speedup) + _composition(a, b))
+    metrics_sec = section("metrics", "Metrics", tab)
+    y_max = max([(num(s.get("step_time_us")) or 0.0) / 1000 for s in (a.steps or []) + (b.steps or [])] + [0.0])
+    sides = section("sides", "Side by side", f'<div class="cols"><div>{_side(a, "A", label_a, y_max)}</div>'
+                    f'<div>{_side(b, "B", label_b, y_max)}</div></div>')
+    header = (f'<h1>perfscope diff</h1><p class="muted">A: {esc(label_a)} (analyzed {esc(a.generated_at or "-")}) · '
+              f'B: {esc(label_b)} (analyzed {esc(b.generated_at or "-")})</p>')
+    nav = [("summary", "Change"), ("metrics", "Metrics"), ("sides", "Side by side")]
+    return page(f"perfscope diff: {va} -> {vb}", header, nav, summary_sec + metrics_sec + sides)
+
+
+def _lead(a: Record, b: Record, speedup: dict | None) -> str:
+    """The verdict change and the step time ratio, or the tuner's confirmed speed-up first."""
+    va, vb = _verdict(a), _verdict(b)
+    sa, sb = model.step_time(a), model.step_time(b)
     change = (f"The verdict changed from <strong>{esc(va)}</strong> to <strong>{esc(vb)}</strong>." if va != vb
               else f"The verdict is unchanged: <strong>{esc(va)}</strong>.")
     r = ratio(a, b)
     if speedup:
         lead = (f'<p class="verdict">{esc(speedup_words(speedup))}.<small>{change} Step time of the profiled '
-                f"steps {ms(_step(a))} → {ms(_step(b))} ({esc(ratio_words(r))}): a few steps each, not the "
+                f"steps {ms(sa)} → {ms(sb)} ({esc(ratio_words(r))}): a few steps each, not the "
                 "speed-up figure.</small></p>")
     else:
-        lead = (f'<p class="verdict">{change}<small>Step time {ms(_step(a))} → {ms(_step(b))} '
+        lead = (f'<p class="verdict">{change}<small>Step time {ms(sa)} → {ms(sb)} '
                 f"({esc(ratio_words(r))}): each run's window over its steps, the inverse of throughput "
                 "(docs/metrics.md, Step time).</small></p>")
-    if a.get("mode") != b.get("mode"):
+    if a.mode != b.mode:
         lead += '<p class="warn">The runs are of different modes (GPU and CPU-only): only the shares compare.</p>'
-    rows = [("", [esc(m), esc(x), esc(y), esc(c)]) for m, x, y, c in metric_rows(a, b)]
-    tab = table([("metric", "l"), ("A", ""), ("B", ""), ("change (B - A)", "")], rows,
-                "Over each run's counted steps, all ranks. Shares change in percentage points (pt).")
-    summary_sec = section("summary", "Change", lead + _composition(a, b))
-    metrics_sec = section("metrics", "Metrics", tab)
-    y_max = max([(num(s.get("step_time_us")) or 0.0) / 1000 for s in model.steps_of(a) + model.steps_of(b)] + [0.0])
-    sides = section("sides", "Side by side", f'<div class="cols"><div>{_side(a, "A", label_a, y_max)}</div>'
-                    f'<div>{_side(b, "B", label_b, y_max)}</div></div>')
-    header = (f'<h1>perfscope diff</h1><p class="muted">A: {esc(label_a)} (analyzed {esc(a.get("generated_at", "-"))}) · '
-              f'B: {esc(label_b)} (analyzed {esc(b.get("generated_at", "-"))})</p>')
-    nav = [("summary", "Change"), ("metrics", "Metrics"), ("sides", "Side by side")]
-    return page(f"perfscope diff: {va} -> {vb}", header, nav, summary_sec + metrics_sec + sides)
+    return lead
 
 
-def write_diff(a: dict, b: dict, path: str | Path, label_a: str = "A", label_b: str = "B",
+def write_diff(a: dict | Record, b: dict | Record, path: str | Path, label_a: str = "A", label_b: str = "B",
                speedup: dict | None = None) -> Path:
     """Render the comparison (:func:`render_diff`) and write it to ``path`` atomically."""
     return write_text_atomic(path, render_diff(a, b, label_a, label_b, speedup))

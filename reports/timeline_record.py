@@ -21,6 +21,7 @@ import msgspec
 import orjson
 
 from perfscope.errors import PerfscopeError
+from perfscope.record.view import Record, record_of
 
 SCHEMA = "perfscope.timeline"
 SCHEMA_VERSION = 1
@@ -109,12 +110,11 @@ class TimelineRecord(msgspec.Struct, frozen=True, kw_only=True):
         return self if k is None else msgspec.structs.replace(self, chosen=k)
 
 
-def summary_digest(summary: dict) -> str:
+def summary_digest(record: Record) -> str:
     """A digest of what ties a timeline to its summary: when it was written and its steps
     (rank, step, step time). 32 hex digits."""
-    steps = [(s.get("rank"), s.get("step"), s.get("step_time_us")) for s in summary.get("steps") or []
-             if isinstance(s, dict)]
-    text = orjson.dumps([summary.get("generated_at"), steps], option=orjson.OPT_SERIALIZE_NUMPY)
+    steps = [(s.get("rank"), s.get("step"), s.get("step_time_us")) for s in record.steps or []]
+    text = orjson.dumps([record.generated_at, steps], option=orjson.OPT_SERIALIZE_NUMPY)
     return hashlib.blake2b(text, digest_size=16).hexdigest()
 
 
@@ -144,7 +144,7 @@ def decode(data: bytes, where: str = FILE_NAME) -> TimelineRecord:
     return record
 
 
-def read_beside(summary_path, summary: dict) -> tuple[TimelineRecord | None, str | None]:
+def read_beside(summary_path, summary: dict | Record) -> tuple[TimelineRecord | None, str | None]:
     """The ``timeline.json`` beside a summary file and belonging to it: (record, None); (None,
     why) when there is one that cannot be used; (None, None) when there is none."""
     path = Path(summary_path).parent / FILE_NAME
@@ -158,6 +158,6 @@ def read_beside(summary_path, summary: dict) -> tuple[TimelineRecord | None, str
         record = decode(data, str(path))
     except PerfscopeError as e:
         return None, str(e)
-    if record.summary_digest != summary_digest(summary):
+    if record.summary_digest != summary_digest(record_of(summary)):
         return None, f"{path} belongs to another summary"
     return record, None

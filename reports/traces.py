@@ -15,6 +15,8 @@ from pathlib import Path
 
 from perfscope.errors import PerfscopeError
 from perfscope.fileid import fingerprint
+from perfscope.record.schema import TraceEntry
+from perfscope.record.view import Record
 
 
 def _candidates(recorded: str, base_dir: Path | None) -> list[Path]:
@@ -57,36 +59,36 @@ class Found:
         return self._prepared
 
 
-def locate(summary: dict, base_dir: Path | None) -> Found:
+def locate(record: Record, base_dir: Path | None) -> Found:
     """The traces of the lowest rank that are still on disk (``problem`` says why when none is)."""
-    return locate_ranks(summary, base_dir)[0]
+    return locate_ranks(record, base_dir)[0]
 
 
-def locate_ranks(summary: dict, base_dir: Path | None) -> list[Found]:
+def locate_ranks(record: Record, base_dir: Path | None) -> list[Found]:
     """The traces of every rank still on disk, lowest rank first; one :class:`Found` with the
     ``problem`` when none is."""
     by_rank: dict = {}
     missing, replaced = [], []
-    for t in summary.get("traces") or []:
-        if not isinstance(t, dict) or not isinstance(t.get("path"), str):
+    for t in record.traces or []:
+        if t.path is None:
             continue
         on_disk, hit = _on_disk(t, base_dir)
         if hit is None:
-            (replaced if on_disk else missing).append(t["path"])
+            (replaced if on_disk else missing).append(t.path)
         else:
-            by_rank.setdefault(t.get("rank"), []).append(hit)
+            by_rank.setdefault(t.rank, []).append(hit)
     if not by_rank:
         return [_none_found(missing, replaced)]
     order = sorted(by_rank, key=lambda r: (not isinstance(r, int), r if isinstance(r, int) else 0))
     return [Found(rank=r, files=by_rank[r], replaced=replaced) for r in order]
 
 
-def _on_disk(t: dict, base_dir: Path | None) -> tuple[list[Path], Path | None]:
+def _on_disk(t: TraceEntry, base_dir: Path | None) -> tuple[list[Path], Path | None]:
     """The files at a recorded trace's path, and the one that is the trace analyzed (None when
     none is: a file there that is not the one analyzed, a later run's, must not be drawn as it)."""
-    on_disk = [c for c in _candidates(t["path"], base_dir) if c.is_file()]
-    recorded = t.get("fingerprint")
-    return on_disk, next((c for c in on_disk if not isinstance(recorded, str) or fingerprint(c) == recorded), None)
+    on_disk = [c for c in _candidates(t.path, base_dir) if c.is_file()]
+    recorded = t.fingerprint
+    return on_disk, next((c for c in on_disk if recorded is None or fingerprint(c) == recorded), None)
 
 
 def _none_found(missing: list[str], replaced: list[str]) -> Found:

@@ -16,6 +16,7 @@ from tracegen import launch, step, write_trace
 import perfscope
 from perfscope.cli import main
 from perfscope.console import format_summary, format_warnings
+from perfscope.errors import PerfscopeError
 from perfscope.runtime.config import ConfigError, load_config
 
 # Escape sequences (retitle the terminal, clear the screen), a carriage return, a newline that
@@ -89,11 +90,17 @@ def test_summary_text_fields_cannot_forge_table_lines(tmp_path):
     summary = copy.deepcopy(_synthetic_summary(tmp_path))
     o = summary["overall"]
     o["advice"] = f"relax{HOSTILE}"
-    o["runner_up"] = f"launch-bound{HOSTILE}"
     summary["steps"][0]["verdict"] = f"io-bound{HOSTILE}"
     summary["steps"][0]["rank"] = f"0{HOSTILE}"
     summary["notes"] = [f"note{HOSTILE}"]
-    summary["details"]["straggler"] = {"rank": f"1{HOSTILE}", "steps_last": 2, "steps": 3}
+    summary["details"]["straggler"] = {"rank": 1, "steps_last": 2, "steps": 3, "basis": f"b{HOSTILE}"}
+    # a class name and a rank hold no text: a record with text there is refused, not printed
+    bad_runner_up, bad_rank = copy.deepcopy(summary), copy.deepcopy(summary)
+    bad_runner_up["overall"]["runner_up"] = f"launch-bound{HOSTILE}"
+    bad_rank["details"]["straggler"]["rank"] = f"1{HOSTILE}"
+    for bad, field in ((bad_runner_up, "overall.runner_up"), (bad_rank, "details.straggler.rank")):
+        with pytest.raises(PerfscopeError, match=f"malformed summary: {field}"):
+            format_summary(bad)
     text = format_summary(summary)
     _assert_terminal_safe(text)
     assert sum(line.startswith("verdict:") for line in text.split("\n")) == 1

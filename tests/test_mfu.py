@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 
+import msgspec
 import pandas as pd
 import pytest
 
@@ -12,6 +13,7 @@ from perfscope.analysis.mfu import (
     cpu_flops_per_cycle, cpu_peak, flops_from_shapes, gpu_peak, math_of_kernels, mfu_line, shape_flops,
 )
 from perfscope.collect.flops import cpu_facts, target_step
+from perfscope.record.schema import Mfu
 from perfscope.step_flops import FLOPS_KEY, CpuFacts, parse
 
 
@@ -104,7 +106,7 @@ def test_resnet50_trace_gives_the_known_flops_per_step(shared_traces):
     assert view["math"] == "fp32" and view["peak_tflops"] == 15.7
     assert view["mfu"] == pytest.approx(view["flops_per_step"] / view["step_time_s"] / 15.7e12)
     assert 0.05 < view["mfu"] < 0.9
-    assert mfu_line(view).startswith(f"{view['mfu']:.1%} of Tesla V100-DGXS-32GB's fp32 peak")
+    assert mfu_line(msgspec.convert(view, Mfu)).startswith(f"{view['mfu']:.1%} of Tesla V100-DGXS-32GB's fp32 peak")
 
 
 def test_a100_rank_is_placed_against_the_tf32_peak(shared_traces):

@@ -8,11 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from perfscope.analysis import run_view
 from perfscope.analysis.run_view import memory_creep, periodic, rank_run_view, run_findings, slow_steps, window_view
 from perfscope.collect import run_timer
+from perfscope.record.schema import RunSteps
 from perfscope.run_steps import (
     RunStep, decode_run_steps, encode_run_step, read_run_steps, run_steps_path,
 )
@@ -20,6 +22,11 @@ from perfscope.run_steps import (
 from conftest import on_one_core  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def as_record(view: dict) -> RunSteps:
+    """A view as the record holds it (``details.run_steps[]``), as the console and report read it."""
+    return msgspec.convert(view, RunSteps)
 
 
 def steps(seconds: list[float], **kw) -> list[RunStep]:
@@ -121,7 +128,7 @@ def test_slow_steps_at_one_interval_are_periodic_even_with_a_stray_one():
     slow = view["slow_steps"]
     assert {r["step"] for r in slow} == {10, 30, 45, 50, 70, 90} and view["slow_count"] == 6
     assert view["periodic"] == {"every": 20, "steps": [10, 30, 50, 70, 90], "phase": "other"}
-    assert any("a slow step every 20 steps (10, 30, 50, 70, 90), mostly in other" in f for f in run_findings(view))
+    assert any("a slow step every 20 steps (10, 30, 50, 70, 90), mostly in other" in f for f in run_findings(as_record(view)))
     assert view["startup_s"] == pytest.approx(0.7)  # the first two steps: start-up, not slow steps
     assert periodic([{"step": n, "phase": "forward"} for n in (5, 9, 40, 41, 66)]) is None
 
@@ -158,7 +165,7 @@ def test_memory_that_keeps_growing_is_creep_and_a_flat_level_is_not():
     small = steps([0.05] * n, device_allocated=[(8 << 30) + k * 1024 for k in range(n)])  # 60 KiB in all
     assert memory_creep(small) == []
     view = rank_run_view(growing, window=[])
-    assert any(f.startswith("memory creep: host memory (resident set) grew 228 MiB") for f in run_findings(view))
+    assert any(f.startswith("memory creep: host memory (resident set) grew 228 MiB") for f in run_findings(as_record(view)))
 
 
 def test_the_window_is_compared_with_the_untraced_steps_only():
@@ -177,7 +184,7 @@ def test_the_window_is_compared_with_the_untraced_steps_only():
     short = steps([0.3, 0.2, 0.010] + [0.013] * 7, traced=[False] * 3 + [True] * 7)  # the default schedule
     ended = rank_run_view(short, window=range(6, 11))
     assert ended["window"]["ratio"] is None and not ended["steady_untraced"]
-    assert "`--max-steps 0`" in run_findings(ended)[0]
+    assert "`--max-steps 0`" in run_findings(as_record(ended))[0]
 
 
 def test_a_long_run_keeps_a_bounded_curve_and_an_even_sample():

@@ -19,8 +19,13 @@ step's split is coarse; summed over the window it is not.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 import pandas as pd
+
+if TYPE_CHECKING:
+    from perfscope.record.schema import HostCpu
 
 # The job is the cause when its own processes used at least as much of the cores as everything
 # else, and at least this share of them: below it, nothing of the job's oversubscribes anything.
@@ -52,14 +57,15 @@ def cpu_sources(rows: pd.DataFrame) -> dict | None:
             "workers": min(workers / capacity, 1.0), "others": min(others / capacity, 1.0), "cause": cause}
 
 
-def sources_line(split: dict) -> str:
-    """The split in words, and what to do about it."""
-    used = (f"of the {split['cores']} cores' time, the training process used {split['training_process']:.0%}"
-            + (f", its DataLoader workers {split['workers']:.0%}" if split["workers"] >= 0.01 else "")
-            + f", other processes {split['others']:.0%}")
-    if split["cause"] == "this job":
+def sources_line(split: HostCpu) -> str:
+    """The record's ``details.host_cpu`` in words, and what to do about it."""
+    workers = split.workers or 0.0
+    used = (f"of the {split.cores} cores' time, the training process used {split.training_process or 0.0:.0%}"
+            + (f", its DataLoader workers {workers:.0%}" if workers >= 0.01 else "")
+            + f", other processes {split.others or 0.0:.0%}")
+    if split.cause == "this job":
         knobs = "fewer intra-op threads (torch.set_num_threads, OMP_NUM_THREADS)"
-        if split["workers"] >= 0.05:
+        if workers >= 0.05:
             knobs += " or DataLoader workers (num_workers)"
         return f"{used}: the job oversubscribes the cores itself; {knobs} (perfscope tune searches them)"
     return (f"{used}: other work holds the cores, a property of this machine; run where the job has its cores, "

@@ -18,9 +18,13 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import numpy as np
 import orjson
+
+if TYPE_CHECKING:
+    from perfscope.record.schema import Mfu
 
 # --- FLOPs from operator shapes ------------------------------------------------------------------
 
@@ -300,14 +304,14 @@ def mfu_view(rank_traces, ranks: list[int], step_time_us: float | None, mode: st
     }
 
 
-def mfu_line(view: dict) -> str:
-    """The view in one sentence (the console and the report print it)."""
-    flops = view.get("flops_per_step") or 0.0
-    where = (f"counted in step {view['counted_step']}" if view.get("source") == "counted"
+def mfu_line(view: Mfu) -> str:
+    """The record's ``details.mfu`` in one sentence (the console and the report print it)."""
+    flops = view.flops_per_step or 0.0
+    where = (f"counted in step {view.counted_step}" if view.source == "counted"
              else "from the operators' input shapes")
     head = f"{flops / 1e9:,.2f} GFLOP a step ({where})"
-    if view.get("mfu") is None:
-        return f"{head}; MFU not computed: {view.get('why')}"
-    what = view.get("device") or "the CPU"
-    return (f"{view['mfu']:.1%} of {what}'s {view.get('peak_math')} peak ({view['achieved_tflops']:,.3g} of "
-            f"{view['peak_tflops']:,.4g} TFLOPS); {head}")
+    if view.mfu is None:
+        return f"{head}; MFU not computed: {view.why}"
+    what = view.device or "the CPU"
+    return (f"{view.mfu:.1%} of {what}'s {view.peak_math} peak ({view.achieved_tflops or 0.0:,.3g} of "
+            f"{view.peak_tflops or 0.0:,.4g} TFLOPS); {head}")

@@ -12,10 +12,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from perfscope.run_steps import RunStep, read_run_steps
+
+if TYPE_CHECKING:
+    from perfscope.record.schema import RunSteps, RunWindow
 
 PHASES = ("input", "forward", "backward", "optimizer", "other")
 # The first steps of a run build caches, autotune, compile and fill the DataLoader's queues: they
@@ -284,40 +288,43 @@ def _ms(seconds: float) -> str:
 _CREEP_WHAT = {"rss": "host memory (resident set)", "device_allocated": "device memory allocated"}
 
 
-def run_findings(view: dict) -> list[str]:
-    """What ``details.run_steps[]`` of one rank says, as sentences: the window beside the run,
-    slow steps and their period, memory creep. The console and the report print these."""
-    out = []
-    w = view.get("window") or {}
-    if w and w.get("ratio") is None:
-        out.append(f"the run ended with the profiled window (steps {w['first']}-{w['last']}): "
-                   "`--max-steps 0` times every step to the script's end")
-    elif w:
-        where = f"the profiled window (steps {w['first']}-{w['last']}) ran at {w['ratio']:.2f}x the run's other steps"
-        if w.get("representative"):
-            out.append(where + ": representative")
-        elif w["ratio"] > 1:
-            out.append(where + ": slower, by the profiler's own cost or a slower stretch of the run")
-        else:
-            out.append(where + ": faster; the run has slower stretches the window missed")
-    slow = view.get("slow_steps") or []
-    period = view.get("periodic")
-    if period:
-        listed = ", ".join(str(s) for s in period["steps"][:6]) + (", ..." if len(period["steps"]) > 6 else "")
-        out.append(f"a slow step every {period['every']} steps ({listed}), mostly in {period['phase']}: a periodic "
+def _window_finding(w: RunWindow) -> str:
+    """The profiled window beside the run's other steps, as a sentence."""
+    if w.ratio is None:
+        return (f"the run ended with the profiled window (steps {w.first}-{w.last}): "
+                "`--max-steps 0` times every step to the script's end")
+    where = f"the profiled window (steps {w.first}-{w.last}) ran at {w.ratio:.2f}x the run's other steps"
+    if w.representative:
+        return where + ": representative"
+    if w.ratio > 1:
+        return where + ": slower, by the profiler's own cost or a slower stretch of the run"
+    return where + ": faster; the run has slower stretches the window missed"
+
+
+def run_findings(view: RunSteps) -> list[str]:
+    """What the record's ``details.run_steps[]`` of one rank says, as sentences: the window beside
+    the run, slow steps and their period, memory creep. The console and the report print these."""
+    out = [_window_finding(view.window)] if view.window is not None else []
+    slow = view.slow_steps or []
+    period = view.periodic
+    if period is not None:
+        steps = period.steps or []
+        listed = ", ".join(str(s) for s in steps[:6]) + (", ..." if len(steps) > 6 else "")
+        out.append(f"a slow step every {period.every} steps ({listed}), mostly in {period.phase}: a periodic "
                    "task (checkpoint, evaluation, logging, garbage collection)")
     elif slow:
         top = slow[0]
-        out.append(f"{view.get('slow_count', len(slow))} slow step(s) above {_ms(view['slow_threshold_s'])}; the slowest, "
-                   f"step {top['step']}: {_ms(top['seconds'])} ({top['phase']} +{_ms(top['extra_s'])})")
-    for c in view.get("memory_creep") or []:
-        out.append(f"memory creep: {_CREEP_WHAT.get(c['memory'], c['memory'])} grew {c['growth_bytes'] / 2**20:,.0f} MiB "
-                   f"over steps {c['first_step']}-{c['last_step']} ({c['bytes_per_step'] / 2**10:,.0f} KiB a step)")
+        count = view.slow_count if view.slow_count is not None else len(slow)
+        out.append(f"{count} slow step(s) above {_ms(view.slow_threshold_s or 0.0)}; the slowest, "
+                   f"step {top.step}: {_ms(top.seconds or 0.0)} ({top.phase} +{_ms(top.extra_s or 0.0)})")
+    for c in view.memory_creep or []:
+        out.append(f"memory creep: {_CREEP_WHAT.get(c.memory, c.memory)} grew {(c.growth_bytes or 0.0) / 2**20:,.0f} "
+                   f"MiB over steps {c.first_step}-{c.last_step} ({(c.bytes_per_step or 0.0) / 2**10:,.0f} KiB a step)")
     return out
 
 
-def run_headline(view: dict) -> str:
-    """``N steps, median X ms (input a%, forward b%, ...)`` of one rank's view."""
-    shares = ", ".join(f"{p} {view['phases'][p]['share']:.0%}" for p in PHASES
-                       if isinstance((view.get("phases") or {}).get(p, {}).get("share"), (int, float)))
-    return f"{view['steps']} steps, median {_ms(view['median_s'])}" + (f" ({shares})" if shares else "")
+def run_headline(view: RunSteps) -> str:
+    """``N steps, median X ms (input a%, forward b%, ...)`` of one rank's ``details.run_steps[]``."""
+    phases = view.phases or {}
+    shares = ", ".join(f"{p} {phases[p].share:.0%}" for p in PHASES if p in phases and phases[p].share is not None)
+    return f"{view.steps} steps, median {_ms(view.median_s or 0.0)}" + (f" ({shares})" if shares else "")

@@ -24,11 +24,11 @@ import numpy as np
 from perfscope.analysis.chunked import row_chunks
 from perfscope.analysis.intervals import Intervals, union, window_segments
 from perfscope.analysis.partition import gpu_parts, gpu_sets
-from perfscope.record.values import finite_number
 from perfscope.trace.kinds import GPU_KINDS, EventKind, is_gpu_work_call, is_stream_wait, is_sync_call
 
 if TYPE_CHECKING:
     from perfscope.analysis.rank import RankTrace
+    from perfscope.record.schema import OtherWaits
 
 SYNC, CROSS_STREAM, UNSHOWN = "host synchronisation", "cross-stream wait", "not shown in the trace"
 CAUSES = (SYNC, CROSS_STREAM, UNSHOWN)
@@ -143,22 +143,19 @@ def _top(calls: dict) -> dict:
     return {k: v for k, v in sorted(calls.items(), key=lambda kv: -kv[1])[:_TOP] if v > 0}
 
 
-def wait_shares(waits: dict) -> list[tuple[str, float, list[tuple[str, object]]]]:
+def wait_shares(waits: OtherWaits) -> list[tuple[str, float, list[tuple[str, object]]]]:
     """Each cause of the GPU's waits that has time of its own, in the record's order:
     ``(cause, share of other_idle_us, [(call, µs), ...])``, its calls as the record lists them
     (largest first). The one reading of ``details.other_waits`` that the console line and the
     report's list both render; ``[]`` without idle time.
     """
-    total = finite_number(waits.get("other_idle_us")) or 0.0
+    total = waits.other_idle_us or 0.0
     if total <= 0:
         return []
     out = []
-    for cause, c in (waits.get("causes") or {}).items():
-        c = c if isinstance(c, dict) else {}
-        us = finite_number(c.get("us")) or 0.0
-        if us > 0:
-            calls = c.get("calls") if isinstance(c.get("calls"), dict) else {}
-            out.append((str(cause), us / total, list(calls.items())))
+    for cause, c in (waits.causes or {}).items():
+        if (c.us or 0.0) > 0:
+            out.append((cause, c.us / total, list(c.calls.items()) if isinstance(c.calls, dict) else []))
     return out
 
 

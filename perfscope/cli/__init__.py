@@ -105,7 +105,7 @@ def _check_step(summary: dict, step: int) -> None:
         raise PerfscopeError(f"--step {step} is not a step of this run (steps {have})")
 
 
-def _warn_timeline_sources(path, summary: dict, stored, stored_problem: str | None, step: int | None) -> None:
+def _warn_timeline_sources(path, record, stored, stored_problem: str | None, step: int | None) -> None:
     """Warn on stderr where the stored timeline could not be read, and, where the timeline is
     drawn from the traces, of each trace a later run replaced."""
     from perfscope.reports.traces import locate
@@ -113,7 +113,7 @@ def _warn_timeline_sources(path, summary: dict, stored, stored_problem: str | No
     if stored_problem:
         print(f"perfscope: warning: {safe(stored_problem)}: the timeline is drawn from the traces", file=sys.stderr)
     if stored is None or not stored.holds(step):
-        for replaced in locate(summary, path.parent).replaced:
+        for replaced in locate(record, path.parent).replaced:
             print(f"perfscope: warning: {safe(replaced)} is no longer the trace {safe(path)} was made from (a later "
                   "run replaced it): its events are left out of the timeline", file=sys.stderr)
 
@@ -125,17 +125,16 @@ def cmd_report(args) -> int:
     out = (args.out if args.out is not None else path.parent / "report.html").resolve()
     if out.is_dir():
         raise PerfscopeError(f"--out {args.out}: is a directory; give the HTML file to write")
+    from perfscope.record.view import record_of
     from perfscope.reports import write_report
     from perfscope.reports.bottleneck import timeline_of
     from perfscope.reports.timeline_record import read_beside
 
-    stored, stored_problem = read_beside(path, summary)
-    _warn_timeline_sources(path, summary, stored, stored_problem, args.step)
-    try:
-        drawn = timeline_of(summary, base_dir=path.parent, step=args.step, stored=stored, stored_problem=stored_problem)
-        written = write_report(summary, out, base_dir=path.parent, step=args.step, drawn=drawn)
-    except (KeyError, TypeError, AttributeError) as e:
-        raise PerfscopeError(f"{path}: malformed summary ({type(e).__name__}: {e})") from None
+    record = record_of(summary)
+    stored, stored_problem = read_beside(path, record)
+    _warn_timeline_sources(path, record, stored, stored_problem, args.step)
+    drawn = timeline_of(record, base_dir=path.parent, step=args.step, stored=stored, stored_problem=stored_problem)
+    written = write_report(record, out, base_dir=path.parent, step=args.step, drawn=drawn)
     print(f"wrote {safe(written)}")
     if args.open:
         _open_in_browser(written)

@@ -65,7 +65,7 @@ MIGRATIONS = {1: _v1_to_v2}
 _PATH = re.compile(r" - at `\$\.?([^`]*)`$")
 
 
-def _problem(e: msgspec.ValidationError) -> str:
+def problem_of(e: msgspec.ValidationError) -> str:
     """msgspec's message as ``FIELD: expected ...``."""
     text = str(e)
     m = _PATH.search(text)
@@ -93,7 +93,7 @@ def validate(data: dict) -> dict:
         try:
             msgspec.convert(data, Summary)
         except msgspec.ValidationError as e:
-            problem = _problem(e)
+            problem = problem_of(e)
     if problem:
         raise PerfscopeError(f"malformed summary: {problem}")
     while data["schema_version"] < SCHEMA_VERSION:

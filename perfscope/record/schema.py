@@ -66,8 +66,8 @@ class WindowExtension(_Record):
 
     planned: Annotated[Whole | None, Meta(description='steps planned')] = None
     recorded: Annotated[Whole | None, Meta(description='steps recorded')] = None
-    needed: Annotated[Whole | None, Meta(description='clean steps needed')] = None
     clean: Annotated[Whole | None, Meta(description='clean steps before the last recorded one')] = None
+    needed: Annotated[Whole | None, Meta(description='clean steps needed')] = None
     seconds: Annotated[NonNeg | None, Meta(description='seconds spent past the planned last step')] = None
     reason: Annotated[str | None, Meta(description=(
         'why it stopped: `enough clean steps`, the time cap, the step cap, or `script ended`'))] = None
@@ -94,6 +94,20 @@ class Oom(_Record):
     largest: Annotated[list[OomBlock] | None, Meta(description='the 20 largest live allocations')] = None
 
 
+class ConfigApplied(_Record):
+    """`run.config_applied`: what `perfscope profile --config` applied at launch (the patching
+    report, `perfscope.runtime.patch_report.PatchReport`)."""
+
+    applied: Annotated[dict[str, str] | None, Meta(description='knob: what it does, patched at launch')] = None
+    needs_accelerate: Annotated[dict[str, str] | None, Meta(description=(
+        'knob: why it waits for `perfscope.accelerate` in the script'))] = None
+    not_applied: Annotated[dict[str, str] | None, Meta(description='knob: why it could not be applied')] = None
+    loaders: Annotated[Whole | None, Meta(description='DataLoaders the patch configured')] = None
+    ddp_modules: Annotated[Whole | None, Meta(description='DistributedDataParallel wrappers it configured')] = None
+    by_accelerate: Annotated[dict[str, str] | None, Meta(description=(
+        'knob: what `perfscope.accelerate` applied in the script'))] = None
+
+
 class Run(_Record):
     """`run`: what was analyzed. `perfscope profile` writes the script's side (`script` ...
     `error`); `perfscope analyze` writes `source`; both write `world_size`, `devices` and
@@ -118,6 +132,10 @@ class Run(_Record):
     exit_code: Annotated[int | None, Meta(description="the script's exit status")] = None
     error: Annotated[str | None, Meta(description='one line, when the script failed')] = None
     oom: Annotated[Oom | None, Meta(description='*v2*: the GPU ran out of memory: what held it')] = None
+    config: Annotated[dict[str, Any] | None, Meta(description=(
+        '`profile --config`: the configuration the run was given, knob: value'))] = None
+    config_applied: Annotated[ConfigApplied | None, Meta(description=(
+        '`profile --config`: what it applied, below'))] = None
     window_extension: Annotated[WindowExtension | None, Meta(description=(
         'where the window was lengthened, below'))] = None
     source: Annotated[str | None, Meta(description='`analyze`: the path analyzed')] = None
@@ -679,7 +697,7 @@ class NodeRow(_Record):
 
     node: Annotated[Whole | None, Meta(description='node index')] = None
     host: Annotated[str | None, Meta(description='its host name')] = None
-    ranks: Annotated[list[Number | None] | None, Meta(description='its ranks')] = None
+    ranks: Annotated[list[Whole | None] | None, Meta(description='its ranks')] = None
     median_step_time_us: Annotated[Number | None, Meta(description='median step time')] = None
     median_comm_us: Annotated[Number | None, Meta(description='median communication')] = None
     median_late_us: Annotated[Number | None, Meta(description='of its latest rank')] = None
@@ -967,7 +985,7 @@ class Summary(_Record):
 # The objects of the record in the order the docs list them: (path, struct).
 SECTIONS = (
     ("", Summary), ("run", Run), ("run.schedule", Schedule), ("run.window_extension", WindowExtension),
-    ("run.oom", Oom), ("run.oom.largest[]", OomBlock),
+    ("run.oom", Oom), ("run.oom.largest[]", OomBlock), ("run.config_applied", ConfigApplied),
     ("overall", Overall), ("overall.fractions", Fractions), ("overall.step_share", StepShare),
     ("details", Details), ("details.advice", Advice), ("details.what_if[]", WhatIf),
     ("details.top_kernels[]", TopRow), ("details.launch_stats", LaunchStats), ("details.memcpy[]", MemcpyRow),

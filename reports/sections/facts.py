@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import shlex
 
+import msgspec
+
+from perfscope.record.schema import Run, TraceEntry
+from perfscope.record.view import Record, record_of
 from perfscope.reports.html import esc, note, section, table
 
-# (run field, label) in display order; any other field is listed after them.
+# (run field, label) in display order; the schema's other fields of ``run`` are listed after them.
 FIELDS = (
     ("script", "script"), ("args", "arguments"), ("source", "traces analyzed"), ("cwd", "working directory"),
     ("host", "host"), ("python", "Python"), ("torch_version", "torch"), ("cuda_version", "CUDA"),
@@ -38,6 +42,8 @@ _FORMATS = {
 def _value(key: str, v) -> str:
     if v is None:
         return "-"
+    if isinstance(v, msgspec.Struct):
+        v = msgspec.to_builtins(v)
     kind, write = _FORMATS.get(key, (None, None))
     return write(v) if kind is not None and isinstance(v, kind) else _plain(v)
 
@@ -63,30 +69,42 @@ def _mapping(v: dict, depth: int) -> str:
     return "; ".join(f"{k}: {_plain(x, depth + 1)}" for k, x in v.items())
 
 
-def render(summary: dict) -> str:
-    facts = '<dl class="facts">' + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in _items(summary)) + "</dl>"
-    rows = [_trace_row(t) for t in summary.get("traces") or [] if isinstance(t, dict)]
+def render(summary: dict | Record) -> str:
+    record = record_of(summary)
+    facts = '<dl class="facts">' + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in _items(record)) + "</dl>"
+    rows = [_trace_row(t) for t in record.traces or []]
     traces = table([("file", "l"), ("rank", ""), ("mode", "l"), ("events", ""), ("devices", "l")], rows,
                    "The trace files analyzed.") if rows else ""
-    notes = "".join(note(f"Note: {n}") for n in summary.get("notes") or [])
+    notes = "".join(note(f"Note: {n}") for n in record.notes or [])
     viewers = note("The trace files open in Perfetto (ui.perfetto.dev, Open trace file), in chrome://tracing, and in "
                    "TensorBoard's profiler plugin (tensorboard --logdir OUT_DIR/traces); perfscope merge OUT_DIR puts "
                    "every rank's trace in one file on one clock.") if rows else ""
     return section("facts", "Run facts", facts + traces + viewers + notes)
 
 
-def _items(summary: dict) -> list[tuple[str, str]]:
-    """(label, value) of the run's facts: the known fields in their order, then any others, then
-    the mode, perfscope's version and when the analysis ran."""
-    run = summary.get("run") if isinstance(summary.get("run"), dict) else {}
-    known = [k for k, _ in FIELDS]
-    items = [(label, _value(k, run[k])) for k, label in FIELDS if k in run]
-    items += [(k, _value(k, run[k])) for k in run if k not in known]
-    return items + [("mode", f"{summary.get('mode', '-')} trace"),
-                    ("perfscope", str(summary.get("perfscope_version", "-"))),
-                    ("analyzed at", str(summary.get("generated_at", "-")))]
+# Written by both `perfscope profile` and `perfscope analyze`, and by `profile` alone (null where
+# unknown; `error` only when the script failed): listed with "-" where the run wrote them, so a CPU
+# build shows its CUDA version as "-".
+_BOTH_SIDES = frozenset({"devices", "world_size", "ranks_analyzed"})
+_PROFILE_SIDE = frozenset(k for k, _ in FIELDS) - _BOTH_SIDES - {"source", "error"}
 
 
-def _trace_row(t: dict) -> tuple[str, list[str]]:
-    events = f"{t.get('events', 0):,}" if isinstance(t.get("events"), int) else "-"
-    return ("", [esc(t.get("path")), esc(t.get("rank")), esc(t.get("mode")), events, esc(counted(t.get("devices") or []))])
+def _listed(run: Run, key: str) -> bool:
+    return (getattr(run, key) is not None or key in _BOTH_SIDES
+            or (key in _PROFILE_SIDE and run.script is not None))
+
+
+def _items(record: Record) -> list[tuple[str, str]]:
+    """(label, value) of the run's facts: the fields of :data:`FIELDS` in their order, then the
+    schema's others that the record has, then the mode, perfscope's version and when the analysis ran."""
+    run = record.run or Run()
+    labels = dict(FIELDS)
+    keys = [*labels, *(k for k in run.__struct_fields__ if k not in labels)]
+    items = [(labels.get(k, k), _value(k, getattr(run, k))) for k in keys if _listed(run, k)]
+    return items + [("mode", f"{record.mode or '-'} trace"), ("perfscope", record.perfscope_version or "-"),
+                    ("analyzed at", record.generated_at or "-")]
+
+
+def _trace_row(t: TraceEntry) -> tuple[str, list[str]]:
+    events = f"{t.events:,.0f}" if t.events is not None else "-"
+    return ("", [esc(t.path), esc(t.rank), esc(t.mode), events, esc(counted(t.devices or []))])

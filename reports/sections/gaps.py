@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from perfscope.record.schema import IdleGaps
+from perfscope.record.view import Record, record_of
 from perfscope.reports import model
 from perfscope.reports.html import esc, figure, note, num, section
 from perfscope.reports.palette import GREY, SKY
@@ -27,31 +29,32 @@ def bin_labels(edges: list) -> list[str]:
     return out
 
 
-def render(summary: dict) -> str:
+def render(summary: dict | Record) -> str:
+    record = record_of(summary)
     title = "Idle gaps"
-    h = model.details(summary).get("idle_gaps")
-    why = _nothing_to_draw(summary, h)
+    h = model.details(record).idle_gaps
+    why = _nothing_to_draw(record, h)
     if why:
         return section("gaps", title, note(why))
-    labels = bin_labels(h["edges_us"])
-    counts = [num(c) or 0.0 for c in h.get("count") or []][: len(labels)]
-    totals = [(num(t) or 0.0) / 1000.0 for t in h.get("total_us") or []][: len(labels)]
+    labels = bin_labels(h.edges_us)
+    counts = [c or 0.0 for c in h.count or []][: len(labels)]
+    totals = [(t or 0.0) / 1000.0 for t in h.total_us or []][: len(labels)]
     if not counts or sum(counts) == 0:
         return section("gaps", title, note("The GPU was never idle inside the counted steps."))
     cap = ("GPU idle gaps inside the counted step windows (all ranks), by length. Left: how many; right: the idle "
            "time they add up to (ms). Many gaps under 10 µs are launch latency between back-to-back kernels; "
            "a few long gaps are the host (input, synchronisation) holding the GPU back.")
-    return section("gaps", title, model.withheld_note(summary) + _charts(labels, counts, totals)
+    return section("gaps", title, model.withheld_note(record) + _charts(labels, counts, totals)
                    + f'<p class="muted">{esc(cap)}</p>')
 
 
-def _nothing_to_draw(summary: dict, h) -> str | None:
+def _nothing_to_draw(record: Record, h: IdleGaps | None) -> str | None:
     """Why there is no histogram (a CPU run, no record, no counted step), or None."""
-    if summary.get("mode") != "gpu":
+    if record.mode != "gpu":
         return "CPU-only run: there is no GPU to be idle."
-    if isinstance(h, dict) and isinstance(h.get("edges_us"), list):
+    if h is not None and h.edges_us is not None:
         return None
-    if (summary.get("overall") or {}).get("steps_counted") == 0:
+    if model.overall(record).steps_counted == 0:
         return "No step is counted (see Data quality): no idle gaps to show."
     return "No idle-gap histogram in this summary."
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from perfscope.record.schema import Details, MemcpyRow
+from perfscope.record.view import Record, record_of
 from perfscope.reports import model
 from perfscope.reports.html import count, esc, ms, note, num, section, table
 
@@ -29,16 +31,16 @@ FIX = {
 }
 
 
-def _pageable_advice(summary: dict, paged: list[dict]) -> str:
-    steps_us = sum(num(s.get("step_time_us")) or 0.0 for s in model.counted_steps(summary))
-    return "".join(_direction_advice(direction, [e for e in paged if str(e.get("direction")) == direction], steps_us)
-                   for direction in sorted({str(e.get("direction")) for e in paged}))
+def _pageable_advice(record: Record, paged: list[MemcpyRow]) -> str:
+    steps_us = sum(num(s.get("step_time_us")) or 0.0 for s in model.counted_steps(record))
+    return "".join(_direction_advice(direction, [e for e in paged if str(e.direction) == direction], steps_us)
+                   for direction in sorted({str(e.direction) for e in paged}))
 
 
-def _direction_advice(direction: str, mine: list[dict], steps_us: float) -> str:
+def _direction_advice(direction: str, mine: list[MemcpyRow], steps_us: float) -> str:
     """The pageable copies of one direction: too little to change, or a warning with the fix."""
-    n = sum(int(num(e.get("count")) or 0) for e in mine)
-    t = sum(num(e.get("total_us")) or 0.0 for e in mine)
+    n = sum(int(e.count or 0) for e in mine)
+    t = sum(e.total_us or 0.0 for e in mine)
     share = t / steps_us if steps_us > 0 else None
     of = f", {share:.1%} of the counted steps' time" if share is not None else ""
     if share is not None and share < QUIET_SHARE:
@@ -49,34 +51,35 @@ def _direction_advice(direction: str, mine: list[dict], steps_us: float) -> str:
             f"blocks the host and runs slower than a pinned copy. {esc(fix)}</p>")
 
 
-def _nothing_to_show(summary: dict, d: dict, entries: list[dict]) -> str | None:
+def _nothing_to_show(record: Record, d: Details | None, entries: list[MemcpyRow]) -> str | None:
     """Why there is no table of copies (a CPU run, no details, no copies), or None."""
-    if summary.get("mode") != "gpu":
+    if record.mode != "gpu":
         return "CPU-only run: no GPU copies."
-    if not d:
+    if d is None:
         return "This summary has no details section; run perfscope analyze again."
     return None if entries else "No memory copies in the counted steps."
 
 
-def _zero_note(entries: list[dict]) -> str:
-    zero = sum(int(num(e.get("zero_duration")) or 0) for e in entries)
+def _zero_note(entries: list[MemcpyRow]) -> str:
+    zero = sum(int(e.zero_duration or 0) for e in entries)
     return note(f"{zero:,} copies lasted 0 µs: counted above, but not in the bandwidth.") if zero else ""
 
 
-def _copy_row(e: dict) -> tuple[str, list[str]]:
-    pageable = bool(e.get("pageable"))
-    gbps = num(e.get("gb_per_s"))
+def _copy_row(e: MemcpyRow) -> tuple[str, list[str]]:
+    pageable = bool(e.pageable)
+    gbps = e.gb_per_s
     return ("hl" if pageable else "", [
-        esc(e.get("direction", "-")), "pageable" if pageable else "pinned / device", count(e.get("count")),
-        ms(e.get("total_us"), unit=False), _bytes(e.get("bytes")), "-" if gbps is None else f"{gbps:.1f}",
+        esc(e.direction or "-"), "pageable" if pageable else "pinned / device", count(e.count),
+        ms(e.total_us, unit=False), _bytes(e.bytes), "-" if gbps is None else f"{gbps:.1f}",
     ])
 
 
-def render(summary: dict) -> str:
+def render(summary: dict | Record) -> str:
+    record = record_of(summary)
     title = "Memory copies"
-    d = model.details(summary)
-    entries = [e for e in d.get("memcpy") or [] if isinstance(e, dict)]
-    why = _nothing_to_show(summary, d, entries)
+    d = record.details
+    entries = (d.memcpy if d else None) or []
+    why = _nothing_to_show(record, d, entries)
     if why:
         return section("memcpy", title, note(why))
     rows = [_copy_row(e) for e in entries]
@@ -84,5 +87,5 @@ def render(summary: dict) -> str:
                  ("GB/s", "")], rows, "Copies that are GPU work of the counted steps (all ranks), by direction. "
                  "GB/s is over the copies that took time and say how many bytes they moved.")
     tab += _zero_note(entries)
-    paged = [e for e in entries if e.get("pageable")]
-    return section("memcpy", title, model.withheld_note(summary) + _pageable_advice(summary, paged) + tab)
+    paged = [e for e in entries if e.pageable]
+    return section("memcpy", title, model.withheld_note(record) + _pageable_advice(record, paged) + tab)

@@ -4,6 +4,8 @@ others wait for. Absent (an empty string) for a job of one node."""
 
 from __future__ import annotations
 
+from perfscope.record.schema import Link, NodeRow, Nodes, ProcessGroups, StragglerNode
+from perfscope.record.view import Record, record_of
 from perfscope.reports import model
 from perfscope.reports.html import count, esc, ms, note, num, section, table
 
@@ -19,45 +21,39 @@ def _ranks(ranks) -> str:
     return ", ".join(esc(r) for r in (ranks or [])[:32]) + (" …" if len(ranks or []) > 32 else "")
 
 
-def _obj(value) -> dict:
-    return value if isinstance(value, dict) else {}
-
-
-def render(summary: dict) -> str:
-    nv = model.details(summary).get("nodes")
-    if not isinstance(nv, dict) or not isinstance(nv.get("nodes"), list):
+def render(summary: dict | Record) -> str:
+    nv = model.details(record_of(summary)).nodes
+    if nv is None or nv.nodes is None:
         return ""
-    rows = [n for n in nv["nodes"] if isinstance(n, dict)]
-    link = _obj(nv.get("link"))
-    slow = nv.get("straggler_node") if isinstance(nv.get("straggler_node"), dict) else None
-    tab = _node_table(rows, _obj(link.get("achieved_bits_per_s")), slow)
-    return section("nodes", "Nodes and links", _lead(nv, rows, slow) + _gradients(link) + _groups(_obj(nv.get("process_groups")))
-                   + tab)
+    rows, link, slow = nv.nodes, nv.link, nv.straggler_node
+    tab = _node_table(rows, (link.achieved_bits_per_s if link else None) or {}, slow)
+    return section("nodes", "Nodes and links", _lead(nv, rows, slow) + _gradients(link)
+                   + _groups(nv.process_groups or ProcessGroups()) + tab)
 
 
-def _lead(nv: dict, rows: list[dict], slow: dict | None) -> str:
+def _lead(nv: Nodes, rows: list[NodeRow], slow: StragglerNode | None) -> str:
     """How the nodes were told apart, the node the others wait for, and the clocks' offsets."""
     source = {"perfscope": "the node ranks perfscope recorded", "host name": "the host names in the traces"}
-    text = f"<p>{esc(nv.get('count'))} nodes, told apart by {esc(source.get(nv.get('source'), nv.get('source')))}."
+    text = f"<p>{esc(nv.count)} nodes, told apart by {esc(source.get(nv.source, nv.source))}."
     if slow is not None:
-        text += (f" Node {esc(slow.get('node'))} is the one the others wait for: it holds the straggler, rank "
-                 f"{esc(slow.get('rank'))}, and its ranks wait least in the collectives. A slow or busy node "
+        text += (f" Node {esc(slow.node)} is the one the others wait for: it holds the straggler, rank "
+                 f"{esc(slow.rank)}, and its ranks wait least in the collectives. A slow or busy node "
                  "(thermal throttling, a noisy neighbour, a failing NIC) looks like this: every one of its "
                  "ranks arrives later than every rank of the other nodes.")
-    offsets = [n for n in rows if num(n.get("clock_offset_us"))]
+    offsets = [n for n in rows if n.clock_offset_us]
     if offsets:
         text += (" Node clocks disagree, and the collectives prove by how much: "
-                 + ", ".join(f"node {esc(n.get('node'))} {ms(n.get('clock_offset_us'))}" for n in offsets)
+                 + ", ".join(f"node {esc(n.node)} {ms(n.clock_offset_us)}" for n in offsets)
                  + " against node 0, taken out before arrivals were compared.")
     return text + "</p>"
 
 
-def _node_table(rows: list[dict], rates: dict, slow: dict | None) -> str:
-    trows = [("hl" if slow is not None and n.get("node") == slow.get("node") else "",
-              [esc(n.get("node")), esc(n.get("host") or "-"), _ranks(n.get("ranks"))]
-              + [ms(n.get(k), unit=False) for k in ("median_step_time_us", "median_comm_us", "median_late_us",
-                                                    "median_collective_wait_us", "clock_offset_us")]
-              + [_rate(rates.get(str(n.get("node"))))]) for n in rows]
+def _node_table(rows: list[NodeRow], rates: dict, slow: StragglerNode | None) -> str:
+    trows = [("hl" if slow is not None and n.node == slow.node else "",
+              [esc(n.node), esc(n.host or "-"), _ranks(n.ranks)]
+              + [ms(v, unit=False) for v in (n.median_step_time_us, n.median_comm_us, n.median_late_us,
+                                             n.median_collective_wait_us, n.clock_offset_us)]
+              + [_rate(rates.get(str(n.node)))]) for n in rows]
     return table([("node", "l"), ("host", "l"), ("ranks", "l"), ("median step (ms)", ""), ("median comm (ms)", ""),
                   ("latest rank arrives late (ms)", ""), ("waits in collectives (ms)", ""), ("clock offset (ms)", ""),
                   ("link carried at least", "")], trows,
@@ -66,24 +62,24 @@ def _node_table(rows: list[dict], rates: dict, slow: dict | None) -> str:
                  "part and any waiting), so the link's real rate is at least this.")
 
 
-def _gradients(link: dict) -> str:
+def _gradients(link: Link | None) -> str:
     """What the gradients' all-reduce puts on each node's link ("" without a DDP record)."""
-    if not link:
+    if link is None:
         return ""
-    return (f"<p>Gradients: {count(link.get('gradient_bytes'))} bytes in {esc(link.get('buckets'))} DDP "
-            f"bucket(s), reduced by a {esc(link.get('algorithm'))} all-reduce"
-            f"{' (' + esc(link.get('comm_hook')) + ')' if link.get('comm_hook') else ''}: "
-            f"{count(link.get('inter_node_bytes_per_step'))} bytes through each node's link per step. "
+    return (f"<p>Gradients: {count(link.gradient_bytes)} bytes in {esc(link.buckets)} DDP "
+            f"bucket(s), reduced by a {esc(link.algorithm)} all-reduce"
+            f"{' (' + esc(link.comm_hook) + ')' if link.comm_hook else ''}: "
+            f"{count(link.inter_node_bytes_per_step)} bytes through each node's link per step. "
             "perfscope forecast prices the same step on other node counts and links.</p>")
 
 
-def _groups(pg: dict) -> str:
+def _groups(pg: ProcessGroups) -> str:
     """The process groups inside and across nodes, or a note that the traces list none."""
-    groups = [g for g in pg.get("groups") or [] if isinstance(g, dict)]
+    groups = pg.groups or []
     if not groups:
         return note("The traces list no process groups (distributedInfo.pg_config).")
-    return (f"<p>Process groups: {esc(pg.get('intra_node'))} inside one node (the node's own links: NVLink "
-            f"or PCIe between GPUs, loopback between CPU ranks), {esc(pg.get('inter_node'))} across nodes (the network).</p>"
+    return (f"<p>Process groups: {esc(pg.intra_node)} inside one node (the node's own links: NVLink "
+            f"or PCIe between GPUs, loopback between CPU ranks), {esc(pg.inter_node)} across nodes (the network).</p>"
             + table([("group", "l"), ("description", "l"), ("ranks", ""), ("where", "l")],
-                    [("", [esc(g.get("name")), esc(g.get("desc")), esc(g.get("size")), esc(g.get("span"))])
+                    [("", [esc(g.name), esc(g.desc), esc(g.size), esc(g.span)])
                      for g in groups[:32]]))

@@ -4,7 +4,8 @@ left out."""
 
 from __future__ import annotations
 
-from perfscope.reports import model
+from perfscope.record.schema import QualityEntry
+from perfscope.record.view import Record, record_of
 from perfscope.reports.html import count, esc, note, section, table, truncate
 
 MAX_SHOWN = 30  # warnings listed at the top; summary.json holds them all
@@ -16,9 +17,9 @@ STATUS_WORDS = {
 }
 
 
-def render_warnings(summary: dict) -> str:
+def render_warnings(summary: dict | Record) -> str:
     """The warnings, first thing under the header (empty when there are none)."""
-    warnings = [w for w in summary.get("warnings") or [] if isinstance(w, str)]
+    warnings = record_of(summary).warnings or []
     if not warnings:
         return ""
     items = "".join(f"<li>{esc(truncate(w, 400))}</li>" for w in warnings[:MAX_SHOWN])
@@ -30,21 +31,18 @@ def render_warnings(summary: dict) -> str:
             f"<ul>{items}{more}</ul></div>\n")
 
 
-def _entries(summary: dict) -> list[dict]:
-    merged = summary.get("data_quality")
-    if isinstance(merged, list):
-        return [e for e in merged if isinstance(e, dict)]
-    out = []  # an older summary: only per-trace lists, if any
-    for t in summary.get("traces") or []:
-        if isinstance(t, dict):
-            out += [e for e in t.get("data_quality") or [] if isinstance(e, dict)]
-    return out
+def _entries(record: Record) -> list[QualityEntry]:
+    if record.data_quality is not None:
+        return record.data_quality
+    # an older summary: only per-trace lists, if any
+    return [e for t in record.traces or [] for e in t.data_quality or []]
 
 
-def render(summary: dict) -> str:
-    steps = model.steps_of(summary)
-    return section("quality", "Data quality", _by_status(steps) + _left_out(steps) + _events(summary)
-                   + _skipped_files(summary))
+def render(summary: dict | Record) -> str:
+    record = record_of(summary)
+    steps = record.steps or []
+    return section("quality", "Data quality", _by_status(steps) + _left_out(steps) + _events(record)
+                   + _skipped_files(record))
 
 
 def _by_status(steps: list[dict]) -> str:
@@ -73,29 +71,29 @@ def _left_out(steps: list[dict]) -> str:
     return table([("status", "l"), ("rank:step", "l"), ("why", "l")], rows, "Why each left-out step was left out.")
 
 
-def _events(summary: dict) -> str:
+def _events(record: Record) -> str:
     """Every event the analysis could not use as written, or a note that there were none (or that
     the summary predates the record)."""
-    entries = _entries(summary)
+    entries = _entries(record)
     if not entries:
-        if "data_quality" in summary:
+        if record.data_quality is not None:
             return note("Nothing was repaired, dropped, clipped or set aside: every event was used as written.")
         return note("This summary predates the data-quality record; run perfscope analyze on the traces again.")
     rows = []
     for e in entries:
-        ex = ", ".join(f"{k} ({v:,})" for k, v in list((e.get("examples") or {}).items())[:5])
-        rows.append(("hl" if e.get("action") != "noted" else "", [
-            esc(e.get("action", "-")), count(e.get("count")), esc(e.get("unit", "event")),
-            esc(truncate(e.get("reason", ""), 200)), f'<span class="name">{esc(truncate(ex, 300))}</span>']))
+        ex = ", ".join(f"{k} ({v:,.0f})" for k, v in list((e.examples or {}).items())[:5])
+        rows.append(("hl" if e.action != "noted" else "", [
+            esc(e.action or "-"), count(e.count), esc(e.unit or "event"),
+            esc(truncate(e.reason or "", 200)), f'<span class="name">{esc(truncate(ex, 300))}</span>']))
     return table([("action", "l"), ("count", ""), ("of", "l"), ("reason", "l"), ("examples", "l")], rows,
                  "Every event the analysis could not use as written, summed over the traces "
                  "(repair order in docs/metrics.md). Highlighted rows changed or left out data.")
 
 
-def _skipped_files(summary: dict) -> str:
-    skipped = [s for s in summary.get("skipped") or [] if isinstance(s, dict)]
+def _skipped_files(record: Record) -> str:
+    skipped = record.skipped or []
     if not skipped:
         return ""
     return table([("file left out", "l"), ("why", "l")],
-                 [("hl", [esc(s.get("path")), esc(truncate(s.get("reason"), 300))]) for s in skipped],
+                 [("hl", [esc(s.path), esc(truncate(s.reason, 300))]) for s in skipped],
                  "Trace files that could not be read; the analysis describes the others.")

@@ -4,6 +4,8 @@ the profiler by ``perfscope profile``; the profiled window beside it, slow steps
 from __future__ import annotations
 
 from perfscope.analysis.run_view import PHASES, run_findings, run_headline
+from perfscope.record.schema import RunSteps
+from perfscope.record.view import Record, record_of
 from perfscope.reports import model
 from perfscope.reports.html import esc, figure, legend, note, num, section, table
 from perfscope.reports.palette import BLUE, GREEN, GREY, ORANGE, PURPLE
@@ -26,22 +28,19 @@ def _parts(curve: list[list]) -> list[tuple[str, list[float], str]]:
     return [*parts, ("other", rest, _COLOURS["other"])]
 
 
-def _marks(view: dict) -> list[tuple[float, float, str]]:
+def _marks(view: RunSteps) -> list[tuple[float, float, str]]:
     """The slow steps as (step, ms, tooltip)."""
-    out = []
-    for s in view.get("slow_steps") or []:
-        if isinstance(s, dict) and num(s.get("step")) is not None:
-            out.append((num(s.get("step")), (num(s.get("seconds")) or 0.0) * 1e3,
-                        f"step {s.get('step')}: {_ms(s.get('seconds'))} ms, {s.get('phase')} +{_ms(s.get('extra_s'))} ms"))
-    return out
+    return [(float(s.step), (s.seconds or 0.0) * 1e3,
+             f"step {s.step}: {_ms(s.seconds)} ms, {s.phase} +{_ms(s.extra_s)} ms")
+            for s in view.slow_steps or [] if s.step is not None]
 
 
-def _chart(view: dict, key: str, who: str) -> str:
-    curve = [p for p in view.get("curve") or [] if isinstance(p, list) and len(p) == 8 and num(p[0]) is not None]
-    xs = [num(p[0]) for p in curve]
+def _chart(view: RunSteps, key: str, who: str) -> str:
+    curve = [p for p in view.curve or [] if len(p) == 8 and p[0] is not None]
+    xs = [p[0] for p in curve]
     parts, marks = _parts(curve), _marks(view)
-    w = view.get("window") or {}
-    window = (num(w.get("first")), num(w.get("last"))) if w.get("first") is not None else None
+    w = view.window
+    window = (float(w.first), num(w.last)) if w is not None and w.first is not None else None
     return figure(run_chart(key, xs, parts, window, marks, f"{who}: step time in phases over the whole run"),
                   f"{who}: every step's time in phases (the slowest of each run of consecutive steps where there are "
                   "more than 480); the grey band is the profiled window, triangles mark slow steps. Phases are the "
@@ -49,29 +48,29 @@ def _chart(view: dict, key: str, who: str) -> str:
         + legend([(name, _COLOURS[name]) for name in PHASES])
 
 
-def _slow_table(view: dict) -> str:
-    rows = [("", [esc(s.get("step")), _ms(s.get("seconds")), f"{num(s.get('ratio')) or 0:.1f}x", esc(s.get("phase")),
-                  "+" + _ms(s.get("extra_s"))]) for s in view.get("slow_steps") or [] if isinstance(s, dict)]
+def _slow_table(view: RunSteps) -> str:
+    rows = [("", [esc(s.step), _ms(s.seconds), f"{s.ratio or 0:.1f}x", esc(s.phase), "+" + _ms(s.extra_s)])
+            for s in view.slow_steps or []]
     if not rows:
         return ""
     return table([("step", "l"), ("time (ms)", ""), ("of median", ""), ("grew in", "l"), ("by (ms)", "")], rows,
-                 f"Steady steps above {_ms(view.get('slow_threshold_s'))} ms: 1.5x the median, 5 scaled "
+                 f"Steady steps above {_ms(view.slow_threshold_s)} ms: 1.5x the median, 5 scaled "
                  "median absolute deviations and 2 ms above it.")
 
 
-def _rank(view: dict, key: str, who: str) -> str:
+def _rank(view: RunSteps, key: str, who: str) -> str:
     lines = "".join(f"<li>{esc(line)}</li>" for line in run_findings(view))
-    head = (f"<h3>{esc(who)}</h3><p>{esc(run_headline(view))}; start-up (first 2 steps) {_ms(view.get('startup_s'))} ms; "
-            f"the profiler's own work {_ms(view.get('profiler_s'))} ms.</p>")
+    head = (f"<h3>{esc(who)}</h3><p>{esc(run_headline(view))}; start-up (first 2 steps) {_ms(view.startup_s)} ms; "
+            f"the profiler's own work {_ms(view.profiler_s)} ms.</p>")
     return head + (f"<ul>{lines}</ul>" if lines else "") + _chart(view, key, who) + _slow_table(view)
 
 
-def render(summary: dict) -> str:
+def render(summary: dict | Record) -> str:
     """The Whole run section (a note when no trace has a whole-run record)."""
-    views = [v for v in model.details(summary).get("run_steps") or [] if isinstance(v, dict)]
+    views = model.details(record_of(summary)).run_steps or []
     if not views:
         return section("run", "Whole run", note("Not timed: only `perfscope profile` times every step of a run."))
-    parts = [_rank(v, f"run{i}", f"rank {v.get('rank')}" if len(views) > 1 else "this run")
+    parts = [_rank(v, f"run{i}", f"rank {v.rank}" if len(views) > 1 else "this run")
              for i, v in enumerate(views[:MAX_RANKS])]
     more = (note(f"{len(views) - MAX_RANKS} more ranks in summary.json (details.run_steps).")
             if len(views) > MAX_RANKS else "")

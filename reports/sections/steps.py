@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from perfscope.record.view import Record, record_of
 from perfscope.reports import model
 from perfscope.reports.html import esc, figure, legend, ms, pct, section, table
 from perfscope.reports.palette import part_us, parts
@@ -55,7 +56,7 @@ def _rank_groups(steps: list[dict]) -> list[tuple[int, int, str]]:
     return groups
 
 
-def chart(summary: dict, steps: list[dict], mode: str, y_max: float | None = None, key: str = "steps") -> str:
+def chart(steps: list[dict], mode: str, y_max: float | None = None, key: str = "steps") -> str:
     """The stacked columns of ``steps`` with their caption and legend; ``key``: the chart's id prefix
     (unique in the page: the diff draws two)."""
     groups_def = parts(mode)
@@ -101,9 +102,10 @@ def _step_row(s: dict, columns) -> tuple[str, list[str]]:
     return ("cut" if cut else "", cells)
 
 
-def render(summary: dict) -> str:
-    mode = "gpu" if summary.get("mode") == "gpu" else "cpu"
-    all_steps = model.steps_of(summary)
+def render(summary: dict | Record) -> str:
+    record = record_of(summary)
+    mode = model.mode(record)
+    all_steps = record.steps or []
     if not all_steps:
         return section("steps", "Per-step breakdown", '<p class="muted">The summary holds no steps.</p>')
     steps, left_out = shown_steps(all_steps)
@@ -114,9 +116,9 @@ def render(summary: dict) -> str:
     tab = table(headers, rows, "Step time in milliseconds; the other columns are shares of each step's time "
                 "and add up to 100% (definitions in docs/metrics.md).")
     extra = f'<p class="muted">{esc(left_out)}</p>' if left_out else ""
-    rep, per_step = model.representative_step(summary), model.step_time(summary)
+    rep, per_step = model.representative_step(record), model.step_time(record)
     if rep is not None and per_step is not None:
         extra += (f'<p class="muted">Step time {ms(per_step)}: the mean over the counted steps of each step\'s '
                   f"slowest rank (the window over its steps); the representative step, nearest to it, is step "
                   f"{esc(rep)} (docs/metrics.md, Step time).</p>")
-    return section("steps", "Per-step breakdown", chart(summary, steps, mode) + extra + tab)
+    return section("steps", "Per-step breakdown", chart(steps, mode) + extra + tab)

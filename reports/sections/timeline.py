@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from perfscope.telemetry_format import THROTTLE_MASK
+from perfscope.record.view import Record
 from perfscope.reports import model
 from perfscope.reports.html import esc, legend, ms, note, num, section, truncate
 from perfscope.reports.palette import GREY, ORANGE, SKY, YELLOW
@@ -222,12 +223,12 @@ def _legends(prep) -> tuple[list, list]:
     return items, list(dict.fromkeys(prep.partition_cats))
 
 
-def _rank_view(summary: dict, found) -> StepView | None:
+def _rank_view(record: Record, found) -> StepView | None:
     """Another rank's representative step as drawn, or None."""
     if found is None or found.problem:
         return None
-    steps = [s for s in model.steps_of(summary) if s.get("rank") == found.rank]
-    k = model.representative_index(summary, steps)
+    steps = [s for s in record.steps or [] if s.get("rank") == found.rank]
+    k = model.representative_index(record, steps)
     if k is None:
         return None
     for prep in found.prepared():
@@ -252,10 +253,10 @@ def no_timeline(found, stored_problem: str | None = None) -> str:
         "directory's traces/ folder (perfscope report OUT_DIR), or run perfscope analyze on them."))
 
 
-def _views(summary: dict, found) -> list:
+def _views(record: Record, found) -> list:
     """``(summary step, prepared trace, window index)`` of each of the rank's steps the traces hold."""
     views = []
-    for s in (s for s in model.steps_of(summary) if s.get("rank") == found.rank):
+    for s in (s for s in record.steps or [] if s.get("rank") == found.rank):
         for prep in found.prepared():
             i = prep.step_index(s.get("step"))
             if i is not None:
@@ -264,39 +265,39 @@ def _views(summary: dict, found) -> list:
     return views
 
 
-def _choose(summary: dict, views: list, step) -> tuple[int, int | None, list[int]]:
+def _choose(record: Record, views: list, step) -> tuple[int, int | None, list[int]]:
     """(the view shown first: ``step``'s, else the representative step's; the representative's;
     the views pre-rendered, :data:`MAX_VIEWS` around the first)."""
     chosen = next((k for k, (s, _, _) in enumerate(views) if step is not None and s.get("step") == step), None)
-    rep = model.representative_index(summary, [v[0] for v in views])
+    rep = model.representative_index(record, [v[0] for v in views])
     if chosen is None:
         chosen = rep if rep is not None else 0
     lo = max(0, min(chosen - MAX_VIEWS // 2, len(views) - MAX_VIEWS))
     return chosen, rep, list(range(lo, min(len(views), lo + MAX_VIEWS)))
 
 
-def build(summary: dict, found, step=None, others=()) -> TimelineRecord | str:
+def build(record: Record, found, step=None, others=()) -> TimelineRecord | str:
     """What the timeline draws, from the located traces: a :class:`TimelineRecord`, or the
     section's note (HTML) when there is nothing to draw.
 
     Args:
-        summary: The summary record the traces belong to.
+        record: The summary record the traces belong to.
         found: A :class:`perfscope.reports.traces.Found` (one rank's traces) or None.
         step: The step shown first (default: the representative step).
         others: The Found of further ranks, each shown at its representative step.
     """
     if found is None or found.problem:
         return no_timeline(found)
-    views = _views(summary, found)
+    views = _views(record, found)
     if not views:
         return section("timeline", TITLE, note(f"The traces of rank {found.rank} hold none of the summary's steps; "
                                                "they are not the traces this summary was made from."))
-    chosen, rep, shown = _choose(summary, views, step)
+    chosen, rep, shown = _choose(record, views, step)
     drawn = [_step_view(views[k][1], views[k][2], views[k][0], k == rep) for k in shown]
     legend_items, partition_items = _legends(views[chosen][1])
-    return TimelineRecord(summary_digest=summary_digest(summary), rank=found.rank if isinstance(found.rank, int) else None,
+    return TimelineRecord(summary_digest=summary_digest(record), rank=found.rank if isinstance(found.rank, int) else None,
                           views=drawn, chosen=shown.index(chosen), total_views=len(views),
-                          others=[v for v in (_rank_view(summary, f) for f in others) if v is not None],
+                          others=[v for v in (_rank_view(record, f) for f in others) if v is not None],
                           legend=legend_items, partition_legend=partition_items)
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from perfscope.analysis.verdict import ADVICE, THRESHOLDS
 from perfscope.analysis.waits import wait_shares
 from perfscope.classes import MEANING, REMOVAL, TITLE
+from perfscope.record.schema import OtherWaits, Overall
+from perfscope.record.view import Record, record_of
 from perfscope.reports import model
 from perfscope.reports.sections import telemetry
 from perfscope.reports.html import esc, figure, legend, ms, num, pct, section
@@ -12,10 +14,6 @@ from perfscope.reports.palette import CLASS_COLOURS, CLASS_ORDER
 from perfscope.reports.svg import hbar
 
 MIN_SPEEDUP = 1.01  # below this a removable class is not worth a recommendation
-
-
-def _mode(summary: dict) -> str:
-    return "gpu" if summary.get("mode") == "gpu" else "cpu"
 
 
 def what_if_sentence(cls: str, w: dict, mode: str) -> str:
@@ -26,29 +24,33 @@ def what_if_sentence(cls: str, w: dict, mode: str) -> str:
             "step). This is an upper bound: it assumes nothing else takes the removed time's place.")
 
 
-def _advice(summary: dict, cls: str, mode: str) -> str:
+def _advice(record: Record, cls: str, mode: str) -> str:
     """The analysis's own advice for a class (fitted to the trace: a run replaying CUDA graphs is
     not told to use them); the generic line for summaries written before it was recorded."""
-    given = model.details(summary).get("advice")
-    if isinstance(given, dict) and isinstance(given.get(cls), str):
-        return given[cls]
-    return ADVICE[(cls, mode)]
+    given = model.details(record).advice
+    fitted = getattr(given, cls, None) if given is not None else None
+    return fitted if fitted is not None else ADVICE[(cls, mode)]
 
 
-def _waits(summary: dict) -> str:
+def _share(overall: Overall, cls: str) -> float | None:
+    """``overall.fractions`` of a class (or ``other``), None where the record has none."""
+    return getattr(overall.fractions, cls, None) if overall.fractions is not None else None
+
+
+def _waits(record: Record) -> str:
     """When ``other`` is the largest share: say so, and what the GPU waited on."""
-    overall = summary.get("overall") or {}
-    if not overall.get("other_largest"):
+    overall = model.overall(record)
+    if not overall.other_largest:
         return ""
-    share = pct((overall.get("fractions") or {}).get("other"), 0)
-    items = _wait_items(model.details(summary).get("other_waits") or {})
+    share = pct(_share(overall, "other"), 0)
+    items = _wait_items(model.details(record).other_waits or OtherWaits())
     listing = f"<p>What the GPU waited on (docs/metrics.md, Other):</p><ul>{''.join(items)}</ul>" if items else ""
     return (f'<p class="warn"><strong>The largest share is other, {esc(share)} of step time</strong>: the GPU sat idle '
             "with its next work already queued, waiting on a dependency, which no single knob removes. The verdict "
             "above names the largest cause a knob does remove.</p>" + listing)
 
 
-def _wait_items(waits: dict) -> list[str]:
+def _wait_items(waits: OtherWaits) -> list[str]:
     """A list item per cause of the GPU's waits with time of its own: its share and top calls."""
     return [_wait_item(cause, share, calls) for cause, share, calls in wait_shares(waits)]
 
@@ -68,104 +70,101 @@ def _ranked(wif: dict, verdict: str) -> list[str]:
     return ranked
 
 
-def _recommendations(summary: dict, mode: str) -> str:
-    overall = summary.get("overall") or {}
-    verdict = str(overall.get("verdict") or "").removesuffix("-bound")
-    wif = model.what_if(summary)
+def _recommendations(record: Record, mode: str) -> str:
+    overall = model.overall(record)
+    verdict = (overall.verdict or "").removesuffix("-bound")
+    wif = model.what_if(record)
     ranked = _ranked(wif, verdict)
     items = []
     if verdict == "compute":
         items.append((
-            "compute", _advice(summary, "compute", mode),
+            "compute", _advice(record, "compute", mode),
             "No what-if estimate: compute is the time the measured breakdown cannot remove; only faster "
             "kernels (or fewer of them) shorten it.",
         ))
     for c in ranked[:3]:
-        items.append((c, _advice(summary, c, mode), what_if_sentence(c, wif[c], mode)))
+        items.append((c, _advice(record, c, mode), what_if_sentence(c, wif[c], mode)))
     if not items:
         return '<p class="muted">No removable cause costs enough to recommend a change.</p>'
     lis = "".join(
-        f'<li><strong>{esc(TITLE[c])}</strong> ({esc(c)}, {pct((overall.get("fractions") or {}).get(c), 0)} of step time). '
+        f'<li><strong>{esc(TITLE[c])}</strong> ({esc(c)}, {pct(_share(overall, c), 0)} of step time). '
         f'{esc(advice)}<span class="whatif">{esc(w)}</span></li>'
         for c, advice, w in items
     )
     return f'<h3>What to change</h3><ol class="recs">{lis}</ol>'
 
 
-def _no_verdict(summary: dict) -> str:
-    overall = summary.get("overall") or {}
-    counts = overall.get("steps_by_status") or {}
-    by = ", ".join(f"{n} {s}" for s, n in counts.items()) if isinstance(counts, dict) else ""
-    head = (f'<p class="verdict keep"><strong>No verdict</strong>: {esc(overall.get("reason") or "no step could be classified")}.'
+def _no_verdict(overall: Overall) -> str:
+    by = ", ".join(f"{n:.0f} {s}" for s, n in (overall.steps_by_status or {}).items())
+    head = (f'<p class="verdict keep"><strong>No verdict</strong>: {esc(overall.reason or "no step could be classified")}.'
             f"<small>perfscope classifies only steps whose evidence is whole: not incomplete, not start-up, not on a "
             f"starved host{esc(' (steps here: ' + by + ')') if by else ''}; "
             'see <a href="#quality">Data quality</a> for each step.</small></p>')
-    return section("verdict", "Verdict", head + f"<h3>What to do</h3><p>{esc(overall.get('advice', ''))}</p>")
+    return section("verdict", "Verdict", head + f"<h3>What to do</h3><p>{esc(overall.advice or '')}</p>")
 
 
-def render(summary: dict) -> str:
-    mode = _mode(summary)
-    overall = summary.get("overall") or {}
-    if "verdict" in overall and not overall.get("verdict"):
-        return _no_verdict(summary)
-    return section("verdict", "Verdict", _headline(summary, mode) + _busy_host(overall) + _waits(summary)
-                   + _evidence(overall.get("fractions") or {}, mode) + _recommendations(summary, mode))
+def render(summary: dict | Record) -> str:
+    record = record_of(summary)
+    mode = model.mode(record)
+    overall = model.overall(record)
+    if not overall.verdict:
+        return _no_verdict(overall)
+    return section("verdict", "Verdict", _headline(record, mode) + _busy_host(overall) + _waits(record)
+                   + _evidence(overall, mode) + _recommendations(record, mode))
 
 
-def _evidence(fractions: dict, mode: str) -> str:
+def _evidence(overall: Overall, mode: str) -> str:
     """The bar of each class's share of the step time, its caption and legend."""
-    total = sum(num(fractions.get(c)) or 0.0 for c in CLASS_ORDER)
-    bar = hbar([(c, num(fractions.get(c)) or 0.0, CLASS_COLOURS[c]) for c in CLASS_ORDER], total,
-               "share of step time by class")
+    shares = {c: _share(overall, c) for c in CLASS_ORDER}
+    total = sum(v or 0.0 for v in shares.values())
+    bar = hbar([(c, shares[c] or 0.0, CLASS_COLOURS[c]) for c in CLASS_ORDER], total, "share of step time by class")
     thresholds = ", ".join(f"{c} {THRESHOLDS[c] * 100:.0f}%" for c in ("io", "comm", "launch"))
     caption = (
         "Evidence: each class's share of the total time of the counted steps (all ranks). io, comm and "
         f"launch are removable; one names the verdict when its share reaches its threshold ({thresholds}), "
         "else the run is compute-bound." + (" Other is GPU idle time waiting on dependencies." if mode == "gpu" else "")
     )
-    return figure(bar, caption) + legend([(f"{c} {pct(fractions.get(c))}", CLASS_COLOURS[c]) for c in CLASS_ORDER])
+    return figure(bar, caption) + legend([(f"{c} {pct(shares[c])}", CLASS_COLOURS[c]) for c in CLASS_ORDER])
 
 
-def _steps_named(summary: dict, verdict: str) -> str:
+def _steps_named(record: Record, verdict: str) -> str:
     """How many steps carry the verdict, of those counted (or classified, when provisional)."""
-    overall = summary.get("overall") or {}
-    share = num((overall.get("step_share") or {}).get(verdict))
-    if overall.get("provisional") is True:
-        counted = len(model.counted_steps(summary))
-    else:
-        counted = overall.get("steps_counted")
-    return f"{round(share * counted)} of {counted}" if share is not None and isinstance(counted, int) else "-"
+    overall = model.overall(record)
+    step_share = overall.step_share
+    share = getattr(step_share, verdict.replace("-", "_"), None) if step_share is not None else None
+    counted = len(model.counted_steps(record)) if overall.provisional is True else overall.steps_counted
+    return f"{round(share * counted)} of {counted}" if share is not None and counted is not None else "-"
 
 
-def _headline(summary: dict, mode: str) -> str:
+def _headline(record: Record, mode: str) -> str:
     """The verdict, what it means, its class's share and the step time it rests on."""
-    overall = summary.get("overall") or {}
-    verdict = str(overall.get("verdict", "unknown"))
+    overall = model.overall(record)
+    verdict = overall.verdict
     cls = verdict.removesuffix("-bound")
     meaning = MEANING.get((cls, mode), "")
-    provisional = overall.get("provisional") is True
-    headline = telemetry.headline(summary)
+    provisional = overall.provisional is True
+    headline = telemetry.headline(record)
     return (
         f'<p class="verdict"><strong>{esc(verdict)}{", provisional" if provisional else ""}</strong>'
         f'{": " + esc(meaning) if meaning else ""}.'
-        f"<small>{esc(cls)} costs {pct((overall.get('fractions') or {}).get(cls))} of the step time (runner-up "
-        f"{esc(overall.get('runner_up', '-'))}); {esc(_steps_named(summary, verdict))} "
+        f"<small>{esc(cls)} costs {pct(_share(overall, cls))} of the step time (runner-up "
+        f"{esc(overall.runner_up or '-')}); {esc(_steps_named(record, verdict))} "
         f"{'classified' if provisional else 'counted'} steps are {esc(verdict)}. "
-        f"Step time {ms(model.step_time(summary))}{' without the waits for a core' if provisional else ''} "
+        f"Step time {ms(model.step_time(record))}{' without the waits for a core' if provisional else ''} "
         f"(the window over its steps; representative step "
-        f"{esc(model.representative_step(summary))})"
-        f"{esc('; ' + headline) if headline else ''}{esc(_over_ranks(summary))}.</small></p>"
+        f"{esc(model.representative_step(record))})"
+        f"{esc('; ' + headline) if headline else ''}{esc(_over_ranks(record))}.</small></p>"
     )
 
 
-def _over_ranks(summary: dict) -> str:
-    ranks = (summary.get("run") or {}).get("ranks_analyzed")
-    return f" over {ranks} rank" + ("s" if ranks != 1 else "") if isinstance(ranks, int) else ""
+def _over_ranks(record: Record) -> str:
+    ranks = record.run.ranks_analyzed if record.run else None
+    return f" over {ranks} rank" + ("s" if ranks != 1 else "") if ranks is not None else ""
 
 
-def _busy_host(overall: dict) -> str:
+def _busy_host(overall: Overall) -> str:
     """For a provisional verdict: what it rests on, and how to get one without the label."""
-    if overall.get("provisional") is not True:
+    if overall.provisional is not True:
         return ""
     from perfscope.console import contention_line
 
