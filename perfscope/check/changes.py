@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import statistics
 
+from perfscope.record.view import Record
+
 TOP_GROWN = 3
 MAX_NAME = 120  # a kernel's or operator's name as printed: templated C++ names run to thousands
 # A class or kernel whose time per step grew by less than this share of the baseline's step time
@@ -12,51 +14,43 @@ MAX_NAME = 120  # a kernel's or operator's name as printed: templated C++ names 
 QUIET_SHARE = 0.01
 
 
-def _number(value) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def per_step_classes(summaries: list[dict]) -> tuple[float | None, dict[str, float]]:
+def per_step_classes(records: list[Record]) -> tuple[float | None, dict[str, float]]:
     """Mean time per counted row (µs) and each class's share of it, averaged over the runs."""
     means, shares = [], {}
-    for s in summaries:
-        o = s.get("overall") or {}
-        mean = _number(o.get("mean_step_time_us"))
-        if mean is None:
+    for s in records:
+        o = s.overall
+        if o is None or o.mean_step_time_us is None:
             continue
-        means.append(mean)
-        for c, f in (o.get("fractions") or {}).items():
-            if _number(f) is not None:
-                shares.setdefault(str(c), []).append(float(f))
+        means.append(o.mean_step_time_us)
+        fractions = o.fractions
+        for c in fractions.__struct_fields__ if fractions is not None else ():
+            if getattr(fractions, c) is not None:
+                shares.setdefault(c, []).append(getattr(fractions, c))
     if not means:
         return None, {}
     return statistics.fmean(means), {c: statistics.fmean(v) for c, v in shares.items()}
 
 
-def per_step_top(summaries: list[dict]) -> dict[str, float]:
+def per_step_top(records: list[Record]) -> dict[str, float]:
     """The top kernels (GPU) or operators (CPU) of ``details``, µs per counted row, averaged."""
     totals: dict[str, float] = {}
-    for s in summaries:
-        key = "top_kernels" if s.get("mode") == "gpu" else "top_operators"
-        rows = _number((s.get("overall") or {}).get("steps_counted")) or 0
+    for s in records:
+        rows = s.overall.steps_counted if s.overall is not None else None
         if not rows:
             continue
-        for name, total in _totals(s, key):
-            totals[name] = totals.get(name, 0.0) + total / rows / len(summaries)
+        for name, total in _totals(s):
+            totals[name] = totals.get(name, 0.0) + total / rows / len(records)
     return totals
 
 
-def _totals(summary: dict, key: str) -> list[tuple[str, float]]:
-    """(name, total µs) of the ``details.<key>`` entries that have a total."""
-    out = []
-    for e in (summary.get("details") or {}).get(key) or []:
-        total = _number(e.get("total_us")) if isinstance(e, dict) else None
-        if total is not None:
-            out.append((str(e.get("name")), total))
-    return out
+def _totals(record: Record) -> list[tuple[str, float]]:
+    """(name, total µs) of the top kernels (GPU) or operators (CPU) that have a total."""
+    d = record.details
+    rows = (d.top_kernels if record.mode == "gpu" else d.top_operators) if d is not None else None
+    return [(str(e.name), e.total_us) for e in rows or [] if e.total_us is not None]
 
 
-def what_grew(baselines: list[dict], runs: list[dict]) -> list[str]:
+def what_grew(baselines: list[Record], runs: list[Record]) -> list[str]:
     """Lines naming the classes and the kernels/operators whose time per step grew (ms), largest
     growth first; growths below :data:`QUIET_SHARE` of the baseline's step time are left out."""
     (mb, fb), (mr, fr) = per_step_classes(baselines), per_step_classes(runs)
@@ -74,10 +68,10 @@ def what_grew(baselines: list[dict], runs: list[dict]) -> list[str]:
     return [line for _, line in sorted(grown, key=lambda g: -g[0])]
 
 
-def _grown_top(baselines: list[dict], runs: list[dict], quiet: float) -> list[tuple[float, str]]:
+def _grown_top(baselines: list[Record], runs: list[Record], quiet: float) -> list[tuple[float, str]]:
     """(growth µs, line) of the kernels/operators whose time per step grew by more than ``quiet``
     µs, of the :data:`TOP_GROWN` that grew most."""
-    what = "kernel" if runs[0].get("mode") == "gpu" else "operator"
+    what = "kernel" if runs[0].mode == "gpu" else "operator"
     ta, tb = per_step_top(baselines), per_step_top(runs)
     grown = []
     for delta, name in sorted(((tb[n] - ta.get(n, 0.0), n) for n in tb), reverse=True)[:TOP_GROWN]:

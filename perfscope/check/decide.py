@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from perfscope.check.changes import what_grew
 from perfscope import steptime
+from perfscope.record.view import Record, record_of
 from perfscope.check.stats import (
     MIN_STEPS, POWER, detectable_slowdown, detectable_steps, run_step_times, slowdown_p, step_sample, whole_run_sample,
 )
@@ -66,13 +67,14 @@ class CheckResult:
         return self.step_regression or self.verdict_regression
 
 
-def _side(value) -> list[dict]:
-    return [value] if isinstance(value, dict) else list(value)
+def _side(value) -> list[Record]:
+    """A side's runs: one summary record (plain data or :class:`Record`) or a list of them."""
+    return [record_of(s) for s in ([value] if isinstance(value, (dict, Record)) else value)]
 
 
-def _verdict(summaries: list[dict]) -> str | None:
+def _verdict(records: list[Record]) -> str | None:
     """The side's most common verdict (ties: the first run's); None when no run has one."""
-    found = [v for v in ((s.get("overall") or {}).get("verdict") for s in summaries) if isinstance(v, str) and v]
+    found = [s.overall.verdict for s in records if s.overall is not None and s.overall.verdict]
     return collections.Counter(found).most_common(1)[0][0] if found else None
 
 
@@ -82,14 +84,14 @@ MIN_STEP_US = 1.0
 MAX_STEP_US = 1e13  # 115 days: the host record's own bound on a step (perfscope.host_steps.MAX_US)
 
 
-def _check_inputs(baselines: list[dict], runs: list[dict], max_regression: float, alpha: float,
+def _check_inputs(baselines: list[Record], runs: list[Record], max_regression: float, alpha: float,
                   whole: bool = False) -> None:
     """Refuse what cannot be compared; ``whole``: the whole runs' steps are (the windows may be short)."""
     if not (0 < max_regression < 10) or not (0 < alpha < 1):
         raise CheckInputError(f"max_regression {max_regression} must be in (0, 10) and alpha {alpha} in (0, 1)")
     if not baselines or not runs:
         raise CheckInputError("each side needs at least one run")
-    modes = {s.get("mode") for s in baselines + runs}
+    modes = {s.mode for s in baselines + runs}
     if len(modes) > 1:
         raise CheckInputError(f"the runs are of different modes ({', '.join(sorted(map(str, modes)))}): their step "
                               "times do not compare")
@@ -98,33 +100,28 @@ def _check_inputs(baselines: list[dict], runs: list[dict], max_regression: float
             _check_run(s, f"the {name}" + (f" #{k + 1}" if len(side) > 1 else ""), whole)
 
 
-def _check_run(summary: dict, which: str, whole: bool) -> None:
+def _check_run(record: Record, which: str, whole: bool) -> None:
     """Refuse a run whose counted steps took no time or years, or that has too few of them
     (unless the whole runs' steps are compared)."""
-    sample = step_sample(summary)
+    sample = step_sample(record)
     impossible = sum(1 for t in sample if not MIN_STEP_US <= t <= MAX_STEP_US)
     if impossible:  # a step takes time, and not years: a summary that says otherwise was not measured
         raise CheckInputError(f"{which} has {impossible} counted step(s) that took no time (under "
                               f"{MIN_STEP_US:g} µs) or longer than 115 days, which no run does: not compared "
                               "(was its summary edited or made by hand?)")
     if len(sample) < MIN_STEPS and not whole:
-        raise CheckInputError(f"{which} has {len(sample)} counted step(s){_why_left_out(summary)}; the test needs at "
+        raise CheckInputError(f"{which} has {len(sample)} counted step(s){_why_left_out(record)}; the test needs at "
                               f"least {MIN_STEPS} in each run (profile more steps: perfscope profile --active N)")
 
 
-def _left_out(counts: dict) -> dict:
-    """The step statuses other than ``ok`` with a positive count."""
-    return {k: v for k, v in counts.items() if k != "ok" and isinstance(v, int) and v > 0}
-
-
-def _why_left_out(summary: dict) -> str:
+def _why_left_out(record: Record) -> str:
     """The statuses of the steps the verdict left out, e.g. ``" (18 host-contended: ...)"``."""
-    counts = (summary.get("overall") or {}).get("steps_by_status") or {}
-    out = _left_out(counts) if isinstance(counts, dict) else {}
+    counts = (record.overall.steps_by_status if record.overall is not None else None) or {}
+    out = {k: v for k, v in counts.items() if k != "ok" and v > 0}
     if not out:
         return ""
     hint = "; the machine was busy: run it again" if "host-contended" in out else ""
-    return " (" + ", ".join(f"{v} {k}" for k, v in out.items()) + f" left out{hint})"
+    return " (" + ", ".join(f"{v:.0f} {k}" for k, v in out.items()) + f" left out{hint})"
 
 
 def compare(baseline, run, *, max_regression: float = DEFAULT_MAX_REGRESSION, alpha: float = ALPHA,
@@ -165,9 +162,9 @@ def compare(baseline, run, *, max_regression: float = DEFAULT_MAX_REGRESSION, al
                        detectable=detectable)
 
 
-def _whole_runs(summaries: list[dict]) -> tuple[list, int]:
+def _whole_runs(records: list[Record]) -> tuple[list, int]:
     """Every run's whole-run sample (``--all-steps``), and how many lack one long enough."""
-    whole = [whole_run_sample(s) for s in summaries]
+    whole = [whole_run_sample(s) for s in records]
     return whole, sum(1 for w in whole if w is None or len(w) < MIN_STEPS)
 
 
@@ -195,7 +192,7 @@ def _power(vb: list[float], n_runs: int, alpha: float, max_regression: float,
     return spread, detectable
 
 
-def _step_times(baselines: list[dict], runs: list[dict], whole: list | None, missing: int, alpha: float,
+def _step_times(baselines: list[Record], runs: list[Record], whole: list | None, missing: int, alpha: float,
                 notes: list[str]) -> tuple[list[float], list[float], tuple | None]:
     """Each side's run step times (µs), and the two whole runs' steps to test one run each with
     (``--all-steps``; None otherwise). ``whole``: every run's whole-run sample, or None when not
@@ -215,12 +212,13 @@ def _step_times(baselines: list[dict], runs: list[dict], whole: list | None, mis
     return vb, vr, None
 
 
-def _provisional(summary: dict) -> bool:
+def _provisional(record: Record) -> bool:
     """Whether the run's verdict is provisional and rests on no counted step."""
-    return (summary.get("overall") or {}).get("provisional") is True and not steptime.counted_rows(summary.get("steps") or [])
+    provisional = record.overall is not None and record.overall.provisional is True
+    return provisional and not steptime.counted_rows(record.steps or [])
 
 
-def _verdict_notes(baselines: list[dict], runs: list[dict], verdict_b, verdict_r, notes: list[str]) -> list[str]:
+def _verdict_notes(baselines: list[Record], runs: list[Record], verdict_b, verdict_r, notes: list[str]) -> list[str]:
     """Notes on verdicts that cannot be compared; the sides whose verdict is provisional (a verdict
     resting on no counted step: a flag beside counted steps is a hand edit)."""
     if verdict_b is None or verdict_r is None:

@@ -10,30 +10,30 @@ import math
 import statistics
 
 from perfscope import steptime
+from perfscope.record.view import Record
 
 MIN_STEPS = 5  # Mann-Whitney U with 4 and 4 cannot go below p = 1/70
 
 
-def counted_rows(summary: dict) -> list[dict]:
-    """The step rows the summary's verdict rests on (:func:`perfscope.steptime.verdict_rows`): the
+def counted_rows(record: Record) -> list[dict]:
+    """The step rows the record's verdict rests on (:func:`perfscope.steptime.verdict_rows`): the
     counted ones, or for a provisional verdict those it classified, without their waits for a core."""
-    return steptime.verdict_rows(summary.get("steps") or [], summary.get("overall"))
+    provisional = record.overall.provisional if record.overall is not None else None
+    return steptime.verdict_rows(record.steps or [], {"provisional": provisional})
 
 
-def step_sample(summary: dict) -> list[float]:
+def step_sample(record: Record) -> list[float]:
     """The job's time of each counted step (µs), in step order."""
-    return list(steptime.job_step_times(counted_rows(summary)).values())
+    return list(steptime.job_step_times(counted_rows(record)).values())
 
 
-def whole_run_sample(summary: dict) -> list[float] | None:
+def whole_run_sample(record: Record) -> list[float] | None:
     """The steady steps of the whole run (µs; ``details.run_steps[].sample_s``), of its slowest
-    rank where there are several; None when the summary has no whole-run record."""
-    views = [v for v in (summary.get("details") or {}).get("run_steps") or []
-             if isinstance(v, dict) and isinstance(v.get("sample_s"), list) and v["sample_s"]]
-    if not views:
+    rank where there are several; None when the record has no whole-run record."""
+    samples = [v.sample_s for v in (record.details.run_steps if record.details else None) or [] if v.sample_s]
+    if not samples:
         return None
-    view = max(views, key=lambda v: statistics.fmean(v["sample_s"]))
-    return [float(t) * 1e6 for t in view["sample_s"]]
+    return [t * 1e6 for t in max(samples, key=statistics.fmean)]
 
 
 def detectable_steps(baseline: list[float], run_n: int, alpha: float) -> float | None:
@@ -90,12 +90,12 @@ def p_prediction(single: float, several: list[float], single_is_run: bool) -> fl
     return float(student_t.sf(diff / (sd * math.sqrt(1 + 1 / n)), n - 1))
 
 
-def run_step_times(summaries: list[dict]) -> list[float | None]:
-    """Each run's step time (µs, :func:`perfscope.steptime.step_time_us`), one value per summary."""
-    return [steptime.step_time_us(counted_rows(s)) for s in summaries]
+def run_step_times(records: list[Record]) -> list[float | None]:
+    """Each run's step time (µs, :func:`perfscope.steptime.step_time_us`), one value per record."""
+    return [steptime.step_time_us(counted_rows(s)) for s in records]
 
 
-def slowdown_p(vb: list[float], vr: list[float], baselines: list[dict], runs: list[dict],
+def slowdown_p(vb: list[float], vr: list[float], baselines: list[Record], runs: list[Record],
                samples: tuple[list[float], list[float]] | None = None) -> tuple[float, str]:
     """The p-value of "the runs are slower than the baselines" and the test's name.
 

@@ -12,6 +12,8 @@ from perfscope import steptime
 from perfscope.errors import PerfscopeError
 from perfscope.forecast.model import Link
 from perfscope.job_facts import MAX_BUCKET_BYTES, MAX_BUCKETS, MAX_COUNT, MAX_TIME_US
+from perfscope.record.schema import Facts, Run
+from perfscope.record.view import Record, record_of
 
 # Backward takes about twice the forward's arithmetic (one matmul for the input gradient, one for
 # the weight gradient, per forward matmul; Kaplan et al. 2020, "6N FLOPs per token"), so about 2/3
@@ -88,28 +90,25 @@ def _count(v, where: str) -> int | None:
     return v
 
 
-def from_summary(summary: dict, *, gradient_mb: float | None = None) -> ProfileInputs:
+def from_summary(summary: dict | Record, *, gradient_mb: float | None = None) -> ProfileInputs:
     """Read the inputs from a summary record (``summary.json``).
 
     Args:
-        summary: A summary as :func:`perfscope.record.load_summary` returns it.
+        summary: A summary as :func:`perfscope.record.load_summary` returns it (or its
+            :class:`~perfscope.record.view.Record`).
         gradient_mb: Gradient size in MiB to use when the profile has no DDP record (traces not
             recorded by ``perfscope profile``): split into DDP's default 25 MiB buckets.
 
     Raises:
         PerfscopeError: no counted step, no DDP record and no ``gradient_mb``, or a profile of one rank.
     """
-    overall = _part(summary, "overall")
-    steps = steptime.verdict_rows(summary.get("steps") or [], overall)
-    provisional = bool(steps) and not any(s.get("counted") for s in steps)
-    if not steps:
-        raise PerfscopeError("the profile has no counted step (every step's evidence was incomplete, and no step "
-                             "got a provisional verdict); profile whole steps, later in the run")
+    record = record_of(summary)
+    steps, provisional = _verdict_steps(record)
     compute, comm = _step_times(steps)
-    facts = _part(_part(summary, "details"), "facts")
-    ddp = facts.get("ddp") if isinstance(facts.get("ddp"), dict) else None
+    facts = (record.details.facts if record.details is not None else None) or Facts()
+    ddp = facts.ddp
     buckets = _buckets(ddp, gradient_mb)
-    world, nodes, per_node = _layout(_part(summary, "run"), _part(facts, "job"))
+    world, nodes, per_node = _layout(record.run or Run(), facts.job or {})
     backward_us = ddp.get("backward_compute_us") if ddp else None
     if backward_us:
         backward, source = _number(backward_us, "details.facts.ddp.backward_compute_us") / 1e6, \
@@ -119,13 +118,22 @@ def from_summary(summary: dict, *, gradient_mb: float | None = None) -> ProfileI
     backward = min(backward, compute)
     return ProfileInputs(compute_s=compute, backward_s=backward, backward_source=source, buckets=buckets,
                          allreduce_s=comm, world=world, nodes=nodes, ranks_per_node=per_node,
-                         mode=str(summary.get("mode") or "cpu"), steps=len(steps), provisional=provisional)
+                         mode=record.mode or "cpu", steps=len(steps), provisional=provisional)
 
 
-def _part(record: dict, key: str) -> dict:
-    """``record[key]`` where it is an object, else ``{}`` (an older or partial summary)."""
-    value = record.get(key)
-    return value if isinstance(value, dict) else {}
+def _verdict_steps(record: Record) -> tuple[list[dict], bool]:
+    """The step rows the verdict rests on (:func:`perfscope.steptime.verdict_rows`), and whether
+    they are a provisional verdict's (no step counted).
+
+    Raises:
+        PerfscopeError: there are none.
+    """
+    provisional = record.overall.provisional if record.overall is not None else None
+    steps = steptime.verdict_rows(record.steps or [], {"provisional": provisional})
+    if not steps:
+        raise PerfscopeError("the profile has no counted step (every step's evidence was incomplete, and no step "
+                             "got a provisional verdict); profile whole steps, later in the run")
+    return steps, not any(s.get("counted") for s in steps)
 
 
 def _step_times(steps: list[dict]) -> tuple[float, float]:
@@ -154,10 +162,10 @@ def _buckets(ddp: dict | None, gradient_mb: float | None) -> tuple[int, ...]:
                          "profile --nproc-per-node N, or give the gradient size with --gradient-mb")
 
 
-def _layout(run: dict, job: dict) -> tuple[int, int, int]:
-    """(world size, nodes, ranks per node) of the profiled job."""
-    world = _count(run.get("world_size"), "run.world_size") or 1
+def _layout(run: Run, job: dict) -> tuple[int, int, int]:
+    """(world size, nodes, ranks per node) of the profiled job (``job``: ``details.facts.job``)."""
+    world = _count(run.world_size, "run.world_size") or 1
     per_node = _count(job.get("local_world_size"), "details.facts.job.local_world_size") \
-        or _count(run.get("nproc_per_node"), "run.nproc_per_node") or world
+        or _count(run.nproc_per_node, "run.nproc_per_node") or world
     nodes = _count(job.get("nnodes"), "details.facts.job.nnodes") or max(1, world // max(per_node, 1))
     return world, nodes, per_node
