@@ -27,6 +27,7 @@ from optuna.trial import TrialState
 
 from perfscope.process.keeper import pid_alive
 from perfscope.errors import PerfscopeError
+from perfscope.record.view import record_of
 from perfscope.tuner.numerics import at_same_samples, check_losses
 from perfscope.tuner.pruner import FEASIBLE_ATTR
 from perfscope.tuner.space import SearchSpace
@@ -57,23 +58,24 @@ def trial_verdict(outcome: TrialOutcome) -> tuple[str | None, dict | None, dict 
         summary = analysis.summary()
     except (PerfscopeError, ValueError, OSError):
         return None, None, None
-    overall = summary.get("overall") or {}
-    return overall.get("verdict"), overall.get("fractions"), summary
+    overall = summary["overall"]  # the analysis writes it, verdict and fractions included
+    return overall["verdict"], overall["fractions"], summary
 
 
 def memory_of(summary: dict | None) -> dict | None:
     """The profiled steps' memory peak of a trial (``details.memory``'s run-wide figures: ``kind``,
     ``peak_bytes``, ``capacity_bytes``, ``headroom_share``, ``near_limit``), or None unmeasured."""
-    m = ((summary or {}).get("details") or {}).get("memory")
-    if not isinstance(m, dict):
+    details = record_of(summary).details if summary is not None else None
+    m = details.memory if details is not None else None
+    if m is None:
         return None
-    return {k: m.get(k) for k in ("kind", "peak_bytes", "capacity_bytes", "headroom_share", "near_limit")}
+    return {k: getattr(m, k) for k in ("kind", "peak_bytes", "capacity_bytes", "headroom_share", "near_limit")}
 
 
 def step_time_of(summary: dict | None) -> float | None:
     """The profiled steps' step time (µs, :mod:`perfscope.steptime`) of a trial's summary, or None."""
-    value = ((summary or {}).get("overall") or {}).get("step_time_us")
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    overall = record_of(summary).overall if summary is not None else None
+    return overall.step_time_us if overall is not None else None
 
 
 MAX_DUPLICATES_IN_A_ROW = 20  # proposals of measured configurations before the space counts as exhausted

@@ -15,6 +15,8 @@ import optuna
 import sqlalchemy.exc
 
 from perfscope.errors import PerfscopeError
+from perfscope.record.schema import Overall
+from perfscope.record.view import record_of
 from perfscope.runtime.config import config_from_dict
 from perfscope.text import safe
 from perfscope.tuner import record as tune_record
@@ -280,11 +282,11 @@ def verdict_text(verdict: str | None, summary: dict | None, outcome=None) -> str
     """
     if summary is None:
         return _unknown_text(outcome)
-    overall = summary.get("overall") or {}
+    overall = record_of(summary).overall or Overall()
     if verdict is None:
-        return f"none ({overall.get('reason') or 'no step could be classified'}; every applicable knob is searched)"
-    if overall.get("provisional") is True:
-        return (f"{verdict}, provisional (busy host: {100 * float(overall.get('core_wait_share') or 0):.0f}% of the "
+        return f"none ({overall.reason or 'no step could be classified'}; every applicable knob is searched)"
+    if overall.provisional is True:
+        return (f"{verdict}, provisional (busy host: {100 * (overall.core_wait_share or 0.0):.0f}% of the "
                 "profiled steps waiting for a core)")
     return verdict
 

@@ -29,36 +29,34 @@ def add_merge_parser(sub) -> None:
 def _node_offsets(folder: Path) -> dict[int, float]:
     """rank -> µs to take out, from a summary.json beside the traces (``details.nodes``)."""
     from perfscope.record import load_summary
+    from perfscope.record.view import record_of
 
     for candidate in (folder / "summary.json", folder.parent / "summary.json"):
         if candidate.is_file():
             try:
-                nodes = (load_summary(candidate).get("details") or {}).get("nodes") or {}
+                details = record_of(load_summary(candidate)).details
             except PerfscopeError:
                 return {}
-            return _offsets_by_rank(nodes.get("nodes") or [])
+            nodes = details.nodes if details is not None else None
+            return _offsets_by_rank((nodes.nodes if nodes is not None else None) or [])
     return {}
 
 
 def _offsets_by_rank(nodes: list) -> dict[int, float]:
-    """rank -> µs of its node's clock offset (``details.nodes.nodes``), for nodes with one."""
-    out = {}
-    for n in nodes:
-        offset = n.get("clock_offset_us") if isinstance(n, dict) else None
-        if isinstance(offset, (int, float)) and offset:
-            out.update({r: float(offset) for r in n.get("ranks") or [] if type(r) is int})
-    return out
+    """rank -> µs of its node's clock offset, for the nodes (``details.nodes.nodes``, NodeRow structs) with one."""
+    return {r: n.clock_offset_us for n in nodes if n.clock_offset_us for r in n.ranks or [] if r is not None}
 
 
 def _recorded_traces(out_dir: Path) -> list[Path]:
     """The trace files an output directory's summary.json was made from, where they still are."""
     from perfscope.record import load_summary
+    from perfscope.record.view import record_of
 
     found = []
-    for t in load_summary(out_dir / "summary.json").get("traces") or []:
-        recorded = Path(t["path"]) if isinstance(t, dict) and isinstance(t.get("path"), str) else None
-        if recorded is None:
+    for t in record_of(load_summary(out_dir / "summary.json")).traces or []:
+        if t.path is None:
             continue
+        recorded = Path(t.path)
         hit = next((p for p in (recorded, out_dir / recorded, out_dir / "traces" / recorded.name) if p.is_file()), None)
         if hit is not None:
             found.append(hit)
