@@ -87,19 +87,25 @@ def _summary_path(text: str) -> Path:
     return path
 
 
-def _load(text: str) -> tuple[Path, dict]:
+def _load(text: str):
+    """(path, :class:`~perfscope.record.view.Record`) of the summary a file or an output directory names.
+
+    Raises:
+        PerfscopeError: no such summary, a malformed one, or one without its steps or overall sections.
+    """
     from perfscope.record import load_summary
+    from perfscope.record.view import record_of
 
     path = _summary_path(text)
-    summary = load_summary(path)
-    if not isinstance(summary.get("steps"), list) or not isinstance(summary.get("overall"), dict):
+    record = record_of(load_summary(path))
+    if record.steps is None or record.overall is None:
         raise PerfscopeError(f"{path}: summary lacks its steps or overall sections")
-    return path, summary
+    return path, record
 
 
-def _check_step(summary: dict, step: int) -> None:
+def _check_step(record, step: int) -> None:
     """Refuse ``--step`` where the run has no such step (naming the steps it has)."""
-    steps = sorted({s.get("step") for s in summary["steps"] if isinstance(s, dict) and isinstance(s.get("step"), int)})
+    steps = sorted({s.get("step") for s in record.steps if isinstance(s.get("step"), int)})
     if step not in steps:
         have = f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else (str(steps[0]) if steps else "none")
         raise PerfscopeError(f"--step {step} is not a step of this run (steps {have})")
@@ -119,18 +125,16 @@ def _warn_timeline_sources(path, record, stored, stored_problem: str | None, ste
 
 
 def cmd_report(args) -> int:
-    path, summary = _load(args.summary)
+    path, record = _load(args.summary)
     if args.step is not None:
-        _check_step(summary, args.step)
+        _check_step(record, args.step)
     out = (args.out if args.out is not None else path.parent / "report.html").resolve()
     if out.is_dir():
         raise PerfscopeError(f"--out {args.out}: is a directory; give the HTML file to write")
-    from perfscope.record.view import record_of
     from perfscope.reports import write_report
     from perfscope.reports.bottleneck import timeline_of
     from perfscope.reports.timeline_record import read_beside
 
-    record = record_of(summary)
     stored, stored_problem = read_beside(path, record)
     _warn_timeline_sources(path, record, stored, stored_problem, args.step)
     drawn = timeline_of(record, base_dir=path.parent, step=args.step, stored=stored, stored_problem=stored_problem)
@@ -152,12 +156,9 @@ def cmd_diff(args) -> int:
             raise PerfscopeError(f"--out {args.out}: is a directory; give the HTML file to write")
     else:
         out = (DEFAULT_OUT_ROOT / f"diff-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.html").resolve()
-    try:
-        # labels escaped before they join a line: a newline in a path must not start a line of its own
-        print(safe_lines(reports.text_diff(a, b, safe(args.a), safe(args.b))))
-        written = reports.write_diff(a, b, out, str(args.a), str(args.b))
-    except (KeyError, TypeError, AttributeError) as e:
-        raise PerfscopeError(f"malformed summary ({type(e).__name__}: {e})") from None
+    # labels escaped before they join a line: a newline in a path must not start a line of its own
+    print(safe_lines(reports.text_diff(a, b, safe(args.a), safe(args.b))))
+    written = reports.write_diff(a, b, out, str(args.a), str(args.b))
     print(f"\nwrote {safe(written)}")
     if args.open:
         _open_in_browser(written)

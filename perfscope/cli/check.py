@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -15,6 +16,9 @@ from perfscope.cli.args import one_line_errors, out_path
 from perfscope.errors import PerfscopeError
 from perfscope.check import ALPHA, DEFAULT_MAX_REGRESSION, CheckInputError, compare, report_lines
 from perfscope.text import safe
+
+if TYPE_CHECKING:
+    from perfscope.record.view import Record
 
 
 def _percent(low: float, high: float):
@@ -38,7 +42,7 @@ def _percent(low: float, high: float):
     return parse
 
 
-def _side(texts: list[str], load) -> list[tuple[Path, dict]]:
+def _side(texts: list[str], load) -> list[tuple[Path, Record]]:
     """Every run one side names: summaries, output directories, and folders of output directories."""
     out = []
     for text in texts:
@@ -54,12 +58,12 @@ def _side(texts: list[str], load) -> list[tuple[Path, dict]]:
 
 
 
-def _refuse_duplicates(loaded: list[tuple[Path, dict]]) -> None:
+def _refuse_duplicates(loaded: list[tuple[Path, Record]]) -> None:
     """The same run given twice (one file, a copy, or two analyses of its traces) would pass for
     two runs of no spread: separate runs never hold the same step rows to the last digit."""
     seen: dict = {}
-    for path, summary in loaded:
-        key = orjson.dumps(summary.get("steps"), option=orjson.OPT_SORT_KEYS)
+    for path, record in loaded:
+        key = orjson.dumps(record.steps, option=orjson.OPT_SORT_KEYS)
         if key in seen:
             raise PerfscopeError(f"{path} and {seen[key]} are the same run; give each run once (repeated runs "
                                  "are separate profiles)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 
@@ -11,6 +12,9 @@ from perfscope.cli.args import one_line_errors, number, out_path, whole
 from perfscope.errors import PerfscopeError
 from perfscope.text import safe
 from perfscope.units import format_bandwidth, parse_bandwidth
+
+if TYPE_CHECKING:
+    from perfscope.record.view import Record
 
 MAX_NODES = 100_000
 MAX_LATENCY_US = 1e6
@@ -59,7 +63,7 @@ def add_forecast_parser(sub) -> None:
                    help="where forecast.json goes (default: beside the summary)")
 
 
-def run(args, summary_path: Path, summary: dict) -> int:
+def run(args, summary_path: Path, summary: Record) -> int:
     """Forecast, print the table, write ``forecast.json``; 0 on success.
 
     Raises:
