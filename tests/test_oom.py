@@ -12,7 +12,7 @@ import pytest
 
 from perfscope.collect import oom as oom_mod
 from perfscope.collect.oom import OomWatch, largest_live
-from perfscope.console import oom_lines
+from perfscope.console_views import oom_lines
 from perfscope.reports.sections import memory
 
 MiB = 2**20

@@ -287,7 +287,7 @@ def _nothing_profiled(args, result, run_info: dict) -> int:
     """The exit status (or PerfscopeError) of a run that left no trace, with why said on stderr."""
     if result.error:
         print(f"perfscope: the script failed before a profiled step was recorded: {safe(result.error)}", file=sys.stderr)
-        from perfscope.console import oom_lines
+        from perfscope.console_views import oom_lines
 
         for line in oom_lines(run_info.get("oom")):
             print(f"perfscope: {line}", file=sys.stderr)
