@@ -27,23 +27,16 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import re
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Sequence
 
-from perfscope.errors import PerfscopeError
+from perfscope.netns import PREFIX, SWEEPER, ClusterError, ip, kill_namespace_processes, namespaces, remove_stale
 from perfscope.units import parse_bandwidth
 
-PREFIX = "pscl"
 _RATE_UNITS = ("kbit", "mbit", "gbit")  # what tc reads as bits per second
-
-
-class ClusterError(PerfscopeError, RuntimeError):
-    """The emulated cluster cannot be built here (not root, no ``ip``/``tc``, a queueing
-    discipline the kernel lacks), or a command inside it failed."""
 
 
 def parse_rate(text: str) -> float:
@@ -78,63 +71,6 @@ class LinkShape:
             parse_rate(self.rate)
         if not self.delay_ms >= 0:
             raise ValueError(f"delay_ms must be >= 0, got {self.delay_ms!r}")
-
-
-def _ip(*args: str, netns: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    cmd = ["ip", *(["-n", netns] if netns else []), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if check and proc.returncode:
-        raise ClusterError(f"{' '.join(cmd)}: {proc.stderr.strip() or f'exit {proc.returncode}'}")
-    return proc
-
-
-def namespaces(prefix: str = PREFIX) -> list[str]:
-    """The network namespaces whose names start with ``prefix-``."""
-    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    names = [line.split()[0] for line in out.splitlines() if line.split()]
-    return [n for n in names if n.startswith(prefix + "-")]
-
-
-def _made_by(ns: str, prefix: str) -> int | None:
-    """The pid of the cluster that made ``ns``, where ``ns`` is a name :class:`EmulatedCluster`
-    makes (``<prefix>-<pid>-<net>-n<i>`` or ``...-sw``); None for any other name."""
-    m = re.fullmatch(re.escape(prefix) + r"-([1-9]\d{0,9})-([1-9]\d{0,2})-(?:n\d{1,3}|sw)", ns)
-    return int(m.group(1)) if m else None
-
-
-def remove_stale(prefix: str = PREFIX) -> list[str]:
-    """Delete the namespaces a killed run left: names of the form :class:`EmulatedCluster` makes
-    whose creating process (the pid in the name) is gone; any other name is left alone. Returns
-    the names deleted. The pid is looked up in this process's pid namespace: clusters made from
-    another container that shares the network namespaces' folder look gone from here."""
-    removed = []
-    for ns in namespaces(prefix):
-        pid = _made_by(ns, prefix)
-        if pid is None or _alive(pid):
-            continue
-        _kill_namespace_processes(ns)
-        _ip("netns", "del", ns, check=False)
-        removed.append(ns)
-    return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _kill_namespace_processes(ns: str) -> None:
-    pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
-    for pid in pids:
-        try:
-            os.kill(int(pid), signal.SIGKILL)
-        except (ProcessLookupError, ValueError):
-            pass
 
 
 class EmulatedCluster:
@@ -175,7 +111,7 @@ class EmulatedCluster:
             raise ClusterError("an emulated cluster needs root (network namespaces, veth, tc)")
         # Started first, in a session of its own: if this process is killed outright (SIGKILL, the
         # OOM killer), its end of the pipe closes and the sweeper removes the cluster.
-        self._sweeper = subprocess.Popen([sys.executable, "-c", _SWEEPER], stdin=subprocess.PIPE,
+        self._sweeper = subprocess.Popen([sys.executable, "-c", SWEEPER], stdin=subprocess.PIPE,
                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                          start_new_session=True, close_fds=True)
         try:
@@ -194,19 +130,19 @@ class EmulatedCluster:
             raise ClusterError(f"namespaces {', '.join(sorted(taken))} exist already (another cluster of this "
                                "process on the same net): pick another net")
         self._add(self.switch)
-        _ip("link", "add", "br0", "type", "bridge", netns=self.switch)
-        _ip("link", "set", "br0", "up", netns=self.switch)
+        ip("link", "add", "br0", "type", "bridge", netns=self.switch)
+        ip("link", "set", "br0", "up", netns=self.switch)
         for i, (ns, addr) in enumerate(zip(self.names, self.addresses)):
             self._add(ns)
-            _ip("link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", f"p{i}", "netns", self.switch)
-            _ip("link", "set", f"p{i}", "master", "br0", "up", netns=self.switch)
-            _ip("addr", "add", f"{addr}/24", "dev", "eth0", netns=ns)
-            _ip("link", "set", "eth0", "up", netns=ns)
-            _ip("link", "set", "lo", "up", netns=ns)
+            ip("link", "add", "eth0", "netns", ns, "type", "veth", "peer", "name", f"p{i}", "netns", self.switch)
+            ip("link", "set", f"p{i}", "master", "br0", "up", netns=self.switch)
+            ip("addr", "add", f"{addr}/24", "dev", "eth0", netns=ns)
+            ip("link", "set", "eth0", "up", netns=ns)
+            ip("link", "set", "lo", "up", netns=ns)
             self._shape(ns)
 
     def _add(self, ns: str) -> None:
-        _ip("netns", "add", ns)
+        ip("netns", "add", ns)
         self._made.append(ns)
         if self._sweeper is not None:  # only what this cluster made is the sweeper's to delete
             self._sweeper.stdin.write(f"{ns}\n".encode())
@@ -250,8 +186,8 @@ class EmulatedCluster:
         existing = set(namespaces(PREFIX))
         for ns in self._made:
             if ns in existing:
-                _kill_namespace_processes(ns)
-                _ip("netns", "del", ns, check=False)
+                kill_namespace_processes(ns)
+                ip("netns", "del", ns, check=False)
         self._made.clear()
         if self._sweeper is not None:  # removed here: the sweeper has nothing left to do
             try:
@@ -381,24 +317,6 @@ def _relay(stream, prefix: str, sink, lock) -> None:
             print(f"{prefix}{line}", file=sink, flush=True)
     stream.close()
 
-
-# Removes a cluster whose maker died: reads the namespaces the maker made, one a line, until its
-# stdin closes; unless the last line is "done", kills every process in them (twice: one may have
-# forked meanwhile) and deletes them. Only subprocess and os: nothing of perfscope's is imported.
-_SWEEPER = """
-import os, signal, subprocess, sys
-lines = sys.stdin.buffer.read().decode(errors="replace").split()
-if lines[-1:] != ["done"]:
-    for ns in lines:
-        for _ in range(2):
-            pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
-            for pid in pids:
-                try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
-"""
 
 # The two ends of EmulatedCluster.tcp_throughput, run inside the nodes.
 _RECEIVER = """

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from perfscope import emulate
+from perfscope import netns
 
 
 def in_ci() -> bool:
@@ -35,7 +35,7 @@ def root_cluster_host():
     with open(LOCK, "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         yield
-        assert emulate.namespaces() == [], "a test left namespaces behind"
+        assert netns.namespaces() == [], "a test left namespaces behind"
 
 
 def torchrun(cluster, node: int, script, *args: str, nproc: int = 2, port: int = 29511) -> list[str]:

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from perfscope import emulate
+from perfscope import netns
 from perfscope.emulate import ClusterError, EmulatedCluster, LinkShape, parse_rate
 from emulated import root_cluster_host  # noqa: F401 - a fixture
 
@@ -28,11 +28,11 @@ def test_rates_are_parsed_with_units():
 
 def test_nodes_reach_each_other_and_everything_goes_at_the_end():
     with EmulatedCluster(3) as cluster:
-        assert set(emulate.namespaces()) == {*cluster.names, cluster.switch}
+        assert set(netns.namespaces()) == {*cluster.names, cluster.switch}
         assert cluster.tcp_throughput(0, 2, 1000, timeout_s=30) > 0  # node 0 reached node 2
         sleeper = cluster.popen(1, ["sleep", "600"])
     assert sleeper.poll() is not None  # killed with the cluster
-    assert emulate.namespaces() == []
+    assert netns.namespaces() == []
 
 
 def test_a_failure_while_building_leaves_nothing(monkeypatch):
@@ -42,18 +42,18 @@ def test_a_failure_while_building_leaves_nothing(monkeypatch):
     monkeypatch.setattr(EmulatedCluster, "_shape", broken)
     with pytest.raises(ClusterError, match="tc refused"), EmulatedCluster(2, LinkShape(rate="100mbit")):
         pass
-    assert emulate.namespaces() == []
+    assert netns.namespaces() == []
 
 
 def test_what_a_killed_run_left_is_removed_and_nothing_else():
     dead = 2**22 + 12345  # above any pid this machine hands out (pid_max is at most 2**22)
-    name = f"{emulate.PREFIX}-{dead}-9-n0"
-    others = [f"{emulate.PREFIX}-lab", f"{emulate.PREFIX}-{dead}-9-mine", f"{emulate.PREFIX}-x-{dead}-sw"]
+    name = f"{netns.PREFIX}-{dead}-9-n0"
+    others = [f"{netns.PREFIX}-lab", f"{netns.PREFIX}-{dead}-9-mine", f"{netns.PREFIX}-x-{dead}-sw"]
     for ns in (name, *others):
         subprocess.run(["ip", "netns", "add", ns], check=True)
     try:
-        assert emulate.remove_stale() == [name]
-        assert sorted(emulate.namespaces()) == sorted(others)  # not names a cluster makes: not ours to delete
+        assert netns.remove_stale() == [name]
+        assert sorted(netns.namespaces()) == sorted(others)  # not names a cluster makes: not ours to delete
     finally:
         for ns in others:
             subprocess.run(["ip", "netns", "del", ns], check=False)
@@ -68,7 +68,7 @@ def test_a_cluster_whose_maker_is_killed_outright_is_removed_with_its_processes(
     tag = str(uuid.uuid4().int % 10**6 + 10**6)  # a sleep nobody else runs
     maker = subprocess.Popen([sys.executable, "-m", "perfscope.emulate", "--nodes", "2", "--net", "93", "--",
                               "sleep", tag], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    mine = [f"{emulate.PREFIX}-{maker.pid}-93-{n}" for n in ("n0", "n1", "sw")]
+    mine = [f"{netns.PREFIX}-{maker.pid}-93-{n}" for n in ("n0", "n1", "sw")]
 
     def sleepers():
         return subprocess.run(["pgrep", "-f", f"^sleep {tag}$"], capture_output=True, text=True).stdout.split()
@@ -76,13 +76,13 @@ def test_a_cluster_whose_maker_is_killed_outright_is_removed_with_its_processes(
     deadline = time.monotonic() + 120
     while len(sleepers()) < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert len(sleepers()) == 2 and set(mine) <= set(emulate.namespaces()), (sleepers(), emulate.namespaces())
+    assert len(sleepers()) == 2 and set(mine) <= set(netns.namespaces()), (sleepers(), netns.namespaces())
     os.kill(maker.pid, signal.SIGKILL)
     maker.wait()
     deadline = time.monotonic() + 60
-    while (sleepers() or set(mine) & set(emulate.namespaces())) and time.monotonic() < deadline:
+    while (sleepers() or set(mine) & set(netns.namespaces())) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert sleepers() == [] and not set(mine) & set(emulate.namespaces()), (sleepers(), emulate.namespaces())
+    assert sleepers() == [] and not set(mine) & set(netns.namespaces()), (sleepers(), netns.namespaces())
 
 
 def test_the_link_between_nodes_is_shaped():
