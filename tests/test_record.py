@@ -71,6 +71,28 @@ def test_the_docs_page_is_generated_from_the_schema():
     assert page == record_docs.render(), "docs/summary.md differs: python -m perfscope.record.docs > docs/summary.md"
 
 
+def test_the_tuning_records_docs_page_is_generated_from_its_schema():
+    page = (ROOT / "docs" / "tune-record.md").read_text(encoding="utf-8")
+    assert page == record_docs.render_tune(), ("docs/tune-record.md differs: "
+                                               "python -m perfscope.record.docs tune > docs/tune-record.md")
+
+
+def test_a_tuning_record_of_every_outcome_keeps_the_tuning_contract():
+    from tunereportkit import realistic
+
+    from perfscope.testing.record import check_tune_record
+
+    check_tune_record(realistic())
+    bad = realistic()
+    bad["trials"][0]["numbr"] = 0
+    with pytest.raises(AssertionError, match="trials\\[\\]\\.numbr"):
+        check_tune_record(bad)
+    bad = realistic()
+    bad["confirmation"]["candidates"][0]["rounds"] = "five"
+    with pytest.raises(AssertionError, match="candidates"):
+        check_tune_record(bad)
+
+
 def test_every_struct_of_the_record_has_a_documented_section():
     listed = {struct for _, struct in schema.SECTIONS}
     reachable, todo = set(), [Summary]

@@ -20,6 +20,7 @@ from optuna.trial import TrialState
 from tunekit import ROOT, tune_env
 
 from perfscope.runtime.config import load_config
+from perfscope.testing.record import check_tune_record
 from perfscope.testing.trials import SimulatedRunner, Workload, check_runner
 from perfscope.tuner.command import CommandChanged
 from perfscope.tuner.options import TuneOptions
@@ -87,6 +88,7 @@ def test_an_io_bound_study_finds_proves_and_profiles_loader_workers(tmp_path, ca
     assert f"B is {rec['speedup']:.2f}x faster" in (out / "diff.html").read_text()
     # The baseline ran once in the search; every confirmation round ran both.
     assert [r.changes for r in runner.runs].count({}) == 1 + rec["rounds"]
+    check_tune_record(read_record(out))  # what the tuner wrote is what tune_schema defines
 
 
 def test_a_killed_tuner_resumes_keeping_its_finished_trials(tmp_path):
@@ -206,6 +208,7 @@ def test_a_study_that_holds_trials_refuses_another_command_before_anything_runs(
 def test_a_workload_without_an_input_wait_keeps_the_current_settings(tmp_path):
     # Compute only: loader workers change nothing, and the confirmation says so.
     record = tune(options(tmp_path / "out", trials=4), runner=SimulatedRunner(Workload(io_s=0.0, compute_s=0.005)))
+    check_tune_record(read_record(tmp_path / "out"))
     assert record["baseline"]["verdict"] == "compute-bound", record["baseline"]
     assert record["recommendation"]["status"] == "keep-current", record["recommendation"]
     kept = load_config(tmp_path / "out" / "best.yaml")

@@ -1,8 +1,9 @@
-"""``docs/summary.md``, generated from the schema (:mod:`perfscope.record.schema`): one table per
-object of the record, from its struct's docstring and its fields' descriptions and types.
+"""``docs/summary.md`` and ``docs/tune-record.md``, generated from the schemas
+(:mod:`perfscope.record.schema`, :mod:`perfscope.record.tune_schema`): one table per object of
+the record, from its struct's docstring and its fields' descriptions and types.
 
-``python -m perfscope.record.docs > docs/summary.md`` writes it; ``tests/test_record.py`` fails
-when the page and the schema differ.
+``python -m perfscope.record.docs > docs/summary.md`` and ``python -m perfscope.record.docs tune
+> docs/tune-record.md`` write them; ``tests/test_record.py`` fails when a page and its schema differ.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import typing
 
 import msgspec
 
+from perfscope.record import tune_schema
 from perfscope.record.schema import SCHEMA, SCHEMA_VERSION, SECTIONS
 
 INTRO = f"""# `summary.json` schema (version {SCHEMA_VERSION})
@@ -98,10 +100,31 @@ def section(path: str, struct) -> str:
     return "\n".join([heading, "", doc, "", *rows, ""])
 
 
+TUNE_INTRO = f"""# `tune.json` schema (version {tune_schema.SCHEMA_VERSION})
+
+<!-- Generated from perfscope/record/tune_schema.py by `python -m perfscope.record.docs tune`; do not edit. -->
+
+`tune.json` is the record of one `perfscope tune` run (`docs/tune.md`): the study, the baseline, the
+search space, every trial, the confirmation and the answer. Programs should check
+`schema == "{tune_schema.SCHEMA}"` and `schema_version`; within a version fields are only added.
+The tuning report renders what it can of a hand-edited or partial record: a part missing or of the
+wrong type shows as `-` or "not available", never as an error.
+Units: `*_us` microseconds, `*_s` seconds; throughputs (`value`, `baseline[]`, `candidate[]`) in
+`objective.unit`; speed-ups are ratios.
+"""
+
+
 def render() -> str:
-    """The whole page (Markdown)."""
+    """The summary record's page (Markdown)."""
     return INTRO + "\n" + "\n".join(section(path, struct) for path, struct in SECTIONS)
 
 
+def render_tune() -> str:
+    """The tuning record's page (Markdown)."""
+    return TUNE_INTRO + "\n" + "\n".join(section(path, struct) for path, struct in tune_schema.SECTIONS)
+
+
 if __name__ == "__main__":
-    print(render(), end="")
+    import sys
+
+    print(render_tune() if sys.argv[1:] == ["tune"] else render(), end="")

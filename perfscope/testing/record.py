@@ -1,6 +1,7 @@
-"""The record contract: a summary (as plain data) is valid against the schema, and every field it
+"""The record contracts: a summary (as plain data) is valid against the schema, and every field it
 holds is one the schema names (:mod:`perfscope.record.schema`), so that nothing an analysis writes
-goes undocumented or unchecked."""
+goes undocumented or unchecked; likewise a tuning record (``tune.json``) against
+:mod:`perfscope.record.tune_schema`."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import msgspec
 
 from perfscope.errors import PerfscopeError
 from perfscope.record import Summary, validate
+from perfscope.record.tune_schema import TuneRecord
 from perfscope.testing import expect
 
 
@@ -71,3 +73,14 @@ def check_record(summary: dict) -> None:
     expect(checked == summary, "validating the record changed it (a migration ran on a current record?)")
     missing = unnamed(summary)
     expect(not missing, f"fields the schema does not name: {', '.join(sorted(missing))}")
+
+
+def check_tune_record(record: dict) -> None:
+    """``record`` (a ``tune.json`` as plain data) converts to the tuning record's schema with
+    every type as declared, and holds no field the schema does not name."""
+    try:
+        msgspec.convert(record, TuneRecord)
+    except msgspec.ValidationError as e:
+        raise AssertionError(f"the tuning record is not valid: {e}") from None
+    missing = unnamed(record, TuneRecord)
+    expect(not missing, f"fields the tuning record's schema does not name: {', '.join(sorted(missing))}")
