@@ -126,7 +126,7 @@ def _provisional_lines(record: Record, counted: list[dict], fractions: str, per_
 def _verdict_lines(record: Record, costs: tuple[str, ...]) -> list[str]:
     """The verdict line (provisional or not) and the views' one-line summaries under it."""
     o = record.overall
-    fr = ", ".join(f"{c} {100 * getattr(o.fractions, c):.0f}%" for c in costs)
+    fr = ", ".join(f"{c} {100 * (getattr(o.fractions, c, None) or 0.0):.0f}%" for c in costs)
     # from the steps themselves, as every view: they agree even with a hand-edited ``overall``
     counted = steptime.verdict_rows(record.steps, {"provisional": o.provisional})
     per_step, rep = steptime.step_time_us(counted), steptime.representative_step(counted)
