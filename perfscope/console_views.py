@@ -15,7 +15,7 @@ from perfscope.text import safe
 
 def details(record: Record) -> Details:
     """``details``, empty where the record has none."""
-    return record.details or Details()
+    return record.details_or_empty()
 
 
 def waits_line(record: Record) -> str | None:

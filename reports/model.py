@@ -29,12 +29,12 @@ def mode(record: Record) -> str:
 
 def overall(record: Record) -> Overall:
     """``overall``, empty where the record has none."""
-    return record.overall or Overall()
+    return record.overall_or_empty()
 
 
 def details(record: Record) -> Details:
     """``details``, empty where the record has none."""
-    return record.details or Details()
+    return record.details_or_empty()
 
 
 def counted_steps(record: Record) -> list[dict]:

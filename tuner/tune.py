@@ -15,7 +15,6 @@ import optuna
 import sqlalchemy.exc
 
 from perfscope.errors import PerfscopeError
-from perfscope.record.schema import Overall
 from perfscope.record.view import record_of
 from perfscope.runtime.config import config_from_dict
 from perfscope.text import safe
@@ -282,7 +281,7 @@ def verdict_text(verdict: str | None, summary: dict | None, outcome=None) -> str
     """
     if summary is None:
         return _unknown_text(outcome)
-    overall = record_of(summary).overall or Overall()
+    overall = record_of(summary).overall_or_empty()
     if verdict is None:
         return f"none ({overall.reason or 'no step could be classified'}; every applicable knob is searched)"
     if overall.provisional is True:

@@ -18,13 +18,21 @@ from msgspec import Meta
 
 from perfscope.errors import PerfscopeError
 from perfscope.record.codec import problem_of
-from perfscope.record.schema import Summary
+from perfscope.record.schema import Details, Overall, Summary
 
 
 class Record(Summary):
     """:class:`~perfscope.record.schema.Summary` with its step rows as plain mappings."""
 
     steps: Annotated[list[dict[str, Any]] | None, Meta(description='one mapping per rank and step')] = None
+
+    def overall_or_empty(self) -> Overall:
+        """``overall``, an empty one where the record has none."""
+        return self.overall or Overall()
+
+    def details_or_empty(self) -> Details:
+        """``details``, an empty one where the record has none."""
+        return self.details or Details()
 
 
 def record_of(summary: dict | Record) -> Record:
