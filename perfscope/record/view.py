@@ -1,7 +1,7 @@
-"""The summary record as structs, for the code that renders it (the console lines, the report's
-sections): every object is the schema's struct, so a renderer reads
-``record.details.memory.peak_bytes`` and tests ``is None`` where it used to guard each level of a
-dict and each value's type.
+"""The summary record as structs, for the code that renders or reads it (the console lines, the
+report's sections, the diff, ``check``, ``forecast``, ``merge``, the tuner's words of a trial): every
+object is the schema's struct, so a reader writes ``record.details.memory.peak_bytes`` and tests
+``is None`` where it used to guard each level of a dict and each value's type.
 
 The step rows stay mappings: the step-time rules (:mod:`perfscope.steptime`), which the analysis
 that builds the rows shares, read them, and which columns a row has is part of what it says (a
