@@ -128,7 +128,7 @@ def _verdict_lines(record: Record, costs: tuple[str, ...]) -> list[str]:
     o = record.overall
     fr = ", ".join(f"{c} {100 * (getattr(o.fractions, c, None) or 0.0):.0f}%" for c in costs)
     # from the steps themselves, as every view: they agree even with a hand-edited ``overall``
-    counted = steptime.verdict_rows(record.steps, {"provisional": o.provisional})
+    counted = steptime.verdict_rows(record.steps, o.provisional)
     per_step, rep = steptime.step_time_us(counted), steptime.representative_step(counted)
     if o.provisional is True:
         lines = _provisional_lines(record, counted, fr, per_step)

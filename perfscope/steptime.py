@@ -59,12 +59,12 @@ def provisional_rows(rows: Iterable) -> list[dict]:
     return out
 
 
-def verdict_rows(rows: Iterable, overall: Mapping | None = None) -> list[dict]:
+def verdict_rows(rows: Iterable, provisional: bool | None = None) -> list[dict]:
     """The step rows the run's verdict and step time rest on: the counted rows; where there are
-    none and ``overall`` says the verdict is provisional, :func:`provisional_rows`."""
+    none and the verdict is ``provisional`` (``overall.provisional``), :func:`provisional_rows`."""
     rows = list(rows)
     counted = counted_rows(rows)
-    if counted or not (isinstance(overall, Mapping) and overall.get("provisional") is True):
+    if counted or provisional is not True:
         return counted
     return provisional_rows(rows)
 

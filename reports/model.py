@@ -42,7 +42,7 @@ def counted_steps(record: Record) -> list[dict]:
     for a provisional verdict, the steps it classified, without their waits for a core
     (:func:`perfscope.steptime.verdict_rows`)."""
     steps = record.steps or []
-    counted = steptime.verdict_rows(steps, {"provisional": overall(record).provisional})
+    counted = steptime.verdict_rows(steps, overall(record).provisional)
     if "counted" in (steps[0] if steps else {}):
         return counted  # schema 2: no counted step means no verdict, never the others instead
     return counted or steps

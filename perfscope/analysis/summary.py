@@ -45,7 +45,7 @@ def build_summary(analysis: Analysis) -> dict:
         for row in analysis.steps.to_dict(orient="records")
     ]
     # the counted steps, or those a provisional verdict classified (without their waits for a core)
-    counted_rows = steptime.verdict_rows(steps, {"provisional": v.provisional})
+    counted_rows = steptime.verdict_rows(steps, v.provisional)
     representative = steptime.representative_step(counted_rows)
     devices = sorted({d for t in analysis.traces for d in t["devices"] if d})
     run = dict(analysis.run_info)

@@ -35,7 +35,7 @@ def per_step_top(records: list[Record]) -> dict[str, float]:
     """The top kernels (GPU) or operators (CPU) of ``details``, µs per counted row, averaged."""
     totals: dict[str, float] = {}
     for s in records:
-        rows = s.overall.steps_counted if s.overall is not None else None
+        rows = s.overall_or_empty().steps_counted
         if not rows:
             continue
         for name, total in _totals(s):

@@ -74,7 +74,7 @@ def _side(value) -> list[Record]:
 
 def _verdict(records: list[Record]) -> str | None:
     """The side's most common verdict (ties: the first run's); None when no run has one."""
-    found = [s.overall.verdict for s in records if s.overall is not None and s.overall.verdict]
+    found = [s.overall.verdict for s in records if s.overall_or_empty().verdict]
     return collections.Counter(found).most_common(1)[0][0] if found else None
 
 
@@ -116,7 +116,7 @@ def _check_run(record: Record, which: str, whole: bool) -> None:
 
 def _why_left_out(record: Record) -> str:
     """The statuses of the steps the verdict left out, e.g. ``" (18 host-contended: ...)"``."""
-    counts = (record.overall.steps_by_status if record.overall is not None else None) or {}
+    counts = record.overall_or_empty().steps_by_status or {}
     out = {k: v for k, v in counts.items() if k != "ok" and v > 0}
     if not out:
         return ""
@@ -214,8 +214,7 @@ def _step_times(baselines: list[Record], runs: list[Record], whole: list | None,
 
 def _provisional(record: Record) -> bool:
     """Whether the run's verdict is provisional and rests on no counted step."""
-    provisional = record.overall is not None and record.overall.provisional is True
-    return provisional and not steptime.counted_rows(record.steps or [])
+    return record.overall_or_empty().provisional is True and not steptime.counted_rows(record.steps or [])
 
 
 def _verdict_notes(baselines: list[Record], runs: list[Record], verdict_b, verdict_r, notes: list[str]) -> list[str]:

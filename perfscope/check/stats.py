@@ -18,8 +18,7 @@ MIN_STEPS = 5  # Mann-Whitney U with 4 and 4 cannot go below p = 1/70
 def counted_rows(record: Record) -> list[dict]:
     """The step rows the record's verdict rests on (:func:`perfscope.steptime.verdict_rows`): the
     counted ones, or for a provisional verdict those it classified, without their waits for a core."""
-    provisional = record.overall.provisional if record.overall is not None else None
-    return steptime.verdict_rows(record.steps or [], {"provisional": provisional})
+    return steptime.verdict_rows(record.steps or [], record.overall_or_empty().provisional)
 
 
 def step_sample(record: Record) -> list[float]:

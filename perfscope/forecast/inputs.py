@@ -128,8 +128,7 @@ def _verdict_steps(record: Record) -> tuple[list[dict], bool]:
     Raises:
         PerfscopeError: there are none.
     """
-    provisional = record.overall.provisional if record.overall is not None else None
-    steps = steptime.verdict_rows(record.steps or [], {"provisional": provisional})
+    steps = steptime.verdict_rows(record.steps or [], record.overall_or_empty().provisional)
     if not steps:
         raise PerfscopeError("the profile has no counted step (every step's evidence was incomplete, and no step "
                              "got a provisional verdict); profile whole steps, later in the run")
