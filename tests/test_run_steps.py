@@ -146,6 +146,17 @@ def test_a_periodic_task_is_found_among_many_short_stray_slow_steps():
     assert periodic(stray) is None  # the strays alone: no period holds half of their time
 
 
+def test_strays_between_a_periodic_tasks_steps_do_not_halve_its_interval():
+    # seen on a busy machine: a task every 12 steps, and short strays that fell halfway between
+    # its steps filled the slots of a period of 6
+    task = [{"step": n, "phase": "other", "extra_s": 0.25, "seconds": 0.26} for n in range(13, 98, 12)]
+    stray = [{"step": n, "phase": "forward", "extra_s": 0.004, "seconds": 0.005} for n in (7, 19, 31, 43, 55, 4, 28, 60)]
+    assert periodic(task + stray) == {"every": 12, "steps": list(range(13, 98, 12)), "phase": "other"}
+    # a genuine shorter period, its time spread evenly, keeps its interval
+    every6 = [{"step": n, "phase": "other", "extra_s": 0.25, "seconds": 0.26} for n in range(7, 98, 6)]
+    assert periodic(every6 + stray[5:])["every"] == 6
+
+
 def test_noise_alone_makes_no_slow_step():
     import numpy as np
 

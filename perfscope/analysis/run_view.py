@@ -39,6 +39,11 @@ MAX_SLOW_LISTED = 20
 PERIODIC_MIN = 3
 PERIODIC_SHARE = 0.75
 PERIODIC_CANDIDATES = 20
+# Of the sets that pass, the one at the longest interval wins when it holds this share of the most
+# any set holds: a set at half that interval holds the same steps and the strays between them, so
+# it would otherwise win on a busy machine; a genuine shorter period splits its time evenly
+# between the halves (about 0.5 each), well under this share.
+PERIODIC_DOMINANT = 0.75
 # The window is representative when its median step is within this share of the run's.
 REPRESENTATIVE_SHARE = 0.10
 # Memory creep: the Theil-Sen slope of memory against step number is above zero at 95% confidence,
@@ -107,20 +112,23 @@ def slow_steps(steps: Sequence[RunStep]) -> tuple[list[dict], float]:
 
 def _best_progression(extra: dict[int, float]) -> list[int]:
     """The slow steps (step -> extra seconds) in one arithmetic progression that pass the rules of
-    :func:`periodic` and hold the most extra time; [] when none does."""
+    :func:`periodic`; [] when none does."""
     numbers = sorted(extra)
     total = sum(extra.values())
     longest = sorted(sorted(extra, key=extra.get, reverse=True)[:PERIODIC_CANDIDATES])
     gaps = {b - a for i, a in enumerate(longest) for b in longest[i + 1:]}
-    best: list[int] = []
-    best_time = 0.0
+    passing: list[tuple[int, float, list[int]]] = []
     for every in sorted(g for g in gaps if g >= 2):
-        for residue in {n % every for n in longest}:
+        for residue in sorted({n % every for n in longest}):
             members = [n for n in numbers if n % every == residue]
             held = sum(extra[n] for n in members)
             fills = len(members) >= max(PERIODIC_MIN, PERIODIC_SHARE * ((members[-1] - members[0]) // every + 1))
-            if fills and held >= 0.5 * total and held > best_time:
-                best, best_time = members, held
+            if fills and held >= 0.5 * total:
+                passing.append((every, held, members))
+    if not passing:
+        return []
+    most = max(held for _, held, _ in passing)
+    _, _, best = max((p for p in passing if p[1] >= PERIODIC_DOMINANT * most), key=lambda p: (p[0], p[1]))
     return best
 
 
@@ -131,9 +139,11 @@ def periodic(slow: list[dict]) -> dict | None:
     The candidate sets are the slow steps spaced by one number of steps (the gaps between any two
     of the :data:`PERIODIC_CANDIDATES` slow steps with the most extra time, so that stray slow
     steps between them do not hide the period); a set counts with at least :data:`PERIODIC_MIN` members filling
-    :data:`PERIODIC_SHARE` of its slots, and wins when it holds the most of the slow steps' extra
-    time, which must be at least half of it: on a busy machine stray slow steps are many and
-    short, a periodic task's few and long. ``phase`` is the one most of its steps grew in.
+    :data:`PERIODIC_SHARE` of its slots and holding at least half of the slow steps' extra time (on
+    a busy machine stray slow steps are many and short, a periodic task's few and long). Of those,
+    the one at the longest interval holding :data:`PERIODIC_DOMINANT` of the most any set holds
+    wins, so strays that fill the slots between a task's steps do not halve its interval.
+    ``phase`` is the one most of its steps grew in.
     """
     if len(slow) < PERIODIC_MIN:
         return None
