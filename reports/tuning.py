@@ -24,32 +24,35 @@ from perfscope.reports.sections import (
     tuning_trials,
     tuning_verdicts,
 )
-from perfscope.reports.sections.tuning_record import obj, trials, unit, word
+from perfscope.record.tune_schema import TuneRecord
+from perfscope.reports.sections.tuning_record import read, trials, unit, word
 
 NAV = (("recommendation", "Recommendation"), ("verdicts", "Verdict before and after"), ("trials", "Trials"),
        ("importances", "Importances"), ("confirmation", "Confirmation"), ("space", "Search space"),
        ("notes", "Notes"))
 
 
-def header(record: dict) -> str:
+def header(record: TuneRecord) -> str:
     n = len(trials(record))
-    bits = [word(record.get("script"), "tuned script"), f"{n} trial" + ("s" if n != 1 else ""),
-            f"objective {unit(record)}", f"tuned {word(record.get('generated_at'))}"]
+    bits = [word(record.script, "tuned script"), f"{n} trial" + ("s" if n != 1 else ""),
+            f"objective {unit(record)}", f"tuned {word(record.generated_at)}"]
     return f'<h1>perfscope tuning report</h1>\n<p class="muted">{" · ".join(esc(b) for b in bits)}</p>'
 
 
-def render_tuning(record: dict) -> str:
+def render_tuning(record: dict | TuneRecord) -> str:
     """The tuning report page for a tuning record (as written to ``tune.json``).
 
     Args:
-        record: The record (docs/tune.md). Missing or malformed parts render as "not available".
+        record: The record (docs/tune-record.md), as plain data or read already. It is read
+            leniently (:func:`perfscope.reports.sections.tuning_record.read`): a part missing or
+            of the wrong type renders as "not available" or ``-``.
             ``best_config`` (set by ``tuner.record.write_outputs``) names the recommended
             configuration's file relative to the report; without it the link goes to ``best.yaml``.
 
     Returns:
         One self-contained HTML document (str).
     """
-    record = obj(record)
+    record = read(record)
     body = "".join([
         tuning_headline.render(record),
         tuning_verdicts.render(record),
@@ -62,6 +65,6 @@ def render_tuning(record: dict) -> str:
     return page(f"perfscope tune: {tuning_headline.title(record)}", header(record), list(NAV), body)
 
 
-def write_tuning(record: dict, out_path: str | Path) -> Path:
+def write_tuning(record: dict | TuneRecord, out_path: str | Path) -> Path:
     """Render the tuning report and write it to ``out_path`` atomically (parent folders created)."""
     return write_text_atomic(out_path, render_tuning(record))

@@ -94,7 +94,8 @@ class SearchedKnob(_Part):
     name: Annotated[str | None, Meta(description='the knob')] = None
     group: Annotated[str | None, Meta(description='its knob group')] = None
     serves: Annotated[list[str] | None, Meta(description='the bottlenecks it addresses')] = None
-    choices: Annotated[str | None, Meta(description='its values, as text')] = None
+    choices: Annotated[str | list[Any] | None, Meta(description=(
+        'its values, as text (a list of the values in a hand-written record is read too)'))] = None
     baseline: Annotated[Any, Meta(description="the script's own value (null: unset)")] = None
 
 

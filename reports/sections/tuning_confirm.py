@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from itertools import zip_longest
 
+from perfscope.record.tune_schema import Candidate, TuneRecord
 from perfscope.reports.html import clean, esc, figure, note, num, section, table
 from perfscope.reports.palette import DARK, GREEN, GREY, VERMILLION
 from perfscope.reports.sections.tuning_record import (
@@ -13,9 +14,8 @@ from perfscope.reports.sections.tuning_record import (
     candidates,
     changes_text,
     confidence,
+    finite,
     min_gain,
-    numbers,
-    obj,
     ratio,
     rounds,
     unit,
@@ -28,9 +28,9 @@ NICE_RATIOS = (0.1, 0.2, 0.3, 0.5, 0.7, 0.8, 0.9, 0.95, 1.0, 1.05, 1.1, 1.2, 1.3
 MIN_TICK_GAP = 36  # pixels between tick labels
 
 
-def round_ratios(c: dict) -> list[float]:
+def round_ratios(c: Candidate) -> list[float]:
     """candidate / baseline of each round where both are positive numbers."""
-    return [b / a for a, b in zip(numbers(c.get("baseline")), numbers(c.get("candidate"))) if a > 0 and b > 0]
+    return [b / a for a, b in zip(finite(c.baseline), finite(c.candidate)) if a > 0 and b > 0]
 
 
 def _ticks(lo: float, hi: float, x_of) -> list[float]:
@@ -44,7 +44,7 @@ def _ticks(lo: float, hi: float, x_of) -> list[float]:
 
 @or_note
 @cached
-def chart(threshold: float, cands: list[dict]) -> str:
+def chart(threshold: float, cands: list[Candidate]) -> str:
     """Each candidate's speed-up with its interval and rounds, against 1.0x and ``threshold`` (the
     bar to clear, 1 + min_gain); from these two only, so that the drawing is cached across
     checkpoints of the record (:func:`perfscope.reports.charts.cached`)."""
@@ -68,7 +68,7 @@ def chart(threshold: float, cands: list[dict]) -> str:
         ax.xaxis.set_major_formatter(lambda t, _pos: f"{t:g}x")
         ax.xaxis.grid(True)
         ax.set_xlabel("speed-up (candidate / baseline; logarithmic axis)")
-        ax.set_yticks(range(len(cands)), [clean(f"trial {word(c.get('trial'))}") for c in cands])
+        ax.set_yticks(range(len(cands)), [clean(f"trial {word(c.trial)}") for c in cands])
         ax.tick_params(axis="y", length=0)
         ax.spines["left"].set_visible(False)
         ch.tip(ax.axvline(1.0, color="#444444", lw=1), "1.0x: no change")
@@ -80,9 +80,9 @@ def chart(threshold: float, cands: list[dict]) -> str:
         return ch.svg("speed-up of each candidate with its interval")
 
 
-def _ratios(c: dict) -> list[float]:
+def _ratios(c: Candidate) -> list[float]:
     """A candidate's positive speed-up, interval ends and round ratios: what the axis must hold."""
-    return [v for v in (num(c.get(k)) for k in ("speedup", "ci_low", "ci_high")) if v is not None and v > 0] \
+    return [v for v in (num(x) for x in (c.speedup, c.ci_low, c.ci_high)) if v is not None and v > 0] \
         + round_ratios(c)
 
 
@@ -93,16 +93,16 @@ def _round_dots(ch, k: int, rr: list[float]) -> None:
         ch.tips(dots, [f"one round: {r:.3f}x" for r in rr])
 
 
-def _candidate_row(ch, k: int, c: dict) -> None:
+def _candidate_row(ch, k: int, c: Candidate) -> None:
     """Row k of the chart: the candidate's rounds (dots), its interval (bar) and speed-up (diamond)."""
     from matplotlib.collections import LineCollection
 
     ax = ch.ax
-    colour = GREEN if c.get("faster") is True else GREY
+    colour = GREEN if c.faster is True else GREY
     _round_dots(ch, k, round_ratios(c))
-    a, b, s = (num(c.get(key)) for key in ("ci_low", "ci_high", "speedup"))
+    a, b, s = num(c.ci_low), num(c.ci_high), num(c.speedup)
     has_interval = bool(a and b and a > 0 and b > 0)
-    tip = f"trial {word(c.get('trial'))}: {ratio(s)}" + (f", interval {a:.2f}x–{b:.2f}x" if has_interval else "")
+    tip = f"trial {word(c.trial)}: {ratio(s)}" + (f", interval {a:.2f}x–{b:.2f}x" if has_interval else "")
     if has_interval:
         bar = LineCollection([[(a, k), (b, k)], [(a, k - 0.17), (a, k + 0.17)], [(b, k - 0.17), (b, k + 0.17)]],
                              colors=colour, linewidths=[4, 2, 2])
@@ -111,14 +111,14 @@ def _candidate_row(ch, k: int, c: dict) -> None:
         ch.tip(ax.plot([s], [k], ls="none", marker="D", ms=9, mfc=colour, mec="#ffffff")[0], tip)
 
 
-def _summary_table(record: dict, cands: list[dict]) -> str:
+def _summary_table(record: TuneRecord, cands: list[Candidate]) -> str:
     threshold = 1 + min_gain(record)
     rows = []
     for c in cands:
-        a, b = num(c.get("ci_low")), num(c.get("ci_high"))
-        faster = c.get("faster") is True
+        a, b = num(c.ci_low), num(c.ci_high)
+        faster = c.faster is True
         rows.append(("hl" if faster else "", [
-            esc(word(c.get("trial"))), esc(changes_text(c.get("config"))), ratio(c.get("speedup")),
+            esc(word(c.trial)), esc(changes_text(c.config)), ratio(c.speedup),
             f"{a:.2f}x–{b:.2f}x" if a is not None and b is not None else "-",
             "yes" if faster else "no",
         ]))
@@ -127,24 +127,23 @@ def _summary_table(record: dict, cands: list[dict]) -> str:
                  "Speed-up: geometric mean over the rounds of candidate / baseline, measured back to back.")
 
 
-def _rounds_table(record: dict, c: dict) -> str:
+def _rounds_table(record: TuneRecord, c: Candidate) -> str:
     u = unit(record)
-    base, cand = numbers(c.get("baseline")), numbers(c.get("candidate"))
+    base, cand = finite(c.baseline), finite(c.candidate)
     rows = []
     for i, (a, b) in enumerate(zip_longest(base, cand), start=1):
         r = ratio(b / a) if a and b is not None and a > 0 else "-"
         rows.append(("", [str(i), amount(a), amount(b), r]))
     if not rows:
-        return note(f"Trial {word(c.get('trial'))}: no round measurements in the record.")
+        return note(f"Trial {word(c.trial)}: no round measurements in the record.")
     return table([("round", ""), (f"baseline ({u})", ""), (f"candidate ({u})", ""), ("ratio", "")], rows,
-                 f"Trial {word(c.get('trial'))}: each round measures the baseline, then the candidate.")
+                 f"Trial {word(c.trial)}: each round measures the baseline, then the candidate.")
 
 
-def render(record: dict) -> str:
+def render(record: TuneRecord) -> str:
     title = "Confirmation"
-    conf = obj(record.get("confirmation"))
     cands = candidates(record)
-    if not conf:
+    if record.confirmation is None:
         return section("confirmation", title, note(
             "Not available: no confirmation ran (no trial of the search beat the baseline, or the tuning "
             "stopped before it)."))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from perfscope.record.tune_schema import Trial, TuneRecord
 from perfscope.reports.html import clean, esc, num, truncate
 from perfscope.reports.palette import BLUE, DARK, GREEN, ORANGE, VERMILLION
 from perfscope.reports.sections.tuning_record import (
@@ -19,7 +20,6 @@ from perfscope.reports.sections.tuning_record import (
     changes_text,
     failure_text,
     last_value,
-    obj,
     outcome,
     same_trial,
     trials,
@@ -48,7 +48,7 @@ class Point:
     tip: str
 
 
-def points(record: dict) -> tuple[list[Point], list[dict]]:
+def points(record: TuneRecord) -> tuple[list[Point], list[Trial]]:
     """(the markers drawn, the trials not drawn: running, unnumbered, or without a value)."""
     u = unit(record)
     drawn, skipped = [], []
@@ -61,18 +61,18 @@ def points(record: dict) -> tuple[list[Point], list[dict]]:
     return drawn, skipped
 
 
-def _point(t: dict, u: str) -> Point | None:
+def _point(t: Trial, u: str) -> Point | None:
     """The marker of one trial (an infeasible one on the x axis, a pruned one at its last value),
     or None when it has nothing to draw."""
-    n, kind = num(t.get("number")), outcome(t)
+    n, kind = num(t.number), outcome(t)
     if n is None or kind == "running":
         return None
-    role = word(t.get("role"), "")
-    head = f"trial {word(t.get('number'))}" + (f" ({role})" if role else "")
-    config = changes_text(t.get("config"), "your settings" if role == "baseline" else "no change")
+    role = word(t.role, "")
+    head = f"trial {word(t.number)}" + (f" ({role})" if role else "")
+    config = changes_text(t.config, "your settings" if role == "baseline" else "no change")
     if kind == INFEASIBLE:
         return Point(n, 0.0, kind, truncate(f"{head}: {failure_text(t) or 'infeasible'} · {config}", 400))
-    v = last_value(t) if kind == "pruned" else num(t.get("value"))
+    v = last_value(t) if kind == "pruned" else num(t.value)
     if v is None:
         return None
     shown = f"pruned at {amount(v)} {u}" if kind == "pruned" else f"{amount(v)} {u}"
@@ -188,13 +188,13 @@ def _outcome(c, kind: str, mine: list[Point]) -> None:
     c.tips(line, [p.tip for p in mine], cls=f"mk mk-{kind}")
 
 
-def chart(record: dict, recommended=None) -> tuple[str, str]:
+def chart(record: TuneRecord, recommended=None) -> tuple[str, str]:
     """(the SVG, its legend), or two empty strings when nothing can be drawn."""
     drawn, _ = points(record)
     if not drawn:
         return "", ""
     u = unit(record)
-    base_value = num(obj(record.get("baseline")).get("value"))
+    base_value = num(record.baseline.value) if record.baseline is not None else None
     x_lo, x_hi = min(min(p.number for p in drawn), 0.0), max(p.number for p in drawn)
     x_hi = max(x_hi, x_lo + 1)
     steps = best_so_far(drawn)

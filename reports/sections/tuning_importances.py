@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+from perfscope.record.tune_schema import TuneRecord
 from perfscope.reports.html import figure, note, num, section, truncate
 from perfscope.reports.palette import BLUE
-from perfscope.reports.sections.tuning_record import obj
 from perfscope.reports.plots import hbars
 
 
-def entries(record: dict) -> list[tuple[str, float]]:
+def entries(record: TuneRecord) -> list[tuple[str, float]]:
     """(knob, share) pairs with a finite, non-negative share, largest first."""
-    items = [(str(k), num(v)) for k, v in obj(record.get("importances")).items()]
+    items = [(str(k), num(v)) for k, v in (record.importances or {}).items()]
     return sorted(((k, v) for k, v in items if v is not None and v >= 0), key=lambda kv: -kv[1])
 
 
@@ -21,7 +21,7 @@ def chart(items: list[tuple[str, float]]) -> str:
                  "share of the trial value's variance (fANOVA)", left=190, right=70, bar_h=16, gap=6, percent=True)
 
 
-def render(record: dict) -> str:
+def render(record: TuneRecord) -> str:
     title = "Parameter importances"
     items = entries(record)
     if not items:

@@ -4,44 +4,43 @@ from __future__ import annotations
 
 import shlex
 
+from perfscope.record.tune_schema import Objective, Study, TuneRecord
 from perfscope.reports.html import esc, note, num, section
-from perfscope.reports.sections.tuning_record import obj, seq, word
+from perfscope.reports.sections.tuning_record import word
 
 
-def _args(value) -> str:
-    if isinstance(value, list):
-        return shlex.join(str(a) for a in value) or "(none)"
-    return word(value, "(none)")
+def _args(value: list[str] | None) -> str:
+    return (shlex.join(value) or "(none)") if value is not None else "(none)"
 
 
-def facts(record: dict) -> list[tuple[str, str]]:
-    study, objective = obj(record.get("study")), obj(record.get("objective"))
+def facts(record: TuneRecord) -> list[tuple[str, str]]:
+    study, objective = record.study or Study(), record.objective or Objective()
     items = [
-        ("script", word(record.get("script"))),
-        ("arguments", _args(record.get("args"))),
-        ("processes per node", word(record.get("nproc_per_node"))),
-        ("study", word(study.get("name"))),
-        ("storage", word(study.get("storage"))),
-        ("trials planned", word(study.get("trials_target"))),
-        ("direction", word(study.get("direction"), "maximize")),
-        ("objective", f"{word(objective.get('unit'), 'samples/s')} over the measured window"),
-        ("warm-up steps", word(objective.get("warmup_steps"))),
-        ("measured steps", word(objective.get("measure_steps"))),
-        ("perfscope", word(record.get("perfscope_version"))),
-        ("record", f"{word(record.get('schema'))} version {word(record.get('schema_version'))}"),
-        ("written at", word(record.get("generated_at"))),
+        ("script", word(record.script)),
+        ("arguments", _args(record.args)),
+        ("processes per node", word(record.nproc_per_node)),
+        ("study", word(study.name)),
+        ("storage", word(study.storage)),
+        ("trials planned", word(study.trials_target)),
+        ("direction", word(study.direction, "maximize")),
+        ("objective", f"{word(objective.unit, 'samples/s')} over the measured window"),
+        ("warm-up steps", word(objective.warmup_steps)),
+        ("measured steps", word(objective.measure_steps)),
+        ("perfscope", word(record.perfscope_version)),
+        ("record", f"{word(record.schema)} version {word(record.schema_version)}"),
+        ("written at", word(record.generated_at)),
     ]
-    conf = obj(record.get("confirmation"))
-    if conf:
-        gain = num(conf.get("min_gain"))
-        items.append(("confirmation", f"{word(conf.get('rounds'))} rounds, confidence {word(conf.get('confidence'))}, "
-                      f"min_gain {gain:g}" if gain is not None else f"{word(conf.get('rounds'))} rounds"))
+    conf = record.confirmation
+    if conf is not None:
+        gain = num(conf.min_gain)
+        items.append(("confirmation", f"{word(conf.rounds)} rounds, confidence {word(conf.confidence)}, "
+                      f"min_gain {gain:g}" if gain is not None else f"{word(conf.rounds)} rounds"))
     return items
 
 
-def render(record: dict) -> str:
-    notes = [n for n in seq(record.get("notes")) if n is not None]
-    body = ("<ul>" + "".join(f"<li>{esc(word(n, str(n)))}</li>" for n in notes) + "</ul>") if notes else note(
+def render(record: TuneRecord) -> str:
+    notes = record.notes or []
+    body = ("<ul>" + "".join(f"<li>{esc(word(n, n))}</li>" for n in notes) + "</ul>") if notes else note(
         "No notes.")
     dl = '<dl class="facts">' + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in facts(record)) + "</dl>"
     return section("notes", "Notes and study facts", body + "<h3>Study</h3>" + dl)

@@ -1,9 +1,12 @@
-"""Reading a tuning record (``tune.json``, docs/tune.md) without trusting it, and the words and
-numbers the tuning report's sections share.
+"""Reading a tuning record (``tune.json``, docs/tune-record.md) without trusting it, and the words
+and numbers the tuning report's sections share.
 
-Every accessor tolerates a missing part, a ``null`` and a value of the wrong type (a hand-edited
-record, one written by an older or newer perfscope): what cannot be read shows as ``-`` or "not
-available", never as an exception. Nothing here escapes: callers pass the text through ``esc``.
+The record is read once into the schema's structs (:mod:`perfscope.record.tune_schema`) by
+:func:`read`, leniently: a part missing, ``null`` or of the wrong type (a hand-edited record, one
+written by an older or newer perfscope, one a killed study left) reads as ``None`` and shows as
+``-`` or "not available", never as an exception. Numbers still pass through ``num`` where they
+are shown, because a float field may hold NaN or an infinity. Nothing here escapes: callers pass
+the text through ``esc``.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import json
 import re
 from urllib.parse import quote
 
+from perfscope.record.lenient import lenient
+from perfscope.record.tune_schema import Candidate, Trial, TuneRecord
 from perfscope.reports.html import num
 
 DEFAULT_UNIT = "samples/s"
@@ -19,21 +24,15 @@ INFEASIBLE = "infeasible"
 OUTCOMES = ("complete", "pruned", INFEASIBLE, "running")
 
 
-def obj(value) -> dict:
-    return value if isinstance(value, dict) else {}
+def read(record) -> TuneRecord:
+    """The tuning record as the schema's structs, read leniently (:func:`perfscope.record.lenient.lenient`):
+    a part of the wrong type reads as absent, anything but a mapping as an empty record."""
+    return record if isinstance(record, TuneRecord) else lenient(record, TuneRecord)
 
 
-def seq(value) -> list:
-    return value if isinstance(value, list) else []
-
-
-def dicts(value) -> list[dict]:
-    return [x for x in seq(value) if isinstance(x, dict)]
-
-
-def numbers(value) -> list[float]:
-    """The finite numbers of a list (anything else dropped)."""
-    return [v for v in (num(x) for x in seq(value)) if v is not None]
+def finite(values: list | None) -> list[float]:
+    """The finite numbers of a list (NaN and infinities dropped; None reads as [])."""
+    return [v for v in (num(x) for x in values or []) if v is not None]
 
 
 def word(value, default: str = "-") -> str:
@@ -61,10 +60,9 @@ def value_text(value) -> str:
         return str(value)
 
 
-def changes_text(config, empty: str = "no change") -> str:
+def changes_text(config: dict | None, empty: str = "no change") -> str:
     """``num_workers 4, pin_memory true`` for a config of changes."""
-    items = obj(config)
-    return ", ".join(f"{k} {value_text(v)}" for k, v in items.items()) if items else empty
+    return ", ".join(f"{k} {value_text(v)}" for k, v in config.items()) if config else empty
 
 
 def amount(value) -> str:
@@ -91,15 +89,14 @@ def seconds(value) -> str:
     return f"{v:.0f} s" if abs(v) >= 10 else f"{v:.1f} s"
 
 
-def unit(record: dict) -> str:
-    u = obj(record.get("objective")).get("unit")
-    return u if isinstance(u, str) and u.strip() else DEFAULT_UNIT
+def unit(record: TuneRecord) -> str:
+    u = record.objective.unit if record.objective is not None else None
+    return u if u is not None and u.strip() else DEFAULT_UNIT
 
 
-def trials(record: dict) -> list[dict]:
+def trials(record: TuneRecord) -> list[Trial]:
     """The record's trials in trial-number order (unnumbered ones last, in record order)."""
-    rows = dicts(record.get("trials"))
-    return sorted(rows, key=lambda t: (num(t.get("number")) is None, num(t.get("number")) or 0.0))
+    return sorted(record.trials or [], key=lambda t: (t.number is None, t.number or 0))
 
 
 def same_trial(a, b) -> bool:
@@ -108,11 +105,11 @@ def same_trial(a, b) -> bool:
     return na is not None and na == nb
 
 
-def find_trial(record: dict, number) -> dict | None:
-    return next((t for t in trials(record) if same_trial(t.get("number"), number)), None)
+def find_trial(record: TuneRecord, number) -> Trial | None:
+    return next((t for t in trials(record) if same_trial(t.number, number)), None)
 
 
-def outcome(trial: dict) -> str:
+def outcome(trial: Trial) -> str:
     """``complete`` (finished and feasible), ``pruned``, ``infeasible`` (failed, out of memory,
     timed out, unsafe numerics: anything the sampler was told is infeasible) or ``running``
     (running, waiting, or a state this version does not know).
@@ -121,89 +118,85 @@ def outcome(trial: dict) -> str:
     ``feasible: false``; pruned and running trials are never ``feasible`` either, so that flag only
     decides for complete trials.
     """
-    state = trial.get("state")
-    if state == "failed" or obj(trial.get("failure")) or obj(trial.get("numerics")).get("status") == "unsafe":
+    state = trial.state
+    if state == "failed" or trial.failure is not None or (trial.numerics is not None and trial.numerics.status == "unsafe"):
         return INFEASIBLE
     if state == "pruned":
         return "pruned"
     if state == "complete":
-        return INFEASIBLE if trial.get("feasible") is False else "complete"
+        return INFEASIBLE if trial.feasible is False else "complete"
     return "running"
 
 
-def _failure_bits(trial: dict) -> list[str]:
+def _failure_bits(trial: Trial) -> list[str]:
     """``["kind: reason"]`` of a failed trial (``["failed"]`` without either), else ``[]``."""
-    failure = obj(trial.get("failure"))
-    if failure:
-        kind, reason = word(failure.get("kind"), ""), word(failure.get("reason"), "")
+    failure = trial.failure
+    if failure is not None:
+        kind, reason = word(failure.kind, ""), word(failure.reason, "")
         return [f"{kind}: {reason}" if kind and reason else kind or reason or "failed"]
-    return ["failed"] if trial.get("state") == "failed" else []
+    return ["failed"] if trial.state == "failed" else []
 
 
-def failure_text(trial: dict) -> str:
+def failure_text(trial: Trial) -> str:
     """``oom: CUDA out of memory ...``; the numerics guard's finding when it found the loss unsafe."""
     bits = _failure_bits(trial)
-    numerics = obj(trial.get("numerics"))
-    if numerics.get("status") == "unsafe":
-        detail = word(numerics.get("detail"), "")
+    numerics = trial.numerics
+    if numerics is not None and numerics.status == "unsafe":
+        detail = word(numerics.detail, "")
         if not (bits and detail and detail in bits[0]):
             bits.append("numerics unsafe" + (f": {detail}" if detail else ""))
     return "; ".join(bits)
 
 
-def last_value(trial: dict) -> float | None:
+def last_value(trial: Trial) -> float | None:
     """Where a pruned trial stopped: the throughput so far it last reported (its ``value``), else the
     last of its ``step_values``; None when it reported nothing."""
-    v = num(trial.get("value"))
+    v = num(trial.value)
     if v is not None:
         return v
-    values = numbers(trial.get("step_values"))
+    values = finite(trial.step_values)
     return values[-1] if values else None
 
 
-def best_trial(record: dict) -> dict | None:
+def best_trial(record: TuneRecord) -> Trial | None:
     """The complete feasible trial with the highest value (the study maximises)."""
-    done = [t for t in trials(record) if outcome(t) == "complete" and num(t.get("value")) is not None]
-    return max(done, key=lambda t: num(t.get("value"))) if done else None
+    done = [t for t in trials(record) if outcome(t) == "complete" and num(t.value) is not None]
+    return max(done, key=lambda t: num(t.value)) if done else None
 
 
-def baseline_values(record: dict) -> dict:
+def baseline_values(record: TuneRecord) -> dict:
     """Knob -> the baseline's value, from the searched space."""
-    space = obj(record.get("space"))
-    return {str(k["name"]): k.get("baseline") for k in dicts(space.get("searched")) if "name" in k}
+    searched = record.space.searched if record.space is not None else None
+    return {k.name: k.baseline for k in searched or [] if k.name is not None}
 
 
-def confidence(record: dict) -> float:
-    c = num(obj(record.get("confirmation")).get("confidence"))
+def confidence(record: TuneRecord) -> float:
+    c = num(record.confirmation.confidence) if record.confirmation is not None else None
     return c if c is not None and 0 < c < 1 else 0.95
 
 
-def min_gain(record: dict) -> float:
-    g = num(obj(record.get("confirmation")).get("min_gain"))
+def min_gain(record: TuneRecord) -> float:
+    g = num(record.confirmation.min_gain) if record.confirmation is not None else None
     return g if g is not None and g >= 0 else 0.0
 
 
-def rounds(record: dict, candidate: dict | None = None) -> int | None:
+def rounds(record: TuneRecord, candidate: Candidate | None = None) -> int | None:
     """Rounds of a candidate's confirmation (its own count: sequential rounds stop per candidate),
     else the confirmation's."""
-    own = num(obj(candidate).get("rounds")) if candidate is not None else None
-    if own:
-        return int(own)
-    conf = obj(record.get("confirmation"))
-    n = num(conf.get("rounds"))
-    if n is not None:
-        return int(n)
+    if candidate is not None and candidate.rounds:
+        return candidate.rounds
+    if record.confirmation is not None and record.confirmation.rounds is not None:
+        return record.confirmation.rounds
     if candidate is not None:
-        k = len(numbers(candidate.get("candidate")))
-        return k or None
+        return len(finite(candidate.candidate)) or None
     return None
 
 
-def candidates(record: dict) -> list[dict]:
-    return dicts(obj(record.get("confirmation")).get("candidates"))
+def candidates(record: TuneRecord) -> list[Candidate]:
+    return (record.confirmation.candidates or []) if record.confirmation is not None else []
 
 
-def interval_text(record: dict, low, high, n_rounds: int | None) -> str:
+def interval_text(record: TuneRecord, low, high, n_rounds: int | None) -> str:
     """``95% interval 1.61x–2.02x, 5 rounds`` (parts that are unknown left out)."""
     lo, hi = num(low), num(high)
     bits = []

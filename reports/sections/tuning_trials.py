@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from perfscope.analysis.memory import NEAR_LIMIT_SHARE
+from perfscope.record.tune_schema import Trial, TuneRecord
 from perfscope.reports.html import esc, figure, note, num, section, table, truncate
 from perfscope.reports.sections import tuning_history
 from perfscope.reports.sections.tuning_record import (
@@ -11,7 +12,6 @@ from perfscope.reports.sections.tuning_record import (
     changes_text,
     failure_text,
     last_value,
-    obj,
     outcome,
     same_trial,
     seconds,
@@ -21,14 +21,14 @@ from perfscope.reports.sections.tuning_record import (
 )
 
 
-def _recommended(record: dict):
-    rec = obj(record.get("recommendation"))
-    return rec.get("trial") if rec.get("status") == "faster" else None
+def _recommended(record: TuneRecord):
+    rec = record.recommendation
+    return rec.trial if rec is not None and rec.status == "faster" else None
 
 
-def _value_cell(t: dict) -> str:
+def _value_cell(t: Trial) -> str:
     kind = outcome(t)
-    v = num(t.get("value"))
+    v = num(t.value)
     if kind == "pruned":
         last = last_value(t)
         return f'<span class="muted">{amount(last)} (last)</span>' if last is not None else "-"
@@ -37,10 +37,10 @@ def _value_cell(t: dict) -> str:
     return amount(v)
 
 
-def _problem_cell(t: dict) -> str:
+def _problem_cell(t: Trial) -> str:
     text = failure_text(t)
-    numerics = obj(t.get("numerics"))
-    if not text and numerics.get("status") == "not-visible" and outcome(t) == "complete":
+    numerics = t.numerics
+    if not text and numerics is not None and numerics.status == "not-visible" and outcome(t) == "complete":
         return '<span class="muted">loss not seen: numerics unchecked</span>'
     if not text:
         return ""
@@ -48,34 +48,34 @@ def _problem_cell(t: dict) -> str:
     return f'<span class="{cls}">{esc(truncate(text, 300))}</span>'
 
 
-def _memory_cell(t: dict) -> str:
+def _memory_cell(t: Trial) -> str:
     """The trial's peak memory (GiB) and headroom; flagged near the limit."""
-    m = obj(t.get("memory"))
-    peak = num(m.get("peak_bytes"))
-    if peak is None:
+    m = t.memory
+    peak = num(m.peak_bytes) if m is not None else None
+    if m is None or peak is None:
         return "-"
-    share = num(m.get("headroom_share"))
+    share = num(m.headroom_share)
     text = f"{peak / 2**30:.2f} GiB" + (f" ({share:.0%} free)" if share is not None else "")
-    if m.get("near_limit") is True:
+    if m.near_limit is True:
         return f'<span class="warn">{esc(text)}: near the limit</span>'
     return esc(text)
 
 
-def trial_table(record: dict) -> str:
+def trial_table(record: TuneRecord) -> str:
     recommended = _recommended(record)
     rows = []
     for t in trials(record):
         kind = outcome(t)
-        role = word(t.get("role"), "")
-        config = changes_text(t.get("config"), "your settings" if role == "baseline" else "no change")
-        rc = "hl" if recommended is not None and same_trial(t.get("number"), recommended) else (
+        role = word(t.role, "")
+        config = changes_text(t.config, "your settings" if role == "baseline" else "no change")
+        rc = "hl" if recommended is not None and same_trial(t.number, recommended) else (
             "cut" if kind in ("pruned", "running") else "")
-        state = word(t.get("state"))
+        state = word(t.state)
         if kind == INFEASIBLE and state != "failed":
             state += " (infeasible)"
         rows.append((rc, [
-            esc(word(t.get("number"))), esc(role or "-"), esc(state), _value_cell(t), esc(truncate(config, 300)),
-            esc(word(t.get("verdict"))), _memory_cell(t), _problem_cell(t), seconds(t.get("duration_s")),
+            esc(word(t.number)), esc(role or "-"), esc(state), _value_cell(t), esc(truncate(config, 300)),
+            esc(word(t.verdict)), _memory_cell(t), _problem_cell(t), seconds(t.duration_s),
         ]))
     return table(
         [("#", ""), ("role", "l"), ("state", "l"), (f"value ({unit(record)})", ""), ("configuration (changes)", "name"),
@@ -89,7 +89,7 @@ def trial_table(record: dict) -> str:
     )
 
 
-def render(record: dict) -> str:
+def render(record: TuneRecord) -> str:
     title = "Trial history"
     rows = trials(record)
     if not rows:
@@ -106,20 +106,20 @@ def render(record: dict) -> str:
         fig = note("No trial has a value to draw yet.")
     _, skipped = tuning_history.points(record)
     if skipped and svg:
-        names = ", ".join(f"{word(t.get('number'))} ({word(t.get('state'))})" for t in skipped)
+        names = ", ".join(f"{word(t.number)} ({word(t.state)})" for t in skipped)
         fig += note(f"Not drawn (no value reported): trial {names}.")
     return section("trials", title, f'<p class="muted">{esc(_counts_line(record, rows))}</p>' + fig + trial_table(record))
 
 
-def _counts_line(record: dict, rows: list[dict]) -> str:
+def _counts_line(record: TuneRecord, rows: list[Trial]) -> str:
     """``"6 trials; 5 of the 6 planned have finished (...): 4 complete, 1 pruned, 1 infeasible."``"""
     counts = {}
     for t in rows:
         counts[outcome(t)] = counts.get(outcome(t), 0) + 1
-    target = num(obj(record.get("study")).get("trials_target"))
+    target = num(record.study.trials_target) if record.study is not None else None
     # --trials counts finished trials (complete or pruned, as Optuna's MaxTrialsCallback does):
     # skipped duplicates, interrupted and running trials are listed but do not count.
-    finished = sum(t.get("state") in ("complete", "pruned") for t in rows)
+    finished = sum(t.state in ("complete", "pruned") for t in rows)
     return (f"{len(rows)} trial" + ("s" if len(rows) != 1 else "")
             + (f"; {finished} of the {target:.0f} planned have finished (failed and running trials do not count)"
                if target is not None else "") + ": "
