@@ -122,10 +122,18 @@ def two_rank_profile(tmp_path_factory):
 def test_forecast_prints_both_algorithms_and_writes_its_record(two_rank_profile):
     done = _perfscope("forecast", two_rank_profile, "--nodes", "2", "--ranks-per-node", "2", "--inter-node", "200Mbit")
     assert done.returncode == 0, done.stderr
-    assert "flat ring" in done.stdout and "hierarchical" in done.stdout and "recommended: hierarchical" in done.stdout
     record = json.loads((two_rank_profile / "forecast.json").read_text())
-    assert record["recommended"] == "hierarchical"
+    assert "flat ring" in done.stdout and "hierarchical" in done.stdout
+    assert f"recommended: {record['recommended']}" in done.stdout
     assert record["target"]["intra_node_source"] == "measured from the profile"
+    # The loopback the profile measured sets the CPU caution: on a busy machine (CI beside other
+    # work measured 461 Mbit/s) the 200 Mbit/s network passes a quarter of it, and the model then
+    # keeps the flat ring; on a quiet one it recommends the hierarchical all-reduce.
+    assert record["recommended"] == ("flat" if record["cautions"] else "hierarchical"), record
+    given = _perfscope("forecast", two_rank_profile, "--nodes", "2", "--ranks-per-node", "2", "--inter-node", "200Mbit",
+                       "--intra-node", "10Gbit")
+    assert given.returncode == 0 and "recommended: hierarchical" in given.stdout, given.stdout + given.stderr
+    assert json.loads((two_rank_profile / "forecast.json").read_text())["target"]["intra_node_source"] == "given"
     assert record["profile"]["gradient_bytes"] == 4 * (1024 * 1024 + 1024 + 1024 * 1024 + 1024 + 10 * 1024 + 10)
     for algo in ("flat", "hierarchical"):
         assert record[algo]["step_time_s"] > record["profile"]["compute_s"] > 0
