@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from perfscope.measure.runner import UsageError, parse_argv
+from perfscope.measure.argv import UsageError, parse_argv
 from perfscope.measure.hooks import Recorder
 from perfscope.collect.script import exit_status
 from collectkit import profiler_steps, trace_events, write_script

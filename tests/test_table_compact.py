@@ -17,7 +17,7 @@ from tracegen import launch, memcpy, runtime, step, write_trace
 
 import perfscope
 import perfscope.analysis.run
-from perfscope.analysis import chunked, evidence, waits
+from perfscope.analysis import chunked, trace_counts, waits
 from perfscope.analysis.intervals import locate
 from perfscope.analysis.rank import analyze_file
 from perfscope.analysis.steps import Launches
@@ -138,7 +138,7 @@ def test_events_inside_counted_in_chunks_equals_sorting_every_event(monkeypatch,
     start = np.sort(rng.integers(0, 100, k))
     windows = _Windows(start, start + rng.integers(0, 40, k))  # may overlap: ends not sorted
     active = rng.random(n) < 0.7
-    got = evidence._events_inside(table, active, windows)
+    got = trace_counts.events_inside(table, active, windows)
     assert got.tolist() == _sorted_events_inside(table, active, windows).tolist()
 
 

@@ -26,9 +26,8 @@ from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 from optuna.trial import TrialState
 
 from perfscope.process.keeper import pid_alive
-from perfscope.errors import PerfscopeError
-from perfscope.record.view import record_of
 from perfscope.tuner.numerics import at_same_samples, check_losses
+from perfscope.tuner.profiled import memory_of, trial_verdict
 from perfscope.tuner.pruner import FEASIBLE_ATTR
 from perfscope.tuner.space import SearchSpace
 from perfscope.tuner.trial import Pruned, TrialOutcome, TrialSpec, cleanup_traces
@@ -45,37 +44,6 @@ CONSTRAINT = "infeasible"
 def worker_id() -> dict:
     """This worker's identity, kept on its trials (to recognise trials of a dead worker)."""
     return {"host": socket.gethostname(), "pid": os.getpid()}
-
-
-def trial_verdict(outcome: TrialOutcome) -> tuple[str | None, dict | None, dict | None]:
-    """(verdict, fractions, summary) of a trial's profiled steps, or Nones without a usable trace."""
-    if not outcome.trace_files:
-        return None, None, None
-    from perfscope.analysis.run import analyze_files
-
-    try:
-        analysis = analyze_files(outcome.trace_files, run_info={"source": "perfscope tune trial"})
-        summary = analysis.summary()
-    except (PerfscopeError, ValueError, OSError):
-        return None, None, None
-    overall = summary["overall"]  # the analysis writes it, verdict and fractions included
-    return overall["verdict"], overall["fractions"], summary
-
-
-def memory_of(summary: dict | None) -> dict | None:
-    """The profiled steps' memory peak of a trial (``details.memory``'s run-wide figures: ``kind``,
-    ``peak_bytes``, ``capacity_bytes``, ``headroom_share``, ``near_limit``), or None unmeasured."""
-    details = record_of(summary).details if summary is not None else None
-    m = details.memory if details is not None else None
-    if m is None:
-        return None
-    return {k: getattr(m, k) for k in ("kind", "peak_bytes", "capacity_bytes", "headroom_share", "near_limit")}
-
-
-def step_time_of(summary: dict | None) -> float | None:
-    """The profiled steps' step time (µs, :mod:`perfscope.steptime`) of a trial's summary, or None."""
-    overall = record_of(summary).overall if summary is not None else None
-    return overall.step_time_us if overall is not None else None
 
 
 MAX_DUPLICATES_IN_A_ROW = 20  # proposals of measured configurations before the space counts as exhausted

@@ -29,14 +29,12 @@ from perfscope.tuner.results import RunOutputs
 from perfscope.tuner.space import build_space, rule_based_guess
 from perfscope.tuner.storage import StorageError, describe_storage, open_storage
 from perfscope.tuner.storage_text import scrub, url_secrets
+from perfscope.tuner.profiled import memory_of, step_time_of, trial_verdict
 from perfscope.tuner.study import (
     CATCH as STUDY_CATCH,
     SPACE_ATTR,
     TuningStudy,
-    memory_of,
     pid_alive,
-    step_time_of,
-    trial_verdict,
     worker_id,
 )
 from perfscope.tuner.trial import TrialSpec, cleanup_traces, noise_text

@@ -1,4 +1,5 @@
-"""What ``perfscope.measure`` records while the script runs, and the wrappers feeding it.
+"""What ``perfscope.measure`` records while the script runs (the wrappers feeding it:
+:mod:`perfscope.measure.wrappers`).
 
 :class:`StepClock` is the ``prof`` the StepTracker drives: it times every boundary (seconds,
 ``time.perf_counter()``) for the :class:`Recorder`, which writes a line per finished step. The
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import sys
 import threading
 import time
 import weakref
@@ -32,11 +32,10 @@ from perfscope.measure.facts import (
 from perfscope.measure.protocol import StepLine, encode_step_line
 from perfscope.measure.warmup import DrainWarmup
 from perfscope.measure.window import SteadyWindow
+from perfscope.measure.wrappers import safely, wrap_backward, wrap_fetch, wrap_init
 from perfscope.runtime.model_scan import first_model
 from perfscope.runtime.optimizer_impl import before_first_step
 
-_is_compiling: Callable[[], bool] = torch.compiler.is_compiling
-_RUNTIME_PACKAGE = "perfscope.runtime"
 
 
 class NullProfiler:
@@ -81,7 +80,7 @@ class StepClock:
 
     def step(self) -> None:
         now = time.perf_counter()
-        _safely(self._recorder.boundary, now)
+        safely(self._recorder.boundary, now)
         self._inner.step()
 
 
@@ -239,7 +238,7 @@ class Recorder:
 
     def note_loss(self, loss: Any) -> None:
         """``control.note_loss``: the loss the script passed to ``perfscope.backward``."""
-        _safely(self._capture, "perfscope.backward", loss)
+        safely(self._capture, "perfscope.backward", loss)
 
     def note_autograd_loss(self, loss: Any) -> None:
         """A scalar the script passed to ``loss.backward()`` / ``torch.autograd.backward``."""
@@ -267,7 +266,7 @@ class Recorder:
 
     def note_model(self, model: Any) -> None:
         """The first module called that holds parameters (:mod:`perfscope.runtime.model_scan`)."""
-        self.model = _safely(model_facts, model)
+        self.model = safely(model_facts, model)
 
     def note_optimizer(self, optimizer: Any) -> None:
         """An optimizer is about to take its first step (the first one is recorded): its class and
@@ -275,7 +274,7 @@ class Recorder:
         if self.optimizer is None:
             from perfscope.runtime.optimizer_impl import facts
 
-            self.optimizer = _safely(facts, optimizer)
+            self.optimizer = safely(facts, optimizer)
 
     def note_iterator(self, iterator: Any, args: tuple, kwargs: dict) -> None:
         """A DataLoader iterator was built: keep its loader's settings for its first fetch."""
@@ -314,8 +313,8 @@ class Recorder:
         with contextlib.ExitStack() as stack:
             control.observer = self
             stack.callback(setattr, control, "observer", None)
-            replace(stack, dataloader._BaseDataLoaderIter, "__init__", functools.partial(_wrap_init, self.note_iterator))
-            replace(stack, DistributedDataParallel, "__init__", functools.partial(_wrap_init, self.note_ddp))
+            replace(stack, dataloader._BaseDataLoaderIter, "__init__", functools.partial(wrap_init, self.note_iterator))
+            replace(stack, DistributedDataParallel, "__init__", functools.partial(wrap_init, self.note_ddp))
             stack.enter_context(first_model(self.note_model))
             stack.enter_context(before_first_step(self.note_optimizer))
             yield self
@@ -330,80 +329,6 @@ class Recorder:
         from torch.utils.data import dataloader
 
         with contextlib.ExitStack() as stack:
-            replace(stack, dataloader._BaseDataLoaderIter, "__next__", functools.partial(_wrap_fetch, self))
-            replace(stack, torch.autograd, "backward", functools.partial(_wrap_backward, self))
+            replace(stack, dataloader._BaseDataLoaderIter, "__next__", functools.partial(wrap_fetch, self))
+            replace(stack, torch.autograd, "backward", functools.partial(wrap_backward, self))
             yield self
-
-
-# --------------------------------------------------------------------------- wrappers
-def _wrap_fetch(recorder: Recorder, original: Callable) -> Callable:
-    @functools.wraps(original)
-    def __next__(self: Any) -> Any:
-        if threading.get_ident() != recorder.thread:
-            return original(self)  # prefetch threads of the script's: not the training loop
-        ready = _safely(recorder.warmup.note_fetch, self)  # before the boundary the fetch may take
-        start = time.perf_counter()
-        try:
-            batch = original(self)
-        except StopIteration:
-            _safely(recorder.fetched, self, start, time.perf_counter(), None, True)
-            raise
-        _safely(recorder.fetched, self, start, time.perf_counter(), batch, False, ready)
-        return batch
-
-    return __next__
-
-
-def _wrap_backward(recorder: Recorder, original: Callable) -> Callable:
-    @functools.wraps(original)
-    def backward(*args: Any, **kwargs: Any) -> Any:
-        # Nested calls (a reentrant checkpoint's backward inside the script's) are not losses.
-        if recorder.backward_depth or threading.get_ident() != recorder.thread or _is_compiling():
-            return original(*args, **kwargs)
-        loss = _safely(_scalar, args[0] if args else kwargs.get("tensors"))
-        if loss is not None and not _called_from_runtime():
-            _safely(recorder.note_autograd_loss, loss)  # perfscope.backward reported it undivided already
-        recorder.backward_depth += 1
-        try:
-            return original(*args, **kwargs)
-        finally:
-            recorder.backward_depth -= 1
-
-    return backward
-
-
-def _wrap_init(note: Callable[[Any, tuple, dict], None], original: Callable) -> Callable:
-    @functools.wraps(original)
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
-        original(self, *args, **kwargs)
-        _safely(note, self, args, kwargs)
-
-    return __init__
-
-
-def _safely(fn: Callable, *args: Any) -> Any:
-    """``fn(*args)``, or None if it raised: measuring must never break the script's own calls."""
-    try:
-        return fn(*args)
-    except Exception:  # noqa: BLE001 - an odd batch, loss or loader type: that fact is lost
-        return None
-
-
-def _scalar(tensors: Any) -> torch.Tensor | None:
-    if isinstance(tensors, (list, tuple)) and len(tensors) == 1:
-        tensors = tensors[0]
-    if isinstance(tensors, torch.Tensor) and tensors.numel() == 1:
-        return tensors
-    return None
-
-
-def _called_from_runtime() -> bool:
-    """Whether the backward being wrapped was called by ``perfscope.runtime`` (its backward())."""
-    frame = sys._getframe(2)  # 0: here, 1: the wrapper
-    while frame is not None:
-        name = frame.f_globals.get("__name__", "") or ""
-        if name == "torch" or name.startswith("torch."):
-            frame = frame.f_back  # Tensor.backward, __torch_function__ dispatch
-            continue
-        return name == _RUNTIME_PACKAGE or name.startswith(_RUNTIME_PACKAGE + ".")
-    return False
