@@ -7,8 +7,9 @@ instead (:mod:`perfscope.record.codec`), because its readers compute with it.
 
 What "left out" means, by the declared type of the part:
 
-- a struct field: ``None`` (every field of the records' schemas admits ``None``), so a field the
-  record does not hold and one it holds with the wrong type read the same;
+- a struct field: ``None`` (every field of the tuning record's structs admits it), so a field
+  the record does not hold and one it holds with the wrong type read the same, and a writer's
+  default (``schema``, ``schema_version``) is never taken for a fact the record does not state;
 - an item of a list: dropped (``[1, "x", 2]`` as ``list[float]`` reads ``[1.0, 2.0]``);
 - a value of a mapping: ``None`` where the value type admits it, else the key is dropped;
 - an object with nothing in it (``{}``) where a struct is declared: ``None``, as absent.
@@ -32,9 +33,9 @@ def lenient(value: Any, struct: type[S]) -> S:
     """``value`` (plain data: dicts, lists, numbers, text, as ``json.loads`` returns) as an
     instance of ``struct``, every part that does not fit left out (module docstring).
 
-    Anything that is not a mapping reads as ``struct()`` with every field ``None``. Never raises
-    for bad data; a ``struct`` whose field admits no ``None`` and has no default is a
-    programming error (``TypeError``).
+    Anything that is not a mapping reads as ``struct`` with every field ``None``. Never raises
+    for bad data. Meant for structs whose fields all admit ``None`` (the struct is built without
+    a type check, so a field that does not would hold ``None`` all the same).
     """
     out = _struct(value, struct)
     return out if out is not None else _empty(struct)
