@@ -13,6 +13,7 @@ import statistics
 
 from perfscope import steptime
 from perfscope.record.schema import Details, Overall, RankRow
+from perfscope.record.values import finite_numbers
 from perfscope.record.view import Record
 from perfscope.reports.html import num
 
@@ -60,7 +61,7 @@ def withheld_note(record: Record) -> str:
 
 
 def _median(values) -> float | None:
-    values = [v for v in (num(x) for x in values) if v is not None]
+    values = finite_numbers(values)
     return statistics.median(values) if values else None
 
 

@@ -12,3 +12,9 @@ def finite_number(value) -> float | None:
         return None
     value = float(value)
     return value if math.isfinite(value) else None
+
+
+def finite_numbers(values) -> list[float]:
+    """The finite numbers of an iterable, as floats, in order (anything else dropped; None reads
+    as an empty one)."""
+    return [v for v in (finite_number(x) for x in values or ()) if v is not None]

@@ -7,6 +7,7 @@ import math
 from itertools import zip_longest
 
 from perfscope.record.tune_schema import Candidate, TuneRecord
+from perfscope.record.values import finite_numbers
 from perfscope.reports.html import clean, esc, figure, note, num, section, table
 from perfscope.reports.palette import DARK, GREEN, GREY, VERMILLION
 from perfscope.reports.sections.tuning_record import (
@@ -14,7 +15,6 @@ from perfscope.reports.sections.tuning_record import (
     candidates,
     changes_text,
     confidence,
-    finite,
     min_gain,
     ratio,
     rounds,
@@ -30,7 +30,7 @@ MIN_TICK_GAP = 36  # pixels between tick labels
 
 def round_ratios(c: Candidate) -> list[float]:
     """candidate / baseline of each round where both are positive numbers."""
-    return [b / a for a, b in zip(finite(c.baseline), finite(c.candidate)) if a > 0 and b > 0]
+    return [b / a for a, b in zip(finite_numbers(c.baseline), finite_numbers(c.candidate)) if a > 0 and b > 0]
 
 
 def _ticks(lo: float, hi: float, x_of) -> list[float]:
@@ -129,7 +129,7 @@ def _summary_table(record: TuneRecord, cands: list[Candidate]) -> str:
 
 def _rounds_table(record: TuneRecord, c: Candidate) -> str:
     u = unit(record)
-    base, cand = finite(c.baseline), finite(c.candidate)
+    base, cand = finite_numbers(c.baseline), finite_numbers(c.candidate)
     rows = []
     for i, (a, b) in enumerate(zip_longest(base, cand), start=1):
         r = ratio(b / a) if a and b is not None and a > 0 else "-"

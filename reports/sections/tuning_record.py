@@ -17,6 +17,7 @@ from urllib.parse import quote
 
 from perfscope.record.lenient import lenient
 from perfscope.record.tune_schema import Candidate, Trial, TuneRecord
+from perfscope.record.values import finite_numbers
 from perfscope.reports.html import num
 
 DEFAULT_UNIT = "samples/s"
@@ -28,11 +29,6 @@ def read(record) -> TuneRecord:
     """The tuning record as the schema's structs, read leniently (:func:`perfscope.record.lenient.lenient`):
     a part of the wrong type reads as absent, anything but a mapping as an empty record."""
     return record if isinstance(record, TuneRecord) else lenient(record, TuneRecord)
-
-
-def finite(values: list | None) -> list[float]:
-    """The finite numbers of a list (NaN and infinities dropped; None reads as [])."""
-    return [v for v in (num(x) for x in values or []) if v is not None]
 
 
 def word(value, default: str = "-") -> str:
@@ -154,7 +150,7 @@ def last_value(trial: Trial) -> float | None:
     v = num(trial.value)
     if v is not None:
         return v
-    values = finite(trial.step_values)
+    values = finite_numbers(trial.step_values)
     return values[-1] if values else None
 
 
@@ -188,7 +184,7 @@ def rounds(record: TuneRecord, candidate: Candidate | None = None) -> int | None
     if record.confirmation is not None and record.confirmation.rounds is not None:
         return record.confirmation.rounds
     if candidate is not None:
-        return len(finite(candidate.candidate)) or None
+        return len(finite_numbers(candidate.candidate)) or None
     return None
 
 
