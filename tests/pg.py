@@ -212,3 +212,28 @@ def _remove(root: Path) -> None:
         if not root.exists():
             return
         time.sleep(0.2)
+
+
+def create_login(url: str, user: str, password: str) -> str:
+    """A new login role ``user`` with ``password`` (any characters) on the running :func:`server`
+    ``url``, owning a new database of its name; created as the superuser over the Unix socket.
+
+    Returns:
+        The server's ``host:port`` (the caller spells the URL, encoded as it wishes to test).
+    """
+    bin_dir = find_bin_dir()
+    params = _query_params(socket_url(url))
+    quoted_user = '"' + user.replace('"', '""') + '"'
+    quoted_password = "'" + password.replace("'", "''") + "'"
+    psql = [str(bin_dir / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", params["host"], "-p", params["port"],
+            "-U", SUPERUSER, "-d", "postgres"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    _check([*psql, "-c", f"CREATE ROLE {quoted_user} LOGIN PASSWORD {quoted_password}",
+            "-c", f"CREATE DATABASE {quoted_user} OWNER {quoted_user}"],
+           f"creating the login {user!r}", Path(params["host"]).parent, env=env)
+    return url.rsplit("@", 1)[1].split("/", 1)[0]
+
+
+def _query_params(url: str) -> dict[str, str]:
+    """The query parameters of a URL (``host=...&port=...``), without URL decoding."""
+    return dict(pair.split("=", 1) for pair in url.partition("?")[2].split("&") if "=" in pair)

@@ -49,7 +49,7 @@ def test_a_bare_database_file_gets_a_hint(tmp_path):
 
 def test_unreachable_server_names_the_url_without_password(tmp_path):
     message = one_line_storage_error("postgresql://u:secret@127.0.0.1:1/db", tmp_path)
-    assert message.startswith("cannot open study storage postgresql://u:***@127.0.0.1:1/db: ")
+    assert message.startswith("cannot open study storage postgresql://***@127.0.0.1:1/db: ")
     assert "Connection refused" in message or "connection" in message.lower()
     assert "secret" not in message
 
@@ -61,7 +61,7 @@ def test_password_in_the_query_is_hidden_too(tmp_path):
 
 def test_unparsable_url_keeps_the_password_out(tmp_path):
     message = one_line_storage_error("postgresql://u:secret@host:notaport/db", tmp_path)
-    assert message.startswith("cannot parse study storage URL postgresql://u:***@host:notaport/db")
+    assert message.startswith("cannot parse study storage URL postgresql://***@host:notaport/db")
     assert "secret" not in message
 
 
@@ -69,7 +69,7 @@ def test_refused_login_on_a_real_server(postgres_url, tmp_path):
     real_password = postgres_url.split("://", 1)[1].split("@", 1)[0].split(":", 1)[1]
     wrong = postgres_url.replace(f":{real_password}@", ":wrongsecret@")
     message = one_line_storage_error(wrong, tmp_path)
-    assert message.startswith("cannot open study storage postgresql://perfscope:***@127.0.0.1:")
+    assert message.startswith("cannot open study storage postgresql://***@127.0.0.1:")
     assert "password authentication failed" in message
     assert "wrongsecret" not in message and real_password not in message
 

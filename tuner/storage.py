@@ -49,16 +49,9 @@ from optuna.storages import BaseStorage, RDBStorage, RetryHeartbeatStaleTrialCal
 from optuna.storages.journal import JournalFileBackend, JournalStorage
 
 from perfscope.errors import PerfscopeError
-from perfscope.redact import host_has_at
+from perfscope.redact import host_has_at, redact, url_secrets
 from perfscope.tuner.storage_schema import foreign_tables
-from perfscope.tuner.storage_text import (
-    db_reason,
-    first_line,
-    mask_password,
-    os_reason,
-    scrub,
-    secrets_of,
-)
+from perfscope.tuner.storage_text import db_reason, first_line, os_reason
 
 HEARTBEAT_INTERVAL = 20
 """Seconds between two heartbeats of a running trial (SQL storages)."""
@@ -112,15 +105,16 @@ def default_url(out_dir: Path) -> str:
 
 
 def describe_storage(url: str | None, out_dir: Path | None = None) -> str:
-    """The storage URL as it may be printed or written to ``tune.json``: any password replaced by
-    ``***`` (in ``USER:PASS@`` and in a ``password=`` query parameter).
+    """The storage URL as it may be printed or written to ``tune.json``: its whole userinfo
+    (``USER:PASS@``) and any secret query parameter replaced by ``***``
+    (:func:`perfscope.redact.redact`).
 
     ``None`` (no ``--storage``) gives the default URL of ``out_dir`` (see :func:`default_url`), or
     ``sqlite:///study.db`` when no folder is given.
     """
     if url is None:
         return default_url(out_dir) if out_dir is not None else "sqlite:///" + DEFAULT_FILE
-    return mask_password(url)  # a journal path too: it may be a mistyped database URL
+    return redact(url, secrets=url_secrets(url))  # a journal path too: it may be a mistyped database URL
 
 
 def open_storage(
@@ -152,7 +146,7 @@ def open_storage(
         StorageError: an unknown URL form (the message lists the accepted ones); a database
             driver that is not installed (``postgresql needs psycopg2: pip install
             psycopg2-binary``); a server that cannot be reached or refuses the login
-            (``cannot open study storage postgresql://user:***@host/db: <the driver's
+            (``cannot open study storage postgresql://***@host/db: <the driver's
             message>``); a folder that cannot be created or written (SQLite, journal); a database
             whose tables are not Optuna's or are of a newer Optuna.
     """
@@ -217,7 +211,7 @@ def _open_rdb(url: str, heartbeat_interval: int, grace_period: int) -> RDBStorag
     except (sqlalchemy.exc.ArgumentError, ValueError):
         # SQLAlchemy's message repeats the URL, password included: not shown.
         raise StorageError(f"cannot parse study storage URL {shown}: expected {ACCEPTED}") from None
-    secrets = secrets_of(url, parsed)
+    secrets = url_secrets(url)
     if "@" in (parsed.host or "") or host_has_at(url):
         # The parser took what follows the password's first "@" for the host name: the driver's
         # "could not translate host name" would print the rest of the password.
@@ -241,7 +235,7 @@ def _open_rdb(url: str, heartbeat_interval: int, grace_period: int) -> RDBStorag
         raise StorageError(_driver_message(backend, e)) from None
     except sqlalchemy.exc.ArgumentError as e:  # an unknown driver name, a bad argument
         raise StorageError(
-            f"cannot use study storage {shown}: {scrub(first_line(e), secrets)}"
+            f"cannot use study storage {shown}: {redact(first_line(e), secrets=secrets)}"
         ) from None
     try:
         with engine.connect() as connection, _init_lock(connection, backend):
@@ -292,10 +286,10 @@ def _make_rdb_storage(
                 ) from None
             time.sleep(random.uniform(0.1, 0.5))
         except optuna.exceptions.StorageInternalError as e:  # e.g. a table it could not read
-            raise StorageError(f"cannot use study storage {shown}: {scrub(first_line(e), secrets)}") from None
+            raise StorageError(f"cannot use study storage {shown}: {redact(first_line(e), secrets=secrets)}") from None
         except RuntimeError as e:  # Optuna: the tables were written by another Optuna version
             raise StorageError(
-                f"cannot use study storage {shown}: {scrub(first_line(e), secrets)}"
+                f"cannot use study storage {shown}: {redact(first_line(e), secrets=secrets)}"
             ) from None
     raise AssertionError("unreachable")
 

@@ -16,6 +16,7 @@ import sqlalchemy.exc
 
 from perfscope.errors import PerfscopeError
 from perfscope.record.view import record_of
+from perfscope.redact import redact, url_secrets
 from perfscope.runtime.config import config_from_dict
 from perfscope.text import safe
 from perfscope.tuner import record as tune_record
@@ -28,7 +29,6 @@ from perfscope.tuner.pruner import SlowerThanBestPruner
 from perfscope.tuner.results import RunOutputs
 from perfscope.tuner.space import build_space, rule_based_guess
 from perfscope.tuner.storage import StorageError, describe_storage, open_storage
-from perfscope.tuner.storage_text import scrub, url_secrets
 from perfscope.tuner.profiled import memory_of, step_time_of, trial_verdict
 from perfscope.tuner.study import (
     CATCH as STUDY_CATCH,
@@ -84,7 +84,7 @@ def _storage_failures(options: TuneOptions):
         shown = describe_storage(options.storage, options.out_dir)
         reason = str(getattr(e, "orig", None) or e).strip().splitlines()
         raise StorageError(f"the study storage {shown} failed: "
-                           f"{scrub(reason[0] if reason else type(e).__name__, url_secrets(options.storage))}; "
+                           f"{redact(reason[0] if reason else type(e).__name__, secrets=url_secrets(options.storage))}; "
                            "the finished trials are kept in it: run the same command again to resume") from None
 
 
