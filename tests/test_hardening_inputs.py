@@ -166,6 +166,56 @@ def test_configuration_errors_shorten_long_values(data):
     assert len(str(e.value)) < 600
 
 
+EXAMPLE = str(Path(__file__).resolve().parents[1] / "examples" / "io_bound.py")
+SHADOW_LIKE = ("root:$6$Zq9saltsalt$hashHASHhash0123456789:19000:0:99999:7:::\n"
+               "daemon:*:19000:0:99999:7:::\nwebapp:$y$j9T$Yx7secretpart:19001:0:99999:7:::\n")
+
+
+@pytest.mark.parametrize("text", [
+    SHADOW_LIKE,
+    "DATABASE_URL=postgresql://app:Zq9secret@db/app\nAPI_TOKEN=Zq9token\n",  # an .env file: one string
+    "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktZZq9\n-----END OPENSSH PRIVATE KEY-----\n",
+    '{"Zq9 a sentence, not a key": 1}',  # JSON is YAML: a mapping whose key is not a name
+])
+def test_a_file_that_is_not_a_configuration_is_never_echoed(capsys, tmp_path, text):
+    path = tmp_path / "notes.txt"
+    path.write_text(text)
+    code, out, err = _run(capsys, "profile", EXAMPLE, "--config", str(path))
+    assert code == 2 and not out
+    assert err.startswith(f"perfscope: error: not a configuration file: {path}") and err.count("\n") == 1, err
+    said = err.replace(str(path), "PATH")
+    assert "Zq9" not in said and "root" not in said and "daemon" not in said, err
+
+
+def test_unknown_keys_are_named_short_and_values_never(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("db_password: Zq9hunter2\n" + "k" * 60 + ": 1\nnum_workers: Zq9value\n")
+    with pytest.raises(ConfigError) as e:
+        load_config(path)
+    said = str(e.value)
+    assert "'db_password'" in said and "k" * 60 not in said and "kkk..." in said and "Zq9" not in said, said
+    path.write_text("num_workers: Zq9value\n")
+    with pytest.raises(ConfigError, match="config key 'num_workers': got a string, allowed") as e:
+        load_config(path)
+    assert "Zq9" not in str(e.value)
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "folder"])
+def test_a_config_that_is_not_a_regular_file_is_refused_at_once(tmp_path, kind):
+    import os
+    import subprocess
+    import sys
+
+    path = {"fifo": tmp_path / "config.yaml", "device": Path("/dev/zero"), "folder": tmp_path}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)  # nobody writes it: reading would wait for ever
+    done = subprocess.run([sys.executable, "-m", "perfscope", "profile", EXAMPLE, "--config", str(path)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == f"perfscope: error: not a configuration file: {path} (not a regular file)\n"
+
+
 # --- 13: wrong objects for accelerate, malformed summaries ------------------------------------
 
 

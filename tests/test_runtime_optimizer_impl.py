@@ -99,7 +99,7 @@ def test_accelerate_switches_the_scripts_optimizer_and_a_replaced_one_is_named()
 
 
 def test_a_bad_value_is_refused_with_the_allowed_ones():
-    with pytest.raises(ConfigError, match="config key 'optimizer_impl': got 'vectorised', allowed: for-loop, foreach, fused or null"):
+    with pytest.raises(ConfigError, match="config key 'optimizer_impl': got a string, allowed: for-loop, foreach, fused or null"):
         config_from_dict({"optimizer_impl": "vectorised"})
 
 

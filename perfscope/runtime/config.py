@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
+import stat
 from pathlib import Path
 
 import yaml
@@ -46,6 +48,12 @@ MAX_CONFIG_BYTES = 64 * 1024  # a configuration is a few hundred bytes
 
 class ConfigError(PerfscopeError, ValueError):
     """A configuration names an unknown key, a bad value, or an impossible combination."""
+
+
+class NotAConfigError(ConfigError):
+    """The file is not a configuration at all (not YAML or JSON, not a mapping, keys that are
+    not names, not a regular file): said as ``not a configuration file: PATH``, nothing of its
+    content echoed."""
 
 
 @dataclasses.dataclass(kw_only=True, frozen=True)
@@ -115,7 +123,7 @@ class AccelConfig:
         for keys, ok, allowed in _RULES:
             for key in keys:
                 if not ok(getattr(self, key)):
-                    raise ConfigError(f"config key {key!r}: got {short_repr(getattr(self, key))}, allowed: {allowed}")
+                    raise ConfigError(f"config key {key!r}: got {kind_of(getattr(self, key))}, allowed: {allowed}")
         if self.num_workers == 0:
             for key in ("prefetch_factor", "persistent_workers"):
                 if getattr(self, key):
@@ -178,13 +186,44 @@ def config_from_dict(data: dict) -> AccelConfig:
         ConfigError: not a mapping, unknown keys (named, with the allowed ones), bad values.
     """
     if not isinstance(data, dict):
-        raise ConfigError(f"a configuration must be a mapping of keys to values, got {type(data).__name__}")
+        raise NotAConfigError(f"not a configuration file: a configuration is a mapping of keys to values, "
+                              f"this holds {kind_of(data)}")
     unknown = sorted((k for k in data if k not in KEYS), key=str)  # keys of YAML may be numbers
+    if any(not _looks_like_key(k) for k in unknown):
+        # "root:$6$...:::" is a YAML mapping too: a line of another kind of file, never echoed.
+        raise NotAConfigError("not a configuration file: its keys are not configuration keys")
     if unknown:
-        shown = ", ".join(short_repr(k, 40) for k in unknown[:5])
+        shown = ", ".join(short_repr(k, SHOWN_KEY_CHARS) for k in unknown[:5])
         more = f" and {len(unknown) - 5:,} more" if len(unknown) > 5 else ""
         raise ConfigError(f"unknown config key(s) {shown}{more}; allowed keys: {', '.join(KEYS)}")
     return AccelConfig(**data)
+
+
+SHOWN_KEY_CHARS = 32
+"""An unknown key is named in an error message cut to this many characters (quotes included)."""
+# What a configuration's key looks like: a name of letters, digits, '_', '-' and '.', up to 64
+# characters. Anything else (a line of a password file, a sentence) means another kind of file.
+_KEY = re.compile(r"[A-Za-z_][\w.\-]{0,63}")
+
+
+def _looks_like_key(key) -> bool:
+    """A name, or a YAML number or boolean (a mistyped key, short, safe to name)."""
+    return _KEY.fullmatch(key) is not None if isinstance(key, str) else isinstance(key, (int, float))
+
+
+def kind_of(value) -> str:
+    """What ``value`` is, for an error message that must not print it: ``a string``, ``an integer``,
+    ``a number``, ``true or false``, ``null``, ``a list``, ``a mapping`` (else its type's name).
+    A configuration file can be any file the user points at; its values are never echoed."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true or false"
+    for kinds, said in ((int, "an integer"), (float, "a number"), (str, "a string"), ((list, tuple), "a list"),
+                        (dict, "a mapping")):
+        if isinstance(value, kinds):
+            return said
+    return type(value).__name__
 
 
 def load_config(config: str | os.PathLike | dict | AccelConfig | None) -> AccelConfig | None:
@@ -219,6 +258,8 @@ def load_config(config: str | os.PathLike | dict | AccelConfig | None) -> AccelC
     data = read_yaml(path)
     try:
         return config_from_dict({} if data is None else data)  # an empty file is an empty mapping; 0 is not
+    except NotAConfigError as e:
+        raise NotAConfigError(f"not a configuration file: {safe(path)} ({str(e).partition(': ')[2]})") from None
     except ConfigError as e:
         raise ConfigError(f"{safe(path)}: {e}") from None
 
@@ -267,10 +308,19 @@ def read_yaml(path: str | os.PathLike):
     """
     path = Path(path)
     try:
-        with open(path, "rb") as f:
-            text = f.read(MAX_CONFIG_BYTES + 1)
+        # O_NONBLOCK: opening a FIFO with no writer returns at once, so that it is refused below
+        # instead of hanging; a regular file reads as always.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except OSError as e:
         raise ConfigError(f"cannot read configuration {safe(path)}: {e.strerror or e}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a folder, a FIFO, a device, a socket
+        os.close(fd)
+        raise NotAConfigError(f"not a configuration file: {safe(path)} (not a regular file)")
+    with open(fd, "rb", closefd=True) as f:
+        try:
+            text = f.read(MAX_CONFIG_BYTES + 1)
+        except OSError as e:
+            raise ConfigError(f"cannot read configuration {safe(path)}: {e.strerror or e}") from None
     if len(text) > MAX_CONFIG_BYTES:
         raise ConfigError(f"{safe(path)}: too large for a configuration (more than {MAX_CONFIG_BYTES // 1024} KiB)")
     try:
@@ -278,12 +328,14 @@ def read_yaml(path: str | os.PathLike):
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f"line {mark.line + 1}: " if mark is not None else ""
-        what = safe(e.problem or e.context or "error")
-        raise ConfigError(f"{safe(path)}: {where}" + (what if isinstance(e, _AnchorError) else f"not valid YAML ({what})")) from None
-    except yaml.YAMLError as e:  # e.g. bytes that are not UTF-8
-        raise ConfigError(f"{safe(path)}: not valid YAML ({safe(str(e).splitlines()[0])})") from None
+        what = safe(e.problem or e.context or "error")[:80]  # YAML's words; at most a token of the file
+        if isinstance(e, _AnchorError):
+            raise ConfigError(f"{safe(path)}: {where}{what}") from None
+        raise NotAConfigError(f"not a configuration file: {safe(path)} (not valid YAML: {where}{what})") from None
+    except yaml.YAMLError:  # e.g. bytes that are not UTF-8
+        raise NotAConfigError(f"not a configuration file: {safe(path)} (not valid YAML: not UTF-8 text)") from None
     except RecursionError:  # thousands of nested brackets
-        raise ConfigError(f"{safe(path)}: not valid YAML (nested too deeply)") from None
+        raise NotAConfigError(f"not a configuration file: {safe(path)} (not valid YAML: nested too deeply)") from None
 
 
 def save_config(config: AccelConfig, path: str | os.PathLike, comment: str = "", *, only_changes: bool = False) -> Path:
