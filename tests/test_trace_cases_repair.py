@@ -172,3 +172,64 @@ def test_not_json_at_all_is_not_called_a_damaged_trace(tmp_path):
         perfscope.analyze(path)
     assert not isinstance(e.value, TraceDamagedError)
     assert "t.json:1:1" in str(e.value)
+
+
+def _kineto_layout(events) -> bytes:
+    """Events as PyTorch's profiler writes them: one key per line, the name unescaped."""
+    def one(e):
+        lines = [f'    "{k}": "{v}"' if k == "name" else f'    {json.dumps(k)}: {json.dumps(v)}' for k, v in e.items()]
+        return "  {\n" + ",\n".join(lines) + "\n  }"
+    return ('{\n  "traceEvents": [\n' + ",\n".join(one(e) for e in events) + "\n  ]\n}\n").encode()
+
+
+QUOTED_NAMES = ['say "hi" now', 'end"', '"', 'C:\\data "x"\\load', '"a", "b"']
+
+
+def test_names_with_unescaped_quotes_are_read_literally_and_counted(tmp_path):
+    ranges = [{"ph": "X", "cat": "user_annotation", "name": n, "pid": 100, "tid": 1, "ts": 20 + 5 * k, "dur": 2}
+              for k, n in enumerate(QUOTED_NAMES)]
+    data = _kineto_layout(_gpu_events() + ranges)
+    assert b'"name": "say "hi" now",' in data  # the damage as the profiler writes it
+    a = perfscope.analyze(_write(tmp_path, data))
+    table = a.tables[next(iter(a.tables))]
+    assert set(QUOTED_NAMES) <= set(table.names)
+    assert a.traces[0]["events"] == 5 + len(QUOTED_NAMES)
+    (entry,) = [e for e in _quality(a, "repaired") if "double quotes" in e["reason"]]
+    assert entry["count"] == len(QUOTED_NAMES) and entry["unit"] == "string"
+    assert any("strings repaired: double quotes inside a name" in w for w in a.warnings)
+
+
+def test_a_line_of_sound_pairs_is_not_taken_for_a_quoted_name(tmp_path):
+    # Two pairs on one line parse as they are; a repair elsewhere (N/A) must leave them alone.
+    data = trace_bytes(_gpu_events()).replace(b'"correlation": 1}', b'"correlation": 1, "bw": N/A}', 1)
+    data = data.replace(b'  "traceEvents": [\n', b'  "a": "x", "b": "y",\n  "traceEvents": [\n', 1)
+    a = perfscope.analyze(_write(tmp_path, data))
+    assert not [e for e in _quality(a) if "double quotes" in e["reason"]]
+    assert a.traces[0]["events"] == 5
+
+
+def test_damage_after_a_quote_repair_is_placed_in_the_original_file(tmp_path):
+    ranges = [{"ph": "X", "cat": "user_annotation", "name": 'a "b" c', "pid": 100, "tid": 1, "ts": 20, "dur": 2}]
+    lines = _kineto_layout(ranges + _gpu_events()).split(b"\n")
+    k = next(i for i, line in enumerate(lines) if b'"k2"' in line)
+    col = lines[k].index(b'"k2"') + 1
+    lines[k] = lines[k].replace(b'"k2"', b'@"k2"', 1)
+    with pytest.raises(TraceDamagedError, match=rf"t\.json:{k + 1}:{col}: invalid JSON that cannot be repaired"):
+        perfscope.analyze(_write(tmp_path, b"\n".join(lines)))
+
+
+def test_a_profile_with_a_quoted_record_function_name_is_analyzed(tmp_path):
+    import torch
+    from torch.profiler import profile, record_function
+
+    with profile() as prof:
+        for name in ('load "batch"', 'end"'):
+            with record_function(name):
+                torch.ones(64).add_(1)
+    path = tmp_path / "rank0.json"
+    prof.export_chrome_trace(str(path))
+    assert b'"say' not in path.read_bytes() and b'load "batch"' in path.read_bytes()  # written unescaped
+    a = perfscope.analyze(path)
+    table = a.tables[next(iter(a.tables))]
+    assert {'load "batch"', 'end"'} <= set(table.names)
+    assert [e for e in _quality(a, "repaired") if "double quotes" in e["reason"]][0]["count"] == 2

@@ -18,6 +18,11 @@ kind                   what was written, and the repair
                        the last two) or a number past a float's range (``1e400``) in place of a
                        value; each becomes ``null``.
 ``byte-order mark``    a UTF-8 byte-order mark before the text; removed.
+``unescaped quotes``   a ``"`` inside a name written without its backslash: PyTorch's profiler
+                       writes a ``record_function("say \"hi\"")`` range as ``"name": "say "hi""``.
+                       On a line of one ``"key": "value"`` pair (how Kineto writes names) whose
+                       value is not a valid string, every inner ``"`` is taken literally. A line
+                       that parses as JSON pairs (``"a": "b", "c": "d"``) is left as it is.
 =====================  ========================================================================
 
 The repair runs only after the strict parse failed, so clean files pay nothing. Positions in the
@@ -57,6 +62,7 @@ CONTROL_CHARACTERS = "control characters"
 NOT_UTF8 = "not UTF-8"
 NON_STANDARD = "non-standard values"
 BOM = "byte-order mark"
+UNESCAPED_QUOTES = "unescaped quotes"
 # Each kind of repair in a warning's words, and what its count counts.
 WORDING = {
     RAW_BACKSLASHES: ("unescaped backslashes (Windows paths), taken literally", "string"),
@@ -65,7 +71,15 @@ WORDING = {
     NON_STANDARD: ("N/A, NaN, Infinity or a number too large for a float (1e400) in place of a value, read as null",
                    "value"),
     BOM: ("a byte-order mark before the JSON text, removed", "file"),
+    UNESCAPED_QUOTES: ('double quotes inside a name written without escaping (record_function("a \\"b\\"")), '
+                       "taken literally", "string"),
 }
+
+# One `"key": "value"` pair on a line of its own, as Kineto writes an event's name: the value runs
+# to the last quote of the line that only a comma (or nothing) follows.
+_PAIR_LINE = re.compile(rb'(?m)^(?P<lead>[ \t]*"[^"\\\r\n]*"[ \t]*:[ \t]*")(?P<body>[^\r\n]*)"(?=[ \t]*,?[ \t]*\r?$)')
+# A quote no backslash escapes (an even run of backslashes before it escapes only themselves).
+_BARE_QUOTE = re.compile(rb'(?<!\\)((?:\\\\)*)"')
 
 
 def _latin1_fallback(err: UnicodeDecodeError):
@@ -74,6 +88,24 @@ def _latin1_fallback(err: UnicodeDecodeError):
 
 
 codecs.register_error("perfscope-latin1", _latin1_fallback)
+
+
+@dataclass
+class _Spans:
+    """Where one pass of the repair replaced text: to map a position back through it."""
+
+    new_starts: list[int] = field(default_factory=list)  # start of each replacement in the output
+    orig: list[tuple[int, int, int]] = field(default_factory=list)  # its start and end in the input, new length
+
+    def original_pos(self, pos: int) -> int:
+        k = bisect.bisect_right(self.new_starts, pos) - 1
+        if k < 0:
+            return pos
+        new_start = self.new_starts[k]
+        orig_start, orig_end, new_len = self.orig[k]
+        if pos < new_start + new_len:
+            return orig_start
+        return orig_end + (pos - new_start - new_len)
 
 
 @dataclass
@@ -89,21 +121,14 @@ class Repaired:
     text: bytes
     counts: dict[str, int] = field(default_factory=dict)
     examples: dict[str, list[str]] = field(default_factory=dict)  # kind -> the first repaired strings
-    # Replaced spans: start in the repaired text, start and end in the original, new length.
-    _new_starts: list[int] = field(default_factory=list, repr=False)
-    _orig: list[tuple[int, int, int]] = field(default_factory=list, repr=False)
+    _passes: list[_Spans] = field(default_factory=list, repr=False)  # in the order they ran
     _shift: int = field(default=0, repr=False)  # bytes removed at the very start (a BOM)
 
     def original_pos(self, pos: int) -> int:
         """The byte offset in the original text of offset ``pos`` in the repaired text."""
-        k = bisect.bisect_right(self._new_starts, pos) - 1
-        if k < 0:
-            return pos + self._shift
-        new_start = self._new_starts[k]
-        orig_start, orig_end, new_len = self._orig[k]
-        if pos < new_start + new_len:
-            return orig_start
-        return orig_end + (pos - new_start - new_len)
+        for spans in reversed(self._passes):
+            pos = spans.original_pos(pos)
+        return pos + self._shift
 
     @property
     def any(self) -> bool:
@@ -118,6 +143,46 @@ class Repaired:
                 shown.append(str(orjson.loads(token))[:80])
             except orjson.JSONDecodeError:  # a string the repair could not make whole
                 shown.append(token[1:-1].decode("utf-8", "replace")[:80])
+
+
+def _replace(text: bytes, replacements, out: Repaired) -> bytes:
+    """``text`` with each ``(start, end, new bytes)`` (in order, not overlapping) put in; the
+    pass is recorded in ``out`` so that positions map back through it."""
+    pieces: list[bytes] = []
+    spans = _Spans()
+    last = out_len = 0
+    for start, end, fixed in replacements:
+        pieces.append(text[last:start])
+        out_len += start - last
+        spans.new_starts.append(out_len)
+        spans.orig.append((start, end, len(fixed)))
+        pieces.append(fixed)
+        out_len += len(fixed)
+        last = end
+    if not pieces:
+        return text
+    pieces.append(text[last:])
+    out._passes.append(spans)
+    return b"".join(pieces)
+
+
+def _fix_quotes(text: bytes, out: Repaired):
+    """The replacements of the ``unescaped quotes`` repair (see the module docstring)."""
+    if b'"' not in text:
+        return
+    for m in _PAIR_LINE.finditer(text):
+        body = m["body"]
+        if b'"' not in body or not any(len(q.group(1)) % 2 == 0 for q in _BARE_QUOTE.finditer(body)):
+            continue
+        line = m.group(0)
+        try:  # "a": "b", "c": "d" on one line is sound JSON, not a name holding quotes
+            orjson.loads(b"{" + line + b"}")
+            continue
+        except orjson.JSONDecodeError:
+            pass
+        fixed = _BARE_QUOTE.sub(rb'\1\\"', body)
+        out.count(UNESCAPED_QUOTES, b'"' + fixed + b'"')
+        yield m.start("body"), m.end("body"), fixed
 
 
 def _fix_string(s: bytes, repaired: Repaired) -> bytes:
@@ -168,11 +233,13 @@ def repair_json(text: bytes) -> Repaired:
     if text.startswith(_BOM):
         text, out._shift = text[len(_BOM):], len(_BOM)
         out.count(BOM)
-    pieces: list[bytes] = []
-    new_starts: list[int] = []
-    orig: list[tuple[int, int, int]] = []
-    last = 0
-    out_len = 0
+    text = _replace(text, _fix_quotes(text, out), out)  # first: the token pass needs whole strings
+    out.text = _replace(text, _fix_tokens(text, out), out)
+    return out
+
+
+def _fix_tokens(text: bytes, out: Repaired):
+    """The replacements of every other repair, token by token."""
     for m in _TOKEN.finditer(text):
         if m.lastgroup == "str":
             tok = m.group(0)
@@ -195,15 +262,4 @@ def repair_json(text: bytes) -> Repaired:
             out.count(NON_STANDARD)
         else:
             continue
-        pieces.append(text[last : m.start()])
-        out_len += m.start() - last
-        new_starts.append(out_len)
-        orig.append((m.start() + out._shift, m.end() + out._shift, len(fixed)))
-        pieces.append(fixed)
-        out_len += len(fixed)
-        last = m.end()
-    out.text = text
-    if pieces:
-        pieces.append(text[last:])
-        out.text, out._new_starts, out._orig = b"".join(pieces), new_starts, orig
-    return out
+        yield m.start(), m.end(), fixed
