@@ -38,6 +38,21 @@ def free_endpoint() -> str:
 JOB = "0123456789abcdef" * 2
 
 
+@pytest.fixture(autouse=True)
+def private_runtime_dir(tmp_path, monkeypatch):
+    """Node 0 (this process) and its followers (children) keep the job's secret here."""
+    folder = tmp_path / "run"
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(folder))
+    for key in (wire.SECRET_ENV, wire.SECRET_FILE_ENV):
+        monkeypatch.delenv(key, raising=False)
+    return folder
+
+
+def job_secret(endpoint: str) -> bytes:
+    """The secret node 0 made for the loopback board at ``endpoint``."""
+    return wire.read_job_secret(int(endpoint.rpartition(":")[2]), endpoint)
+
+
 def trial(k=0, **changes) -> wire.Trial:
     fields = dict(job=JOB, k=k, config={}, warmup_steps=1, measure_steps=2, profile_steps=0, seed=0, timeout_s=60.0)
     return wire.Trial(**{**fields, **changes})
@@ -180,7 +195,8 @@ def test_a_configuration_that_is_not_of_the_schema_is_refused_by_the_follower(tm
     board = nodes.TrialBoard(NodeLaunch(nnodes=2, node_rank=0, rdzv_endpoint=endpoint), 1)
     follower = _follower(endpoint)
     try:
-        _attacker(endpoint).set("trial/0", wire.encode(trial(0, config={"script": "evil.py"}), "trial/0", None))
+        signed = wire.encode(trial(0, config={"script": "evil.py"}), "trial/0", job_secret(endpoint))
+        _attacker(endpoint).set("trial/0", signed)  # one who can read the secret: the schema still holds
         _, err = follower.communicate(timeout=60)
     finally:
         _kill(follower)
@@ -253,9 +269,58 @@ def test_a_replayed_record_of_another_job_and_a_forged_report_are_refused(monkey
     follower = _follower(endpoint)
     try:
         board.announce({}, warmup_steps=1, measure_steps=1, profile_steps=0, seed=0, timeout_s=1.0)
-        attacker.set("trial/1", wire.encode(trial(1, job="f" * 32), "trial/1", None))
+        attacker.set("trial/1", wire.encode(trial(1, job="f" * 32), "trial/1", job_secret(endpoint)))
         _, err = follower.communicate(timeout=120)
     finally:
         _kill(follower)
     assert "trial/1: a record of another job (replayed?); refusing it" in err, err
     del board
+
+
+# -- the job's own secret on loopback -----------------------------------------------------------
+
+
+def test_with_no_secret_set_a_forged_trial_on_loopback_is_refused(tmp_path):
+    endpoint = free_endpoint()
+    board = nodes.TrialBoard(NodeLaunch(nnodes=2, node_rank=0, rdzv_endpoint=endpoint), 1)
+    follower = _follower(endpoint)
+    try:  # another local user: a record of the right shape and job, unsigned
+        _attacker(endpoint).set("trial/0", wire.encode(trial(0, job=board.job), "trial/0", None))
+        _, err = follower.communicate(timeout=60)
+    finally:
+        _kill(follower)
+    assert follower.returncode != 0
+    assert err.strip().splitlines() == ["perfscope: error: node 0's tuning board: trial/0: unsigned; refusing it "
+                                        "(is another process serving the board's port?)"], err
+    board.stop()
+
+
+def test_node_0_makes_a_private_secret_for_the_job_and_removes_it_at_the_end(private_runtime_dir):
+    endpoint = free_endpoint()
+    port = int(endpoint.rpartition(":")[2])
+    path = wire.job_secret_path(port)
+    path.parent.mkdir(parents=True)
+    path.write_text("an earlier job's secret, left by a node 0 that was killed\n")
+    board = nodes.TrialBoard(NodeLaunch(nnodes=1, node_rank=0, rdzv_endpoint=endpoint), 1)
+    assert path.parent == private_runtime_dir / "perfscope" / "boards"
+    assert oct(path.stat().st_mode & 0o777) == oct(0o600) and oct(path.parent.stat().st_mode & 0o777) == oct(0o700)
+    secret = path.read_bytes().strip()
+    assert len(secret) == 64 and secret == board._board.secret  # fresh: 256 bits, replacing the earlier one
+    assert job_secret(endpoint) == secret
+    board.stop()
+    assert not path.exists()
+
+
+def test_a_follower_without_the_jobs_secret_says_so(tmp_path):
+    endpoint = free_endpoint()
+    port = int(endpoint.rpartition(":")[2])
+    with pytest.raises(PerfscopeError, match=r"no secret for the tuning board at 127\.0\.0\.1:\d+: node 0 writes one"):
+        wire.board_secret("127.0.0.1", port, endpoint, node0=False)
+    path = wire.job_secret_path(port)
+    path.parent.mkdir(parents=True)
+    path.write_text("x" * 64)
+    path.chmod(0o644)  # another user could have read it, or written it
+    with pytest.raises(PerfscopeError, match="others may read or write it"):
+        wire.board_secret("127.0.0.1", port, endpoint, node0=False)
+    assert wire.board_secret("10.1.2.3", port, "10.1.2.3:1", node0=True, environ={wire.SECRET_ENV: SECRET}) == (
+        SECRET.encode(), None)  # one the user set wins, and no file is made

@@ -14,7 +14,10 @@ still validated.
 
 The secret comes from ``$PERFSCOPE_BOARD_SECRET``, else from the file named by
 ``$PERFSCOPE_BOARD_SECRET_FILE``, which must belong to the user and be readable by nobody else
-(the check ssh makes of a private key).
+(the check ssh makes of a private key). Where neither is set and the board is on loopback, node 0
+makes a secret for the job (:func:`write_job_secret`) in a file only the user can read, and the
+followers, on the same machine as the same user, read it (:func:`read_job_secret`): records are
+signed whatever the user sets, so another local user cannot forge a trial.
 """
 
 from __future__ import annotations
@@ -23,8 +26,10 @@ import hashlib
 import hmac
 import ipaddress
 import os
+import secrets
 import socket
 import stat
+from pathlib import Path
 from typing import Annotated, Literal, Union
 
 import msgspec
@@ -168,33 +173,97 @@ def load_secret(environ=None) -> bytes | None:
     env = os.environ if environ is None else environ
     text = env.get(SECRET_ENV)
     if text:
-        secret = text.strip().encode()
-        where = f"${SECRET_ENV}"
-    elif env.get(SECRET_FILE_ENV):
+        return _checked(text.strip().encode(), f"${SECRET_ENV}")
+    if env.get(SECRET_FILE_ENV):
         path = env[SECRET_FILE_ENV]
-        where = f"${SECRET_FILE_ENV} ({path})"
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-        except OSError as e:
-            raise PerfscopeError(f"{where}: cannot be read: {e.strerror or e}") from None
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise PerfscopeError(f"{where}: not a regular file")
-            if info.st_uid != os.geteuid():
-                raise PerfscopeError(f"{where}: belongs to uid {info.st_uid}, not to this user; not used")
-            if info.st_mode & 0o077:
-                raise PerfscopeError(f"{where}: others may read or write it (mode {stat.S_IMODE(info.st_mode):o}); "
-                                     f"chmod 600 it")
-            secret = os.read(fd, MAX_RECORD_BYTES).strip()
-        finally:
-            os.close(fd)
-    else:
-        return None
+        return _read_secret_file(path, f"${SECRET_FILE_ENV} ({path})")
+    return None
+
+
+def _checked(secret: bytes, where: str) -> bytes:
     if len(secret) < MIN_SECRET_BYTES:
         raise PerfscopeError(f"{where}: the secret must be at least {MIN_SECRET_BYTES} bytes "
                              "(e.g. python -c 'import secrets; print(secrets.token_hex(32))')")
     return secret
+
+
+def _read_secret_file(path: str | os.PathLike, where: str) -> bytes:
+    """A secret file's contents, if it is a regular file of this user's that nobody else may
+    read or write (not followed where it is a link)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as e:
+        raise PerfscopeError(f"{where}: cannot be read: {e.strerror or e}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise PerfscopeError(f"{where}: not a regular file")
+        if info.st_uid != os.geteuid():
+            raise PerfscopeError(f"{where}: belongs to uid {info.st_uid}, not to this user; not used")
+        if info.st_mode & 0o077:
+            raise PerfscopeError(f"{where}: others may read or write it (mode {stat.S_IMODE(info.st_mode):o}); "
+                                 f"chmod 600 it")
+        secret = os.read(fd, MAX_RECORD_BYTES).strip()
+    finally:
+        os.close(fd)
+    return _checked(secret, where)
+
+
+def job_secret_path(port: int, environ=None) -> Path:
+    """Where node 0 keeps the secret it made for the loopback board on ``port``:
+    ``$XDG_RUNTIME_DIR/perfscope/boards/PORT.secret`` (the user's private runtime folder, as the
+    XDG Base Directory specification defines it), else ``~/.cache/perfscope/boards/PORT.secret``."""
+    env = os.environ if environ is None else environ
+    base = Path(env["XDG_RUNTIME_DIR"]) if env.get("XDG_RUNTIME_DIR") else Path.home() / ".cache"
+    return base / "perfscope" / "boards" / f"{port}.secret"
+
+
+def write_job_secret(port: int, environ=None) -> tuple[bytes, Path]:
+    """Make a fresh secret for this job's loopback board and write it where the followers of
+    this machine read it (:func:`job_secret_path`): a file of mode 600 in a folder of mode 700,
+    both this user's, replaced atomically (an earlier job's file on the same port is replaced).
+
+    Returns:
+        The secret (64 hexadecimal digits: 256 bits) and the file's path.
+
+    Raises:
+        PerfscopeError: the folder cannot be made, or is not this user's private folder.
+    """
+    path = job_secret_path(port, environ)
+    folder = path.parent
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = os.lstat(folder)
+        if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid():
+            raise PerfscopeError(f"cannot keep the tuning board's secret in {folder}: not a folder of this user's")
+        if info.st_mode & 0o077:
+            os.chmod(folder, 0o700)
+        secret = secrets.token_hex(32).encode()
+        tmp = folder / f".{port}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        try:
+            os.write(fd, secret + b"\n")
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as e:
+        raise PerfscopeError(f"cannot write the tuning board's secret to {path}: {e.strerror or e}") from None
+    return secret, path
+
+
+def read_job_secret(port: int, endpoint: str, environ=None) -> bytes:
+    """The secret node 0 made for the loopback board on ``port`` (:func:`write_job_secret`).
+
+    Raises:
+        PerfscopeError: there is none (node 0 runs as another user, or with another
+            ``$XDG_RUNTIME_DIR`` or home), or it is not a private file of this user's.
+    """
+    path = job_secret_path(port, environ)
+    if not os.path.lexists(path):
+        raise PerfscopeError(f"no secret for the tuning board at {endpoint}: node 0 writes one to {path} when it "
+                             f"starts; run every node as the same user on this machine, or set the same "
+                             f"${SECRET_ENV} on every node")
+    return _read_secret_file(path, f"node 0's secret for this job ({path})")
 
 
 def is_loopback(host: str) -> bool:
@@ -223,3 +292,22 @@ def require_secret(host: str, endpoint: str, environ=None) -> bytes | None:
                              f"on every node in ${SECRET_ENV}, or in a file of mode 600 named by ${SECRET_FILE_ENV} "
                              "(docs/multinode.md)")
     return secret
+
+
+def board_secret(host: str, port: int, endpoint: str, *, node0: bool, environ=None) -> tuple[bytes, Path | None]:
+    """The secret this node signs and checks the board's records with: the one the user set
+    (:func:`require_secret`), else, on loopback, the job's own -- made by node 0
+    (:func:`write_job_secret`), read by the followers (:func:`read_job_secret`).
+
+    Returns:
+        The secret, and the path of the file node 0 made (None where it made none).
+
+    Raises:
+        PerfscopeError: as :func:`require_secret`, :func:`write_job_secret` and :func:`read_job_secret`.
+    """
+    secret = require_secret(host, endpoint, environ)
+    if secret is not None:
+        return secret, None
+    if node0:
+        return write_job_secret(port, environ)
+    return read_job_secret(port, endpoint, environ), None

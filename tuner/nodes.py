@@ -32,7 +32,8 @@ from pathlib import Path
 from perfscope.collect.nodes import NNODES_ENV, NodeLaunch
 from perfscope.errors import PerfscopeError
 from perfscope.text import safe
-from perfscope.tuner.board import Alive, BoardError, Done, Record, Stop, Stopped, Trial, decode, encode, require_secret
+from perfscope.tuner.board import (Alive, BoardError, Done, Record, Stop, Stopped, Trial, board_secret, decode, encode,
+                                   require_secret)
 from perfscope.tuner.board import NodeLost  # noqa: F401 - raised by run_trial, named here too (nodes.NodeLost)
 
 # Runs rendezvous on ports above the board's, in turn: a run's port is free again long before it
@@ -139,11 +140,14 @@ class TrialBoard:
         if port + TRIAL_PORTS > 65535:
             raise PerfscopeError(f"--rdzv-endpoint port {port}: the tuning also takes the "
                                  f"{TRIAL_PORTS} ports above it for its runs; pick one up to {65535 - TRIAL_PORTS}")
-        secret = require_secret(host, nodes.rdzv_endpoint)
+        # Written before the board listens: a follower reads the job's secret once it has connected.
+        secret, self._secret_file = board_secret(host, port, nodes.rdzv_endpoint, node0=True)
+        self._secret = secret
         try:
             self._socket = _listen(host, port)  # kept open: the store serves on this socket
             self._board = Board(_store(nodes, 30.0, self._socket.fileno()), secret)
         except Exception as e:  # noqa: BLE001 - a port in use, an address not of this machine
+            self._forget_secret()
             raise PerfscopeError(f"cannot serve the tuning board at {nodes.rdzv_endpoint}: {e}") from None
         self._next = 0
         self.job = secrets.token_hex(16)  # followers refuse records of another job (tuner.board.Trial)
@@ -215,12 +219,24 @@ class TrialBoard:
         """Tell the other nodes there is no further run, and wait (up to :data:`STOP_ACK_S`)
         until each has read it: the board is served by this process, and a follower that reads
         the stop after it ended sees only a closed connection."""
-        self._board.put(f"trial/{self._next}", Stop(job=self.job, k=self._next))
         try:
+            self._board.put(f"trial/{self._next}", Stop(job=self.job, k=self._next))
             self._board.store.wait([f"stopped/{node}" for node in range(1, self.nodes.nnodes)],
                                    datetime.timedelta(seconds=STOP_ACK_S))
         except Exception:  # noqa: BLE001 - a node already gone: nothing to wait for
             pass
+        finally:
+            self._forget_secret()
+
+    def _forget_secret(self) -> None:
+        """Remove the secret file this node made for the job (the followers read it at their start)."""
+        if self._secret_file is not None:
+            try:
+                if self._secret_file.read_bytes().strip() == self._secret:  # not a later job's on this port
+                    self._secret_file.unlink()
+            except OSError:  # already gone: nothing of ours is left
+                pass
+            self._secret_file = None
 
 
 def _ack_stop(board: Board, node_rank: int) -> None:
@@ -365,8 +381,12 @@ def follow(nodes: NodeLaunch, nproc_per_node: int, script: str, script_args: tup
         PerfscopeError: no secret where the endpoint is not loopback; node 0's board cannot be
             reached, went away mid-run, or holds a record that is not node 0's (one line).
     """
-    secret = require_secret(nodes.host_port()[0], nodes.rdzv_endpoint)
-    board = Board(_connect(nodes, setup_timeout_s), secret)
+    host, port = nodes.host_port()
+    require_secret(host, nodes.rdzv_endpoint)  # none set off loopback: said now, not after the wait for node 0
+    store = _connect(nodes, setup_timeout_s)
+    # After connecting: node 0 writes the job's own secret (loopback, none set) before its board listens.
+    secret, _ = board_secret(host, port, nodes.rdzv_endpoint, node0=False)
+    board = Board(store, secret)
     heartbeat = _Heartbeat(nodes, secret)
     print(f"perfscope: node {nodes.node_rank} of {nodes.nnodes}: following node 0's trials", flush=True)
     try:
