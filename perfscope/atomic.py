@@ -1,11 +1,53 @@
-"""Atomic file writes: a reader never sees half a file, and a failed write never destroys the
-previous good one (write to a temporary file in the same directory, fsync, rename)."""
+"""Files perfscope writes and reads back: written atomically (a reader never sees half a file, and
+a failed write never destroys the previous good one: write to a temporary file in the same
+directory, fsync, rename), and read back with a bound (:func:`read_bounded`)."""
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
+
+from perfscope.errors import PerfscopeError
+
+MAX_RECORD_BYTES = 256 * 2**20
+"""The most a record perfscope reads back may hold (``summary.json``, ``timeline.json``, a
+``run.jsonl``, a trial's records): 256 MiB, a hundred times the largest seen (a 100,000-step
+``run.jsonl`` is about 20 MiB); past it the file is not one of perfscope's."""
+
+
+class RecordFileError(PerfscopeError):
+    """A file read back that is larger than its bound (:data:`MAX_RECORD_BYTES`) or not a regular file."""
+
+
+def read_bounded(path: str | os.PathLike, limit: int | None = None) -> bytes:
+    """The bytes of a record file, at most ``limit`` of them.
+
+    Args:
+        path: The file.
+        limit: The most it may hold, in bytes (:data:`MAX_RECORD_BYTES` when None).
+
+    Returns:
+        Its whole content.
+
+    Raises:
+        OSError: as :func:`open` (missing, unreadable).
+        RecordFileError: larger than ``limit``, or not a regular file (a FIFO, a device: what
+            could be read from it has no bound); one line naming the file.
+    """
+    limit = MAX_RECORD_BYTES if limit is None else limit
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO with no writer: refused, not waited on
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise RecordFileError(f"{path}: not a regular file; not read")
+        data = f.read(limit + 1) if info.st_size <= limit else b""
+        if info.st_size > limit or len(data) > limit:
+            size = max(info.st_size, len(data))
+            raise RecordFileError(f"{path}: {size:,} bytes, more than the {limit:,} a record of perfscope's "
+                                 "holds; not read")
+    return data
 
 
 def _umask() -> int:

@@ -18,6 +18,8 @@ from typing import Annotated
 
 import msgspec
 
+from perfscope.atomic import RecordFileError, read_bounded
+
 SUFFIX = ".run.jsonl"
 # Suffixes of trace files whose stem names the record beside them (the longest first).
 _TRACE_SUFFIXES = (".pt.trace.json.gz", ".pt.trace.json", ".json.gz", ".json")
@@ -100,28 +102,55 @@ def encode_run_step(step: RunStep) -> bytes:
     return _ENCODER.encode(step) + b"\n"
 
 
-def decode_lines(data: bytes, decoder: msgspec.json.Decoder) -> list:
-    """The lines of ``data`` that ``decoder`` reads, in order; a torn or malformed line (a run that
-    died mid-write, a hand edit) is dropped, not fatal. Shared by the JSON-lines records of the
-    whole run (here) and of a trial (:mod:`perfscope.measure.protocol`)."""
-    out = []
+def decode_lines(data: bytes, decoder: msgspec.json.Decoder) -> tuple[list, int]:
+    """The lines of ``data`` that ``decoder`` reads, in order, and how many it could not read: a
+    torn or malformed line (a run that died mid-write, a hand edit) is dropped and counted, not
+    fatal. Blank lines are neither. Shared by the JSON-lines records of the whole run (here) and of
+    a trial (:mod:`perfscope.measure.protocol`)."""
+    out, dropped = [], 0
     for raw in data.splitlines():
+        if not raw.strip():
+            continue
         try:
             out.append(decoder.decode(raw))
         except msgspec.DecodeError:  # ValidationError is a DecodeError
-            continue
-    return out
+            dropped += 1
+    return out, dropped
 
 
 def decode_run_steps(data: bytes) -> list[RunStep]:
     """The valid lines of ``data`` in order (torn or malformed ones dropped)."""
-    return decode_lines(data, _DECODER)
+    return decode_lines(data, _DECODER)[0]
 
 
-def read_run_steps(trace: Path) -> list[RunStep] | None:
-    """The whole-run record beside ``trace``; None when there is none (or it cannot be read)."""
+class RunRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """What :func:`read_run_steps` found beside a trace.
+
+    Attributes:
+        path: The record's path.
+        steps: Its valid lines in order; None where there is no record or it was not read.
+        dropped: Lines that are torn or malformed (not :class:`RunStep` s), left out.
+        problem: Why the record was not read (too large, not a regular file, unreadable); None
+            where it was read or there is none.
+    """
+
+    path: Path
+    steps: list[RunStep] | None = None
+    dropped: int = 0
+    problem: str | None = None
+
+
+def read_run_steps(trace: Path) -> RunRecord:
+    """The whole-run record beside ``trace``, read with a bound
+    (:func:`perfscope.atomic.read_bounded`)."""
+    path = run_steps_path(trace)
     try:
-        data = run_steps_path(trace).read_bytes()
-    except OSError:
-        return None
-    return decode_run_steps(data)
+        data = read_bounded(path)
+    except FileNotFoundError:
+        return RunRecord(path=path)
+    except OSError as e:
+        return RunRecord(path=path, problem=f"cannot be read ({e.strerror or e})")
+    except RecordFileError as e:
+        return RunRecord(path=path, problem=str(e).removeprefix(f"{path}: "))
+    steps, dropped = decode_lines(data, _DECODER)
+    return RunRecord(path=path, steps=steps, dropped=dropped)

@@ -20,6 +20,7 @@ from pathlib import Path
 import msgspec
 import orjson
 
+from perfscope.atomic import RecordFileError, read_bounded
 from perfscope.errors import PerfscopeError
 from perfscope.record.view import Record, record_of
 
@@ -149,11 +150,13 @@ def read_beside(summary_path, summary: dict | Record) -> tuple[TimelineRecord | 
     why) when there is one that cannot be used; (None, None) when there is none."""
     path = Path(summary_path).parent / FILE_NAME
     try:
-        data = path.read_bytes()
+        data = read_bounded(path)
     except FileNotFoundError:
         return None, None
     except OSError as e:
         return None, f"{path}: cannot be read ({e.strerror or e})"
+    except RecordFileError as e:
+        return None, str(e)
     try:
         record = decode(data, str(path))
     except PerfscopeError as e:

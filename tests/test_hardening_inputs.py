@@ -216,6 +216,22 @@ def test_a_config_that_is_not_a_regular_file_is_refused_at_once(tmp_path, kind):
     assert done.stderr == f"perfscope: error: not a configuration file: {path} (not a regular file)\n"
 
 
+@pytest.mark.parametrize("argv", [
+    ["report", "{run}"], ["diff", "{run}", "{run}"], ["check", "{run}", "--baseline", "{run}"],
+    ["forecast", "{run}", "--nodes", "2", "--ranks-per-node", "2", "--inter-node", "10Gbit"],
+], ids=["report", "diff", "check", "forecast"])
+def test_a_summary_past_its_bound_is_one_line_and_not_read(capsys, tmp_path, monkeypatch, argv):
+    from perfscope import atomic
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "summary.json").write_bytes(b"{" + b" " * 4096 + b"}")
+    monkeypatch.setattr(atomic, "MAX_RECORD_BYTES", 1024)
+    code, out, err = _run(capsys, *[a.format(run=run) for a in argv])
+    assert code != 0 and err.count("\n") == 1, err
+    assert f"{run / 'summary.json'}: 4,098 bytes, more than the 1,024 a record of perfscope's holds; not read" in err
+
+
 # --- 13: wrong objects for accelerate, malformed summaries ------------------------------------
 
 

@@ -4,6 +4,7 @@ check). The timer is driven with a fake clock; the end-to-end tests profile tiny
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -49,9 +50,23 @@ def test_record_lines_round_trip_and_a_torn_line_is_dropped(tmp_path):
     assert a.other == pytest.approx(0.04) and b.own == pytest.approx(0.3)
     assert run_steps_path(Path("/x/rank3.pt.trace.json.gz")) == Path("/x/rank3.run.jsonl")
     assert run_steps_path(Path("/x/w.json")) == Path("/x/w.run.jsonl")
-    assert read_run_steps(tmp_path / "rank0.pt.trace.json.gz") is None
-    (tmp_path / "rank0.run.jsonl").write_bytes(data)
-    assert read_run_steps(tmp_path / "rank0.pt.trace.json.gz") == [a, b]
+    assert read_run_steps(tmp_path / "rank0.pt.trace.json.gz").steps is None
+    (tmp_path / "rank0.run.jsonl").write_bytes(data + b"\n")
+    record = read_run_steps(tmp_path / "rank0.pt.trace.json.gz")
+    assert record.steps == [a, b] and record.dropped == 2 and record.problem is None  # blank lines are not lines
+
+
+def test_a_record_past_its_bound_or_not_a_file_is_not_read_and_says_why(tmp_path, monkeypatch):
+    from perfscope import atomic
+
+    path = tmp_path / "rank0.run.jsonl"
+    path.write_bytes(encode_run_step(RunStep(step=1, end=0.5, seconds=0.5)) * 10)
+    monkeypatch.setattr(atomic, "MAX_RECORD_BYTES", 100)
+    record = read_run_steps(tmp_path / "rank0.pt.trace.json.gz")
+    assert record.steps is None and record.problem.endswith("more than the 100 a record of perfscope's holds; not read")
+    path.unlink()
+    os.mkfifo(path)  # nobody writes it: reading would wait for ever
+    assert read_run_steps(tmp_path / "rank0.pt.trace.json.gz").problem == "not a regular file; not read"
 
 
 # ----------------------------------------------------------------------------- the timer
@@ -90,7 +105,7 @@ def test_timer_splits_a_step_into_its_phases_and_leaves_the_profiler_out(tmp_pat
         t.optimizer_begin(); clock.run(2); t.optimizer_end()  # noqa: E702
         t.step_end()
     t.flush()
-    first, second = read_run_steps(tmp_path / "r.pt.trace.json.gz") or [None, None]
+    first, second = read_run_steps(tmp_path / "r.pt.trace.json.gz").steps or [None, None]
     for s in (first, second):
         assert (s.input, s.forward, s.backward, s.optimizer) == pytest.approx((0.004, 0.010, 0.016, 0.002))
         assert s.other == pytest.approx(0.002)
@@ -107,7 +122,7 @@ def test_timer_counts_accumulated_micro_batches_and_keeps_what_it_could_not_writ
         t.backward_begin(); t.backward_begin(); clock.run(10); t.backward_end(); t.backward_end()  # noqa: E702
     t.step_end()
     t.flush()
-    (s,) = read_run_steps(tmp_path / "r.pt.trace.json.gz")
+    (s,) = read_run_steps(tmp_path / "r.pt.trace.json.gz").steps
     assert (s.forward, s.backward, s.seconds) == pytest.approx((0.020, 0.040, 0.060))
     blocked = run_timer.RunTimer(tmp_path / "missing" / "r.run.jsonl")
     blocked.start()
@@ -241,7 +256,7 @@ def test_profile_times_every_step_of_the_run_and_reports_it(tmp_path, busy, requ
                           cwd=ROOT, capture_output=True, text=True, timeout=300,
                           preexec_fn=on_one_core if busy else None)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    record = read_run_steps(out / "traces" / "rank0.pt.trace.json.gz")
+    record = read_run_steps(out / "traces" / "rank0.pt.trace.json.gz").steps
     assert [s.step for s in record] == list(range(1, 101))
     traced = [s.step for s in record if s.traced]
     # step 2: its FLOPs counted; 3: the warm-up; 4-6 the window, which may have grown on a busy machine
@@ -281,3 +296,20 @@ def test_profile_times_every_step_of_the_run_and_reports_it(tmp_path, busy, requ
     assert check.returncode == 1, check.stdout + check.stderr
     assert "60 and 60 steps of the whole runs" in check.stdout and "REGRESSION" in check.stdout
     assert "smallest slowdown found 80% of the time" in check.stdout
+
+
+def test_a_malformed_line_is_counted_and_named_and_the_whole_run_view_kept(tmp_path):
+    import perfscope
+    from tracegen import step, write_trace
+
+    trace = write_trace(tmp_path / "rank0.pt.trace.json", [step(n, 100 * (n - 1), 90) for n in range(1, 4)])
+    lines = [encode_run_step(RunStep(step=n, end=0.01 * n, seconds=0.01, forward=0.005)) for n in range(1, 41)]
+    lines[7] = b'[8,"hand-edited",0.01]\n'
+    (tmp_path / "rank0.run.jsonl").write_bytes(b"".join(lines) + lines[0][:6])  # and a torn last line
+    a = perfscope.analyze(trace)
+    (view,) = a.details["run_steps"]
+    assert view["steps"] == 39
+    (entry,) = [e for e in a.traces[0]["data_quality"] if e["reason"] == run_view.MALFORMED_LINES]
+    assert (entry["action"], entry["count"], entry["unit"], entry["examples"]) == (
+        "dropped", 2, "line", {"rank0.run.jsonl": 2})
+    assert any(w.startswith("rank0.pt.trace.json: 2 lines dropped: torn or malformed lines") for w in a.warnings)

@@ -25,6 +25,7 @@ from perfscope.analysis.patterns import window_attention_cost
 from perfscope.analysis.what_ifs import graphs_cost, transpose_cost
 from perfscope.analysis.provisional import provisional_verdict
 from perfscope.analysis.rank import RankTrace
+from perfscope.analysis.run_view import read_run_records
 from perfscope.analysis.telemetry import step_columns, throttle_warning
 from perfscope.analysis.verdict import RunVerdict, classify, cost_fractions, run_verdict
 from perfscope.fileid import fingerprint
@@ -170,6 +171,7 @@ def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, commo
     """Reduce the per-file results of one run into its analysis (see :func:`analyze_tables`);
     the same whichever executor produced them."""
     job.check_world_sizes(rank_traces)
+    run_records = read_run_records(rank_traces)  # first: what it leaves out joins the reading's warnings
     notes, warnings = _reading_notes(rank_traces)
     ranks = job.assign_ranks(rank_traces, warnings)
     job.check_markers(rank_traces, ranks)
@@ -188,7 +190,7 @@ def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, commo
     facts.update(_knob_facts(rank_traces, ranks, frame.loc[basis]) if basis.any() else dict.fromkeys(KNOB_FACTS))
     rv = _run_verdict(frame, costs, counted, basis, mode, facts, rank_traces, notes)
     scope, shown = _scope(frame, counted, basis)
-    details = build_details(rank_traces, ranks, frame.loc[shown], mode, facts)
+    details = build_details(rank_traces, ranks, frame.loc[shown], mode, facts, run_records)
     details["scope"] = scope
     # who held the cores, where the verdict's steps waited for them
     contended = frame["status"].eq(ev.HOST_CONTENDED).to_numpy()

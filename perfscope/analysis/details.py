@@ -135,7 +135,7 @@ def _idle_gaps_us(t, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.DataFrame, mode: str,
-                  facts: dict | None = None) -> dict:
+                  facts: dict | None = None, run_records: list | None = None) -> dict:
     """The ``details`` section of the summary.
 
     Args:
@@ -144,6 +144,8 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
         frame: The counted steps (rows of the analysis frame that enter the verdict).
         mode: ``"gpu"`` or ``"cpu"``.
         facts: What the analysis found that changes the advice (``cuda_graphs``).
+        run_records: The whole-run record beside each trace
+            (:func:`perfscope.analysis.run_view.read_run_records`); None: none read.
     """
     kernels, operators, launch_parts, copies, idle, waits, efficiency, caps = [], [], [], [], [], [], [], []
     for rt, rank in zip(rank_traces, ranks):
@@ -196,7 +198,7 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
         "nodes": node_view(rank_traces, ranks, nodes, node_source, rows, skew),
         "memory": memory_view(rank_traces, ranks, frame),
         "trace_memory": trace_memory_view(rank_traces, ranks, frame),
-        "run_steps": run_steps_view(rank_traces, ranks),
+        "run_steps": run_steps_view(rank_traces, ranks, run_records or [None] * len(rank_traces)),
         "gpu_efficiency": gpu_efficiency(efficiency, caps, (facts or {}).get("no_tensor_cores")),
         "mfu": mfu_view(rank_traces, ranks, steptime.step_time_us(frame.to_dict("records")) if len(frame) else None,
                         mode, math_of_kernels(*joined(kernels))),

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from perfscope.run_steps import RunStep, read_run_steps
+from perfscope.run_steps import RunRecord, RunStep, read_run_steps
+from perfscope.trace.quality import DROPPED, NOT_READ, DataQuality
 
 if TYPE_CHECKING:
     from perfscope.record.schema import RunSteps, RunWindow
@@ -272,19 +273,47 @@ def rank_run_view(steps: Sequence[RunStep], window: Sequence[int]) -> dict | Non
     }
 
 
-def run_steps_view(rank_traces, ranks: list[int]) -> list[dict] | None:
-    """``details.run_steps``: per trace with a whole-run record beside it (read here, where the
-    trace's path is this machine's), :func:`rank_run_view` with ``rank`` and ``worker``; None when
-    no trace has one.
+MALFORMED_LINES = "torn or malformed lines of the whole-run record (*.run.jsonl), left out"
+RECORD_NOT_READ = "a whole-run record (*.run.jsonl) that could not be read"
+
+
+def read_run_records(rank_traces) -> list[RunRecord | None]:
+    """The whole-run record beside each trace (read here, where the trace's path is this
+    machine's); None for a trace without a path. Lines left out and a record not read are
+    entered in the trace's data-quality record (examples: the record's file name) and warnings.
+
+    Args:
+        rank_traces: Every analyzed trace (:class:`perfscope.analysis.rank.RankTrace`); their
+            ``quality`` and ``warnings`` are extended.
+    """
+    out: list[RunRecord | None] = []
+    for rt in rank_traces:
+        path = rt.table.path
+        record = read_run_steps(path) if path is not None else None
+        out.append(record)
+        if record is None or not (record.dropped or record.problem):
+            continue
+        found = DataQuality()
+        found.add(DROPPED, MALFORMED_LINES, record.dropped, [record.path.name] * record.dropped, unit="line")
+        if record.problem is not None:
+            found.add(NOT_READ, RECORD_NOT_READ, 1, {f"{record.path.name}: {record.problem}": 1}, unit="file")
+        rt.quality.entries.extend(found.entries)
+        rt.warnings.extend(found.warnings(path.name))
+    return out
+
+
+def run_steps_view(rank_traces, ranks: list[int], records: list[RunRecord | None]) -> list[dict] | None:
+    """``details.run_steps``: per trace with a whole-run record beside it, :func:`rank_run_view`
+    with ``rank`` and ``worker``; None when no trace has one.
 
     Args:
         rank_traces: Every analyzed trace (:class:`perfscope.analysis.rank.RankTrace`).
         ranks: The rank of each.
+        records: The record of each (:func:`read_run_records`).
     """
     out = []
-    for rt, rank in zip(rank_traces, ranks):
-        path = rt.table.path
-        steps = read_run_steps(path) if path is not None else None
+    for rt, rank, record in zip(rank_traces, ranks, records):
+        steps = record.steps if record is not None else None
         view = rank_run_view(steps or [], [int(s) for s in rt.steps])
         if view is not None:
             out.append({"rank": rank, "worker": rt.table.worker, **view})

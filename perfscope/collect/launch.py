@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Sequence
 
+from perfscope.atomic import RecordFileError, read_bounded
 from perfscope.collect import traces
 from perfscope.process import keeper
 from perfscope.process.group import child_env, signal_group  # noqa: F401 - re-exported
@@ -220,7 +221,7 @@ def _read_rank_results(result_dir: pathlib.Path, ranks: range) -> dict[int, dict
     results = {}
     for rank in ranks:
         try:
-            results[rank] = json.loads((result_dir / f"rank{rank}.json").read_text())
-        except (OSError, ValueError):
+            results[rank] = json.loads(read_bounded(result_dir / f"rank{rank}.json"))
+        except (OSError, ValueError, RecordFileError):
             continue  # the rank died before reporting (killed, os._exit, ...)
     return results

@@ -19,7 +19,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from perfscope.atomic import write_text_atomic
+from perfscope.atomic import RecordFileError, read_bounded, write_text_atomic
 from perfscope.run_steps import decode_lines
 
 
@@ -96,14 +96,15 @@ def encode_step_line(line: StepLine) -> bytes:
 
 def decode_step_lines(data: bytes) -> list[StepLine]:
     """The valid step lines of ``data`` (complete lines only; torn or malformed ones dropped)."""
-    return decode_lines(data, _STEP_DECODER)
+    return decode_lines(data, _STEP_DECODER)[0]
 
 
 def read_step_lines(path: Path) -> list[StepLine]:
-    """Every valid line of a steps file; [] when it is missing or unreadable."""
+    """Every valid line of a steps file; [] when it is missing, unreadable or past its bound
+    (:func:`perfscope.atomic.read_bounded`)."""
     try:
-        return decode_step_lines(Path(path).read_bytes())
-    except OSError:
+        return decode_step_lines(read_bounded(path))
+    except (OSError, RecordFileError):
         return []
 
 
@@ -120,7 +121,7 @@ def write_rank_result(record_dir: Path, rank: int, result: RankResult) -> Path:
 def read_rank_result(record_dir: Path, rank: int) -> RankResult | None:
     """Rank ``rank``'s record, validated; None when it is missing, unreadable or malformed."""
     try:
-        raw = json.loads(result_path(record_dir, rank).read_text())
+        raw = json.loads(read_bounded(result_path(record_dir, rank)))
         return msgspec.convert(raw, RankResult)
-    except (OSError, ValueError, msgspec.ValidationError):
+    except (OSError, ValueError, msgspec.ValidationError, RecordFileError):
         return None

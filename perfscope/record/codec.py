@@ -16,7 +16,7 @@ from pathlib import Path
 import msgspec
 import orjson
 
-from perfscope.atomic import write_bytes_atomic
+from perfscope.atomic import read_bounded, write_bytes_atomic
 from perfscope.errors import PerfscopeError
 from perfscope.record.schema import READABLE_VERSIONS, SCHEMA, SCHEMA_VERSION, Summary
 from perfscope.text import short_repr
@@ -139,7 +139,7 @@ def load_summary(path: str | Path) -> dict:
     if path.is_dir():
         path = path / "summary.json"
     try:
-        text = path.read_bytes()
+        text = read_bounded(path)
     except FileNotFoundError:
         raise PerfscopeError(f"{path}: no such summary file") from None
     except OSError as e:

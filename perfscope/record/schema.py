@@ -203,7 +203,7 @@ class QualityEntry(_Record):
         '`repaired`, `dropped`, `clipped`, `set aside`, `not read`, `truncated`, or `noted` (kept as they'
         ' are, but worth knowing)'))] = None
     reason: Annotated[str | None, Meta(description='in words')] = None
-    unit: Annotated[str | None, Meta(description='`event`, `string`, `value`, `byte`, `file`, `header field`')] = None
+    unit: Annotated[str | None, Meta(description='`event`, `string`, `value`, `byte`, `file`, `header field`, `line` (of a whole-run record)')] = None
     count: Annotated[Number | None, Meta(description='how many units')] = None
     traces: Annotated[Number | None, Meta(description=(
         "how many traces have it (absent in a trace's own entries)"))] = None
