@@ -95,7 +95,8 @@ def _step_row(step: dict, costs: tuple[str, ...]) -> list[str]:
 def _step_table(record: Record, costs: tuple[str, ...]) -> list[str]:
     """The per-step table (at most :data:`MAX_ROWS` rows, the middle elided) and its footnotes."""
     head = ["rank", "step", "step ms"] + [f"{c} %" for c in costs] + ["verdict"]
-    rows = [_step_row(s, costs) for s in record.steps]
+    provisional = record.overall.provisional is True
+    rows = [_step_row(s, costs) for s in steptime.on_verdict_clock(record.steps, provisional)]
     if len(rows) > MAX_ROWS:
         half = MAX_ROWS // 2
         rows = rows[:half] + [["..."] + [""] * (len(head) - 1)] + rows[-half:]
@@ -106,6 +107,9 @@ def _step_table(record: Record, costs: tuple[str, ...]) -> list[str]:
                      "host-contended; the notes say why)")
     lines.append("(% of each step: io, comm and launch are the removable causes"
                  + ("; other is GPU idle time spent waiting on dependencies)" if record.mode == "gpu" else ")"))
+    if provisional:
+        lines.append("(the provisional verdict's steps are shown on its clock, without their waits for a core; "
+                     "summary.json keeps them as measured too)")
     return lines
 
 
@@ -114,7 +118,7 @@ def _provisional_lines(record: Record, counted: list[dict], fractions: str, per_
     contention line and, where known, what took the cores."""
     o = record.overall
     wall = steptime.step_time_us([{**r, "step_time_us": r["wall_step_time_us"]} for r in counted])
-    lines = [f"verdict: {o.verdict}, provisional (runner-up {o.runner_up}; share of step time without "
+    lines = [f"verdict: {o.verdict}, provisional (runner-up {o.runner_up or 'none'}; share of step time without "
              f"the waits for a core: {fractions}; step time {(per_step or 0.0) / 1000:.2f} ms without them, "
              f"{(wall or 0.0) / 1000:.2f} ms as measured)", contention_line(o)]
     split = details(record).host_cpu
@@ -133,7 +137,7 @@ def _verdict_lines(record: Record, costs: tuple[str, ...]) -> list[str]:
     if o.provisional is True:
         lines = _provisional_lines(record, counted, fr, per_step)
     else:
-        lines = [f"verdict: {o.verdict} (runner-up {o.runner_up}; share of step time: {fr}; "
+        lines = [f"verdict: {o.verdict} (runner-up {o.runner_up or 'none'}; share of step time: {fr}; "
                  f"step time {(per_step or 0.0) / 1000:.2f} ms" + (f", representative step {rep})" if rep is not None else ")")]
     return lines + view_lines(record)
 

@@ -29,7 +29,19 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
-from perfscope.classes import REMOVABLE  # the one table of classes
+from perfscope.classes import CLASSES, REMOVABLE  # the one table of classes
+
+WAITFREE = "waitfree_"
+"""Prefix of a step row's figures on the clock of a provisional verdict, its waits for a core
+taken out: ``waitfree_step_time_us`` and ``waitfree_<class>_cost_frac`` (fractions of that
+time). Set on the rows a provisional verdict classified (``docs/metrics.md``, "One clock")."""
+_ON_BASIS = ("step_time_us", *(f"{c}_cost_frac" for c in (*CLASSES, "other")))
+WORK_COLUMNS = {"cpu": ("framework_overhead_us", "operator_us"), "gpu": ("launch_wait_us", "kernel_wait_us")}
+"""Where a thread that waits for a core spends that wait, by mode: the framework's own time and
+the operators' on a CPU trace, the host launch gaps on a GPU trace -- not waits for data or
+collectives, where the thread sleeps (``docs/metrics.md``, "Provisional verdict"). A provisional
+verdict takes the waits out of these columns in proportion; ``waitfree_work_keep`` is the factor
+they kept."""
 
 
 def is_counted(row: Mapping) -> bool:
@@ -44,18 +56,55 @@ def counted_rows(rows: Iterable) -> list[dict]:
 
 
 def provisional_rows(rows: Iterable) -> list[dict]:
-    """The step rows a provisional verdict classified (``provisional_verdict`` set), each with
-    ``step_time_us`` less its ``core_wait_us`` -- the time the step would take with its cores
-    (``docs/metrics.md``, "Provisional verdict") -- and the measured time kept as
-    ``wall_step_time_us``. Rows whose wait is unknown are left out."""
+    """The step rows a provisional verdict classified (``provisional_verdict`` set), on its clock:
+    ``step_time_us`` and every ``<class>_cost_frac`` are the step's :data:`WAITFREE` figures --
+    the time the step would take with its cores and each class's share of *that* time
+    (``docs/metrics.md``, "Provisional verdict") -- and the measured time is kept as
+    ``wall_step_time_us``. A row of a summary written before those figures were recorded takes
+    ``step_time_us`` less ``core_wait_us``, with io and comm (which no wait inflates) rescaled to
+    it and the rest in proportion. Rows whose wait is unknown are left out."""
     out = []
     for r in rows:
         if not isinstance(r, Mapping) or not r.get("provisional_verdict"):
             continue
-        t, wait = _finite(r.get("step_time_us")), _finite(r.get("core_wait_us"))
-        if t is None or wait is None or t - wait <= 0:
+        t = _finite(r.get("step_time_us"))
+        free = _finite(r.get(WAITFREE + "step_time_us"))
+        if t is None:
             continue
-        out.append({**r, "step_time_us": t - wait, "wall_step_time_us": t})
+        if free is not None and free > 0:
+            keep = _finite(r.get(WAITFREE + "work_keep"))
+            work = {c: r[c] * keep for c in WORK_COLUMNS.get(str(r.get("mode")), ())
+                    if keep is not None and _finite(r.get(c)) is not None}
+            out.append({**r, **{k: r.get(WAITFREE + k) for k in _ON_BASIS}, **work, "wall_step_time_us": t})
+            continue
+        wait = _finite(r.get("core_wait_us"))
+        if wait is None or t - wait <= 0:
+            continue
+        out.append({**r, **_rescaled(r, t, t - wait), "step_time_us": t - wait, "wall_step_time_us": t})
+    return out
+
+
+def on_verdict_clock(rows: Iterable, provisional: bool | None) -> list[dict]:
+    """Every step row (mappings), those a provisional verdict classified on its clock
+    (:func:`provisional_rows`), the others as they are: what a per-step table shows beside the
+    verdict. ``provisional``: ``overall.provisional``."""
+    rows = [r for r in rows if isinstance(r, Mapping)]
+    if provisional is not True:
+        return rows
+    return [(provisional_rows([r]) or [r])[0] for r in rows]
+
+
+def _rescaled(row: Mapping, wall: float, free: float) -> dict:
+    """A legacy row's class shares moved from its measured time ``wall`` to ``free``: io's and
+    comm's time is kept (a thread waiting for data or a collective sleeps, no core wait is in it),
+    the other classes share what is left in their measured proportion."""
+    fracs = {c: _finite(row.get(f"{c}_cost_frac")) or 0.0 for c in (*CLASSES, "other")}
+    kept = {c: min(fracs[c] * wall, free) for c in ("io", "comm")}
+    left = max(free - sum(kept.values()), 0.0)
+    rest = [c for c in fracs if c not in kept]
+    rest_total = sum(fracs[c] for c in rest)
+    out = {f"{c}_cost_frac": kept[c] / free for c in kept}
+    out.update({f"{c}_cost_frac": (fracs[c] / rest_total * left / free if rest_total > 0 else 0.0) for c in rest})
     return out
 
 

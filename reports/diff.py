@@ -12,6 +12,7 @@ import statistics
 from pathlib import Path
 
 from perfscope.atomic import write_text_atomic
+from perfscope import steptime
 from perfscope.record.view import Record, record_of
 from perfscope.text import safe
 from perfscope.reports import model
@@ -28,7 +29,10 @@ def _frac(record: Record, c: str) -> float | None:
 
 
 def _verdict(record: Record) -> str:
-    return model.overall(record).verdict or ("no verdict" if record.overall is not None else "-")
+    o = model.overall(record)
+    if o.verdict:
+        return o.verdict + (", provisional" if o.provisional is True else "")
+    return "no verdict" if record.overall is not None else "-"
 
 
 def ratio(a: dict | Record, b: dict | Record) -> float | None:
@@ -122,7 +126,21 @@ def text_diff(a: dict | Record, b: dict | Record, label_a: str = "A", label_b: s
         f"step time (window / steps): {ms(sa)} -> {ms(sb)} ({ratio_words(ratio(a, b))})",
         f"share of step time: {shares}",
     ] + ([f"note: A is a {a.mode} run and B a {b.mode} run: their step times do not compare, only "
-          "the shares"] if a.mode != b.mode else []))
+          "the shares"] if a.mode != b.mode else []) + _provisional_notes(a, b))
+
+
+def _provisional_notes(a: Record, b: Record) -> list[str]:
+    """A note for each run whose verdict is provisional: its figures are without the waits for a
+    core, and what it measured."""
+    out = []
+    for key, r in (("A", a), ("B", b)):
+        if model.overall(r).provisional is not True:
+            continue
+        rows = model.counted_steps(r)
+        wall = steptime.step_time_us([{**s, "step_time_us": s.get("wall_step_time_us")} for s in rows])
+        out.append(f"note: {key}'s verdict is provisional (a busy machine): its step time and shares are without "
+                   f"the waits for a core; {ms(wall)} as measured")
+    return out
 
 
 def _composition(a: Record, b: Record) -> str:
@@ -146,7 +164,7 @@ def _side(record: Record, key: str, label: str, y_max: float) -> str:
             f"<small>step time {ms(model.step_time(record))}; "
             + ", ".join(f"{esc(c)} {pct(_frac(record, c), 0)}" for c in CLASS_ORDER) + "</small></p>")
     mode = model.mode(record)
-    steps, _ = steps_section.shown_steps(record.steps or [])
+    steps, _ = steps_section.shown_steps(model.steps_on_verdict_clock(record))
     chart = steps_section.chart(steps, mode, y_max, key=f"steps-{key}") if steps else ""
     wif = model.what_if(record)
     lis = "".join(f"<li>{esc(verdict_section.what_if_sentence(c, wif[c], mode))}</li>" for c in wif)
@@ -191,7 +209,8 @@ def render_diff(a: dict | Record, b: dict | Record, label_a: str = "A", label_b:
                 "Over each run's counted steps, all ranks. Shares change in percentage points (pt).")
     summary_sec = section("summary", "Change", _lead(a, b, speedup) + _composition(a, b))
     metrics_sec = section("metrics", "Metrics", tab)
-    y_max = max([(num(s.get("step_time_us")) or 0.0) / 1000 for s in (a.steps or []) + (b.steps or [])] + [0.0])
+    y_max = max([(num(s.get("step_time_us")) or 0.0) / 1000
+                 for s in model.steps_on_verdict_clock(a) + model.steps_on_verdict_clock(b)] + [0.0])
     sides = section("sides", "Side by side", f'<div class="cols"><div>{_side(a, "A", label_a, y_max)}</div>'
                     f'<div>{_side(b, "B", label_b, y_max)}</div></div>')
     header = (f'<h1>perfscope diff</h1><p class="muted">A: {esc(label_a)} (analyzed {esc(a.generated_at or "-")}) · '
@@ -217,7 +236,7 @@ def _lead(a: Record, b: Record, speedup: dict | None) -> str:
                 "(docs/metrics.md, Step time).</small></p>")
     if a.mode != b.mode:
         lead += '<p class="warn">The runs are of different modes (GPU and CPU-only): only the shares compare.</p>'
-    return lead
+    return lead + "".join(f'<p class="warn">{esc(n.removeprefix("note: "))}</p>' for n in _provisional_notes(a, b))
 
 
 def write_diff(a: dict | Record, b: dict | Record, path: str | Path, label_a: str = "A", label_b: str = "B",

@@ -38,6 +38,12 @@ def details(record: Record) -> Details:
     return record.details_or_empty()
 
 
+def steps_on_verdict_clock(record: Record) -> list[dict]:
+    """Every step, those of a provisional verdict without their waits for a core
+    (:func:`perfscope.steptime.on_verdict_clock`): what the per-step chart and table show."""
+    return steptime.on_verdict_clock(record.steps or [], overall(record).provisional)
+
+
 def counted_steps(record: Record) -> list[dict]:
     """The steps the run's verdict is taken over (schema 1 summaries: all, if none is complete);
     for a provisional verdict, the steps it classified, without their waits for a core

@@ -23,13 +23,14 @@ from perfscope.analysis.notes import provisional_note, sparse_steps_note, status
 from perfscope.analysis.optimizer_step import optimizer_step_cost
 from perfscope.analysis.patterns import window_attention_cost
 from perfscope.analysis.what_ifs import graphs_cost, transpose_cost
-from perfscope.analysis.provisional import provisional_verdict
+from perfscope.analysis.provisional import provisional_verdict, waitfree
 from perfscope.analysis.rank import RankTrace
 from perfscope.analysis.run_view import read_run_records
 from perfscope.analysis.telemetry import step_columns, throttle_warning
-from perfscope.analysis.verdict import RunVerdict, classify, cost_fractions, run_verdict
+from perfscope.analysis.verdict import CLASSES, RunVerdict, classify, cost_fractions, run_verdict
 from perfscope.fileid import fingerprint
 from perfscope.host_steps import MEMORY_FIELDS
+from perfscope.steptime import WAITFREE
 from perfscope.trace.kinds import EventKind, is_collective_range, is_comm_kernel, is_graph_launch
 
 NO_MARKERS_NOTE = "no ProfilerStep# markers: analyzed the whole trace as one window (step 0)"
@@ -187,10 +188,12 @@ def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, commo
     facts = _job_facts(rank_traces, ranks)
     counted = frame["counted"].to_numpy(dtype=bool)
     basis = _verdict_basis(frame, counted)
-    facts.update(_knob_facts(rank_traces, ranks, frame.loc[basis]) if basis.any() else dict.fromkeys(KNOB_FACTS))
-    rv = _run_verdict(frame, costs, counted, basis, mode, facts, rank_traces, notes)
+    # The verdict's steps on the verdict's clock: every figure derived from them uses that clock.
+    steps = frame.loc[basis] if counted.any() else waitfree(frame.loc[basis])
+    facts.update(_knob_facts(rank_traces, ranks, steps) if len(steps) else dict.fromkeys(KNOB_FACTS))
+    rv = _run_verdict(frame, costs, counted, steps, mode, facts, rank_traces, notes)
     scope, shown = _scope(frame, counted, basis)
-    details = build_details(rank_traces, ranks, frame.loc[shown], mode, facts, run_records)
+    details = build_details(rank_traces, ranks, steps if len(steps) else frame.loc[shown], mode, facts, run_records)
     details["scope"] = scope
     # who held the cores, where the verdict's steps waited for them
     contended = frame["status"].eq(ev.HOST_CONTENDED).to_numpy()
@@ -305,19 +308,23 @@ def _job_facts(rank_traces: list[RankTrace], ranks: list[int]) -> dict:
     return facts
 
 
-def _run_verdict(frame: pd.DataFrame, costs: pd.DataFrame, counted: np.ndarray, basis: np.ndarray, mode: str,
+def _run_verdict(frame: pd.DataFrame, costs: pd.DataFrame, counted: np.ndarray, steps: pd.DataFrame, mode: str,
                  facts: dict, rank_traces: list[RankTrace], notes: list[str]) -> RunVerdict:
-    """The run's verdict over the counted steps; else the provisional one over ``basis`` (its
-    per-step verdicts go into ``frame``, its note into ``notes``); else none, with why."""
+    """The run's verdict over the counted steps; else the provisional one over ``steps`` (the
+    contended steps without their waits, :func:`waitfree`: its per-step verdicts and each step's
+    wait-free time and shares go into ``frame``, its note into ``notes``); else none, with why."""
     if counted.any():
         return run_verdict(frame.loc[counted, "verdict"].to_numpy(), costs.loc[counted],
                            frame.loc[counted, "step_time_us"].to_numpy(), mode, facts)
-    provisional = provisional_verdict(frame.loc[basis], mode, facts) if basis.any() else None
+    provisional = provisional_verdict(frame.loc[steps.index], mode, facts) if len(steps) else None
     if provisional is None:
         return verdict_of_none(frame, [rt.evidence.run_reason for rt in rank_traces])
     rv, per_step = provisional
     frame["provisional_verdict"] = pd.Series(None, index=frame.index, dtype=object)
     frame.loc[per_step.index, "provisional_verdict"] = per_step
+    for col in ["step_time_us", "work_keep", *(f"{c}_cost_frac" for c in (*CLASSES, "other"))]:
+        frame[WAITFREE + col] = np.nan
+        frame.loc[steps.index, WAITFREE + col] = steps[col]
     notes.append(provisional_note(rv, int(len(per_step))))
     return rv
 

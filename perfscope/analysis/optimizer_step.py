@@ -106,9 +106,10 @@ def optimizer_step_cost(rank_traces: list[RankTrace], ranks: list[int], frame: p
     Returns:
         None when no counted step holds an ``Optimizer.step#`` range; else ``classes`` (sorted),
         ``implementation`` (``fused``, ``foreach``, ``for-loop``, or ``mixed``),
-        ``operators_per_step`` and ``optimizer_us_per_step`` (medians, µs), ``share`` (the
-        optimizer's time over step time, all counted steps; a step's waits for a core, where
-        measured, are not step time, as in the provisional verdict), ``step_time_us`` and
+        ``operators_per_step`` and ``optimizer_us_per_step`` (medians, µs, as measured),
+        ``share`` (the optimizer's time over step time, all steps, on the verdict's clock: a
+        provisional verdict's rows hold ``work_keep``, the share of their work left once their
+        waits for a core are out, and the optimizer's time is scaled by it), ``step_time_us`` and
         ``step_time_without_us`` (the run's step time now and without the optimizer's range:
         an upper bound of the gain) and ``speedup``.
     """
@@ -124,12 +125,12 @@ def optimizer_step_cost(rank_traces: list[RankTrace], ranks: list[int], frame: p
     if not rows:
         return None
     found = pd.DataFrame(rows)
-    steps = frame[["rank", "step", "step_time_us"]].copy()
-    if "core_wait_us" in frame.columns:
-        # as the provisional verdict: a busy machine's waits for a core are not the step's work
-        steps["step_time_us"] = (steps["step_time_us"] - frame["core_wait_us"].fillna(0.0)).clip(lower=0.0)
+    # the verdict's clock: a provisional verdict's steps lost their waits for a core from their
+    # work in proportion (work_keep), and the optimizer's range is work
+    steps = frame[["rank", "step", "step_time_us"]].assign(
+        work_keep=frame["work_keep"] if "work_keep" in frame.columns else 1.0)
     df = steps.merge(found, on=["rank", "step"], how="left").fillna({"optimizer_us": 0.0, "operators": 0})
-    _, what_if = removal(df, df["optimizer_us"].to_numpy())
+    _, what_if = removal(df, df["optimizer_us"].to_numpy() * df["work_keep"].to_numpy(dtype=float))
     return {"classes": sorted(c for c in classes if c), "implementation": impls.pop() if len(impls) == 1 else "mixed",
             "operators_per_step": float(found["operators"].median()),
             "optimizer_us_per_step": float(found["optimizer_us"].median()), **what_if}

@@ -144,7 +144,10 @@ def window_attention_cost(rank_traces: list[RankTrace], ranks: list[int], frame:
         rows = top_level_ops(rt, w.start[sel], w.end[sel])
         owner = np.searchsorted(w.start[sel], rt.table.ts_ns[rows], side="right") - 1
         costs = _step_costs(rt, rows, w.step[sel][np.clip(owner, 0, None)])
-        parts.append(mine[["rank", "step", "step_time_us"]].merge(costs, on="step", how="left").fillna(0.0))
+        part = mine[["rank", "step", "step_time_us"]].merge(costs, on="step", how="left").fillna(0.0)
+        if rt.mode == "cpu" and "work_keep" in mine.columns:  # host time: on the verdict's clock (optimizer_step)
+            part["removable_us"] *= mine["work_keep"].to_numpy(dtype=float)
+        parts.append(part)
     found = pattern_removal(parts, "calls", "removable_us")
     if found is None:
         return None

@@ -29,15 +29,16 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from perfscope.analysis.verdict import COSTS, RunVerdict, classify, cost_fractions, run_verdict
+from perfscope.analysis.verdict import CLASSES, COSTS, RunVerdict, classify, cost_fractions, run_verdict
+from perfscope.steptime import WORK_COLUMNS
 
-# The columns where a thread that waits for a core spends that wait (see the module docstring).
-WORK_COLUMNS = {"cpu": ("framework_overhead_us", "operator_us"), "gpu": ("launch_wait_us", "kernel_wait_us")}
 
 
 def without_core_wait(rows: pd.DataFrame, mode: str) -> pd.DataFrame:
     """``rows`` (per-step metrics with ``core_wait_us``) with each step's wait for a core taken out
-    of its work columns (:data:`WORK_COLUMNS`) in proportion, and out of ``step_time_us``.
+    of its work columns (:data:`WORK_COLUMNS`) in proportion, and out of ``step_time_us``;
+    ``work_keep`` is the factor the work kept (1 where nothing was taken), for any other work
+    measured in the step (an optimizer's range) to be put on the same clock.
 
     A wait larger than the work columns hold is taken out only up to them. Rows without a known
     wait are returned unchanged.
@@ -51,7 +52,29 @@ def without_core_wait(rows: pd.DataFrame, mode: str) -> pd.DataFrame:
     for c in cols:
         out[c] = out[c].to_numpy(dtype=float) * keep
     out["step_time_us"] = out["step_time_us"].to_numpy(dtype=float) - taken
+    out["work_keep"] = keep
     return out
+
+
+def waitfree(rows: pd.DataFrame) -> pd.DataFrame:
+    """``rows`` of the analysis frame on the clock of a provisional verdict: each step without its
+    waits for a core (:func:`without_core_wait`, by the row's ``mode``) and its class costs
+    (``*_cost_frac``) recomputed on that step time, so that every share, what-if and rate derived
+    from the rows divides time of one clock by time of the same clock. Rows left without time are
+    dropped; the index is kept.
+    """
+    rows = rows[rows["step_time_us"] > 0]
+    parts = [without_core_wait(rows[rows["mode"] == m], m) for m in COSTS if (rows["mode"] == m).any()]
+    if not parts:
+        return rows.assign(work_keep=1.0)
+    adjusted = pd.concat(parts).loc[rows.index]
+    adjusted = adjusted[adjusted["step_time_us"] > 0]
+    if adjusted.empty:
+        return adjusted
+    costs = pd.concat([cost_fractions(adjusted[adjusted["mode"] == m], m) for m in COSTS
+                       if (adjusted["mode"] == m).any()]).loc[adjusted.index]
+    adjusted[list(costs.columns)] = costs
+    return adjusted
 
 
 def provisional_verdict(rows: pd.DataFrame, mode: str, facts: dict | None = None) -> tuple[RunVerdict, pd.Series] | None:
@@ -70,20 +93,10 @@ def provisional_verdict(rows: pd.DataFrame, mode: str, facts: dict | None = None
         and ``core_wait_share`` the waits' share of those steps' wall time, and each classified
         row's verdict (indexed as ``rows``) -- or None when no row has a positive step time.
     """
-    rows = rows[rows["step_time_us"] > 0]
-    if rows.empty:
-        return None
-    parts: list[pd.DataFrame] = []
-    for m in ("gpu", "cpu"):
-        mine = rows[rows["mode"] == m]
-        if not mine.empty:
-            parts.append(without_core_wait(mine, m))
-    adjusted = pd.concat(parts).loc[rows.index]
-    adjusted = adjusted[adjusted["step_time_us"] > 0]
+    adjusted = waitfree(rows)
     if adjusted.empty:
         return None
-    costs = pd.concat([cost_fractions(adjusted[adjusted["mode"] == m], m) for m in COSTS
-                       if (adjusted["mode"] == m).any()]).loc[adjusted.index]
+    costs = adjusted[[f"{c}_cost_frac" for c in (*CLASSES, "other")]]
     per_step, _ = classify(costs)
     verdict = run_verdict(per_step, costs, adjusted["step_time_us"].to_numpy(), mode, facts)
     wall = float(rows.loc[adjusted.index, "step_time_us"].sum())

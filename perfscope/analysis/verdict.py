@@ -137,7 +137,8 @@ def classify(costs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """Verdict and runner-up per step from :func:`cost_fractions`.
 
     Returns:
-        Two object arrays of verdict strings (``"io-bound"``...), one entry per row.
+        Two object arrays of verdict strings (``"io-bound"``...), one entry per row; the
+        runner-up is None where no class but the verdict's has a share.
     """
     frac = costs[[f"{c}_cost_frac" for c in CLASSES]].to_numpy(dtype=float)
     removable = frac[:, :3]
@@ -148,7 +149,9 @@ def classify(costs: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     ranked = np.argsort(-frac, axis=1, kind="stable")
     runner_idx = np.where(ranked[:, 0] == verdict_idx, ranked[:, 1], ranked[:, 0])
     names = np.array([VERDICTS[c] for c in CLASSES], dtype=object)
-    return names[verdict_idx], names[runner_idx]
+    # no runner-up where no other class has any share (an io-bound step of io alone)
+    has_share = frac[np.arange(len(frac)), runner_idx] > 0
+    return names[verdict_idx], np.where(has_share, names[runner_idx], None)
 
 
 @dataclass(frozen=True)
@@ -158,7 +161,8 @@ class RunVerdict:
     Attributes:
         verdict: The step rule applied to ``fractions``: what removing would save the most time
             over the whole run. None when no step has the evidence for a verdict.
-        runner_up: The next class by cost (None without a verdict).
+        runner_up: The next class by cost (None without a verdict, or where no other class has
+            a share).
         fractions: Each class's (and ``other``'s) share of the total time of the counted steps,
             i.e. the step-time-weighted mean of the step costs (``{}`` without a verdict).
         step_share: Fraction of counted steps with each verdict.

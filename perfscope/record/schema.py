@@ -944,6 +944,13 @@ def _step_fields():
     for c in (*TABLE, OTHER):  # each class's cost, from the one table of classes
         fields.append((f"{c.name}_cost_frac", _d(Share | None, f"the {c.name} class's cost as a fraction of the step "
                                                  "(perfscope.classes)"), None))
+    fields += [("waitfree_step_time_us", _d(NonNeg | None, "in a run with a provisional verdict, on its steps: the "
+                                            "step's time without its waits for a core (`docs/metrics.md`, One clock)"),
+                None),
+               ("waitfree_work_keep", _d(Share | None, "the share of its work columns that time kept"), None)]
+    for c in (*TABLE, OTHER):
+        fields.append((f"waitfree_{c.name}_cost_frac", _d(Share | None, f"the {c.name} class's cost as a fraction "
+                                                          "of `waitfree_step_time_us`"), None))
     for name, _, _ in _STEP_FIELDS:  # each time also as a fraction of the step (spans and medians excepted)
         if name.endswith("_us") and not name.startswith(("median_", "step_time", "cpu_span", "gpu_extended_span",
                                                           "core_wait", "host_")):

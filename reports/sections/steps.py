@@ -105,7 +105,7 @@ def _step_row(s: dict, columns) -> tuple[str, list[str]]:
 def render(summary: dict | Record) -> str:
     record = record_of(summary)
     mode = model.mode(record)
-    all_steps = record.steps or []
+    all_steps = model.steps_on_verdict_clock(record)
     if not all_steps:
         return section("steps", "Per-step breakdown", '<p class="muted">The summary holds no steps.</p>')
     steps, left_out = shown_steps(all_steps)
@@ -116,6 +116,9 @@ def render(summary: dict | Record) -> str:
     tab = table(headers, rows, "Step time in milliseconds; the other columns are shares of each step's time "
                 "and add up to 100% (definitions in docs/metrics.md).")
     extra = f'<p class="muted">{esc(left_out)}</p>' if left_out else ""
+    if model.overall(record).provisional is True:
+        extra += ('<p class="muted">The provisional verdict\'s steps are drawn on its clock: without their waits for '
+                  "a core (summary.json keeps them as measured too).</p>")
     rep, per_step = model.representative_step(record), model.step_time(record)
     if rep is not None and per_step is not None:
         extra += (f'<p class="muted">Step time {ms(per_step)}: the mean over the counted steps of each step\'s '

@@ -14,6 +14,9 @@ from perfscope.reports.palette import CLASS_COLOURS, CLASS_ORDER
 from perfscope.reports.svg import hbar
 
 MIN_SPEEDUP = 1.01  # below this a removable class is not worth a recommendation
+LISTED_SHARE_OF_THRESHOLD = 0.5
+"""A cause other than the verdict's is listed as a change to make only from half its threshold up
+(io or comm 5% of the step, launch 12.5%): far under it, a knob for it is not what the run needs."""
 
 
 def what_if_sentence(cls: str, w: dict, mode: str) -> str:
@@ -60,10 +63,13 @@ def _wait_item(cause: str, share: float, calls: list) -> str:
     return f"<li>{esc(cause)}: {pct(share, 0)}{esc(' (' + names + ')') if names else ''}</li>"
 
 
-def _ranked(wif: dict, verdict: str) -> list[str]:
-    """The causes worth recommending, the verdict's first, then by the step time left without them."""
+def _ranked(wif: dict, verdict: str, overall: Overall | None = None) -> list[str]:
+    """The causes worth recommending, the verdict's first, then by the step time left without them;
+    another cause only where its share reaches :data:`LISTED_SHARE_OF_THRESHOLD` of its threshold."""
     ranked = sorted(wif, key=lambda c: num(wif[c].get("step_time_without_us")) or 0.0)
-    ranked = [c for c in ranked if (num(wif[c].get("speedup")) or 0.0) >= MIN_SPEEDUP or c == verdict]
+    ranked = [c for c in ranked if c == verdict or (
+        (num(wif[c].get("speedup")) or 0.0) >= MIN_SPEEDUP
+        and (overall is None or (_share(overall, c) or 0.0) >= LISTED_SHARE_OF_THRESHOLD * THRESHOLDS[c]))]
     if verdict in ranked:
         ranked.remove(verdict)
         ranked.insert(0, verdict)
@@ -74,7 +80,7 @@ def _recommendations(record: Record, mode: str) -> str:
     overall = model.overall(record)
     verdict = (overall.verdict or "").removesuffix("-bound")
     wif = model.what_if(record)
-    ranked = _ranked(wif, verdict)
+    ranked = _ranked(wif, verdict, overall)
     items = []
     if verdict == "compute":
         items.append((
@@ -148,7 +154,7 @@ def _headline(record: Record, mode: str) -> str:
         f'<p class="verdict"><strong>{esc(verdict)}{", provisional" if provisional else ""}</strong>'
         f'{": " + esc(meaning) if meaning else ""}.'
         f"<small>{esc(cls)} costs {pct(_share(overall, cls))} of the step time (runner-up "
-        f"{esc(overall.runner_up or '-')}); {esc(_steps_named(record, verdict))} "
+        f"{esc(overall.runner_up or 'none')}); {esc(_steps_named(record, verdict))} "
         f"{'classified' if provisional else 'counted'} steps are {esc(verdict)}. "
         f"Step time {ms(model.step_time(record))}{' without the waits for a core' if provisional else ''} "
         f"(the window over its steps; representative step "
