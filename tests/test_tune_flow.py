@@ -226,6 +226,46 @@ def test_the_time_budget_starts_no_trial_once_spent_on_the_runners_clock(tmp_pat
     assert record["recommendation"] is not None  # the confirmation still ran
 
 
+def test_a_search_the_time_budget_cut_short_says_so_in_its_last_line(tmp_path):
+    # Each run spends 10 simulated seconds starting: a budget of 5 s is spent by the baseline.
+    record = tune(options(tmp_path / "out", trials=8, time_budget_s=5.0), runner=SimulatedRunner(start_s=10.0))
+    line = record["recommendation"]["line"]
+    assert line.startswith("keep your current settings for now: no trial of the search ran, and the search was cut "
+                           "short: 1 of 8 trials (the baseline included) ran before the time budget of 5 s "
+                           "(knobs never tried: num_workers, "), line
+    assert "raise --time-budget to about 90 s for all 8 (about 10 s a trial)" in line
+    assert "no feasible trial beat the baseline" not in line
+    # a budget that lets two trials of the search run: a found speed-up is still proven, and the note says
+    # what the budget left out
+    record = tune(options(tmp_path / "out2", trials=8, time_budget_s=25.0), runner=SimulatedRunner(start_s=10.0))
+    assert record["recommendation"]["status"] == "faster"
+    assert any(n.startswith("3 of 8 trials (the baseline included) ran before the time budget of 25 s")
+               for n in record["notes"]), record["notes"]
+
+
+def test_a_confirmation_a_budget_ended_is_undecided_with_its_candidate(tmp_path):
+    record = tune(options(tmp_path / "out", trials=3, confirm_rounds=8, confirm_min_rounds=2, confirm_budget_s=25.0),
+                  runner=SimulatedRunner(Workload(noise=0.2), start_s=10.0))
+    rec = record["recommendation"]
+    (entry,) = record["confirmation"]["candidates"]
+    assert entry["decided_by"] == "time budget" and entry["speedup"] > 2
+    assert rec["status"] == "undecided" and rec["config"] == {} and rec["candidate"]["trial"] == entry["trial"]
+    assert rec["candidate"]["config"] == entry["config"] != {}
+    assert rec["line"] == (f"undecided: trial {entry['trial']} measured {entry['speedup']:.2f}x in 2 rounds, too few "
+                           "rounds to bound it, when the confirmation's time budget ended it before the interval "
+                           "cleared 1.02x; keep your current settings for now, or run the same command again with a "
+                           "larger --confirm-budget to decide it (the study keeps every trial)")
+    assert "differ 1x" not in rec["line"] and "e+" not in rec["line"]
+    kept = load_config(tmp_path / "out" / "best.yaml")  # the candidate is not the answer
+    assert kept is None or kept.changes() == {}
+    check_tune_record(read_record(tmp_path / "out"))
+    from perfscope.reports.sections.tuning_headline import headline
+    from perfscope.reports.sections.tuning_record import read
+
+    assert headline(read(read_record(tmp_path / "out"))).startswith(
+        f"Undecided, keep your current settings for now: trial {entry['trial']} measured")
+
+
 def test_the_confirmation_budget_ends_its_rounds_on_the_runners_clock(tmp_path):
     runner = SimulatedRunner(start_s=10.0)
     record = tune(options(tmp_path / "out", trials=3, confirm_rounds=8, confirm_min_rounds=2, confirm_budget_s=25.0),

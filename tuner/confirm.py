@@ -45,16 +45,27 @@ DEFAULT_CONFIDENCE = 0.95
 WIDE_INTERVAL = 4.0
 
 
+DRIFT = 1.5
+"""Rounds of one configuration that differ by more than this factor drifted (a busy machine);
+below it, a wide interval comes from too few rounds, not from the rounds."""
+
+
 def interval_text(speedup: float, low: float, high: float, baseline=(), candidate=()) -> str:
     """``"1.42x (1.31x-1.55x)"``; for an interval that holds 1x and is wider than
-    :data:`WIDE_INTERVAL`, what made it so: ``"0.36x, undecided: the baseline's rounds differ 13x"``
-    (a wide interval wholly above or below 1x decides, and is shown as it is)."""
+    :data:`WIDE_INTERVAL`, what made it so, in words a person reads: ``"0.36x, undecided: the
+    baseline's rounds differ 13x"`` where rounds drifted (:data:`DRIFT`), else ``"10.9x in 2 rounds,
+    too few rounds to bound it"`` -- never the interval's unreadable ends (a wide interval wholly
+    above or below 1x decides, and is shown as it is)."""
     if not (low <= 1.0 <= high) or (low > 0 and high / low <= WIDE_INTERVAL):
         return f"{speedup:.2f}x ({low:.2f}x-{high:.2f}x)"
-    spreads = [f"the {name}'s rounds differ {max(v) / min(v):.0f}x" for name, v in
-               (("baseline", baseline), ("candidate", candidate)) if len(v) > 1 and min(v) > 0]
-    why = " and ".join(spreads) if spreads else "too few rounds"
-    return f"{speedup:.2f}x, undecided: {why} (a busy machine's drift; more rounds or a quieter machine decide it)"
+    spreads = [(name, max(v) / min(v)) for name, v in (("baseline", baseline), ("candidate", candidate))
+               if len(v) > 1 and min(v) > 0]
+    drifted = [f"the {name}'s rounds differ {ratio:.1f}x" for name, ratio in spreads if ratio > DRIFT]
+    if drifted:
+        return (f"{speedup:.2f}x, undecided: {' and '.join(drifted)} (a busy machine's drift; more rounds or a "
+                "quieter machine decide it)")
+    rounds = max(len(baseline), len(candidate))
+    return f"{speedup:.2f}x" + (f" in {rounds} rounds" if rounds else "") + ", undecided: too few rounds to bound it"
 
 
 @dataclass(frozen=True)

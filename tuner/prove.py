@@ -8,8 +8,9 @@ import os
 import statistics
 
 from perfscope.errors import PerfscopeError
+from perfscope.text import plural
 from perfscope.runtime.config import AccelConfig, config_from_dict
-from perfscope.tuner.confirm import confirm_candidates, interval_text
+from perfscope.tuner.confirm import WIDE_INTERVAL, confirm_candidates, interval_text
 from perfscope.tuner.progress import still_running
 from perfscope.tuner.startup import StartUp, from_runs
 from perfscope.tuner.runner import run_configuration, runner_of
@@ -91,6 +92,9 @@ def prove(session, options, notes: list[str]) -> tuple[dict | None, dict]:
                     "min_gain": options.min_gain, "candidates": []}
     best, outweighed = _judge(candidates, results, runs, options, confirmation["candidates"])
     if best is None:
+        undecided = None if outweighed else _undecided(confirmation["candidates"], options)
+        if undecided is not None:
+            return confirmation, {**keep, **undecided}
         keep["line"] = _none_faster(confirmation["candidates"], outweighed, options, notes)
         return confirmation, keep
     t, c, startup = best
@@ -124,6 +128,11 @@ def _nothing_to_confirm(session, options) -> str:
     """Why there is no candidate, as the recommendation's line."""
     if not session.space.knobs:
         return "keep your current settings: no knob can apply to this run (see the knobs left out)"
+    cut = getattr(session, "cut_short", None)
+    if cut:  # what was not searched is not known to be slower
+        ran = ("no trial of the search ran" if session.finished_count() <= 1 else
+               f"no trial that ran beat the baseline by more than {options.min_gain:.0%}")
+        return f"keep your current settings for now: {ran}, and the search was cut short: {cut}"
     if not session.feasible_trials():
         return ("keep your current settings: no trial of the search finished, so nothing was compared "
                 "(see each trial's failure in tune.json)")
@@ -155,6 +164,33 @@ def _judge(candidates: list, results: dict, runs: dict, options, entries: list) 
         elif best is None or c.ci_low > best[1].ci_low:
             best = (t, c, startup)
     return best, outweighed
+
+
+# How a budget that ended a confirmation is named, and the option that gives it more.
+_BUDGETS = {"time budget": ("the confirmation's time budget", "--confirm-budget"),
+            "round budget": ("its last round", "--confirm-rounds")}
+
+
+def _undecided(entries: list, options) -> dict | None:
+    """The recommendation when a budget ended the confirmation of a candidate that measured faster
+    but whose interval had not cleared ``1 + min_gain``: ``undecided``, the best such candidate
+    recorded as ``candidate`` (not as the answer: ``config`` stays empty, ``best.yaml`` keeps the
+    current settings), and a line saying what ended it and how to finish. None where there is none."""
+    open_ = [e for e in entries if e.get("decided_by") in _BUDGETS and e.get("speedup") is not None
+             and e["speedup"] > 1 + options.min_gain]
+    if not open_:
+        return None
+    e = max(open_, key=lambda e: e["speedup"])
+    ended, option = _BUDGETS[e["decided_by"]]
+    low, high = e.get("ci_low"), e.get("ci_high")
+    bounded = low is not None and high is not None and low > 0 and high / low <= WIDE_INTERVAL
+    interval = f", interval {low:.2f}x-{high:.2f}x" if bounded else ", too few rounds to bound it"
+    line = (f"undecided: trial {e['trial']} measured {e['speedup']:.2f}x in {plural(e['rounds'], 'round')}{interval}, when "
+            f"{ended} ended it before the interval cleared {1 + options.min_gain:.2f}x; keep your current settings "
+            f"for now, or run the same command again with a larger {option} to decide it (the study keeps every "
+            "trial)")
+    candidate = {k: e.get(k) for k in ("trial", "config", "speedup", "ci_low", "ci_high", "rounds", "decided_by")}
+    return {"status": "undecided", "line": line, "candidate": candidate}
 
 
 def _none_faster(entries: list, outweighed: list[str], options, notes: list[str]) -> str:

@@ -97,6 +97,8 @@ class TuningStudy:
         self.duplicates_in_a_row = 0
         self.exhausted: str | None = None
         """Why the search stopped early (None: it did not)."""
+        self.cut_short: str | None = None
+        """What the time budget left undone, as a line (None: it left nothing undone)."""
 
     # ------------------------------------------------------------------ setup
     def load_setup(self) -> bool:

@@ -6,6 +6,7 @@ See ``docs/tune.md`` for the steps, the definitions and the outputs.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import socket
 from contextlib import contextmanager
@@ -34,6 +35,7 @@ from perfscope.tuner.study import (
     CATCH as STUDY_CATCH,
     SPACE_ATTR,
     TuningStudy,
+    counts_as_finished,
     pid_alive,
     worker_id,
 )
@@ -320,7 +322,8 @@ def _search(session: TuningStudy, options: TuneOptions, started: float, notes: l
         return
     clock = runner_of(session.spec).clock
     if options.time_budget_s is not None and clock() - started >= options.time_budget_s:
-        notes.append("the time budget was spent before the search: no trial ran")
+        session.cut_short = budget_cut(session, options, clock() - started)
+        notes.append(session.cut_short)
         return
 
     def target(study: optuna.Study, trial) -> None:
@@ -338,6 +341,27 @@ def _search(session: TuningStudy, options: TuneOptions, started: float, notes: l
         session.study.optimize(session.objective, callbacks=[target, progress.update], catch=STUDY_CATCH)
     if session.exhausted:
         notes.append(f"the search stopped early: {session.exhausted}")
+    elif session.finished_count() < options.trials and options.time_budget_s is not None \
+            and clock() - started >= options.time_budget_s:
+        session.cut_short = budget_cut(session, options, clock() - started)
+        print(f"perfscope: {safe(session.cut_short)}")
+        notes.append(session.cut_short)
+
+
+def budget_cut(session: TuningStudy, options: TuneOptions, elapsed_s: float) -> str:
+    """What the time budget left undone, as a line: ``k of n trials ran before the time budget
+    (knobs never tried: ...); raise --time-budget to about N s``. N is the time spent so far plus
+    the trials left at the pace so far (the time spent over the trials that ran, the baseline's
+    profile and every start-up included)."""
+    finished = [t for t in session.study.get_trials(deepcopy=False) if counts_as_finished(t)]
+    tried = {k for t in finished for k in (t.user_attrs.get("config") or {})}
+    untried = [k.name for k in session.space.knobs if k.name not in tried]
+    per_trial = elapsed_s / max(len(finished), 1)
+    needed = elapsed_s + max(options.trials - len(finished), 0) * per_trial
+    never = f" (knobs never tried: {', '.join(untried)})" if untried else ""
+    return (f"{len(finished)} of {options.trials} trials (the baseline included) ran before the time budget of "
+            f"{options.time_budget_s:,.0f} s{never}; raise --time-budget to about {math.ceil(needed / 10) * 10:,.0f} s "
+            f"for all {options.trials} (about {per_trial:,.0f} s a trial)")
 
 
 def _profile_after(session: TuningStudy, options: TuneOptions, recommendation: dict) -> dict | None:

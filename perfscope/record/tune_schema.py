@@ -207,7 +207,9 @@ class Confirmation(_Part):
 class Recommendation(_Part):
     """`recommendation`: the answer (null: interrupted before the confirmation ended)."""
 
-    status: Annotated[str | None, Meta(description='`faster` or `keep-current`')] = None
+    status: Annotated[str | None, Meta(description=(
+        '`faster`, `keep-current`, or `undecided` (a budget ended the confirmation of a candidate that measured '
+        'faster before its interval cleared; `best.yaml` keeps the current settings)'))] = None
     trial: Annotated[int | None, Meta(description='the trial recommended (null: keep current)')] = None
     config: Annotated[dict[str, Any] | None, Meta(description='the knobs it changes (`best.yaml`)')] = None
     speedup: Annotated[Number | None, Meta(description='its confirmed speed-up')] = None
@@ -218,6 +220,9 @@ class Recommendation(_Part):
     hint: Annotated[str | None, Meta(description=(
         '`faster`: what to try next when a value is the largest searched'))] = None
     startup: Annotated[Startup | None, Meta(description='`faster`: its start-up cost (null: nothing compiled)')] = None
+    candidate: Annotated[dict[str, Any] | None, Meta(description=(
+        '`undecided`: the candidate left open (`trial`, `config`, `speedup`, `ci_low`, `ci_high`, `rounds`, '
+        '`decided_by`), not an answer'))] = None
 
 
 class After(_Part):

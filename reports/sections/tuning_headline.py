@@ -22,7 +22,7 @@ from perfscope.reports.sections.tuning_record import (
     word,
 )
 
-FASTER, KEEP = "faster", "keep-current"
+FASTER, KEEP, UNDECIDED = "faster", "keep-current", "undecided"
 
 
 def _status(record: TuneRecord) -> str | None:
@@ -77,6 +77,9 @@ def headline(record: TuneRecord) -> str:
         return speed + (f" ({interval})" if interval else "") + f": {knobs}"
     if status == KEEP:
         return f"Keep your current settings: {why_keep(record)}"
+    if status == UNDECIDED:
+        given = (rec.line or "").strip().removeprefix("undecided: ")
+        return "Undecided, keep your current settings for now" + (f": {given}" if given else "")
     return "No recommendation in this record"
 
 
@@ -199,4 +202,6 @@ def title(record: TuneRecord) -> str:
     rec = record.recommendation or Recommendation()
     if rec.status == FASTER:
         return f"{ratio(rec.speedup)} faster" if num(rec.speedup) is not None else "faster"
+    if rec.status == UNDECIDED:
+        return "undecided"
     return "keep current settings" if rec.status == KEEP else "tuning report"
