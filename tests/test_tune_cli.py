@@ -172,32 +172,33 @@ def test_a_killed_run_over_two_ranks_leaves_no_launcher_or_rank_running(tmp_path
     assert not reap(script, LEFT_S), "torchrun or a rank outlived the killed perfscope"
 
 
-def ctrl_c(args: tuple[str, ...], log_dir, once) -> tuple[int, str, str]:
-    """Start `perfscope tune ARGS`, send it SIGINT (what Ctrl-C sends to the foreground process)
-    once a file matching the glob ``once`` (a Path) exists; (exit status, stdout, stderr)."""
+def ctrl_c(args: tuple[str, ...], log_dir, once, sig: int = signal.SIGINT) -> tuple[int, str, str]:
+    """Start `perfscope tune ARGS`, send it ``sig`` (SIGINT: what Ctrl-C sends to the foreground
+    process) once a file matching the glob ``once`` (a Path) exists; (exit status, stdout, stderr)."""
     proc = start_tune(*args, log_dir=log_dir)
     try:
         assert wait_until(lambda: bool(glob.glob(str(once))), RUN_TIMEOUT_S, proc=proc), logs(log_dir)
-        os.kill(proc.pid, signal.SIGINT)
+        os.kill(proc.pid, sig)
         status = proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
     stdout, stderr = logs(log_dir)
-    assert status == 130, (status, stdout, stderr)
+    assert status == (130 if sig == signal.SIGINT else 128 + sig), (status, stdout, stderr)
     lines = stderr_lines(stderr)
     assert len(lines) == 1 and "Traceback" not in stderr, stderr
     assert "resume" in lines[0] and "tune.json" in lines[0], lines
     return status, stdout, stderr
 
 
-def test_ctrl_c_stops_the_trial_and_writes_what_finished(tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_stops_the_trial_and_writes_what_finished(tmp_path, sig):
     script = copy_script("examples/io_bound.py", tmp_path / "s")
     out = tmp_path / "out"
     args = (*tune_args(script, out, "--trials", "4", "--confirm-rounds", "2", *EXACT), *IO_ARGS)
     # In the search: once trial 1 is stepping. Ctrl-C in the confirmation and the rerun that
     # resumes are tests/test_tune_flow.py's (a simulated runner).
-    ctrl_c(args, tmp_path / "first", out / "trials" / "trial-1" / "records" / "rank0.steps.jsonl")
+    ctrl_c(args, tmp_path / "first", out / "trials" / "trial-1" / "records" / "rank0.steps.jsonl", sig)
     assert not reap(script, LEFT_S), "Ctrl-C left the trial running"
     record = read_record(out)
     assert any("interrupted" in note for note in record["notes"]), record["notes"]

@@ -145,7 +145,8 @@ def _tune_with(spec: TrialSpec, storage, options: TuneOptions, started: float) -
         if recommendation["status"] == "faster":
             after = _profile_after(session, options, recommendation)
     except KeyboardInterrupt:
-        notes.append("interrupted by Ctrl-C: the finished trials are kept; run the same command again to resume")
+        notes.append("interrupted (Ctrl-C or SIGTERM) before the answer: no best.yaml is written; the finished trials "
+                     "are kept; run the same command again to resume")
         _note_outputs(outputs, recommendation, notes)
         outputs.write(tune_record.build(**record_args, notes=notes, confirmation=confirmation,
                                         recommendation=recommendation), recommendation,

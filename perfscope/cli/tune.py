@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -188,6 +189,13 @@ def cmd_tune(args, script_args: list[str], open_in_browser) -> int:
     )
     ensure_writable_dir(out_dir)  # after the options are known good: a refused command leaves nothing
     started = time.time()
+    stopped_by: list[int] = []
+
+    def stop(signum, frame) -> None:  # SIGTERM (a scheduler, `timeout`, kill) ends the tune as Ctrl-C does
+        stopped_by.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
     try:
         record = tune_mod.tune(options)
     except KeyboardInterrupt:
@@ -196,9 +204,11 @@ def cmd_tune(args, script_args: list[str], open_in_browser) -> int:
         where = f" ({record_file} holds what finished)" if written else " (no trial had finished)"
         print("perfscope: interrupted; finished trials are kept in the study. Run the same command again to "
               f"resume{where}", file=sys.stderr)
-        return 130
+        return 128 + signal.SIGTERM if stopped_by else 130
     except PerfscopeError as e:  # a storage's or a driver's words may quote a URL with its password
         raise PerfscopeError(redact(str(e))) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     _print_recommendation(record, best_path)
     print(safe(f"wrote {_shown(best_path)}, {_shown(out_dir / 'tune.json')} and {_shown(out_dir / 'report.html')}"))
     if args.open:
