@@ -63,3 +63,18 @@ def test_a_class_added_to_the_table_reaches_every_consumer():
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
+
+
+@pytest.mark.parametrize("op, told", [("aten::linear", False), ("aten::conv2d", True)])
+def test_channels_last_is_advised_only_where_convolutions_ran(tmp_path, op, told):
+    from tracegen import cpu_op, step
+    from tracekit import analyze
+
+    events = []
+    for n in range(3):
+        events += [step(n + 1, 1000 * n, 1000), cpu_op(op, 1000 * n + 5, 990)]
+    a = analyze(tmp_path, events)
+    assert a.verdict.verdict == "compute-bound"
+    assert ("channels_last" in a.verdict.advice) is told, a.verdict.advice
+    assert a.verdict.advice.startswith("Make the math cheaper: bf16 autocast on CPU")
+    assert a.summary()["details"]["facts"]["convolutions"] is told

@@ -53,6 +53,12 @@ _P2P_ADVICE = ("Most communication time is point-to-point SendRecv or all-to-all
                "the stages or experts so none waits, and send less (bf16 activations, fewer tokens per exchange).")
 
 
+# The compute advice's channels_last clause, by mode (perfscope.classes): left out where the trace
+# shows no convolution (channels_last only changes how convolutions read their input).
+CHANNELS_LAST_CLAUSE = {"gpu": ", channels_last for convolutions (channels_last: true)",
+                        "cpu": ", channels_last for convolutions"}
+
+
 def _comm_advice(text: str, facts: dict) -> str:
     """The comm advice fitted to the job: point-to-point traffic, or a job over several nodes."""
     share = facts.get("p2p_comm_share")
@@ -81,9 +87,13 @@ def advice_for(cls: str, mode: str, facts: dict | None = None) -> str:
             compute capability of a GPU that ran no Tensor Core kernel) leads the GPU compute
             advice with that finding; ``p2p_comm_share`` (of communication time in send/recv and
             all-to-all, at least :data:`P2P_SHARE`) makes the comm advice about those, and
-            ``job.nnodes`` above 1 puts the hierarchical all-reduce and ``perfscope forecast`` first.
+            ``job.nnodes`` above 1 puts the hierarchical all-reduce and ``perfscope forecast`` first;
+            ``convolutions`` False (no convolution in the trace) leaves channels_last out of the
+            compute advice.
     """
     text = _LAUNCH_WITH_GRAPHS if cls == "launch" and mode == "gpu" and (facts or {}).get("cuda_graphs") else ADVICE[(cls, mode)]
+    if cls == "compute" and (facts or {}).get("convolutions") is False:  # no convolution ran: no channels_last
+        text = text.replace(CHANNELS_LAST_CLAUSE[mode], "")
     if cls == "comm":
         return _comm_advice(text, facts or {})
     cap = (facts or {}).get("no_tensor_cores")

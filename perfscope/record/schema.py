@@ -796,6 +796,8 @@ class Facts(_Record):
     job: Annotated[dict[str, Any] | None, Meta(description='*v2*: `nnodes`, `local_world_size`')] = None
     p2p_comm_share: Annotated[Share | None, Meta(description=(
         '*v2*: the share of communication time in send/recv and all-to-all operations; null without any'))] = None
+    convolutions: Annotated[bool | None, Meta(description=(
+        '*v2*: a convolution (operator or kernel) ran: the compute advice names channels_last only then'))] = None
     no_tensor_cores: Annotated[Number | None, Meta(description=(
         '*v2*: the compute capability (7.0 or more) of a GPU whose kernels include none that runs on Tensor '
         'Cores; null otherwise'))] = None

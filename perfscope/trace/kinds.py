@@ -211,6 +211,18 @@ def is_gpu_work_call(names: np.ndarray) -> np.ndarray:
     return _flags(_GPU_WORK_CALL_RE, names)
 
 
+# Convolutions: ATen's operators (aten::conv2d, aten::convolution, aten::_convolution,
+# aten::mkldnn_convolution, aten::cudnn_convolution...) and cuDNN/MIOpen kernels
+# (implicit_convolve_sgemm, ...conv2d_..., miopenSp3AsmConv...); not aten::convert_* casts.
+_CONVOLUTION_RE = re.compile(r"(?i)convolution|convolve|aten::conv(?:[123]d|_transpose[123]d|_tbc)?\b|conv[123]d|"
+                             r"miopen\w*conv")
+
+
+def is_convolution(names: np.ndarray) -> np.ndarray:
+    """True for a convolution: an ATen convolution operator or a convolution kernel."""
+    return _flags(_CONVOLUTION_RE, names)
+
+
 def is_graph_launch(names: np.ndarray) -> np.ndarray:
     """True for ``cudaGraphLaunch`` / ``hipGraphLaunch``: one call, many kernels."""
     return _flags(_GRAPH_LAUNCH_RE, names, "match")
