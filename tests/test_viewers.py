@@ -68,16 +68,32 @@ def test_merge_moves_ranks_onto_one_clock_and_keeps_them_apart(tmp_path):
 
 
 def test_merge_command_writes_a_view_that_analyze_leaves_out(tmp_path):
-    two_ranks(tmp_path)
-    r = run_cli(tmp_path, "merge", tmp_path)
+    run = tmp_path / "out"
+    two_ranks((run / "traces").mkdir(parents=True) or run / "traces")
+    r = run_cli(tmp_path, "merge", run)  # an output directory: the view goes into it
     assert r.returncode == 0, r.stderr
-    out = tmp_path / MERGED_NAME
+    out = run / MERGED_NAME
     assert "ui.perfetto.dev" in r.stdout and out.is_file()
     data = orjson.loads(gzip.decompress(out.read_bytes()))
     assert data["perfscope_merged"]["ranks"] == [0, 1]
-    assert perfscope.analyze(tmp_path).ranks_analyzed == 2  # the merged view is not a third rank
-    again = run_cli(tmp_path, "merge", tmp_path)
-    assert "replaced" in again.stdout
+    assert perfscope.analyze(run).ranks_analyzed == 2  # the merged view is not a third rank
+    assert run_cli(tmp_path, "analyze", run / "traces", "--out", run).returncode == 0  # run/summary.json
+    again = run_cli(tmp_path, "merge", run / "traces")  # the traces/ folder of an output: that output
+    assert "replaced" in again.stdout and f"replaced {out}" in again.stdout
+    assert sorted(p.name for p in (run / "traces").iterdir()) == ["rank0.json", "rank1.json"]
+
+
+def test_merge_never_writes_into_a_folder_of_traces_by_default(tmp_path):
+    traces = tmp_path / "shared-traces"
+    traces.mkdir()
+    two_ranks(traces)
+    work = tmp_path / "work"
+    work.mkdir()
+    r = run_cli(work, "merge", traces)
+    assert r.returncode == 0, r.stderr
+    (written,) = (work / "perfscope-out").glob(f"merge-*/{MERGED_NAME}")
+    assert f"wrote {written}" in r.stdout
+    assert sorted(p.name for p in traces.iterdir()) == ["rank0.json", "rank1.json"]
 
 
 def test_merge_refuses_two_files_of_one_rank_and_non_traces(tmp_path):

@@ -16,9 +16,10 @@ def add_merge_parser(sub) -> None:
         help="put every rank's trace in one file on one clock, for Perfetto or chrome://tracing",
         description="Merge the traces of a run (an output directory, its traces/ folder, or trace files) into one "
         "Chrome-trace file: each rank's processes named and ordered by rank, clocks moved onto one base (and the "
-        "node clock offsets the run's summary.json proves taken out). Writes merged.perfscope-view.json.gz (in the "
-        "traces folder, or --out); open it at ui.perfetto.dev. perfscope analyze leaves that file out. See "
-        "docs/report.md (Viewers).",
+        "node clock offsets the run's summary.json proves taken out). Writes merged.perfscope-view.json.gz into "
+        "the output directory given (or the one a traces/ folder belongs to), else into a new perfscope-out/merge-* "
+        "folder, or to --out; never into a folder of traces by default. Open it at ui.perfetto.dev. perfscope "
+        "analyze leaves that file out. See docs/report.md (Viewers).",
     )
     m.add_argument("paths", nargs="+", metavar="PATH", help="output directory, traces folder, or trace files")
     m.add_argument("--out", type=out_path, default=None, metavar="FILE", help="the merged file to write")
@@ -97,6 +98,26 @@ def _input_traces(paths: list[str]) -> list[Path]:
     return sorted(dict.fromkeys(p.resolve() for p in files if p.name != MERGED_NAME))
 
 
+def _output_dir(path: Path) -> Path | None:
+    """The perfscope output directory ``path`` is or whose ``traces/`` folder it is; None for
+    anything else (a folder of traces, a file)."""
+    if path.is_dir() and ((path / "traces").is_dir() or (path / "summary.json").is_file()):
+        return path
+    if path.is_dir() and path.name == "traces" and (path.parent / "summary.json").is_file():
+        return path.parent
+    return None
+
+
+def _default_out(paths: list[str]) -> Path:
+    """Where the merged view goes without ``--out``: the output directory the first path names
+    (:func:`_output_dir`), else a new ``perfscope-out/merge-<time>`` folder -- never a folder of
+    traces, which may be shared, read-only, or read again by ``perfscope analyze``."""
+    from perfscope.outputs import output_dir
+
+    found = _output_dir(Path(paths[0]))
+    return found if found is not None else output_dir(None, "merge")
+
+
 def run(args) -> int:
     """Merge, write, say what was done; 0 on success."""
     from perfscope.outputs import checked_output_file
@@ -108,7 +129,8 @@ def run(args) -> int:
     if len(files) < 1:
         raise PerfscopeError("no trace files to merge")
     folder = files[0].parent
-    out = checked_output_file(args.out if args.out is not None else folder / MERGED_NAME, "--out", files)
+    out = checked_output_file(args.out if args.out is not None else _default_out(args.paths) / MERGED_NAME,
+                              "--out", files)
     replaced = out.exists()
     if replaced and not args.force and not _is_merged_view(out):
         raise PerfscopeError(f"--out {safe(out)}: exists and is not a view perfscope merge wrote; not replaced "
