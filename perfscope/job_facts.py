@@ -17,7 +17,11 @@ The header key :data:`JOB_KEY` holds ``{"version": 1, "node": {...}, "ddp": {...
   ``world_size``, and DDP's averages over the iterations it sampled, in microseconds (trace
   units): ``backward_compute_us``, ``backward_comm_us`` (first bucket ready to last bucket
   reduced) and ``backward_overlap_us`` (the part of it during backward compute); null until
-  DDP has sampled an iteration.
+  DDP has sampled an iteration;
+- ``loader`` (the first DataLoader the script iterated, or absent): ``num_workers``,
+  ``prefetch_factor`` (null without workers), ``persistent_workers``, ``pin_memory``,
+  ``batch_size`` (null for a batch sampler) and ``cores`` (the CPUs the process may run on:
+  its affinity), so that the io advice fits what the script already has.
 """
 
 from __future__ import annotations
@@ -40,25 +44,40 @@ def _whole(v, high: int = MAX_COUNT) -> bool:
     return type(v) is int and 0 <= v <= high
 
 
-def parse(value) -> tuple[dict | None, dict | None, list[str]]:
-    """``(node, ddp, problems)`` from the header value under :data:`JOB_KEY`.
+def parse(value) -> tuple[dict | None, dict | None, dict | None, list[str]]:
+    """``(node, ddp, loader, problems)`` from the header value under :data:`JOB_KEY`.
 
     Args:
         value: Any JSON value.
 
     Returns:
-        ``node`` (the four counts and ``host``, or None), ``ddp`` (as in the module docstring, or
-        None) and one line per part refused (a field of the wrong type or out of range).
+        ``node`` (the four counts and ``host``, or None), ``ddp`` and ``loader`` (as in the module
+        docstring, or None) and one line per part refused (a field of the wrong type or out of
+        range).
     """
     if not isinstance(value, dict) or value.get("version") != VERSION:
-        return None, None, ["not perfscope's job record (version 1)"]
+        return None, None, None, ["not perfscope's job record (version 1)"]
     problems: list[str] = []
-    node, ddp = _node(value.get("node")), _ddp(value.get("ddp"))
+    node, ddp, loader = _node(value.get("node")), _ddp(value.get("ddp")), _loader(value.get("loader"))
     if node is None and value.get("node") is not None:
         problems.append("its node is not four whole numbers in range")
     if ddp is None and value.get("ddp") is not None:
         problems.append("its DDP buckets are not a list of positive byte counts (at most 2**50 in all)")
-    return node, ddp, problems
+    if loader is None and value.get("loader") is not None:
+        problems.append("its DataLoader is not a worker count and a core count in range")
+    return node, ddp, loader, problems
+
+
+def _loader(loader) -> dict | None:
+    """The loader record with its worker and core counts in range, else None; another field of
+    the wrong type becomes None."""
+    if not (isinstance(loader, dict) and _whole(loader.get("num_workers")) and _whole(loader.get("cores"))
+            and loader["cores"] > 0):
+        return None
+    flag = {k: loader.get(k) if isinstance(loader.get(k), bool) else None for k in ("persistent_workers", "pin_memory")}
+    count = {k: loader.get(k) if _whole(loader.get(k)) and loader.get(k) > 0 else None
+             for k in ("prefetch_factor", "batch_size")}
+    return {"num_workers": loader["num_workers"], "cores": loader["cores"], **count, **flag}
 
 
 def _node(node) -> dict | None:

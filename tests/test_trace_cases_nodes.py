@@ -170,3 +170,58 @@ def test_comm_advice_names_point_to_point_traffic_when_it_is_most_of_the_communi
     advice = a.details["advice"]["comm"]
     assert advice.startswith("Most communication time is point-to-point") is p2p
     assert ("bucket_cap_mb" in advice) is not p2p
+
+
+# --- the script's DataLoader, as perfscope profile records it -----------------------------------
+
+
+def _io_bound(tmp_path, loader):
+    from tracegen import dataloader
+
+    events = []
+    for n in range(3):
+        events += [step(n + 1, 1000 * n, 1000), dataloader(1000 * n, 800), cpu_op("aten::mm", 1000 * n + 810, 180)]
+    meta = {JOB_KEY: {"version": 1, "node": None, "ddp": None, "loader": loader}}
+    return perfscope.analyze(write_trace(tmp_path / "rank0.json", events, **meta))
+
+
+def test_an_io_bound_run_whose_workers_meet_its_cores_is_told_to_cut_the_sample_cost(tmp_path):
+    a = _io_bound(tmp_path, {"num_workers": 8, "prefetch_factor": 2, "persistent_workers": False,
+                             "pin_memory": False, "batch_size": 16, "cores": 2})
+    assert a.verdict.verdict == "io-bound"
+    advice = a.verdict.advice
+    assert advice.startswith("The DataLoader already has 8 workers for 2 core(s) a rank: more workers only share")
+    assert "raise DataLoader num_workers" not in advice and "keep num_workers near 2" in advice
+    assert a.summary()["details"]["facts"]["loader"]["num_workers"] == 8
+
+
+def test_an_io_bound_run_with_fewer_workers_than_cores_is_told_to_raise_them(tmp_path):
+    a = _io_bound(tmp_path, {"num_workers": 0, "cores": 4, "batch_size": "x"})
+    assert a.verdict.advice.startswith("The DataLoader has 0 worker(s) for 4 core(s) a rank. Load data off the "
+                                       "training thread: raise DataLoader num_workers")
+    assert a.summary()["details"]["facts"]["loader"]["batch_size"] is None  # a field of the wrong type: dropped
+
+
+def test_a_loader_record_out_of_range_is_refused_with_a_warning(tmp_path):
+    a = _io_bound(tmp_path, {"num_workers": -1, "cores": 2})
+    assert a.summary()["details"]["facts"]["loader"] is None
+    assert "raise DataLoader num_workers" in a.verdict.advice
+    assert any("its DataLoader is not a worker count and a core count in range; ignored" in w for w in a.warnings)
+
+
+def test_the_job_watch_records_the_first_loader_the_script_iterates():
+    import json
+
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from perfscope.collect.job_watch import JobWatch
+
+    data = TensorDataset(torch.zeros(8, 2))
+    with JobWatch() as watch:
+        next(iter(DataLoader(data, batch_size=4)))
+        next(iter(DataLoader(data, batch_size=2, pin_memory=True)))  # a second loader (validation): not it
+    key, text = watch.header()
+    loader = json.loads(text)["loader"]
+    assert key == JOB_KEY and loader["num_workers"] == 0 and loader["batch_size"] == 4
+    assert loader["pin_memory"] is False and loader["cores"] >= 1 and loader["prefetch_factor"] is None

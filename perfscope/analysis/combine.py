@@ -301,6 +301,7 @@ def _job_facts(rank_traces: list[RankTrace], ranks: list[int]) -> dict:
                                 for rt in rank_traces)}
     by_rank = [rt for _, rt in sorted(zip(ranks, rank_traces), key=lambda p: p[0])]
     facts["ddp"] = next((rt.table.ddp for rt in by_rank if rt.table.ddp), None)
+    facts["loader"] = next((rt.table.loader for rt in by_rank if rt.table.loader), None)
     facts["job"] = next(({k: rt.table.node[k] for k in ("nnodes", "local_world_size")} for rt in by_rank if rt.table.node),
                         None)
     facts["no_tensor_cores"] = no_tensor_cores(rank_traces)

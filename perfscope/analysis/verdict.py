@@ -59,6 +59,24 @@ CHANNELS_LAST_CLAUSE = {"gpu": ", channels_last for convolutions (channels_last:
                         "cpu": ", channels_last for convolutions"}
 
 
+def _io_advice(text: str, facts: dict) -> str:
+    """The io advice fitted to the loader the script has (``facts["loader"]``, what ``perfscope
+    profile`` recorded of its first DataLoader): workers that already meet the process's cores
+    (shared by the node's ranks) cannot be helped by more."""
+    loader = facts.get("loader") or {}
+    workers, cores = loader.get("num_workers"), loader.get("cores")
+    if not (isinstance(workers, int) and isinstance(cores, int) and cores > 0):
+        return text
+    ranks = (facts.get("job") or {}).get("local_world_size")
+    per_rank = max(1, cores // ranks) if isinstance(ranks, int) and ranks > 0 else cores
+    if workers < per_rank:
+        return f"The DataLoader has {workers} worker(s) for {per_rank} core(s) a rank. {text}"
+    return (f"The DataLoader already has {workers} workers for {per_rank} core(s) a rank: more workers only "
+            "share the same cores. Cut the cost of each sample instead -- cache or precompute what the dataset "
+            "decodes and transforms, vectorise the transform or move it to the GPU, read larger records -- and "
+            f"keep num_workers near {per_rank} (perfscope tune searches below your setting too).")
+
+
 def _comm_advice(text: str, facts: dict) -> str:
     """The comm advice fitted to the job: point-to-point traffic, or a job over several nodes."""
     share = facts.get("p2p_comm_share")
@@ -89,13 +107,17 @@ def advice_for(cls: str, mode: str, facts: dict | None = None) -> str:
             all-to-all, at least :data:`P2P_SHARE`) makes the comm advice about those, and
             ``job.nnodes`` above 1 puts the hierarchical all-reduce and ``perfscope forecast`` first;
             ``convolutions`` False (no convolution in the trace) leaves channels_last out of the
-            compute advice.
+            compute advice; ``loader`` (the script's first DataLoader: workers and the
+            process's cores) makes the io advice say how many workers it has, and, where they
+            already meet the cores a rank has, turns it to the cost of each sample.
     """
     text = _LAUNCH_WITH_GRAPHS if cls == "launch" and mode == "gpu" and (facts or {}).get("cuda_graphs") else ADVICE[(cls, mode)]
     if cls == "compute" and (facts or {}).get("convolutions") is False:  # no convolution ran: no channels_last
         text = text.replace(CHANNELS_LAST_CLAUSE[mode], "")
     if cls == "comm":
         return _comm_advice(text, facts or {})
+    if cls == "io":
+        return _io_advice(text, facts or {})
     cap = (facts or {}).get("no_tensor_cores")
     if cls == "compute" and mode == "gpu" and cap:
         text = (f"No kernel ran on Tensor Cores, though this GPU has them (compute capability {cap:.1f}): its matmuls "

@@ -59,12 +59,26 @@ def ddp_record(ddp: Any) -> dict | None:
             "backward_overlap_us": _us(data.get("avg_backward_compute_comm_overlap_time"))}
 
 
+def loader_record(loader: Any) -> dict | None:
+    """The ``loader`` part of the record from a ``torch.utils.data.DataLoader`` (None if unreadable)."""
+    try:
+        workers = int(loader.num_workers)
+        record = {"num_workers": workers, "prefetch_factor": loader.prefetch_factor if workers else None,
+                  "persistent_workers": bool(loader.persistent_workers), "pin_memory": bool(loader.pin_memory),
+                  "batch_size": loader.batch_size}
+    except (AttributeError, TypeError, ValueError):  # a loader-like object of another shape
+        return None
+    return {**record, "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()}
+
+
 class JobWatch:
-    """Watch DDP construction while active (``with JobWatch() as w``); ``w.header()`` is the
-    ``(key, JSON text)`` to add to the trace, or None outside a torchrun job without DDP."""
+    """Watch DDP construction and the first DataLoader iterated while active (``with JobWatch()
+    as w``); ``w.header()`` is the ``(key, JSON text)`` to add to the trace, or None outside a
+    torchrun job without DDP or a DataLoader."""
 
     def __init__(self) -> None:
         self._ddp: weakref.ref | None = None
+        self._loader: dict | None = None
         self._stack = contextlib.ExitStack()
 
     def __enter__(self) -> JobWatch:  # noqa: PYI034 - typing.Self needs Python 3.11
@@ -80,6 +94,18 @@ class JobWatch:
             return __init__
 
         replace(self._stack, DistributedDataParallel, "__init__", watched)
+        from torch.utils.data import dataloader
+
+        def iterated(original):
+            @functools.wraps(original)
+            def __init__(it, loader, *args, **kwargs):
+                original(it, loader, *args, **kwargs)
+                if self._loader is None:  # once: the training loader is iterated first in nearly every script
+                    self._loader = loader_record(loader)
+
+            return __init__
+
+        replace(self._stack, dataloader._BaseDataLoaderIter, "__init__", iterated)
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -88,6 +114,6 @@ class JobWatch:
     def header(self) -> tuple[str, str] | None:
         ddp = self._ddp() if self._ddp is not None else None
         node, record = node_record(), ddp_record(ddp) if ddp is not None else None
-        if node is None and record is None:
+        if node is None and record is None and self._loader is None:
             return None
-        return JOB_KEY, json.dumps({"version": VERSION, "node": node, "ddp": record})
+        return JOB_KEY, json.dumps({"version": VERSION, "node": node, "ddp": record, "loader": self._loader})

@@ -796,6 +796,9 @@ class Facts(_Record):
     job: Annotated[dict[str, Any] | None, Meta(description='*v2*: `nnodes`, `local_world_size`')] = None
     p2p_comm_share: Annotated[Share | None, Meta(description=(
         '*v2*: the share of communication time in send/recv and all-to-all operations; null without any'))] = None
+    loader: Annotated[dict[str, Any] | None, Meta(description=(
+        '*v2*: the first DataLoader the script iterated (`perfscope profile`): `num_workers`, `prefetch_factor`, '
+        '`persistent_workers`, `pin_memory`, `batch_size`, and `cores` (the CPUs the process may run on)'))] = None
     convolutions: Annotated[bool | None, Meta(description=(
         '*v2*: a convolution (operator or kernel) ran: the compute advice names channels_last only then'))] = None
     no_tensor_cores: Annotated[Number | None, Meta(description=(

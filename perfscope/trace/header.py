@@ -44,6 +44,7 @@ class Header:
             or None.
         host: The host name: the job record's, else the profiler's ``host_name``; None if neither.
         ddp: The rank's DDP gradient buckets and timings (:mod:`perfscope.job_facts`), or None.
+        loader: The rank's first DataLoader's workers and cores (:mod:`perfscope.job_facts`), or None.
         telemetry: The GPU telemetry record (:func:`perfscope.telemetry_format.parse`), ``{}``
             when the trace has none.
         memory_capacity: The host's and device's memory as ``perfscope profile`` recorded them
@@ -63,6 +64,7 @@ class Header:
     node: dict | None = None
     host: str | None = None
     ddp: dict | None = None
+    loader: dict | None = None
     memory_capacity: dict = field(default_factory=dict)
     telemetry: dict = field(default_factory=dict)
     flops: StepFlops | None = None
@@ -149,7 +151,7 @@ def _perfscope_records(h: Header, data: dict, name: str) -> None:
         h.telemetry, problems = telemetry_format.parse(data.get(TELEMETRY_KEY))
         h.warnings += [f"{name}: {TELEMETRY_KEY}: {p}; ignored" for p in problems]  # each p a phrase
     if data.get(JOB_KEY) is not None:
-        h.node, h.ddp, problems = job_facts.parse(data.get(JOB_KEY))
+        h.node, h.ddp, h.loader, problems = job_facts.parse(data.get(JOB_KEY))
         h.warnings += [f"{name}: {JOB_KEY}: {p}; ignored" for p in problems]
     if data.get(FLOPS_KEY) is not None:
         h.flops, problems = step_flops.parse(data.get(FLOPS_KEY))

@@ -60,7 +60,7 @@ class TraceTable:
         distributed_info: ``distributedInfo`` of the file, possibly empty.
         host_steps: What ``perfscope profile`` measured of the host per step (CPU time, run-queue
             wait), by step number; empty for traces recorded otherwise.
-        node, host, ddp: The rank's node, host name and DDP buckets
+        node, host, ddp, loader: The rank's node, host name, DDP buckets and first DataLoader
             (:class:`perfscope.trace.header.Header`); None when not recorded.
         memory_capacity: Host and device memory, bytes (:class:`perfscope.trace.header.Header`).
         telemetry: The GPU telemetry record (:class:`perfscope.trace.header.Header`).
@@ -108,6 +108,7 @@ class TraceTable:
     node: dict | None = None
     host: str | None = None
     ddp: dict | None = None
+    loader: dict | None = None
     memory_capacity: dict = field(default_factory=dict)
     telemetry: dict = field(default_factory=dict)
     flops: object = None
