@@ -8,6 +8,7 @@ and words) are the end-to-end tests of tests/test_tune_cli.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import subprocess
@@ -302,3 +303,33 @@ def test_a_second_worker_waits_for_the_setup_on_an_injected_clock(tmp_path):
 
     assert session.wait_for_setup(10.0, 2.0, clock=lambda: now[0], sleep=set_up_by_the_other_worker)
     assert len(polls) == 7 and session.space is not None
+
+
+class _AfterProfileRunner(SimulatedRunner):
+    """A simulated runner that records the spec of the recommendation's profile, and can make that
+    run leave no trace (a script whose steps ran out)."""
+
+    def __init__(self, *, no_trace: bool = False, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.no_trace, self.after_specs = no_trace, []
+
+    def run(self, spec, config, work_dir, **kwargs):
+        outcome = super().run(spec, config, work_dir, **kwargs)
+        if Path(work_dir).name.startswith("best-"):
+            self.after_specs.append(spec)
+            if self.no_trace:
+                return dataclasses.replace(outcome, trace_files=[])
+        return outcome
+
+
+def test_the_recommendation_is_profiled_on_the_least_window_and_a_missing_profile_is_said(tmp_path):
+    runner = _AfterProfileRunner()
+    record = tune(options(tmp_path / "out", trials=4, target_rse=0.02), runner=runner)
+    assert record["recommendation"]["status"] == "faster" and record["after"] is not None
+    (spec,) = runner.after_specs
+    assert spec.target_rse is None  # a many-times-faster run must leave steps for its profile
+    runner = _AfterProfileRunner(no_trace=True)
+    record = tune(options(tmp_path / "out2", trials=4), runner=runner)
+    assert record["recommendation"]["status"] == "faster" and record["after"] is None
+    assert any(n.startswith("the recommendation was not profiled, so there is no before/after comparison: its run "
+                            "left no step to profile after 2 warm-up and 4 measured steps") for n in record["notes"])

@@ -143,7 +143,7 @@ def _tune_with(spec: TrialSpec, storage, options: TuneOptions, started: float) -
         record = tune_record.build(**record_args, notes=notes, confirmation=confirmation, recommendation=recommendation)
         outputs.write(record, recommendation, comment=f"{comment}: {recommendation['line']}")  # before the last profile
         if recommendation["status"] == "faster":
-            after = _profile_after(session, options, recommendation)
+            after = _profile_after(session, options, recommendation, notes)
     except KeyboardInterrupt:
         notes.append("interrupted (Ctrl-C or SIGTERM) before the answer: no best.yaml is written; the finished trials "
                      "are kept; run the same command again to resume")
@@ -365,19 +365,30 @@ def budget_cut(session: TuningStudy, options: TuneOptions, elapsed_s: float) -> 
             f"for all {options.trials} (about {per_trial:,.0f} s a trial)")
 
 
-def _profile_after(session: TuningStudy, options: TuneOptions, recommendation: dict) -> dict | None:
-    """Profile the recommended configuration and compare it with the baseline's profile."""
+def _profile_after(session: TuningStudy, options: TuneOptions, recommendation: dict,
+                   notes: list[str]) -> dict | None:
+    """Profile the recommended configuration and compare it with the baseline's profile; where
+    it cannot be profiled, a note in ``notes`` (and on the console) says why."""
     out = options.out_dir
     config = config_from_dict(recommendation["config"])
     print(f"perfscope: profiling the recommended configuration for the before/after comparison "
           f"({BASELINE_PROFILE_STEPS} profiled steps)...", flush=True)
-    outcome = run_configuration(session.spec, config, session.work_dir / f"best-{os.getpid()}",
+    # The least measured window (no target error): a configuration that is many times faster
+    # would otherwise measure until the script's last step and leave none to profile.
+    spec = dataclasses.replace(session.spec, target_rse=None)
+    outcome = run_configuration(spec, config, session.work_dir / f"best-{os.getpid()}",
                                 profile_steps=BASELINE_PROFILE_STEPS,
                                 on_progress=still_running("the profile of the recommendation"),
                                 **session.loader_settings(config))
     verdict, fractions, summary = trial_verdict(outcome)
     cleanup_traces(outcome)
     if summary is None:
+        why = (f"its run failed ({outcome.status}: {outcome.reason})" if not outcome.ok else
+               f"its run left no step to profile after {spec.warmup_steps} warm-up and {spec.measure_steps} "
+               "measured steps: give the script more steps (after --) for the before/after comparison")
+        line = f"the recommendation was not profiled, so there is no before/after comparison: {why}"
+        print(f"perfscope: {safe(line)}")
+        notes.append(line)
         return None
     from perfscope import reports
     from perfscope.outputs import write_outputs
