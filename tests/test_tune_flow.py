@@ -333,3 +333,12 @@ def test_the_recommendation_is_profiled_on_the_least_window_and_a_missing_profil
     assert record["recommendation"]["status"] == "faster" and record["after"] is None
     assert any(n.startswith("the recommendation was not profiled, so there is no before/after comparison: its run "
                             "left no step to profile after 2 warm-up and 4 measured steps") for n in record["notes"])
+
+
+def test_the_plan_is_told_up_front_at_the_baselines_pace(tmp_path, capsys):
+    tune(options(tmp_path / "out", trials=4, confirm_rounds=6, confirm_min_rounds=3), runner=SimulatedRunner())
+    lines = [line for line in capsys.readouterr().out.splitlines() if "the plan at the baseline's pace" in line]
+    assert len(lines) == 1, lines
+    assert re.fullmatch(r"perfscope: the plan at the baseline's pace \(\d+ s a run\): 3 more trial\(s\), about "
+                        r"[\d.]+ min, then 3 to 6 confirmation rounds, about [\d.]+ to [\d.]+ min \(a busy machine "
+                        r"takes longer\)", lines[0]), lines[0]

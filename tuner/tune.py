@@ -120,6 +120,9 @@ def _tune_with(spec: TrialSpec, storage, options: TuneOptions, started: float) -
     if options.trial_timeout_s is None:  # a trial may take a few times the baseline's time
         session.spec = dataclasses.replace(spec, timeout_s=max(60.0, 4.0 * float(session.baseline.get("duration_s") or 60.0) + 30.0))
     _print_space(session)
+    plan = plan_line(session, options)
+    if plan:
+        print(f"perfscope: {safe(plan)}")
     notes: list[str] = []
     requeued = session.requeue_lost_trials()
     if requeued:
@@ -308,6 +311,27 @@ def _print_space(session: TuningStudy) -> None:
     print(f"perfscope: searching {names} (bottlenecks by share of step time: {', '.join(space.order)})")
     for knob, why in space.excluded.items():
         print(safe(f"  left out {knob}: {why}"))
+
+
+def plan_line(session: TuningStudy, options: TuneOptions) -> str | None:
+    """How long the plan takes at the baseline's pace, told before the search: the trials left,
+    then the confirmation's rounds (``confirm_top`` candidates and the baseline in each, from
+    ``confirm_min_rounds`` to ``confirm_rounds``), each run about as long as the baseline's run;
+    bounded by ``--time-budget`` and ``--confirm-budget``. None where the baseline's time is unknown."""
+    run_s = float((session.baseline or {}).get("duration_s") or 0.0)
+    if run_s <= 0 or not session.space.knobs:
+        return None
+    left = max(options.trials - session.finished_count(), 0)
+    search_s = left * run_s
+    if options.time_budget_s is not None:
+        search_s = min(search_s, options.time_budget_s)
+    per_round = (options.confirm_top + 1) * run_s
+    low, high = options.confirm_min_rounds * per_round, options.confirm_rounds * per_round
+    if options.confirm_budget_s is not None:
+        low, high = min(low, options.confirm_budget_s), min(high, options.confirm_budget_s)
+    return (f"the plan at the baseline's pace ({run_s:,.0f} s a run): {left} more trial(s), about {search_s / 60:,.1f} "
+            f"min, then {options.confirm_min_rounds} to {options.confirm_rounds} confirmation rounds, about "
+            f"{low / 60:,.1f} to {high / 60:,.1f} min (a busy machine takes longer)")
 
 
 def _search(session: TuningStudy, options: TuneOptions, started: float, notes: list[str]) -> None:
