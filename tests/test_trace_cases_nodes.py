@@ -225,3 +225,39 @@ def test_the_job_watch_records_the_first_loader_the_script_iterates():
     loader = json.loads(text)["loader"]
     assert key == JOB_KEY and loader["num_workers"] == 0 and loader["batch_size"] == 4
     assert loader["pin_memory"] is False and loader["cores"] >= 1 and loader["prefetch_factor"] is None
+
+
+@pytest.mark.parametrize("name, version", [("FSDP::all_gather (0)", 2), ("FullyShardedDataParallel.forward", 1)])
+def test_an_fsdp_job_gets_fsdps_knobs_not_ddps(tmp_path, name, version):
+    from tracegen import annotation
+
+    events = []
+    for n in range(3):
+        events += [step(n + 1, 1000 * n, 1000), annotation(name, 1000 * n + 1, 10), cpu_op("aten::mm", 1000 * n + 20, 900)]
+    a = perfscope.analyze(write_trace(tmp_path / "rank0.json", events))
+    facts = a.summary()["details"]["facts"]
+    comm = a.summary()["details"]["advice"]["comm"]
+    assert facts["fsdp"] == version
+    assert "bucket_cap_mb" not in comm and "shards with FSDP" in comm
+    assert ("set_requires_gradient_sync" if version == 2 else "no_sync()") in comm
+
+
+@pytest.mark.slow
+def test_a_profiled_fsdp2_job_gets_fsdp_advice(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "perfscope", "profile", "--nproc-per-node", "2", "--out", str(out),
+                           str(root / "tests" / "scripts" / "fsdp2_train.py")],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["details"]["facts"]["fsdp"] == 2
+    comm = summary["details"]["advice"]["comm"]
+    assert comm.startswith("The job shards with FSDP2 (fully_shard)") and "bucket_cap_mb" not in comm
+    if summary["overall"]["verdict"] == "comm-bound":
+        assert summary["overall"]["advice"] == comm

@@ -31,7 +31,8 @@ from perfscope.analysis.verdict import CLASSES, RunVerdict, classify, cost_fract
 from perfscope.fileid import fingerprint
 from perfscope.host_steps import MEMORY_FIELDS
 from perfscope.steptime import WAITFREE
-from perfscope.trace.kinds import EventKind, is_collective_range, is_comm_kernel, is_convolution, is_graph_launch
+from perfscope.trace.kinds import (EventKind, fsdp_version, is_collective_range, is_comm_kernel, is_convolution,
+                                   is_graph_launch)
 
 NO_MARKERS_NOTE = "no ProfilerStep# markers: analyzed the whole trace as one window (step 0)"
 
@@ -307,6 +308,8 @@ def _job_facts(rank_traces: list[RankTrace], ranks: list[int]) -> dict:
     facts["no_tensor_cores"] = no_tensor_cores(rank_traces)
     # channels_last is advice for convolutions only (a transformer's compute advice leaves it out)
     facts["convolutions"] = any(rt.table.name_flag(is_convolution).any() for rt in rank_traces)
+    # FSDP's communication has FSDP's knobs, not DDP's buckets
+    facts["fsdp"] = max((v for v in (fsdp_version(rt.table.names) for rt in rank_traces) if v), default=None)
     facts["p2p_comm_share"] = p2p_comm_share(rank_traces)
     return facts
 

@@ -77,8 +77,28 @@ def _io_advice(text: str, facts: dict) -> str:
             f"keep num_workers near {per_rank} (perfscope tune searches below your setting too).")
 
 
+# FSDP's knobs (PyTorch's FSDP documentation): its all-gathers and reduce-scatters are the traffic,
+# and DDP's bucket_cap_mb and no_sync do not exist for it.
+_FSDP_ADVICE = {
+    2: ("The job shards with FSDP2 (fully_shard): overlap its all-gathers and reduce-scatters with compute -- prefetch "
+        "more layers ahead (module.set_modules_to_forward_prefetch / set_modules_to_backward_prefetch), keep the "
+        "root's parameters gathered after forward (reshard_after_forward=False on the root or the last layers: "
+        "fewer all-gathers for more memory), shard larger units (fully_shard fewer, bigger blocks), and with "
+        "gradient accumulation skip the reduce-scatter on all but the last micro-batch "
+        "(set_requires_gradient_sync(False))."),
+    1: ("The job shards with FSDP (FullyShardedDataParallel): overlap its all-gathers and reduce-scatters with compute "
+        "-- forward_prefetch=True and backward_prefetch=BACKWARD_PRE, sharding_strategy=SHARD_GRAD_OP (no all-gather "
+        "in backward, for more memory), a wrapping policy with larger units, and with gradient accumulation "
+        "no_sync() on all but the last micro-batch."),
+}
+
+
 def _comm_advice(text: str, facts: dict) -> str:
-    """The comm advice fitted to the job: point-to-point traffic, or a job over several nodes."""
+    """The comm advice fitted to the job: FSDP's knobs for an FSDP job, point-to-point traffic,
+    or a job over several nodes."""
+    fsdp = facts.get("fsdp")
+    if fsdp in _FSDP_ADVICE:
+        return _FSDP_ADVICE[fsdp]
     share = facts.get("p2p_comm_share")
     if isinstance(share, (int, float)) and share >= P2P_SHARE:
         return _P2P_ADVICE
@@ -109,7 +129,8 @@ def advice_for(cls: str, mode: str, facts: dict | None = None) -> str:
             ``convolutions`` False (no convolution in the trace) leaves channels_last out of the
             compute advice; ``loader`` (the script's first DataLoader: workers and the
             process's cores) makes the io advice say how many workers it has, and, where they
-            already meet the cores a rank has, turns it to the cost of each sample.
+            already meet the cores a rank has, turns it to the cost of each sample; ``fsdp`` (1 or
+            2: the trace holds FSDP's ranges) makes the comm advice FSDP's knobs, not DDP's.
     """
     text = _LAUNCH_WITH_GRAPHS if cls == "launch" and mode == "gpu" and (facts or {}).get("cuda_graphs") else ADVICE[(cls, mode)]
     if cls == "compute" and (facts or {}).get("convolutions") is False:  # no convolution ran: no channels_last

@@ -799,6 +799,9 @@ class Facts(_Record):
     loader: Annotated[dict[str, Any] | None, Meta(description=(
         '*v2*: the first DataLoader the script iterated (`perfscope profile`): `num_workers`, `prefetch_factor`, '
         '`persistent_workers`, `pin_memory`, `batch_size`, and `cores` (the CPUs the process may run on)'))] = None
+    fsdp: Annotated[int | None, Meta(description=(
+        '*v2*: `2` where the trace holds FSDP2\'s ranges (`FSDP::...`, fully_shard), `1` for FSDP1\'s '
+        '(`FullyShardedDataParallel.`...): the comm advice names FSDP\'s knobs'))] = None
     convolutions: Annotated[bool | None, Meta(description=(
         '*v2*: a convolution (operator or kernel) ran: the compute advice names channels_last only then'))] = None
     no_tensor_cores: Annotated[Number | None, Meta(description=(

@@ -218,6 +218,20 @@ _CONVOLUTION_RE = re.compile(r"(?i)convolution|convolve|aten::conv(?:[123]d|_tra
                              r"miopen\w*conv")
 
 
+# FSDP's own ranges: FSDP2 (fully_shard) marks its steps "FSDP::pre_forward (0)", "FSDP::all_gather (1)"...;
+# FSDP1 (FullyShardedDataParallel) "FullyShardedDataParallel.forward" and the like.
+_FSDP2_RE = re.compile(r"^FSDP::")
+_FSDP1_RE = re.compile(r"^FullyShardedDataParallel\.")
+
+
+def fsdp_version(names: np.ndarray) -> int | None:
+    """2 where FSDP2's ranges are among ``names`` (the distinct names of a trace), 1 for FSDP1's,
+    else None."""
+    if _flags(_FSDP2_RE, names, "match").any():
+        return 2
+    return 1 if _flags(_FSDP1_RE, names, "match").any() else None
+
+
 def is_convolution(names: np.ndarray) -> np.ndarray:
     """True for a convolution: an ATen convolution operator or a convolution kernel."""
     return _flags(_CONVOLUTION_RE, names)
