@@ -313,3 +313,20 @@ def test_a_malformed_line_is_counted_and_named_and_the_whole_run_view_kept(tmp_p
     assert (entry["action"], entry["count"], entry["unit"], entry["examples"]) == (
         "dropped", 2, "line", {"rank0.run.jsonl": 2})
     assert any(w.startswith("rank0.pt.trace.json: 2 lines dropped: torn or malformed lines") for w in a.warnings)
+
+
+def test_a_closures_forward_and_backward_inside_the_optimizer_are_theirs(tmp_path, clock):
+    # optimizer.step(closure): 1 ms before it, then inside it 8 ms forward, 16 ms backward, 2 ms update
+    t = run_timer.RunTimer(tmp_path / "r.run.jsonl")
+    t.start()
+    clock.run(1)
+    t.optimizer_begin()
+    clock.run(8)
+    t.backward_begin(); clock.run(16); t.backward_end()  # noqa: E702
+    clock.run(2)
+    t.optimizer_end()
+    t.step_end()
+    t.flush()
+    (s,) = read_run_steps(tmp_path / "r.pt.trace.json.gz").steps
+    assert (s.forward, s.backward, s.optimizer) == pytest.approx((0.009, 0.016, 0.002))
+    assert s.seconds == pytest.approx(0.027)

@@ -79,3 +79,46 @@ def test_names():
     assert implementation(["aten::add_"], "FusedAdam") == "fused"  # apex: kernels outside ATen
     assert implementation(["aten::_foreach_add_", "aten::add_"]) == "foreach"
     assert implementation([]) == "for-loop"
+
+
+def test_a_closure_inside_the_optimizers_step_is_not_the_optimizers_time(tmp_path):
+    # optimizer.step(closure): the range holds the forward (400 us), the backward (400 us) and then the
+    # update (100 us of for-loop operators): only the update is the optimizer's
+    from tracegen import annotation, cpu_op, step
+    from tracekit import analyze
+
+    events = []
+    for n in range(3):
+        s = 1000 * n
+        events += [step(n + 1, s, 1000), annotation("Optimizer.step#SGD.step", s + 10, 950),
+                   cpu_op("aten::linear", s + 20, 380),
+                   cpu_op("autograd::engine::evaluate_function: AddmmBackward0", s + 420, 400),
+                   *[cpu_op("aten::add_", s + 850 + 10 * k, 9) for k in range(10)]]
+    a = analyze(tmp_path, events)
+    cost = a.summary()["details"]["facts"]["optimizer_step"]
+    assert cost["closure"] is True
+    assert cost["optimizer_us_per_step"] == pytest.approx(140, abs=1)  # from the backward's end to the range's end
+    assert cost["operators_per_step"] == 10 and cost["share"] == pytest.approx(0.14, abs=0.01)
+    assert "fused step" not in a.verdict.advice
+
+
+@pytest.mark.slow
+def test_a_profiled_closure_loop_keeps_forward_and_backward_out_of_the_optimizer(tmp_path):
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path / "out"
+    done = subprocess.run([sys.executable, "-m", "perfscope", "profile", "--out", str(out), "--max-steps", "0",
+                           str(root / "tests" / "scripts" / "closure_loop.py")],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    cost = summary["details"]["facts"]["optimizer_step"]
+    assert cost["closure"] is True and cost["share"] < 0.5, cost
+    assert "fused step" not in summary["overall"]["advice"]
+    (view,) = summary["details"]["run_steps"]
+    share = {k: v["share"] for k, v in view["phases"].items()}
+    assert share["optimizer"] < 0.5 and share["forward"] > 0.1 and share["backward"] > 0.1, share

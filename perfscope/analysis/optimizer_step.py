@@ -59,8 +59,33 @@ def implementation(op_names, cls: str | None = None) -> str:
     return "for-loop"
 
 
+BACKWARD_PREFIX = "autograd::engine::evaluate_function"
+
+
+def _closure_ends(t, marks: np.ndarray) -> np.ndarray:
+    """Per optimizer range, where the forward and backward a closure ran inside it end (ns): the
+    end of the last backward function (``autograd::engine::evaluate_function: ...``, on any
+    thread: a GPU's backward runs on the autograd engine's threads) inside the range; the range's
+    start where there is none (no closure)."""
+    back = np.flatnonzero(t.name_flag(lambda names: pd.Series(names, dtype=object).str.startswith(BACKWARD_PREFIX)
+                                      .fillna(False)))
+    starts = t.ts_ns[marks].astype(np.int64)
+    if back.size == 0:
+        return starts
+    order = np.argsort(t.ts_ns[back], kind="stable")
+    b_start, b_end = t.ts_ns[back][order], t.end_of(back[order])
+    ends = starts.copy()
+    for i, mark in enumerate(marks):
+        a, z = np.searchsorted(b_start, t.ts_ns[mark], "left"), np.searchsorted(b_start, t.end_of(mark), "right")
+        if z > a:
+            ends[i] = max(int(starts[i]), int(min(b_end[a:z].max(), t.end_of(mark))))
+    return ends
+
+
 def _rank_steps(rt: RankTrace, steps: np.ndarray) -> list[dict]:
-    """Per counted step of one rank: the optimizer's host time (µs), its operators and classes."""
+    """Per counted step of one rank: the optimizer's own host time (µs: after the forward and
+    backward of a closure it ran, where it took one), its operators and classes, and whether a
+    closure ran inside it."""
     t, w = rt.table, rt.windows
     sel = np.flatnonzero(np.isin(w.step, steps))
     if sel.size == 0:
@@ -80,15 +105,19 @@ def _rank_steps(rt: RankTrace, steps: np.ndarray) -> list[dict]:
     ops = rows[~is_mark & (t.kind[rows] == EventKind.CPU_OP)]
     ops = ops[np.argsort(t.ts_ns[ops], kind="stable")]
     op_ts = t.ts_ns[ops]
+    own_from = _closure_ends(t, marks)
     out: dict[int, dict] = {}
-    for mark, name, at in zip(marks, mark_names, owner):
+    for mark, name, at, since in zip(marks, mark_names, owner, own_from):
         if at < 0:
             continue
         step = int(w.step[sel][order][at])
-        a, b = np.searchsorted(op_ts, t.ts_ns[mark], "left"), np.searchsorted(op_ts, t.end_of(mark), "right")
+        # the optimizer's own update: after the closure's forward and backward, where one ran
+        a, b = np.searchsorted(op_ts, since, "left"), np.searchsorted(op_ts, t.end_of(mark), "right")
         inside = t.name_of(ops[a:b])
-        rec = out.setdefault(step, {"step": step, "optimizer_us": 0.0, "operators": 0, "impls": set(), "classes": set()})
-        rec["optimizer_us"] += int(t.dur_ns[mark]) / 1000.0
+        rec = out.setdefault(step, {"step": step, "optimizer_us": 0.0, "operators": 0, "impls": set(), "classes": set(),
+                                    "closure": False})
+        rec["optimizer_us"] += int(t.end_of(mark) - since) / 1000.0
+        rec["closure"] |= bool(since > t.ts_ns[mark])
         rec["operators"] += int(b - a)
         cls = optimizer_class(str(name))
         rec["impls"].add(implementation(inside, cls))
@@ -106,6 +135,9 @@ def optimizer_step_cost(rank_traces: list[RankTrace], ranks: list[int], frame: p
     Returns:
         None when no counted step holds an ``Optimizer.step#`` range; else ``classes`` (sorted),
         ``implementation`` (``fused``, ``foreach``, ``for-loop``, or ``mixed``),
+        ``closure`` (a closure's forward and backward ran inside the range: ``optimizer.step(closure)``,
+        as LBFGS and Lightning's automatic optimization call it; they are not the optimizer's and
+        are left out of its time and operators),
         ``operators_per_step`` and ``optimizer_us_per_step`` (medians, µs, as measured),
         ``share`` (the optimizer's time over step time, all steps, on the verdict's clock: a
         provisional verdict's rows hold ``work_keep``, the share of their work left once their
@@ -113,7 +145,7 @@ def optimizer_step_cost(rank_traces: list[RankTrace], ranks: list[int], frame: p
         ``step_time_without_us`` (the run's step time now and without the optimizer's range:
         an upper bound of the gain) and ``speedup``.
     """
-    rows, classes, impls = [], set(), set()
+    rows, classes, impls, closure = [], set(), set(), False
     for rt, rank in zip(rank_traces, ranks):
         mine = frame[(frame["rank"] == rank) & (frame["worker"] == rt.table.worker)]
         if mine.empty:
@@ -121,6 +153,7 @@ def optimizer_step_cost(rank_traces: list[RankTrace], ranks: list[int], frame: p
         for rec in _rank_steps(rt, mine["step"].to_numpy()):
             classes |= rec.pop("classes")
             impls |= rec.pop("impls")
+            closure |= rec.pop("closure")
             rows.append({"rank": rank, **rec})
     if not rows:
         return None
@@ -132,6 +165,7 @@ def optimizer_step_cost(rank_traces: list[RankTrace], ranks: list[int], frame: p
     df = steps.merge(found, on=["rank", "step"], how="left").fillna({"optimizer_us": 0.0, "operators": 0})
     _, what_if = removal(df, df["optimizer_us"].to_numpy() * df["work_keep"].to_numpy(dtype=float))
     return {"classes": sorted(c for c in classes if c), "implementation": impls.pop() if len(impls) == 1 else "mixed",
+            "closure": closure,
             "operators_per_step": float(found["operators"].median()),
             "optimizer_us_per_step": float(found["optimizer_us"].median()), **what_if}
 

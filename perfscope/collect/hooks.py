@@ -84,7 +84,8 @@ def _wrap_backward(original: Callable) -> Callable:
         if tracker.point_armed:
             tracker.iteration_point()
         timer = tracker.timer
-        if timer is None or tracker.step_depth or not tracker._on_script_thread():
+        # inside an optimizer's step too: a closure's backward (the timer keeps it out of the optimizer's time)
+        if timer is None or not tracker._on_script_thread():
             return original(*args, **kwargs)
         timer.backward_begin()
         try:

@@ -83,6 +83,9 @@ class RunTimer:
         self._backward_at: int | None = None
         self._backward_depth = 0
         self._optimizer_at: int | None = None
+        # forward and backward run inside the optimizer's step where it takes a closure
+        # (optimizer.step(closure): LBFGS, Lightning's automatic optimization): not the optimizer's
+        self._inside_optimizer = 0
 
     # ----------------------------------------------------------------- phases
     def start(self) -> None:
@@ -110,6 +113,8 @@ class RunTimer:
             now = self._backward_at = time.perf_counter_ns()
             if self._forward_from is not None:
                 self._phase[1] += now - self._forward_from
+                if self._optimizer_at is not None:  # a closure's forward, inside the optimizer's step
+                    self._inside_optimizer += now - max(self._forward_from, self._optimizer_at)
                 self._forward_from = None
 
     def backward_end(self) -> None:
@@ -117,16 +122,21 @@ class RunTimer:
         if self._backward_depth == 0 and self._backward_at is not None:
             now = time.perf_counter_ns()
             self._phase[2] += now - self._backward_at
+            if self._optimizer_at is not None:
+                self._inside_optimizer += now - max(self._backward_at, self._optimizer_at)
             self._backward_at = None
             self._forward_from = now  # accumulation: the next micro-batch's forward, if no fetch comes
 
     def optimizer_begin(self) -> None:
         self._optimizer_at = time.perf_counter_ns()
+        self._inside_optimizer = 0
 
     def optimizer_end(self) -> None:
         if self._optimizer_at is not None:
-            self._phase[3] += time.perf_counter_ns() - self._optimizer_at
+            spent = time.perf_counter_ns() - self._optimizer_at
+            self._phase[3] += max(spent - self._inside_optimizer, 0)
             self._optimizer_at = None
+            self._inside_optimizer = 0
 
     def profiler_begin(self) -> None:
         """The profiler's own work at a boundary begins (``prof.step()``, its stop and export)."""

@@ -767,8 +767,13 @@ class OptimizerStep(_Record):
     classes: Annotated[list[str] | None, Meta(description='optimizer classes of the outermost ranges')] = None
     implementation: Annotated[str | None, Meta(description=(
         '`fused`, `foreach`, `for-loop` (from the operators inside the ranges), or `mixed`'))] = None
-    operators_per_step: Annotated[NonNeg | None, Meta(description='operators inside the ranges a step (median)')] = None
-    optimizer_us_per_step: Annotated[NonNeg | None, Meta(description='µs of the ranges a step (median)')] = None
+    closure: Annotated[bool | None, Meta(description=(
+        "a closure's forward and backward ran inside the ranges (`optimizer.step(closure)`: LBFGS, Lightning); "
+        "they are left out of the optimizer's time and operators"))] = None
+    operators_per_step: Annotated[NonNeg | None, Meta(description=(
+        "the optimizer's own operators a step (median)"))] = None
+    optimizer_us_per_step: Annotated[NonNeg | None, Meta(description=(
+        "µs of the optimizer's own update a step (median): the ranges after a closure's backward"))] = None
     share: Annotated[Share | None, Meta(description="the ranges' time over the steps' time")] = None
     step_time_us: Annotated[NonNeg | None, Meta(description="the run's step time now")] = None
     step_time_without_us: Annotated[NonNeg | None, Meta(description=(
