@@ -177,6 +177,8 @@ def trace_memory_line(record: Record) -> str | None:
     if d is None or d.peak_allocated_bytes is None:
         return None
     rise = " above the trace's first record" if d.relative else ""
+    if d.since_profiler_start:
+        rise += " since the profiler started (its count, not the process's memory)"
     line = f"memory (allocator records): {d.device} peak {d.peak_allocated_bytes / 2**30:.2f} GiB allocated{rise}"
     if d.growth_bytes is not None:
         line += f", {d.growth_bytes / 2**20:+,.1f} MiB over the counted steps"

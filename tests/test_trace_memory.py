@@ -51,6 +51,12 @@ def test_levels_peaks_growth_and_charged_operators_by_hand(tmp_path):
     assert [d for d in devices] == ["cuda:0", "cpu"]  # most bytes allocated first: 1000 > 360
     cpu, cuda = devices["cpu"], devices["cuda:0"]
     assert cpu["relative"] is False and cpu["peak_reserved_bytes"] is None  # the CPU allocator keeps no reserve
+    assert cpu["since_profiler_start"] is True and cuda["since_profiler_start"] is False
+    from perfscope.console_views import trace_memory_line
+    from perfscope.record.view import record_of
+
+    only_cpu = {"details": {"trace_memory": [{**trace, "devices": [cpu]}]}}
+    assert "since the profiler started (its count, not the process's memory)" in trace_memory_line(record_of(only_cpu))
     assert (cpu["events"], cpu["allocations"], cpu["allocated_bytes"]) == (6, 4, 360)
     assert cpu["peak_allocated_bytes"] == 250 and cpu["growth_bytes"] == 210  # 210 at the end, 0 before
     assert cpu["steps"] == [

@@ -156,6 +156,8 @@ def _device_view(rt: RankTrace, device: str, events: pd.DataFrame, steps: np.nda
         peak_reserved = int(candidates.max()) if candidates.size else None
     return {
         "device": device, "relative": relative, "events": int(in_steps.sum()),
+        # the profiler counts the CPU allocator's bytes from its own start: not the process's memory
+        "since_profiler_start": device == "cpu",
         "allocations": int((in_steps & (size > 0)).sum()),
         "allocated_bytes": int(size[in_steps & (size > 0)].sum()),
         "peak_allocated_bytes": max(peaks) if peaks else None,

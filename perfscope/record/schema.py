@@ -435,6 +435,9 @@ class TraceMemoryDevice(_Record):
     device: Annotated[str | None, Meta(description='`cuda:0`, `cpu`...')] = None
     relative: Annotated[bool | None, Meta(description=(
         'the trace has no allocator totals (2021 format): levels are changes since its first instant'))] = None
+    since_profiler_start: Annotated[bool | None, Meta(description=(
+        "`cpu`: the profiler counts the CPU allocator's bytes from its own start, so levels are what was "
+        "allocated since then, never the process's memory (its resident set is `details.memory`)"))] = None
     events: Annotated[Whole | None, Meta(description='instants in the counted steps')] = None
     allocations: Annotated[Whole | None, Meta(description='allocations among them')] = None
     allocated_bytes: Annotated[NonNeg | None, Meta(description='bytes those allocations took')] = None

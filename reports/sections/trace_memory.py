@@ -76,7 +76,10 @@ def _device(d: TraceMemoryDevice, key: str, who: str) -> str:
             + f"; {esc(count(d.allocations))} allocations of {esc(mib(d.allocated_bytes))} in all; "
             f"growth over the counted steps {esc(_signed(d.growth_bytes))}."
             + (" Levels are changes since the trace's first allocator instant: the trace (2021 format) has no "
-               "allocator totals." if d.relative else "") + "</p>")
+               "allocator totals." if d.relative else "")
+            + (" The profiler counts the CPU allocator's bytes from its own start: these are bytes allocated since "
+               "then, not the process's memory (its resident set is in the memory section)."
+               if d.since_profiler_start else "") + "</p>")
     return head + _chart(d, key, who) + _steps_table(d) + _operators_table(d)
 
 
