@@ -6,6 +6,8 @@ from __future__ import annotations
 import gzip
 import json
 
+import pytest
+
 from tracegen import cpu_op, event, kernel, launch, runtime, step, write_trace
 
 import perfscope
@@ -90,3 +92,15 @@ def test_a_real_trace_keeps_its_invariants(shared_traces):
     events = json.loads(gzip.decompress(path.read_bytes()))["traceEvents"]
     gpu_us = sum(e["dur"] for e in events if e.get("ph") == "X" and e.get("cat") in ("Kernel", "Memcpy", "Memset"))
     assert 0 < sum(selfs) <= gpu_us
+
+
+def test_a_redispatch_to_the_same_operator_counts_once_as_key_averages(tmp_path):
+    # step 1: aten::add with one aten::add inside (a redispatch: one call), then aten::to holding two
+    # aten::to calls of its own (three calls): the profiler's own table counts 1 and 3
+    events = [step(1, 0, 1000), cpu_op("aten::add", 10, 100), cpu_op("aten::add", 20, 60),
+              cpu_op("aten::to", 200, 300), cpu_op("aten::to", 210, 50), cpu_op("aten::to", 300, 50)]
+    a = perfscope.analyze(write_trace(tmp_path / "t.json", events))
+    rows = {r["name"]: r for r in a.details["operators"]["rows"]}
+    assert rows["aten::add"]["calls"] == 1
+    assert rows["aten::add"]["host_us"] == pytest.approx(100) and rows["aten::add"]["host_self_us"] == pytest.approx(100)
+    assert rows["aten::to"]["calls"] == 3 and rows["aten::to"]["host_self_us"] == pytest.approx(300)

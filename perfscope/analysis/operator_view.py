@@ -9,8 +9,11 @@ autograd's), is placed in its thread's nesting (:mod:`perfscope.analysis.nesting
   correlation id, :func:`perfscope.analysis.steps.launch_times`) falls in the operator or those nested in it; device self time: those whose call
   falls in it and in none nested in it.
 
-Totals by name add up calls of the name: an operator nested in another of its own name (an
-``aten::to`` inside an ``aten::to``) counts in both, as in the profiler's own tables.
+Totals by name add up calls of the name. An operator that is the only one nested in another of its
+own name is a redispatch of that call (the dispatcher entering the same operator again): it is
+folded into it -- one call, its self times added to the outer one's -- as the profiler's own
+tables do (``torch.autograd.profiler_util.EventList._remove_dup_nodes``, under ``key_averages``).
+Nested beside others, an operator of the same name is a call of its own and counts in both.
 """
 
 from __future__ import annotations
@@ -52,9 +55,24 @@ def _thread_frame(t: TraceTable, ops: np.ndarray, gpu: np.ndarray, calls: np.nda
         mine = owner >= 0
         device_self = np.bincount(owner[mine], weights=g_dur[mine], minlength=len(ops))
         device = _inclusive(device_self, parent)
+    keep = _fold_redispatches(t.name_id[ops], parent, self_host, device_self)
     return pd.DataFrame({"row": ops, "name": t.name_id[ops], "shape": _shapes(t, ops), "host_us": dur,
                          "host_self_us": np.maximum(self_host, 0.0), "device_us": device,
-                         "device_self_us": device_self})
+                         "device_self_us": device_self})[keep]
+
+
+def _fold_redispatches(names: np.ndarray, parent: np.ndarray, *self_times: np.ndarray) -> np.ndarray:
+    """Which operators to keep: an operator that is the only child of one of its own name (a
+    redispatch, module docstring) is not, and its ``self_times`` (arrays changed in place) go to
+    that parent; a chain of them folds into its outermost."""
+    child = parent >= 0
+    children = np.bincount(parent[child], minlength=len(parent))
+    fold = np.zeros(len(parent), bool)
+    fold[child] = (names[child] == names[parent[child]]) & (children[parent[child]] == 1)
+    for i in np.flatnonzero(fold)[::-1].tolist():  # innermost first: a chain adds up outwards
+        for values in self_times:
+            values[parent[i]] += values[i]
+    return ~fold
 
 
 def _shapes(t: TraceTable, ops: np.ndarray) -> np.ndarray:
