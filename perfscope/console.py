@@ -117,7 +117,7 @@ def _provisional_lines(record: Record, counted: list[dict], fractions: str, per_
     """A provisional verdict's line (step time with and without the waits for a core), the
     contention line and, where known, what took the cores."""
     o = record.overall
-    wall = steptime.step_time_us([{**r, "step_time_us": r["wall_step_time_us"]} for r in counted])
+    wall = steptime.measured_step_time_us(counted)
     lines = [f"verdict: {o.verdict}, provisional (runner-up {o.runner_up or 'none'}; share of step time without "
              f"the waits for a core: {fractions}; step time {(per_step or 0.0) / 1000:.2f} ms without them, "
              f"{(wall or 0.0) / 1000:.2f} ms as measured)", contention_line(o)]

@@ -84,6 +84,12 @@ def provisional_rows(rows: Iterable) -> list[dict]:
     return out
 
 
+def measured_step_time_us(rows: Iterable[Mapping]) -> float | None:
+    """The run's step time (µs) as measured, of rows on a provisional verdict's clock
+    (:func:`provisional_rows`: their ``wall_step_time_us``); None without a step."""
+    return step_time_us([{**r, "step_time_us": r.get("wall_step_time_us")} for r in rows])
+
+
 def on_verdict_clock(rows: Iterable, provisional: bool | None) -> list[dict]:
     """Every step row (mappings), those a provisional verdict classified on its clock
     (:func:`provisional_rows`), the others as they are: what a per-step table shows beside the

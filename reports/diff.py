@@ -136,8 +136,7 @@ def _provisional_notes(a: Record, b: Record) -> list[str]:
     for key, r in (("A", a), ("B", b)):
         if model.overall(r).provisional is not True:
             continue
-        rows = model.counted_steps(r)
-        wall = steptime.step_time_us([{**s, "step_time_us": s.get("wall_step_time_us")} for s in rows])
+        wall = steptime.measured_step_time_us(model.counted_steps(r))
         out.append(f"note: {key}'s verdict is provisional (a busy machine): its step time and shares are without "
                    f"the waits for a core; {ms(wall)} as measured")
     return out
