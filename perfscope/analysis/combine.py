@@ -322,7 +322,7 @@ def _run_verdict(frame: pd.DataFrame, costs: pd.DataFrame, counted: np.ndarray, 
     if counted.any():
         return run_verdict(frame.loc[counted, "verdict"].to_numpy(), costs.loc[counted],
                            frame.loc[counted, "step_time_us"].to_numpy(), mode, facts)
-    provisional = provisional_verdict(frame.loc[steps.index], mode, facts) if len(steps) else None
+    provisional = provisional_verdict(steps, frame, mode, facts)
     if provisional is None:
         return verdict_of_none(frame, [rt.evidence.run_reason for rt in rank_traces])
     rv, per_step = provisional

@@ -77,29 +77,30 @@ def waitfree(rows: pd.DataFrame) -> pd.DataFrame:
     return adjusted
 
 
-def provisional_verdict(rows: pd.DataFrame, mode: str, facts: dict | None = None) -> tuple[RunVerdict, pd.Series] | None:
-    """The provisional verdict of ``rows``: the analysis frame's steps that waited for cores,
-    with a known ``core_wait_us`` (the caller chooses them: ``combine`` in
-    :mod:`perfscope.analysis.run`).
+def provisional_verdict(adjusted: pd.DataFrame, measured: pd.DataFrame, mode: str,
+                        facts: dict | None = None) -> tuple[RunVerdict, pd.Series] | None:
+    """The provisional verdict of the analysis frame's steps that waited for cores, with a known
+    ``core_wait_us`` (the caller chooses them: ``combine`` in :mod:`perfscope.analysis.run`).
 
     Args:
-        rows: Those rows of the analysis frame (``mode``, ``step_time_us``, the cost columns and
-            ``core_wait_us``).
+        adjusted: Those rows on the verdict's clock, as :func:`waitfree` gives them (computed once
+            by the caller, which derives every other figure from them too).
+        measured: The same rows as measured (``step_time_us`` and ``core_wait_us``; a superset of
+            ``adjusted``'s index), for the waits' share of their wall time.
         mode: ``"gpu"`` or ``"cpu"``.
         facts: As for :func:`perfscope.analysis.verdict.run_verdict`.
 
     Returns:
         ``(verdict, per-step verdicts)`` -- the run's :class:`RunVerdict` with ``provisional`` set
         and ``core_wait_share`` the waits' share of those steps' wall time, and each classified
-        row's verdict (indexed as ``rows``) -- or None when no row has a positive step time.
+        row's verdict (indexed as ``adjusted``) -- or None when no row has a positive step time.
     """
-    adjusted = waitfree(rows)
     if adjusted.empty:
         return None
     costs = adjusted[[f"{c}_cost_frac" for c in (*CLASSES, "other")]]
     per_step, _ = classify(costs)
     verdict = run_verdict(per_step, costs, adjusted["step_time_us"].to_numpy(), mode, facts)
-    wall = float(rows.loc[adjusted.index, "step_time_us"].sum())
-    share = float(rows.loc[adjusted.index, "core_wait_us"].clip(lower=0).sum()) / wall if wall > 0 else 0.0
+    wall = float(measured.loc[adjusted.index, "step_time_us"].sum())
+    share = float(measured.loc[adjusted.index, "core_wait_us"].clip(lower=0).sum()) / wall if wall > 0 else 0.0
     verdict = replace(verdict, provisional=True, core_wait_share=min(share, 1.0))
     return verdict, pd.Series(per_step, index=adjusted.index, dtype=object)
