@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from urllib.parse import parse_qsl, urlsplit
 
 SERVER_USER = "postgres"  # the system user the server runs as when the tests run as root
 SUPERUSER = "postgres"  # the cluster's superuser (reached over the socket, trusted)
@@ -222,7 +223,7 @@ def create_login(url: str, user: str, password: str) -> str:
         The server's ``host:port`` (the caller spells the URL, encoded as it wishes to test).
     """
     bin_dir = find_bin_dir()
-    params = _query_params(socket_url(url))
+    params = dict(parse_qsl(urlsplit(socket_url(url)).query))
     quoted_user = '"' + user.replace('"', '""') + '"'
     quoted_password = "'" + password.replace("'", "''") + "'"
     psql = [str(bin_dir / "psql"), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", params["host"], "-p", params["port"],
@@ -233,7 +234,3 @@ def create_login(url: str, user: str, password: str) -> str:
            f"creating the login {user!r}", Path(params["host"]).parent, env=env)
     return url.rsplit("@", 1)[1].split("/", 1)[0]
 
-
-def _query_params(url: str) -> dict[str, str]:
-    """The query parameters of a URL (``host=...&port=...``), without URL decoding."""
-    return dict(pair.split("=", 1) for pair in url.partition("?")[2].split("&") if "=" in pair)

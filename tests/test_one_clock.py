@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from tracegen import cpu_op, dataloader, step
+from test_trace_cases_evidence import contended_io_run
 from tracekit import analyze
 
 from perfscope import steptime
@@ -58,20 +59,8 @@ def test_each_what_if_saves_its_class_share_of_the_verdicts_step_time(tmp_path, 
         assert mfu["step_time_s"] * 1e6 == pytest.approx(step_time)
 
 
-def _io_run(tmp_path):
-    # 1000 us measured, 500 us of it waiting for a core: 500 us without, of which 80 us io (16%)
-    events = []
-    for n in range(3):
-        s = 1000 * n
-        events += [step(n + 1, s, 1000), dataloader(s, 80), cpu_op("aten::mm", s + 100, 400),
-                   cpu_op("aten::add", s + 510, 400)]
-    rec = [{"step": n + 1, "wall_us": 1000, "thread_cpu_us": 400, "process_cpu_us": 400, "run_queue_us": 500}
-           for n in range(3)]
-    return analyze(tmp_path, events, **{HOST_STEPS_KEY: {"version": 1, "steps": rec}})
-
-
 def test_what_a_user_reads_after_a_provisional_verdict_is_on_its_clock(tmp_path):
-    summary = _io_run(tmp_path).summary()
+    summary = contended_io_run(tmp_path).summary()  # 500 us without the waits, 80 us io (16%)
     (io,) = [w for w in summary["details"]["what_if"] if w["class"] == "io"]
     assert (io["step_time_us"], io["step_time_without_us"]) == (pytest.approx(500), pytest.approx(420))
     first = summary["steps"][0]  # both clocks travel with the step

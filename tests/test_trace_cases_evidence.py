@@ -134,10 +134,11 @@ def test_a_starved_host_is_host_contended_not_compute_bound(tmp_path):
     assert any("provisional verdict" in n and "70% of their time" in n for n in a.notes), a.notes
 
 
-def test_a_provisional_verdict_takes_the_wait_out_of_the_work_not_the_data_wait(tmp_path):
-    # 1000 us steps: 80 us in a DataLoader fetch (8%: under io's 10% threshold), 800 us of operators,
-    # 120 us of gaps around them, and 500 us of waiting for a core. A thread waiting for data sleeps:
-    # the wait was in the work, which shrinks to 420 us; the step would take 500 us, 16% of it io.
+def contended_io_run(tmp_path):
+    """1000 us steps: 80 us in a DataLoader fetch (8%: under io's 10% threshold), 800 us of
+    operators, 120 us of gaps around them, and 500 us of waiting for a core. A thread waiting for
+    data sleeps: the wait was in the work, which shrinks to 420 us; the step would take 500 us, 16%
+    of it io."""
     events = []
     for n in range(3):
         s = 1000 * n
@@ -145,7 +146,11 @@ def test_a_provisional_verdict_takes_the_wait_out_of_the_work_not_the_data_wait(
                    cpu_op("aten::add", s + 510, 400)]
     rec = [{"step": n + 1, "wall_us": 1000, "thread_cpu_us": 400, "process_cpu_us": 400, "run_queue_us": 500}
            for n in range(3)]
-    a = _host(tmp_path, rec, events)
+    return _host(tmp_path, rec, events)
+
+
+def test_a_provisional_verdict_takes_the_wait_out_of_the_work_not_the_data_wait(tmp_path):
+    a = contended_io_run(tmp_path)
     assert a.steps["status"].tolist() == ["host-contended"] * 3
     assert a.steps["core_wait_us"].tolist() == [500] * 3
     assert a.verdict.provisional and a.verdict.verdict == "io-bound", a.verdict

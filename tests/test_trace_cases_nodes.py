@@ -245,15 +245,12 @@ def test_an_fsdp_job_gets_fsdps_knobs_not_ddps(tmp_path, name, version):
 @pytest.mark.slow
 def test_a_profiled_fsdp2_job_gets_fsdp_advice(tmp_path):
     import json
-    import subprocess
-    import sys
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    from tunekit import ROOT, run_perfscope
+
     out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "perfscope", "profile", "--nproc-per-node", "2", "--out", str(out),
-                           str(root / "tests" / "scripts" / "fsdp2_train.py")],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    done = run_perfscope("profile", "--nproc-per-node", "2", "--out", str(out),
+                         str(ROOT / "tests" / "scripts" / "fsdp2_train.py"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["details"]["facts"]["fsdp"] == 2

@@ -4,6 +4,8 @@ share of the step, the implementation its operators show, and the advice with th
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from tracegen import annotation, cpu_op, step
 from tracekit import analyze
@@ -102,35 +104,34 @@ def test_a_closure_inside_the_optimizers_step_is_not_the_optimizers_time(tmp_pat
     assert "fused step" not in a.verdict.advice
 
 
+def _profiled(tmp_path, script: str) -> dict:
+    """The summary of ``perfscope profile --max-steps 0`` of a script of ``tests/scripts``."""
+    from tunekit import ROOT, run_perfscope
+
+    out = tmp_path / "out"
+    done = run_perfscope("profile", "--out", str(out), "--max-steps", "0", str(ROOT / "tests" / "scripts" / script),
+                         cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads((out / "summary.json").read_text())
+
+
+def _phase_shares(summary: dict) -> dict:
+    (view,) = summary["details"]["run_steps"]
+    return {k: v["share"] for k, v in view["phases"].items()}
+
+
 @pytest.mark.slow
 def test_a_profiled_closure_loop_keeps_forward_and_backward_out_of_the_optimizer(tmp_path):
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1]
-    out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "perfscope", "profile", "--out", str(out), "--max-steps", "0",
-                           str(root / "tests" / "scripts" / "closure_loop.py")],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads((out / "summary.json").read_text())
+    summary = _profiled(tmp_path, "closure_loop.py")
     cost = summary["details"]["facts"]["optimizer_step"]
     assert cost["closure"] is True and cost["share"] < 0.5, cost
     assert "fused step" not in summary["overall"]["advice"]
-    (view,) = summary["details"]["run_steps"]
-    share = {k: v["share"] for k, v in view["phases"].items()}
+    share = _phase_shares(summary)
     assert share["optimizer"] < 0.5 and share["forward"] > 0.1 and share["backward"] > 0.1, share
 
 
 @pytest.mark.slow
 def test_a_lightning_trainers_closure_is_read_as_forward_and_backward(tmp_path):
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
     from pg import in_ci
 
     try:
@@ -139,16 +140,9 @@ def test_a_lightning_trainers_closure_is_read_as_forward_and_backward(tmp_path):
         if in_ci():
             pytest.fail("CI is set but lightning is missing; .ci/run should have installed it", pytrace=False)
         pytest.skip("lightning is not installed (pip install -c .ci/constraints.txt lightning)")
-    root = Path(__file__).resolve().parents[1]
-    out = tmp_path / "out"
-    done = subprocess.run([sys.executable, "-m", "perfscope", "profile", "--out", str(out), "--max-steps", "0",
-                           str(root / "tests" / "scripts" / "lightning_train.py")],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-3000:]
-    summary = json.loads((out / "summary.json").read_text())
+    summary = _profiled(tmp_path, "lightning_train.py")
     cost = summary["details"]["facts"]["optimizer_step"]
     assert cost["closure"] is True and cost["share"] < 0.5, cost  # was 99-100%: the closure counted as the optimizer
     assert cost["step_time_without_us"] > 0.3 * cost["step_time_us"]  # never "at best 0.0 ms"
-    (view,) = summary["details"]["run_steps"]
-    share = {k: v["share"] for k, v in view["phases"].items()}
+    share = _phase_shares(summary)
     assert share["optimizer"] < 0.5 and share["forward"] > 0.1 and share["backward"] > 0.1, share
