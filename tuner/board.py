@@ -251,6 +251,18 @@ def write_job_secret(port: int, environ=None) -> tuple[bytes, Path]:
     return secret, path
 
 
+def remove_job_secret(path: Path | None, secret: bytes) -> None:
+    """Remove the file :func:`write_job_secret` made, unless it now holds a later job's secret
+    (another node 0 on the same port) or is gone; ``path`` None: nothing was made."""
+    if path is None:
+        return
+    try:
+        if path.read_bytes().strip() == secret:
+            path.unlink()
+    except OSError:  # already gone: nothing of ours is left
+        pass
+
+
 def read_job_secret(port: int, endpoint: str, environ=None) -> bytes:
     """The secret node 0 made for the loopback board on ``port`` (:func:`write_job_secret`).
 

@@ -33,7 +33,7 @@ from perfscope.collect.nodes import NNODES_ENV, NodeLaunch
 from perfscope.errors import PerfscopeError
 from perfscope.text import safe
 from perfscope.tuner.board import (Alive, BoardError, Done, Record, Stop, Stopped, Trial, board_secret, decode, encode,
-                                   require_secret)
+                                   remove_job_secret, require_secret)
 from perfscope.tuner.board import NodeLost  # noqa: F401 - raised by run_trial, named here too (nodes.NodeLost)
 
 # Runs rendezvous on ports above the board's, in turn: a run's port is free again long before it
@@ -142,12 +142,11 @@ class TrialBoard:
                                  f"{TRIAL_PORTS} ports above it for its runs; pick one up to {65535 - TRIAL_PORTS}")
         # Written before the board listens: a follower reads the job's secret once it has connected.
         secret, self._secret_file = board_secret(host, port, nodes.rdzv_endpoint, node0=True)
-        self._secret = secret
         try:
             self._socket = _listen(host, port)  # kept open: the store serves on this socket
             self._board = Board(_store(nodes, 30.0, self._socket.fileno()), secret)
         except Exception as e:  # noqa: BLE001 - a port in use, an address not of this machine
-            self._forget_secret()
+            remove_job_secret(self._secret_file, secret)
             raise PerfscopeError(f"cannot serve the tuning board at {nodes.rdzv_endpoint}: {e}") from None
         self._next = 0
         self.job = secrets.token_hex(16)  # followers refuse records of another job (tuner.board.Trial)
@@ -225,17 +224,8 @@ class TrialBoard:
                                    datetime.timedelta(seconds=STOP_ACK_S))
         except Exception:  # noqa: BLE001 - a node already gone: nothing to wait for
             pass
-        finally:
-            self._forget_secret()
-
-    def _forget_secret(self) -> None:
-        """Remove the secret file this node made for the job (the followers read it at their start)."""
-        if self._secret_file is not None:
-            try:
-                if self._secret_file.read_bytes().strip() == self._secret:  # not a later job's on this port
-                    self._secret_file.unlink()
-            except OSError:  # already gone: nothing of ours is left
-                pass
+        finally:  # the followers read the job's secret at their start
+            remove_job_secret(self._secret_file, self._board.secret)
             self._secret_file = None
 
 
