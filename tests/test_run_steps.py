@@ -330,3 +330,51 @@ def test_a_closures_forward_and_backward_inside_the_optimizer_are_theirs(tmp_pat
     (s,) = read_run_steps(tmp_path / "r.pt.trace.json.gz").steps
     assert (s.forward, s.backward, s.optimizer) == pytest.approx((0.009, 0.016, 0.002))
     assert s.seconds == pytest.approx(0.027)
+
+
+def test_time_before_the_models_call_is_other_and_only_the_first_call_starts_a_forward(tmp_path, clock):
+    t = run_timer.RunTimer(tmp_path / "r.run.jsonl")
+    t.start()
+    clock.run(10)  # a batch made by hand, no DataLoader
+    t.forward_begin(); clock.run(6); t.forward_begin(); clock.run(2)  # noqa: E702 - a second call: same forward
+    t.backward_begin(); t.forward_begin(); clock.run(16); t.backward_end()  # noqa: E702 - a recomputation
+    t.fetch_begin(); t.forward_begin(); clock.run(4); t.fetch_end()  # noqa: E702 - the dataset's module
+    clock.run(3)  # moving the batch: other
+    t.forward_begin(); clock.run(8)  # noqa: E702 - the next micro-batch
+    t.backward_begin(); clock.run(16); t.backward_end()  # noqa: E702
+    t.optimizer_begin(); clock.run(2); t.optimizer_end()  # noqa: E702
+    t.step_end()
+    t.flush()
+    (s,) = read_run_steps(tmp_path / "r.pt.trace.json.gz").steps
+    assert (s.input, s.forward, s.backward, s.optimizer) == pytest.approx((0.004, 0.016, 0.032, 0.002))
+    assert s.other == pytest.approx(0.013)
+
+
+HAND_MADE_BATCH = """
+import time, torch
+model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for it in range(30):
+    t = time.perf_counter()
+    while time.perf_counter() - t < 0.02:  # 20 ms making the batch by hand, no DataLoader
+        pass
+    loss = model(torch.randn(32, 64)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+@pytest.mark.slow
+def test_a_batch_made_without_a_dataloader_is_other_not_forward(tmp_path):
+    pytest.importorskip("torch")
+    script = tmp_path / "train.py"
+    script.write_text(HAND_MADE_BATCH)
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, "-m", "perfscope", "profile", "--out", str(out), "--max-steps", "0",
+                           str(script)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    record = read_run_steps(out / "traces" / "rank0.pt.trace.json.gz").steps
+    assert len(record) == 30
+    # the busy loop holds the core for 20 ms whatever the load; the model's forward is far shorter
+    assert all(s.other >= 0.019 and s.forward < s.other for s in record[1:]), [(s.forward, s.other) for s in record]

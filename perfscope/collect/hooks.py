@@ -27,6 +27,30 @@ def _forward_pre_hook(module: Any, args: Any) -> None:
     tracker = control.active
     if tracker is not None and tracker.point_armed:
         tracker.iteration_point()
+        if tracker._first_forward:  # the setup ended at this call: the watch added now misses it
+            tracker.first_forward(module)
+    return None
+
+
+def _first_forward_hook(module: Any, args: Any) -> None:
+    # Global, for the first step only: the first module called is the outermost (a parent's
+    # pre-hook runs before its children's), the model whose calls start each forward.
+    if _is_compiling():
+        return None
+    tracker = control.active
+    if tracker is not None:
+        tracker.first_forward(module)
+    return None
+
+
+def _forward_begin_hook(module: Any, args: Any) -> None:
+    # On the model alone: a hook on one module leaves every other module's call on torch's fast path.
+    if _is_compiling():
+        return None
+    tracker = control.active
+    timer = tracker.timer if tracker is not None else None
+    if timer is not None and tracker._on_script_thread():
+        timer.forward_begin()
     return None
 
 

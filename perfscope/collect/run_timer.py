@@ -5,7 +5,9 @@ run on every step anyway (DataLoader fetch, ``torch.autograd.backward``, optimiz
 each adds two ``time.perf_counter_ns`` reads. At each step's end the timer reads the memory (at
 most every :data:`MEMORY_EVERY_S`) and keeps one :class:`~perfscope.run_steps.RunStep`;
 lines are written to the record beside the trace at most every :data:`FLUSH_EVERY_S` and when
-the run ends. Phases are host time on the training thread: on a GPU they are the time the host
+the run ends. The forward starts at the model's call (its outermost module, found in the first
+step), or else where the fetch or the last backward ended; time outside the four phases is
+*other*. Phases are host time on the training thread: on a GPU they are the time the host
 spent issuing the work (the step's wall time is the GPU's pace once the loop waits for it).
 """
 
@@ -79,6 +81,9 @@ class RunTimer:
         self._rss: int | None = None
         self._phase = [0, 0, 0, 0]  # input, forward, backward, optimizer (ns)
         self._forward_from: int | None = None
+        # Once the model's outermost module is known (see forward_begin), the forward starts at its
+        # call: what runs before it (making a batch without a DataLoader, moving it) is other.
+        self._forward_begun = False
         self._fetch_at: int | None = None
         self._backward_at: int | None = None
         self._backward_depth = 0
@@ -92,10 +97,16 @@ class RunTimer:
         """The first step begins (the tracker's setup ended)."""
         now = time.perf_counter_ns()
         self._origin = self._start = self._forward_from = self._flushed = now
+        self._forward_begun = False
         try:
             self.path.write_bytes(b"")
         except OSError as exc:
             self.error = f"could not write {self.path}: {exc.strerror or exc}"
+
+    @property
+    def fetching(self) -> bool:
+        """A DataLoader fetch is under way (a module called now is the dataset's, not the model)."""
+        return self._fetch_at is not None
 
     def fetch_begin(self) -> None:
         self._fetch_at = time.perf_counter_ns()
@@ -106,6 +117,15 @@ class RunTimer:
             self._phase[0] += now - self._fetch_at
             self._fetch_at = None
             self._forward_from = now
+            self._forward_begun = False
+
+    def forward_begin(self) -> None:
+        """The model's outermost module was called: its forward starts now (the first call of a
+        micro-batch only; a call inside a fetch or a backward, as activation checkpointing's
+        recomputation, is not a forward start)."""
+        if self._forward_from is not None and not self._forward_begun and self._fetch_at is None:
+            self._forward_from = time.perf_counter_ns()
+            self._forward_begun = True
 
     def backward_begin(self) -> None:
         self._backward_depth += 1
@@ -126,6 +146,7 @@ class RunTimer:
                 self._inside_optimizer += now - max(self._backward_at, self._optimizer_at)
             self._backward_at = None
             self._forward_from = now  # accumulation: the next micro-batch's forward, if no fetch comes
+            self._forward_begun = False
 
     def optimizer_begin(self) -> None:
         self._optimizer_at = time.perf_counter_ns()
@@ -183,6 +204,7 @@ class RunTimer:
         self._phase = [0, 0, 0, 0]
         self._profiler = 0
         self._start = self._forward_from = now  # the timer's own work falls in the next step
+        self._forward_begun = False
 
     def flush(self) -> None:
         """Append the buffered lines to the record (never raises: a failure is kept in ``error``)."""

@@ -53,6 +53,8 @@ from torch.nn.modules import module as module_mod
 from perfscope import control
 from perfscope.patches import replace
 from perfscope.collect.hooks import (
+    _first_forward_hook,
+    _forward_begin_hook,
     _forward_pre_hook,
     _optimizer_pre_hook,
     _has_closure,
@@ -109,6 +111,7 @@ class StepTracker:
         self._optimizer_calls = 0  # every optimizer step, for the GradScaler check
         self._undo = contextlib.ExitStack()  # what start() installed, undone by close()
         self._forward_hook: Any = None
+        self._first_forward: Any = None  # the global hook that finds the model (first step only)
         # The one flag the per-fetch and per-backward hooks look at.
         self.point_armed = False
 
@@ -164,6 +167,31 @@ class StepTracker:
         self.point_armed = True
         if self._forward_hook is None:
             self._forward_hook = module_mod.register_module_forward_pre_hook(_forward_pre_hook)
+
+    def _watch_forward(self) -> None:
+        """Find the model's outermost module in the first step, for the timer's forward start.
+
+        A global hook for the first steps only (it puts every module call on torch's slow path);
+        the module found gets a hook of its own, which costs one call per forward.
+        """
+        if self.timer is not None and self._first_forward is None:
+            self._first_forward = module_mod.register_module_forward_pre_hook(_first_forward_hook)
+            self._undo.callback(self._unwatch_forward)
+
+    def _unwatch_forward(self) -> None:
+        if self._first_forward:
+            self._first_forward.remove()
+            self._first_forward = False  # found, or given up: never installed again
+
+    def first_forward(self, module: Any) -> None:
+        """The first module called on the training thread after the setup (outside a fetch)."""
+        timer = self.timer
+        if timer is None or not self._on_script_thread() or timer.fetching:
+            return
+        self._unwatch_forward()
+        handle = module.register_forward_pre_hook(_forward_begin_hook)
+        self._undo.callback(handle.remove)
+        timer.forward_begin()
 
     def _disarm(self) -> None:
         self.point_armed = False
@@ -339,6 +367,8 @@ class StepTracker:
         self.steps_seen += 1
         if self.timer is not None and timed:
             self.timer.step_end()
+            if self._first_forward and self.steps_seen >= 3:  # no module call: a functional model
+                self._unwatch_forward()
         if self.window_done and self._stop_reached():
             if at_boundary:
                 self._stop()
@@ -355,6 +385,7 @@ class StepTracker:
         self._prof.step()
         if self.timer is not None:
             self.timer.start()  # after the profiler's step: the first step is timed from here
+            self._watch_forward()
 
     def _boundary(self) -> None:
         self._pending = False
