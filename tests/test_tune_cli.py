@@ -202,7 +202,9 @@ def test_ctrl_c_stops_the_trial_and_writes_what_finished(tmp_path, sig):
     assert not reap(script, LEFT_S), "Ctrl-C left the trial running"
     record = read_record(out)
     assert any("interrupted" in note for note in record["notes"]), record["notes"]
-    assert record["recommendation"] is None
+    assert record["recommendation"] is None and record["decided_by"] == "interrupted"
+    resume = record["resume"]  # the command as typed
+    assert resume.startswith("perfscope tune ") and f" {script} " in resume and resume.endswith("--decode-ms 10")
     stopped = [t for t in record["trials"] if (t["failure"] or {}).get("kind") == "interrupted"]
     assert len(stopped) == 1 and stopped[0]["state"] == "failed", record["trials"]
     assert not (out / "best.yaml").exists()  # nothing was proven

@@ -125,6 +125,7 @@ def test_ctrl_c_in_the_search_then_in_the_confirmation_then_a_rerun_finishes(tmp
     record = read_record(out)
     assert any("interrupted" in note for note in record["notes"]), record["notes"]
     assert record["recommendation"] is None and not (out / "best.yaml").exists()
+    assert record["decided_by"] == "interrupted" and record["resume"] == "run the same command again"
     stopped = [t for t in record["trials"] if (t["failure"] or {}).get("kind") == "interrupted"]
     assert [t["number"] for t in stopped] == [2] and stopped[0]["state"] == "failed", record["trials"]
 
@@ -143,6 +144,7 @@ def test_ctrl_c_in_the_search_then_in_the_confirmation_then_a_rerun_finishes(tmp
     record = tune(options(out), runner=runner)
     assert any("no new trial ran" in note for note in record["notes"]), record["notes"]
     assert record["recommendation"]["status"] == "faster"
+    assert record["decided_by"] == "confirmation" and record["resume"] is None
     assert len(finished(record)) == 4 and [t["role"] for t in record["trials"]].count("baseline") == 1
     assert (out / "best.yaml").is_file()
     assert all("confirm-" in str(r.work_dir) or r.work_dir.name.startswith("best-") for r in runner.runs)

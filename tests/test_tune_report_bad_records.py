@@ -126,3 +126,13 @@ def test_record_strings_are_escaped():
 def test_hostile_args_in_facts():
     notes = section_of(render_tuning(hostile()), "notes")
     assert "&#x27;&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;&#x27;" in notes  # shlex-quoted, then escaped
+
+
+def test_an_interrupted_record_says_so_and_how_to_resume():
+    r = realistic()
+    r.update(recommendation=None, confirmation=None, decided_by="interrupted",
+             resume="perfscope tune train.py --out 'my runs' -- --steps 100")
+    html = check(render_tuning(r))
+    assert "Interrupted before the answer: no best.yaml" in html
+    assert "to resume: perfscope tune train.py --out &#x27;my runs&#x27; -- --steps 100" in html or \
+        "to resume: perfscope tune train.py --out &#39;my runs&#39; -- --steps 100" in html

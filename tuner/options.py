@@ -85,6 +85,8 @@ class TuneOptions:
         progress: Show the progress bar.
         nodes: This node's part of a job over several nodes (:mod:`perfscope.tuner.nodes`; needs
             ``nproc_per_node``), or None.
+        command: The command line as typed (``perfscope tune ...``), for the line that says how to
+            resume an interrupted run; empty when called from Python.
 
     Raises:
         TuneOptionsError: a number outside its range in :data:`LIMITS` (the message names the
@@ -117,9 +119,11 @@ class TuneOptions:
     run_steps: int | None = None
     progress: bool = True
     nodes: NodeLaunch | None = None
+    command: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         self.script_args = tuple(self.script_args)
+        self.command = tuple(self.command)
         if self.confirm_min_rounds is None and isinstance(self.confirm_rounds, int):
             self.confirm_min_rounds = min(DEFAULT_MIN_ROUNDS, max(2, self.confirm_rounds))
         if not all(isinstance(a, str) for a in self.script_args):

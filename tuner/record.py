@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import shlex
 from pathlib import Path
 
 import orjson
@@ -85,8 +86,9 @@ def importances(study) -> dict | None:
 
 
 def build(*, options, session, storage: str, notes: list[str], confirmation: dict | None = None,
-          recommendation: dict | None = None, after: dict | None = None) -> dict:
-    """The ``tune.json`` record of the study as it stands."""
+          recommendation: dict | None = None, after: dict | None = None, interrupted: bool = False) -> dict:
+    """The ``tune.json`` record of the study as it stands (``interrupted``: Ctrl-C or SIGTERM
+    ended the run before its answer)."""
     baseline = dict(session.baseline or {})
     stored = session.study.get_trials(deepcopy=False)
     retried = {t.system_attrs.get("failed_trial") for t in stored}
@@ -117,8 +119,27 @@ def build(*, options, session, storage: str, notes: list[str], confirmation: dic
         "confirmation": confirmation,
         "recommendation": recommendation,
         "after": after,
+        "decided_by": _decided_by(confirmation, recommendation, interrupted),
+        "resume": resume_command(options) if interrupted else None,
         "notes": list(notes),
     }
+
+
+def _decided_by(confirmation: dict | None, recommendation: dict | None, interrupted: bool) -> str | None:
+    if interrupted and recommendation is None:
+        return "interrupted"
+    if recommendation is None:
+        return None
+    return "confirmation" if confirmation and confirmation.get("candidates") else "search"
+
+
+def resume_command(options) -> str:
+    """The command that resumes the run: the one typed (a password in it masked), else in words."""
+    if not options.command:
+        return "run the same command again"
+    from perfscope.redact import redact
+
+    return redact(shlex.join(options.command))
 
 
 def write_outputs(out_dir: Path, record: dict, best: Path | None) -> dict[str, Path]:

@@ -147,11 +147,15 @@ def _tune_with(spec: TrialSpec, storage, options: TuneOptions, started: float) -
         if recommendation["status"] == "faster":
             after = _profile_after(session, options, recommendation, notes)
     except KeyboardInterrupt:
-        notes.append("interrupted (Ctrl-C or SIGTERM) before the answer: no best.yaml is written; the finished trials "
-                     "are kept; run the same command again to resume")
+        if recommendation is None:
+            notes.append("interrupted (Ctrl-C or SIGTERM) before the answer: no best.yaml is written; the finished "
+                         f"trials are kept; to resume: {tune_record.resume_command(options)}")
+        else:
+            notes.append("interrupted (Ctrl-C or SIGTERM) while profiling the recommendation: best.yaml holds the "
+                         "answer; the after profile is missing")
         _note_outputs(outputs, recommendation, notes)
         outputs.write(tune_record.build(**record_args, notes=notes, confirmation=confirmation,
-                                        recommendation=recommendation), recommendation,
+                                        recommendation=recommendation, interrupted=True), recommendation,
                       comment=f"{comment}: {recommendation['line']}" if recommendation else None)
         raise
     record = tune_record.build(**record_args, notes=notes, confirmation=confirmation,

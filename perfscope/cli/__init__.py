@@ -364,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, unknown = parser.parse_known_args(own)
     _check_args(parser, args, unknown, script_args)
+    args.command_line = ("perfscope", *argv)  # as typed: what a line telling how to run it again shows
     try:
         return _run(args, script_args)
     except PerfscopeError as e:

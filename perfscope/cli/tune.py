@@ -185,7 +185,7 @@ def cmd_tune(args, script_args: list[str], open_in_browser) -> int:
         nproc_per_node=args.nproc_per_node, storage=args.storage, seed=args.seed, confirm_top=args.confirm_top,
         confirm_rounds=args.confirm_rounds, confirm_min_rounds=args.confirm_min_rounds,
         confirm_budget_s=args.confirm_budget, min_gain=args.min_gain, trial_timeout_s=args.trial_timeout,
-        run_steps=args.run_steps, progress=not args.no_progress, nodes=nodes,
+        run_steps=args.run_steps, progress=not args.no_progress, nodes=nodes, command=getattr(args, "command_line", ()),
     )
     ensure_writable_dir(out_dir)  # after the options are known good: a refused command leaves nothing
     started = time.time()
@@ -202,8 +202,10 @@ def cmd_tune(args, script_args: list[str], open_in_browser) -> int:
         record_file = out_dir / "tune.json"
         written = record_file.is_file() and record_file.stat().st_mtime >= started
         where = f" ({record_file} holds what finished)" if written else " (no trial had finished)"
-        print("perfscope: interrupted; finished trials are kept in the study. Run the same command again to "
-              f"resume{where}", file=sys.stderr)
+        from perfscope.tuner.record import resume_command
+
+        print(safe(f"perfscope: interrupted; finished trials are kept in the study; to resume: "
+                   f"{resume_command(options)}{where}"), file=sys.stderr)
         return 128 + signal.SIGTERM if stopped_by else 130
     except PerfscopeError as e:  # a storage's or a driver's words may quote a URL with its password
         raise PerfscopeError(redact(str(e))) from None

@@ -258,6 +258,11 @@ class TuneRecord(_Part):
     confirmation: Annotated[Confirmation | None, Meta(description='the confirmation')] = None
     recommendation: Annotated[Recommendation | None, Meta(description='the answer')] = None
     after: Annotated[After | None, Meta(description='the recommendation profiled')] = None
+    decided_by: Annotated[str | None, Meta(description=(
+        'what ended the run: `confirmation` (its rounds gave the answer), `search` (no trial to confirm: keep '
+        'the current settings) or `interrupted` (Ctrl-C or SIGTERM before the answer: no `best.yaml`)'))] = None
+    resume: Annotated[str | None, Meta(description=(
+        '`interrupted`: the command that resumes it (finished trials are kept), passwords masked'))] = None
     notes: Annotated[list[str] | None, Meta(description=(
         'what the run could not do, or did differently, and why'))] = None
     best_config: Annotated[str | None, Meta(description=(

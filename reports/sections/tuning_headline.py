@@ -80,6 +80,9 @@ def headline(record: TuneRecord) -> str:
     if status == UNDECIDED:
         given = (rec.line or "").strip().removeprefix("undecided: ")
         return "Undecided, keep your current settings for now" + (f": {given}" if given else "")
+    if record.decided_by == "interrupted":
+        return "Interrupted before the answer: no best.yaml; the finished trials are kept" + (
+            f"; to resume: {record.resume}" if record.resume else "")
     return "No recommendation in this record"
 
 
