@@ -376,5 +376,6 @@ def test_a_batch_made_without_a_dataloader_is_other_not_forward(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     record = read_run_steps(out / "traces" / "rank0.pt.trace.json.gz").steps
     assert len(record) == 30
-    # the busy loop holds the core for 20 ms whatever the load; the model's forward is far shorter
-    assert all(s.other >= 0.019 and s.forward < s.other for s in record[1:]), [(s.forward, s.other) for s in record]
+    # the loop's 20 ms of wall time are other in every step, whatever the load (a forward counted from
+    # the step's start would hold them, and other next to nothing)
+    assert all(s.other >= 0.019 for s in record[1:]), [(s.forward, s.other) for s in record]
