@@ -7,6 +7,7 @@ import pytest
 
 pytest.importorskip("torch")
 from measurekit import (
+    ROOT,
     EXAMPLES,
     no_config_from_env,  # noqa: F401 (autouse fixture)
     result,
@@ -78,3 +79,20 @@ def test_two_ranks_under_torchrun(tmp_path):
         assert facts["world_size"] == 2 and facts["local_world_size"] == 2 and facts["dist_backend"] == "gloo"
         assert facts["ddp"] == {"bucket_cap_mb": 25.0, "static_graph": False}
         assert facts["dataloader"] is None
+
+
+@pytest.mark.slow
+def test_an_fsdp2_run_is_seen_and_its_resharding_searched(tmp_path):
+    from perfscope.tuner.space import build_space, rule_based_guess
+
+    out = tmp_path / "rec"
+    proc = run_cli(out, "--warmup-steps", "1", "--measure-steps", "2", script=ROOT / "tests" / "scripts" / "fsdp2_train.py",
+                   args=["--steps", 12], launcher=["-m", "torch.distributed.run", "--standalone",
+                                                   "--nproc-per-node", "2"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    facts = result(out)["facts"]
+    assert facts["model"]["fsdp"] == 2 and facts["ddp"] is None and facts["world_size"] == 2
+    space = build_space(facts, {"comm": 0.4, "compute": 0.6}, "comm-bound")
+    assert "reshard_after_forward" in space.distributions and "bucket_cap_mb" not in space.distributions
+    assert space.excluded["bucket_cap_mb"] == "no DistributedDataParallel model"
+    assert rule_based_guess(space, facts, fractions={"comm": 0.4, "compute": 0.6})["reshard_after_forward"] is False

@@ -146,7 +146,8 @@ def test_the_measurement_sees_the_fusable_modules_and_the_tuner_searches_and_gue
     assert res["exit_code"] == 0
     facts = res["facts"]
     assert facts["model"] == {"class": "TinySwin", "fusable": ["blocks.0.attn", "blocks.1.attn"], "not_fusable": {},
-                              "compiled": False, "convolutions": 1, "channels_last": False}  # its patch embedding
+                              "compiled": False, "fsdp": None, "convolutions": 1,
+                              "channels_last": False}  # its patch embedding
     space = build_space(facts, {"compute": 0.9, "launch": 0.1}, "compute-bound", cpu_count=2)
     assert "fused_ops" in {k.name for k in space.knobs}
     assert rule_based_guess(space, facts, cpu_count=2, fractions={"compute": 0.9, "launch": 0.1})["fused_ops"] is True

@@ -258,3 +258,22 @@ def test_a_profiled_fsdp2_job_gets_fsdp_advice(tmp_path):
     assert comm.startswith("The job shards with FSDP2 (fully_shard)") and "bucket_cap_mb" not in comm
     if summary["overall"]["verdict"] == "comm-bound":
         assert summary["overall"]["advice"] == comm
+    # the knob the tuner searches for it, applied at launch: the backward's all-gathers are gone
+    (tmp_path / "keep.yaml").write_text("reshard_after_forward: false\n")
+    kept = tmp_path / "kept"
+    done = run_perfscope("profile", "--nproc-per-node", "2", "--out", str(kept), "--config", str(tmp_path / "keep.yaml"),
+                         str(ROOT / "tests" / "scripts" / "fsdp2_train.py"), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    applied = json.loads((kept / "summary.json").read_text())["run"]["config_applied"]["applied"]
+    assert "reshard_after_forward=False" in applied["reshard_after_forward"]
+    assert all_gathers(kept) * 2 == all_gathers(out) > 0
+
+
+def all_gathers(out) -> int:
+    """The all-gathers rank 0's trace holds (gloo's own ranges)."""
+    import gzip
+    import json
+
+    with gzip.open(out / "traces" / "rank0.pt.trace.json.gz") as f:
+        events = json.load(f)["traceEvents"]
+    return sum(1 for e in events if e.get("ph") == "X" and e.get("name") == "gloo:all_gather")

@@ -283,3 +283,13 @@ def test_the_baseline_verdict_says_why_there_is_none():
     assert verdict_text("io-bound", busy, traced) == "io-bound, provisional (busy host: 42% of the profiled steps waiting for a core)"
     none = {"overall": {"verdict": None, "reason": "every step is incomplete"}}
     assert verdict_text(None, none, traced).startswith("none (every step is incomplete;")
+
+
+def test_a_loader_whose_workers_take_every_core_is_guessed_down_to_the_cores_and_searched_both_ways():
+    facts = dict(CPU_LOADER, cpu_count=2, dataloader=dict(CPU_LOADER["dataloader"], num_workers=8),
+                 threads={"intra_op_threads": 2})
+    space = build_space(facts, {"io": 0.9, "compute": 0.1}, "io-bound")
+    workers = space.distributions["num_workers"]
+    assert workers.low == 0 and workers.high >= 8 and space.baseline_params["num_workers"] == 8
+    guess = rule_based_guess(space, facts, fractions={"io": 0.9, "compute": 0.1})
+    assert guess["num_workers"] == 2 and guess["intra_op_threads"] == 1

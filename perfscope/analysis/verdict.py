@@ -83,7 +83,8 @@ _FSDP_ADVICE = {
     2: ("The job shards with FSDP2 (fully_shard): overlap its all-gathers and reduce-scatters with compute -- prefetch "
         "more layers ahead (module.set_modules_to_forward_prefetch / set_modules_to_backward_prefetch), keep the "
         "root's parameters gathered after forward (reshard_after_forward=False on the root or the last layers: "
-        "fewer all-gathers for more memory), shard larger units (fully_shard fewer, bigger blocks), and with "
+        "fewer all-gathers for more memory; `reshard_after_forward: false` in a --config file sets it on every "
+        "fully_shard call, and perfscope tune tries it), shard larger units (fully_shard fewer, bigger blocks), and with "
         "gradient accumulation skip the reduce-scatter on all but the last micro-batch "
         "(set_requires_gradient_sync(False))."),
     1: ("The job shards with FSDP (FullyShardedDataParallel): overlap its all-gathers and reduce-scatters with compute "

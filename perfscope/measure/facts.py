@@ -85,9 +85,25 @@ def dist_snapshot() -> dict | None:
 MAX_MODULE_NAMES = 64  # a Swin-B has 24 window attentions; a fact, not a dump of the model
 
 
+def fsdp_version(model: Any) -> int | None:
+    """2 where the model is sharded with FSDP2 (``fully_shard`` makes it an ``FSDPModule``), 1 where it
+    is a ``FullyShardedDataParallel``, else None."""
+    import torch
+
+    if not torch.distributed.is_available():
+        return None
+    try:
+        from torch.distributed.fsdp import FSDPModule, FullyShardedDataParallel
+    except ImportError:  # a torch without FSDP2
+        return None
+    if isinstance(model, FSDPModule):
+        return 2
+    return 1 if isinstance(model, FullyShardedDataParallel) else None
+
+
 def model_facts(model: Any) -> dict:
     """What the tuner needs of the script's model: its class, whether it is ``compiled`` (the
-    script's own ``torch.compile``), its 2-D ``convolutions`` (a count)
+    script's own ``torch.compile``), its FSDP version (``fsdp``: 2, 1 or None), its 2-D ``convolutions`` (a count)
     and whether they are ``channels_last`` already, and the window-attention modules
     ``fused_ops.swap`` would replace (``fusable``, qualified names) or leaves alone with why
     (``not_fusable``: name -> reason)."""
@@ -96,7 +112,8 @@ def model_facts(model: Any) -> dict:
     from perfscope.runtime.memory_format import convolutions, is_channels_last
 
     found = find(model)
-    return {"class": type(model).__name__, "compiled": is_compiled(model), "convolutions": len(convolutions(model)),
+    return {"class": type(model).__name__, "compiled": is_compiled(model), "fsdp": fsdp_version(model),
+            "convolutions": len(convolutions(model)),
             "channels_last": is_channels_last(model),
             "fusable": [c.name for c in found if c.reason is None][:MAX_MODULE_NAMES],
             "not_fusable": dict([(c.name, c.reason) for c in found if c.reason is not None][:MAX_MODULE_NAMES])}

@@ -81,6 +81,9 @@ class AccelConfig:
         grad_accum_steps: Micro-batches per optimizer step (>= 1); gradients are synchronised
             on the last one only.
         static_graph: Tell DDP the graph does not change between iterations.
+        reshard_after_forward: Passed to every FSDP2 ``fully_shard`` call of the script (``False``
+            keeps the gathered parameters after forward: no all-gather in backward, more memory;
+            :mod:`perfscope.runtime.groups.sharding`); None keeps the script's.
         fused_ops: Swap fused operators into the model (``fused_ops.swap``: Swin-style window
             attention).
         optimizer: ``lamb`` or ``lars``: a large-batch optimizer in place of the script's Adam /
@@ -111,6 +114,7 @@ class AccelConfig:
     grad_compression: str = "none"
     grad_accum_steps: int = 1
     static_graph: bool = False
+    reshard_after_forward: bool | None = None
     fused_ops: bool = False
     optimizer: str | None = None
     optimizer_impl: str | None = None
@@ -154,7 +158,7 @@ def _one_of(choices, *, optional: bool = False):
 
 # Every key's rule, in the order they are checked: (keys, check, what is allowed, as said).
 _RULES = (
-    (("pin_memory", "persistent_workers", "tf32", "cudnn_benchmark"), lambda v: v is None or isinstance(v, bool),
+    (("pin_memory", "persistent_workers", "tf32", "cudnn_benchmark", "reshard_after_forward"), lambda v: v is None or isinstance(v, bool),
      "true, false or null"),
     (("device_prefetch", "hierarchical_allreduce", "static_graph", "fused_ops", "channels_last"),
      lambda v: isinstance(v, bool), "true or false"),

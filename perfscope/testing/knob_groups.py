@@ -2,7 +2,7 @@
 
 Checked on runs that differ in what the tuner can see (:data:`SAMPLE_RUNS`: a CPU script with or
 without a DataLoader, an IterableDataset, a GPU script calling ``perfscope.accelerate`` on two
-nodes, a GPU without bf16 on one node, a Swin model): every key is searched or left out with a
+nodes, a GPU without bf16 on one node, a Swin model, FSDP2 on two CPU ranks): every key is searched or left out with a
 reason; a knob's baseline is the script's own value and a point of its distribution; every other
 value a knob can take is applied, or named as skipped, by ``perfscope.accelerate`` and at launch.
 """
@@ -68,6 +68,13 @@ SAMPLE_RUNS = {
                                   "ddp": None, "threads": {"intra_op_threads": 2},
                                   "optimizer": {"class": "AdamW", "impl": "for-loop", "impls": ["for-loop", "fused"],
                                                 "tensors": 58, "parameters": 130_000}},
+    "cpu-fsdp2-two-ranks": {"cuda": False, "cpu_count": 2, "world_size": 2, "local_world_size": 2, "dataloader": None,
+                            "dist_backend": "gloo", "accelerate": {"called": False}, "ddp": None,
+                            "threads": {"intra_op_threads": 1},
+                            "model": {"class": "FSDPSequential", "compiled": False, "fsdp": 2, "convolutions": 0,
+                                      "fusable": [], "not_fusable": {}},
+                            "optimizer": {"class": "SGD", "impl": "for-loop", "impls": _ALL_IMPLS, "tensors": 8,
+                                          "parameters": 263_168}},
 }
 
 

@@ -4,6 +4,7 @@
 the fused operators first (the swapped modules and the replaced optimizer are what the others
 see), the optimizer's step (of the optimizer the script keeps), the layout and precision (they
 convert the model before DistributedDataParallel wraps it), then communication (the DDP wrapper),
+sharding (the script's FSDP2 calls, at launch),
 accumulation (the optimizer's window), compile (the model as the script calls it), batch (the
 loader's batch size and the learning rate that follows it) and input (the loader).
 """
@@ -20,9 +21,10 @@ from perfscope.runtime.groups.input import InputGroup
 from perfscope.runtime.groups.layout import LayoutGroup
 from perfscope.runtime.groups.optimizer_step import OptimizerStepGroup
 from perfscope.runtime.groups.precision import PrecisionGroup
+from perfscope.runtime.groups.sharding import ShardingGroup
 
 GROUPS: tuple[KnobGroup, ...] = (FusedOpsGroup(), OptimizerStepGroup(), LayoutGroup(), PrecisionGroup(),
-                                 CommunicationGroup(), AccumulationGroup(), CompileGroup(), BatchGroup(),
+                                 CommunicationGroup(), ShardingGroup(), AccumulationGroup(), CompileGroup(), BatchGroup(),
                                  InputGroup())
 
 
@@ -39,4 +41,4 @@ def owner(key: str, groups: tuple[KnobGroup, ...] = GROUPS) -> KnobGroup:
 
 
 __all__ = ["GROUPS", "AccumulationGroup", "BatchGroup", "CommunicationGroup", "CompileGroup", "FusedOpsGroup", "InputGroup", "Knob",
-           "KnobGroup", "LayoutGroup", "OptimizerStepGroup", "PrecisionGroup", "SearchPart", "owner"]
+           "KnobGroup", "LayoutGroup", "OptimizerStepGroup", "PrecisionGroup", "SearchPart", "ShardingGroup", "owner"]

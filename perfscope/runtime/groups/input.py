@@ -132,7 +132,8 @@ class InputGroup(KnobGroup):
         return part
 
     def guess(self, verdict, bottlenecks, facts, fractions, cpu, params, put) -> None:
-        """io: enough workers to hide the measured loading share, the cores they leave as
+        """io: enough workers to hide the measured loading share (as many as the cores where the
+        script's own already take them all), the cores they leave as
         intra-op threads, pinned memory and deeper prefetch (PyTorch's performance tuning guide)."""
         if "io" not in bottlenecks:
             return
@@ -141,7 +142,13 @@ class InputGroup(KnobGroup):
         # workers keep up (within the space's range).
         io = float((fractions or {}).get("io") or 0.0)
         wanted = math.ceil(io / max(1e-3, 1.0 - io)) if io > 0 else cpu // local_world
-        put("num_workers", max(2, wanted))
+        per_rank = max(1, cpu // local_world)
+        if int(((facts.get("dataloader") or {}).get("num_workers")) or 0) >= per_rank:
+            # Workers already take every core: more would only queue for them. Start at the core
+            # count (the space reaches down to 0 and up past the script's own count).
+            put("num_workers", per_rank)
+        else:
+            put("num_workers", max(2, wanted))
         workers = params.get("num_workers") or 0
         # At least one for the training process, and never more than the workers leave.
         put("intra_op_threads", max(1, cpu // local_world - workers), at_most=True)
