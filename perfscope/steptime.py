@@ -60,7 +60,7 @@ def provisional_rows(rows: Iterable) -> list[dict]:
     ``step_time_us`` and every ``<class>_cost_frac`` are the step's :data:`WAITFREE` figures --
     the time the step would take with its cores and each class's share of *that* time
     (``docs/metrics.md``, "Provisional verdict") -- and the measured time is kept as
-    ``wall_step_time_us``. A row of a summary written before those figures were recorded takes
+    ``wall_step_time_us``; the partition's shares (``<part>_frac``) are of that time too. A row of a summary written before those figures were recorded takes
     ``step_time_us`` less ``core_wait_us``, with io and comm (which no wait inflates) rescaled to
     it and the rest in proportion. Rows whose wait is unknown are left out."""
     out = []
@@ -75,12 +75,25 @@ def provisional_rows(rows: Iterable) -> list[dict]:
             keep = _finite(r.get(WAITFREE + "work_keep"))
             work = {c: r[c] * keep for c in WORK_COLUMNS.get(str(r.get("mode")), ())
                     if keep is not None and _finite(r.get(c)) is not None}
-            out.append({**r, **{k: r.get(WAITFREE + k) for k in _ON_BASIS}, **work, "wall_step_time_us": t})
+            row = {**r, **{k: r.get(WAITFREE + k) for k in _ON_BASIS}, **work, "wall_step_time_us": t}
+            out.append({**row, **_partition_shares(row, free)})
             continue
         wait = _finite(r.get("core_wait_us"))
         if wait is None or t - wait <= 0:
             continue
         out.append({**r, **_rescaled(r, t, t - wait), "step_time_us": t - wait, "wall_step_time_us": t})
+    return out
+
+
+def _partition_shares(row: Mapping, step_time: float) -> dict:
+    """The row's partition shares (``<part>_frac``, beside a ``<part>_us``) as fractions of
+    ``step_time``: a share and the step time it divides are always on one clock."""
+    out = {}
+    for key in row:
+        if key.endswith("_frac") and not key.endswith("_cost_frac"):
+            us = _finite(row.get(key[:-len("_frac")] + "_us"))
+            if us is not None:
+                out[key] = us / step_time
     return out
 
 

@@ -208,7 +208,7 @@ def render_diff(a: dict | Record, b: dict | Record, label_a: str = "A", label_b:
                 "Over each run's counted steps, all ranks. Shares change in percentage points (pt).")
     summary_sec = section("summary", "Change", _lead(a, b, speedup) + _composition(a, b))
     metrics_sec = section("metrics", "Metrics", tab)
-    y_max = max([(num(s.get("step_time_us")) or 0.0) / 1000
+    y_max = max([max(num(s.get("step_time_us")) or 0.0, num(s.get("wall_step_time_us")) or 0.0) / 1000
                  for s in model.steps_on_verdict_clock(a) + model.steps_on_verdict_clock(b)] + [0.0])
     sides = section("sides", "Side by side", f'<div class="cols"><div>{_side(a, "A", label_a, y_max)}</div>'
                     f'<div>{_side(b, "B", label_b, y_max)}</div></div>')

@@ -12,6 +12,7 @@ import math
 
 from perfscope.reports.charts import NICE_STEPS, Chart, cached, integer_label, or_note
 from perfscope.reports.html import clean
+from perfscope.reports.palette import DARK as OUTLINE_COLOUR
 
 # Beyond this many columns the labels under them are thinned to round positions and a column's
 # second line (a step's verdict) is left to its tooltip and the table: they would overlap.
@@ -31,8 +32,10 @@ def stacked_columns(key: str, bars: list[dict], parts: list[tuple[str, str]], un
 
     Args:
         key: the chart's id prefix, unique in the page (see :class:`perfscope.reports.charts.Chart`).
-        bars: ``{"values": [v per part], "label": str, "sub": str, "title": str, "faded": bool}``;
-            values in the unit of ``unit_label``, negative ones drawn as nothing.
+        bars: ``{"values": [v per part], "label": str, "sub": str, "title": str, "faded": bool,
+            "outline": float | None}``; values in the unit of ``unit_label``, negative ones drawn
+            as nothing; ``outline``: a second height drawn as a dashed, unfilled column around the
+            stack (the step as measured, beside the stack on a provisional verdict's clock).
         parts: (name, colour) per stacked segment, bottom first.
         unit_label: the y axis title, with its unit.
         label: the chart's accessible name.
@@ -50,6 +53,7 @@ def stacked_columns(key: str, bars: list[dict], parts: list[tuple[str, str]], un
     with Chart(key, width, height, (56, 10, 10, bottom)) as c:
         ax = c.ax
         base = _stack(c, bars, parts)
+        base = _outlines(c, bars, base)
         ax.update_datalim([(-0.5, 0.0), (len(bars) - 0.5, max(base + [y_max or 0.0]) or 1.0)])
         ax.set_xlim(-0.5, n - 0.5)
         ax.yaxis.set_major_locator(MaxNLocator(6, steps=NICE_STEPS))
@@ -82,6 +86,24 @@ def _stack(c, bars: list[dict], parts: list[tuple[str, str]]) -> list[float]:
     if verts:
         c.tips(c.ax.add_collection(PolyCollection(verts, facecolors=colours, edgecolors="none")), texts)
     return base
+
+
+def _outlines(c, bars: list[dict], base: list[float]) -> list[float]:
+    """Each bar's ``outline`` height as a dashed, unfilled column with its tooltip; returns each
+    column's top (the higher of the stack and its outline)."""
+    from matplotlib.collections import PolyCollection
+
+    verts, texts, tops = [], [], list(base)
+    for i, b in enumerate(bars):
+        v = b.get("outline")
+        if isinstance(v, (int, float)) and math.isfinite(v) and v > 0:
+            verts.append(_bar_corners(i, 0.42, 0.0, v))
+            texts.append(f'{b["title"]} · as measured: {v:.2f}')
+            tops[i] = max(tops[i], v)
+    if verts:
+        c.tips(c.ax.add_collection(PolyCollection(verts, facecolors="none", edgecolors=OUTLINE_COLOUR,
+                                                  linestyles="dashed", linewidths=0.8)), texts)
+    return tops
 
 
 def _x_labels(ax, bars: list[dict], labelled: bool) -> None:

@@ -52,8 +52,11 @@ def test_each_what_if_saves_its_class_share_of_the_verdicts_step_time(tmp_path, 
         assert w["step_time_us"] == pytest.approx(step_time)
         # one rank: removing a class saves its share of the same (verdict's) step time, no more
         assert w["saved_us_per_step"] == pytest.approx(overall["fractions"][w["class"]] * step_time, rel=1e-9)
-    for row in rows:  # each row's shares add up on its own clock
+    for row in rows:  # each row's shares add up on its own clock, the classes' and the partition's
         assert sum(row[f"{c}_cost_frac"] for c in ("io", "comm", "launch", "compute", "other")) == pytest.approx(1.0)
+        parts = ("operator_frac", "exposed_comm_frac", "dataloader_frac", "framework_overhead_frac")
+        assert sum(row[p] for p in parts) == pytest.approx(1.0, abs=1e-6)
+        assert all(row[p] * row["step_time_us"] == pytest.approx(row[p[:-5] + "_us"]) for p in parts)
     mfu = summary["details"].get("mfu")
     if mfu and mfu.get("step_time_s"):
         assert mfu["step_time_s"] * 1e6 == pytest.approx(step_time)
@@ -75,6 +78,16 @@ def test_what_a_user_reads_after_a_provisional_verdict_is_on_its_clock(tmp_path)
            "for a core; 1.00 ms as measured" in said
     html = render_diff(summary, summary)
     assert "B&#x27;s verdict is provisional" in html or "B's verdict is provisional" in html
+    # the report's chart and table draw both clocks, each labelled
+    from perfscope.reports import render_report as render_summary
+
+    page = render_summary(summary)
+    assert "as measured: 1.00" in page and "as measured (dashed)" in page  # the dashed column's tooltip, legend
+    assert "as measured (ms)" in page
+    # the first row: 0.50 ms on the verdict's clock, 1.00 ms as measured, the DataLoader's 80 us 16% of the 0.50
+    assert '<td class="">0.50</td><td class="">1.00</td>' in page and '<td class="">16.0%</td>' in page
+    quiet = _run(tmp_path, np.random.default_rng(0), 0.0).summary()
+    assert "as measured" not in render_summary(quiet)  # one clock: nothing to draw twice
 
 
 def test_the_optimizer_what_if_is_on_the_verdicts_clock(tmp_path):

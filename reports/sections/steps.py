@@ -5,6 +5,7 @@ from __future__ import annotations
 from perfscope.record.view import Record, record_of
 from perfscope.reports import model
 from perfscope.reports.html import esc, figure, legend, ms, pct, section, table
+from perfscope.reports.palette import DARK as OUTLINE_COLOUR
 from perfscope.reports.palette import part_us, parts
 from perfscope.reports.plots import stacked_columns
 
@@ -64,8 +65,10 @@ def chart(steps: list[dict], mode: str, y_max: float | None = None, key: str = "
     multi_rank = len({s.get("rank") for s in steps}) > 1
     for s in steps:
         values = [part_us(s, cols) / 1000.0 for _, _, _, cols in groups_def]
+        wall = s.get("wall_step_time_us")
         bars.append({"values": values, "label": str(s.get("step")), "sub": _label(s), "title": _bar_title(s),
-                     "faded": not model.is_counted(s)})
+                     "faded": not model.is_counted(s),
+                     "outline": wall / 1000.0 if isinstance(wall, (int, float)) else None})
     svg = stacked_columns(key, bars, [(label, colour) for _, label, colour, _ in groups_def], "step time (ms)",
                           "per-step breakdown of step time", groups=_rank_groups(steps) if multi_rank else None,
                           y_max=y_max)
@@ -74,7 +77,12 @@ def chart(steps: list[dict], mode: str, y_max: float | None = None, key: str = "
         "step partition (docs/metrics.md); under each bar its step number and verdict. Faded bars are steps "
         "the verdict leaves out (incomplete, initialisation or host-contended; the Data quality section says why)."
     )
-    return figure(svg, caption) + legend([(label, colour) for _, label, colour, _ in groups_def])
+    keys = [(label, colour) for _, label, colour, _ in groups_def]
+    if any(b["outline"] is not None for b in bars):
+        caption += (" On a provisional verdict's clock, each stack is the step without its waits for a core, and "
+                    "the dashed column around it the step as measured, waits included.")
+        keys.append(("as measured (dashed)", OUTLINE_COLOUR))
+    return figure(svg, caption) + legend(keys)
 
 
 # A page stays readable (and small) however many steps a trace holds: beyond this the chart and the
@@ -91,12 +99,14 @@ def shown_steps(steps: list[dict]) -> tuple[list[dict], str]:
                                            f"and the last {half}; summary.json holds every one.")
 
 
-def _step_row(s: dict, columns) -> tuple[str, list[str]]:
-    """A step's table row (class ``cut`` where the verdict leaves it out): rank, step, time, shares,
-    verdict, runner-up."""
+def _step_row(s: dict, columns, measured: bool = False) -> tuple[str, list[str]]:
+    """A step's table row (class ``cut`` where the verdict leaves it out): rank, step, time (and,
+    ``measured``, the time as measured), shares, verdict, runner-up."""
     cut = not model.is_counted(s)
     cells = [esc(s.get("rank")), esc(s.get("step")) + (f" ({esc(_status(s))})" if cut else ""),
              ms(s.get("step_time_us"), unit=False)]
+    if measured:
+        cells.append(ms(s.get("wall_step_time_us"), unit=False) if "wall_step_time_us" in s else "-")
     cells += [pct(s.get(c)) for c, _ in columns]
     cells += [esc(s.get("verdict") or "-"), esc(s.get("runner_up") or "-")]
     return ("cut" if cut else "", cells)
@@ -110,15 +120,17 @@ def render(summary: dict | Record) -> str:
         return section("steps", "Per-step breakdown", '<p class="muted">The summary holds no steps.</p>')
     steps, left_out = shown_steps(all_steps)
     columns = GPU_COLUMNS if mode == "gpu" else CPU_COLUMNS
-    headers = [("rank", ""), ("step", ""), ("step time (ms)", "")] + [(h, "") for _, h in columns] + [
-        ("verdict", "l"), ("runner-up", "l")]
-    rows = [_step_row(s, columns) for s in steps]
+    measured = any("wall_step_time_us" in s for s in steps)
+    headers = [("rank", ""), ("step", ""), ("step time (ms)", "")] + ([("as measured (ms)", "")] if measured else []) + [
+        (h, "") for _, h in columns] + [("verdict", "l"), ("runner-up", "l")]
+    rows = [_step_row(s, columns, measured) for s in steps]
     tab = table(headers, rows, "Step time in milliseconds; the other columns are shares of each step's time "
                 "and add up to 100% (definitions in docs/metrics.md).")
     extra = f'<p class="muted">{esc(left_out)}</p>' if left_out else ""
     if model.overall(record).provisional is True:
-        extra += ('<p class="muted">The provisional verdict\'s steps are drawn on its clock: without their waits for '
-                  "a core (summary.json keeps them as measured too).</p>")
+        extra += ('<p class="muted">The provisional verdict\'s steps are drawn on its clock, without their waits for '
+                  "a core (step time); the dashed columns and the \"as measured\" column give each step as measured, "
+                  "waits included.</p>")
     rep, per_step = model.representative_step(record), model.step_time(record)
     if rep is not None and per_step is not None:
         extra += (f'<p class="muted">Step time {ms(per_step)}: the mean over the counted steps of each step\'s '
