@@ -276,3 +276,24 @@ def test_a_long_step_with_almost_no_operators_on_its_thread_gets_a_note(tmp_path
     busy += [cpu_op("aten::mul", (n - 1) * 413_000 + 10_000 + 1000 * k, 500) for n in (1, 2) for k in range(20)]
     again = perfscope.analyze(write_trace(tmp_path / "u.json", [e for e in events if e["name"].startswith("ProfilerStep")] + busy))
     assert not [n for n in again.notes if "almost no operators" in n]
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_step_whose_intra_op_workers_waited_for_cores_gets_no_provisional_verdict(tmp_path, threads):
+    # 1000 us steps of operators; the training thread itself waited only 10% for a core, but its
+    # intra-op worker waited 60%, while the thread spun for it (CPU time, no run-queue wait)
+    events, rec = [], []
+    for n in range(3):
+        s = 1000 * n
+        events += [step(n + 1, s, 1000), cpu_op("aten::mm", s + 10, 900)]
+        rec.append({"step": n + 1, "wall_us": 1000, "thread_cpu_us": 900, "process_cpu_us": 1500,
+                    "run_queue_us": 100, "sibling_run_queue_us": 600, "intra_op_threads": threads})
+    a = _host(tmp_path, rec, events)
+    if threads == 1:  # no intra-op workers: the other thread's wait says nothing of this one's time
+        assert a.steps["status"].tolist() == ["ok"] * 3 and not a.verdict.provisional
+        return
+    assert a.steps["status"].tolist() == ["host-contended"] * 3
+    assert a.steps["core_wait_us"].isna().all()  # no wait-free time can be told
+    assert "its 2 intra-op threads waited up to 60% for cores" in a.steps["status_reason"].iloc[0]
+    assert a.verdict.verdict is None and not a.verdict.provisional
+    assert "torch.set_num_threads(1)" in a.verdict.reason and "no provisional verdict" in a.verdict.reason

@@ -27,8 +27,11 @@ status              when (first that applies; the reason says which and by how m
                     :data:`RUN_QUEUE_SHARE` of the step or more; where the kernel does not report
                     that wait, it got a CPU for less than :data:`HOST_CPU_SHARE` of the step time
                     that no data wait, collective or GPU synchronisation explains: descheduled
-                    time, not the program, set the step's length. Such steps still get a
-                    *provisional* verdict when no step is ``ok`` (:mod:`perfscope.analysis.provisional`)
+                    time, not the program, set the step's length; or its intra-op workers
+                    waited for cores that long (:func:`perfscope.host_steps.workers_waited`).
+                    Such steps still get a *provisional* verdict when no step is ``ok``
+                    (:mod:`perfscope.analysis.provisional`), except those whose workers waited:
+                    the training thread spun for them in CPU time no figure takes out
 ``ok``              none of the above
 ==================  ==========================================================================
 
@@ -49,7 +52,7 @@ from perfscope.analysis.steps import Launches, StepWindows
 from perfscope.analysis.trace_counts import count_quality, events_inside
 from perfscope.analysis.verdict import classify, cost_fractions
 from perfscope.text import named, plural
-from perfscope.host_steps import RUN_QUEUE_SHARE, queue_wait_us
+from perfscope.host_steps import RUN_QUEUE_SHARE, queue_wait_us, workers_waited
 from perfscope.trace.kinds import (
     GPU_KINDS, EventKind, is_gpu_work_call, is_init_call, is_kernel_launch, is_sync_call, profiler_step_numbers,
 )
@@ -57,6 +60,8 @@ from perfscope.trace.quality import NOTED, DataQuality
 from perfscope.trace.table import TraceTable
 
 OK, INCOMPLETE, INITIALISATION, HOST_CONTENDED = "ok", "incomplete", "initialisation", "host-contended"
+# What a user can do where intra-op workers waited for cores (perfscope.host_steps.workers_waited).
+SPIN_ADVICE = "with one intra-op thread, torch.set_num_threads(1) or OMP_NUM_THREADS=1, a busy machine can be profiled"
 STATUSES = (OK, INCOMPLETE, INITIALISATION, HOST_CONTENDED)
 
 # The smallest verdict threshold (io and comm, 10%): set-up taking that much could decide a verdict alone.
@@ -361,14 +366,21 @@ def _host_contended(table: TraceTable, steps: StepWindows, metrics: pd.DataFrame
         if wall <= 0:
             continue
         ev.core_wait_us[i] = core_wait_us(wall, cpu, queue, float(explained[i]))
+        spun = workers_waited(rec)
+        if spun:  # its CPU time holds the spinning: no wait-free time can be told (no provisional verdict)
+            ev.core_wait_us[i] = np.nan
         if ev.status[i] != OK:
             continue
         if queue is not None:
-            queue = ev.core_wait_us[i]
-            if queue >= RUN_QUEUE_SHARE * wall:
+            queue = core_wait_us(wall, cpu, queue, float(explained[i]))
+            if queue >= RUN_QUEUE_SHARE * wall or spun:
                 ev.status[i] = HOST_CONTENDED
                 ev.reason[i] = (f"of the step's {wall / 1000:.1f} ms the training thread waited {100 * queue / wall:.0f}% "
                                 f"for a core, ran {100 * cpu / wall:.0f}% and slept or waited for data the rest")
+                if spun:
+                    ev.reason[i] += (f"; its {int(rec['intra_op_threads'])} intra-op threads waited up to "
+                                     f"{100 * rec['sibling_run_queue_us'] / wall:.0f}% for cores while it spun for "
+                                     f"them, which no figure takes out ({SPIN_ADVICE})")
             continue
         ran = f"ran on a CPU for {100 * cpu / wall:.0f}% of the step's {wall / 1000:.1f} ms"
         unexplained = wall - min(explained[i], wall)

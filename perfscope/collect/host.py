@@ -2,7 +2,7 @@
 
 On a loaded machine the training thread is descheduled while it runs an operator, so the trace
 shows long operators and the step looks compute-bound. The trace cannot tell; the operating
-system can. At every step boundary :class:`HostStepRecorder` reads the wall clock
+system can. At the boundaries of the steps the profiler traces, :class:`HostStepRecorder` reads the wall clock
 (``time.perf_counter_ns``), the thread's and the process's CPU clocks (``time.thread_time_ns``,
 ``time.process_time_ns``), the thread's run-queue wait (the second field, ``run_delay``, of
 Linux's ``/proc/thread-self/schedstat``) and the step's memory peaks (:mod:`perfscope.collect.memory`),
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 import time
 from collections import deque
@@ -41,6 +42,34 @@ def _run_queue_ns() -> int | None:
         with open(_SCHEDSTAT, "rb") as f:
             return int(f.read().split()[1])
     except (OSError, ValueError, IndexError):
+        return None
+
+
+def _siblings_run_queue_ns() -> dict[str, int] | None:
+    """The run-queue wait (ns, ``schedstat`` ``run_delay``) of each of the process's other threads
+    (the intra-op workers among them), by thread id; None where ``/proc`` does not list them."""
+    own = str(threading.get_native_id())
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    out = {}
+    for tid in tids:
+        if tid == own:
+            continue
+        try:
+            with open(f"/proc/self/task/{tid}/schedstat", "rb") as f:
+                out[tid] = int(f.read().split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+    return out
+
+
+def _intra_op_threads() -> int | None:
+    torch = sys.modules.get("torch")
+    try:
+        return int(torch.get_num_threads()) if torch is not None else None
+    except Exception:  # noqa: BLE001 - a torch without it: unknown
         return None
 
 
@@ -105,11 +134,12 @@ class CpuSources:
         return out
 
 
-def snapshot() -> tuple[int, int, int, int | None, int, int]:
+def snapshot() -> tuple:
     """(wall, thread CPU, process CPU, run-queue wait) now, in nanoseconds of their clocks, the
-    thread they were read on, and the time since the epoch (ns: what aligns telemetry samples)."""
+    thread they were read on, the time since the epoch (ns: what aligns telemetry samples), and
+    the other threads' run-queue waits (:func:`_siblings_run_queue_ns`)."""
     return (time.perf_counter_ns(), time.thread_time_ns(), time.process_time_ns(), _run_queue_ns(),
-            threading.get_ident(), time.time_ns())
+            threading.get_ident(), time.time_ns(), _siblings_run_queue_ns())
 
 
 class HostStepRecorder:
@@ -158,9 +188,10 @@ class HostStepRecorder:
 
     def __enter__(self) -> HostStepRecorder:  # noqa: PYI034 - typing.Self needs Python 3.11
         self._inner.__enter__()
-        self._memory.begin()
-        self._cpu.begin()
-        self._start = snapshot()
+        if tracing(self._inner):  # a window from the first step
+            self._memory.begin()
+            self._cpu.begin()
+            self._start = snapshot()
         return self
 
     def __exit__(self, *exc: object) -> Any:
@@ -171,6 +202,32 @@ class HostStepRecorder:
         return self._inner.__exit__(*exc)
 
     def step(self) -> None:
+        # Only the steps the profiler traces are read (their record is all the trace can use):
+        # outside the window a boundary costs no file read or write.
+        if self._start is not None:
+            self._close_step()
+        if self._telemetry is not None:
+            self._telemetry.bind()  # on the training thread: its CUDA device, once initialised
+        if self._oom is not None:
+            self._oom.arm()
+        if self._window_opens_next():
+            self._sync()  # in the last warm-up step, which the trace drops: no recorded step pays
+        self._inner.step()
+        if self._flops is not None:
+            self._flops.boundary(self._inner.step_num)  # the step now starting
+        traced = tracing(self._inner)
+        if self._modules is not None:
+            self._modules.switch(traced)
+        if traced:
+            self._memory.begin()
+            if self._start is None:
+                self._cpu.begin()  # the machine's and the workers' CPU from this step on
+            self._start = snapshot()  # after the profiler's own work at the boundary
+        else:
+            self._start = None
+
+    def _close_step(self) -> None:
+        """The host record of the traced step ending now; into the header while recording."""
         now = snapshot()
         # A thread's clocks compare only on that thread: a loop training in a thread of its own
         # ends its first step there, after the profiler was entered on the main thread.
@@ -191,19 +248,6 @@ class HostStepRecorder:
                 counted = self._flops.header() if self._flops is not None else None
                 if counted is not None:
                     self._inner.add_metadata_json(*counted)
-        if self._telemetry is not None:
-            self._telemetry.bind()  # on the training thread: its CUDA device, once initialised
-        if self._oom is not None:
-            self._oom.arm()
-        if self._window_opens_next():
-            self._sync()  # in the last warm-up step, which the trace drops: no recorded step pays
-        self._inner.step()
-        if self._flops is not None:
-            self._flops.boundary(self._inner.step_num)  # the step now starting
-        if self._modules is not None:
-            self._modules.switch(tracing(self._inner))
-        self._memory.begin()
-        self._start = snapshot()  # after the profiler's own work at the boundary
 
     def _window_opens_next(self) -> bool:
         """The profiler's next step is its first recorded one (its schedule says so)."""
@@ -226,4 +270,13 @@ def sync_cuda() -> None:
 def _record(step: int, a: tuple, b: tuple) -> dict:
     run_queue = (b[3] - a[3]) / 1000.0 if a[3] is not None and b[3] is not None else None
     return {"step": int(step), "wall_us": (b[0] - a[0]) / 1000.0, "thread_cpu_us": (b[1] - a[1]) / 1000.0,
-            "process_cpu_us": (b[2] - a[2]) / 1000.0, "run_queue_us": run_queue, "start_unix_ns": a[5]}
+            "process_cpu_us": (b[2] - a[2]) / 1000.0, "run_queue_us": run_queue, "start_unix_ns": a[5],
+            "sibling_run_queue_us": _largest_wait(a[6], b[6]), "intra_op_threads": _intra_op_threads()}
+
+
+def _largest_wait(a: dict[str, int] | None, b: dict[str, int] | None) -> float | None:
+    """The longest run-queue wait (µs) any other thread of the process had between two snapshots
+    (threads that started in between count from zero)."""
+    if a is None or b is None:
+        return None
+    return max((b[t] - a.get(t, 0) for t in b), default=0) / 1000.0
