@@ -6,8 +6,9 @@ textbook formulation (:func:`window_attention_reference`) takes about ten operat
 pass over the ``(B * nW, heads, N, N)`` scores. The operator here is one autograd node with its own
 backward, in two implementations:
 
-* fp32 on the CPU: a C++ kernel (:mod:`perfscope.fused_ops.native`) that computes each window and head's
-  scores, softmax, products and gradients while they are in the core's cache;
+* fp32 and bf16 on the CPU: a C++ kernel (:mod:`perfscope.fused_ops.native`) that computes each
+  window and head's scores, softmax, products and gradients while they are in the core's cache,
+  where it is the faster of the two on this machine at this shape (:mod:`perfscope.fused_ops.choice`);
 * elsewhere (other dtypes, CUDA, head sizes that are not whole vectors, no compiler), the ATen
   formulation below: the forward as two batched matrix products around one in-place
   bias-and-mask add and one softmax; the scores start as the bias-plus-mask, broadcast over the
@@ -32,7 +33,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from perfscope.fused_ops import native
+from perfscope.fused_ops import choice, native
 
 __all__ = ["window_attention", "window_attention_op", "window_attention_reference", "window_attention_sdpa"]
 
@@ -80,8 +81,14 @@ GUARDED_DTYPES = (torch.float32, torch.float64)
 
 @torch.library.custom_op("fused_ops::window_attention_fwd", mutates_args=())
 def _forward(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, mask: Tensor | None, scale: float) -> tuple[Tensor, Tensor]:
-    if native.usable(q, k, v, bias, mask):  # fp32 on the CPU: the kernel (it flushes subnormals: no guard)
+    # On the CPU: the kernel (it flushes subnormals: no guard), where it is the faster of the two here
+    if native.usable(q, k, v, bias, mask) and choice.kernel_wins(q, k, v, bias, mask, scale, _ATEN):
         return native.forward(q, k, v, bias, mask, scale)
+    return _forward_aten(q, k, v, bias, mask, scale)
+
+
+def _forward_aten(q: Tensor, k: Tensor, v: Tensor, bias: Tensor, mask: Tensor | None, scale: float) -> tuple[Tensor, Tensor]:
+    """The forward's ATen formulation: ``(out, probs)`` as the kernel's."""
     bw, heads, n, d = q.shape
     windows = 1 if mask is None else mask.shape[0]
     # The scores start as the broadcast bias-plus-mask; the product, scaled, is added onto them.
@@ -116,8 +123,14 @@ def _bias_grad_dtype(dtype: torch.dtype) -> torch.dtype:
 @torch.library.custom_op("fused_ops::window_attention_bwd", mutates_args=())
 def _backward(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, probs: Tensor, windows: int,
               scale: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    if native.usable_backward(grad_out, q, k, v, probs):
+    if native.usable_backward(grad_out, q, k, v, probs) and choice.kernel_chosen(q, windows):
         return native.backward(grad_out, q, k, v, probs, scale)
+    return _backward_aten(grad_out, q, k, v, probs, scale)
+
+
+def _backward_aten(grad_out: Tensor, q: Tensor, k: Tensor, v: Tensor, probs: Tensor,
+                   scale: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The backward's ATen formulation: ``(grad_q, grad_k, grad_v, grad_bias)`` as the kernel's."""
     bw, heads, n, d = q.shape
     g = grad_out.reshape(bw * heads, n, d)
     p = probs.reshape(bw * heads, n, n)
@@ -160,6 +173,7 @@ def _autograd(ctx, grad_out, grad_probs):
 
 
 _forward.register_autograd(_autograd, setup_context=_setup_context)
+_ATEN = choice.Formulation(forward=_forward_aten, backward=_backward_aten)
 
 
 def window_attention(q: Tensor, k: Tensor, v: Tensor, rel_pos_bias: Tensor, mask: Tensor | None = None,

@@ -25,6 +25,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import re
 import shutil
 import signal
 import stat
@@ -40,6 +41,23 @@ SOURCE = Path(__file__).with_name("csrc") / "window_attention.cpp"
 HEADERS = (SOURCE.with_name("tiles.h"), SOURCE.with_name("pairs.h"))  # what SOURCE includes: part of the cache key
 # -fopenmp: the kernel runs on the OpenMP runtime PyTorch loaded (see parallel() in the source).
 FLAGS = ("-O3", "-march=native", "-std=c++17", "-shared", "-fPIC", "-pthread", "-fopenmp", "-fno-math-errno")
+# PERFSCOPE_NATIVE_MARCH=haswell builds for AVX2 without AVX-512 on any x86 machine (what the tests and
+# the benchmark use to check that build where the CPU has more); a GCC -march name.
+_MARCH = re.compile(r"[a-z][a-z0-9_.+-]{0,31}")
+
+
+def flags() -> tuple[str, ...]:
+    """:data:`FLAGS`, with ``-march`` from ``PERFSCOPE_NATIVE_MARCH`` where it is set.
+
+    Raises:
+        RuntimeError: the variable is not a GCC ``-march`` name.
+    """
+    march = os.environ.get("PERFSCOPE_NATIVE_MARCH")
+    if not march:
+        return FLAGS
+    if not _MARCH.fullmatch(march):
+        raise RuntimeError(f"PERFSCOPE_NATIVE_MARCH={march[:40]!r} is not a -march name")
+    return tuple(f"-march={march}" if f == "-march=native" else f for f in FLAGS)
 BUILD_TIMEOUT_S = 120  # about 2 s on an idle machine, 20 s at a load of 15 on 2 cores
 
 _lock = threading.Lock()
@@ -80,14 +98,14 @@ class Untrusted(RuntimeError):
 def _trusted(path: Path, kind: str) -> None:
     """Refuse ``path`` unless nobody but this user could have written it: the checks ssh makes of
     ``~/.ssh`` and pip of its cache. ``kind``: ``library`` and ``cache folder`` must be this
-    user's; a ``folder above`` them may also be root's, and may be writable by others when its
+    user's (a ``cache file`` too); a ``folder above`` them may also be root's, and may be writable by others when its
     sticky bit is set (``/tmp``: others cannot rename what is in it).
 
     Raises:
         Untrusted: naming the path and why.
     """
     info = os.lstat(path)
-    is_folder = kind != "library"
+    is_folder = kind in ("cache folder", "folder above")
     if stat.S_ISLNK(info.st_mode) and kind != "folder above":
         raise Untrusted(f"{kind} {path} is a symbolic link")
     if stat.S_ISLNK(info.st_mode):  # a link's owner may repoint it (in a sticky folder too): ours or root's only
@@ -185,7 +203,7 @@ def _open(path: str) -> ctypes.CDLL:
 def _target(cxx: str) -> Path:
     version = _run([cxx, "--version"], 30).stdout
     sources = [path.read_text() for path in (SOURCE, *HEADERS)]
-    key = hashlib.sha256("\0".join([*sources, " ".join(FLAGS), version, _cpu_identity()]).encode())
+    key = hashlib.sha256("\0".join([*sources, " ".join(flags()), version, _cpu_identity()]).encode())
     return cache_dir() / f"window_attention-{key.hexdigest()[:16]}.so"
 
 
@@ -200,7 +218,7 @@ def _build(cxx: str, target: Path) -> None:
     fd, tmp = tempfile.mkstemp(prefix=target.stem + ".", suffix=".tmp.so", dir=target.parent)  # mode 0600
     os.close(fd)
     try:
-        done = _run([cxx, *FLAGS, str(SOURCE), "-o", tmp], BUILD_TIMEOUT_S)
+        done = _run([cxx, *flags(), str(SOURCE), "-o", tmp], BUILD_TIMEOUT_S)
         if done.returncode:
             lines = (done.stderr or done.stdout).strip().splitlines()
             raise RuntimeError(f"{Path(cxx).name} failed: {lines[-1] if lines else f'exit {done.returncode}'}")
@@ -237,6 +255,7 @@ def _load() -> ctypes.CDLL | None:
             _trusted(target, "library")
             try:
                 lib = _open(str(target))
+                _state["target"] = target.name
                 break
             except (OSError, AttributeError) as e:
                 if attempt == 2:
@@ -268,9 +287,46 @@ def kernel() -> ctypes.CDLL | None:
 
 
 def status() -> str:
-    """``"built"``, or why the kernel is not used (after :func:`kernel` was called)."""
+    """``"built"``, or why the kernel is not used (after :func:`kernel` was called); where it is
+    built, each shape's choice between it and the ATen formulation so far, one line each
+    (:mod:`perfscope.fused_ops.choice`)."""
     kernel()
-    return _state["status"]
+    made = "\n".join(filter(None, (describe() for describe in _status_lines))) if _state["status"] == "built" else ""
+    return _state["status"] + (f"; per shape:\n{made}" if made else "")
+
+
+_status_lines: list = []  # what perfscope.fused_ops.choice adds to status() (it imports this module)
+
+
+def add_status_lines(describe) -> None:
+    """``describe() -> str`` is called by :func:`status` for lines of its own (the per-shape choices)."""
+    if describe not in _status_lines:
+        _status_lines.append(describe)
+
+
+def library_name() -> str | None:
+    """The loaded library's file name (its build flags, compiler and CPU are in its hash), or None."""
+    kernel()
+    return _state.get("target")
+
+
+def check_cache_folder() -> None:
+    """The cache folder and every folder above it, as the library's are checked before it loads.
+
+    Raises:
+        Untrusted: one that another user could have written.
+    """
+    _check_folders(_make_cache_dir())
+
+
+def check_cache_file(path: Path) -> None:
+    """A file of the cache folder (``path`` in it), checked as the library is before it is read.
+
+    Raises:
+        Untrusted: the folder or the file could have been written by another user (or is a link).
+    """
+    check_cache_folder()
+    _trusted(path, "cache file")
 
 
 @contextlib.contextmanager
