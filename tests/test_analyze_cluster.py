@@ -20,6 +20,7 @@ import orjson
 import pytest
 from tracegen import cpu_op, launch, step, write_trace
 from tracekit import NCCL_NEW
+from conftest import HANG_TIMEOUT_S  # noqa: E402
 
 RANKS = 6
 BASE_NS = 1_700_000_000_000_000_000
@@ -75,7 +76,7 @@ def client(cluster):
     from distributed import Client
 
     with Client(cluster.scheduler_address, set_as_default=False) as c:
-        c.wait_for_workers(3, timeout=60)
+        c.wait_for_workers(3, timeout=HANG_TIMEOUT_S)
         yield c
 
 

@@ -10,6 +10,7 @@ import sys
 import pytest
 
 from tracegen import launch, step, write_trace
+from conftest import HANG_TIMEOUT_S  # noqa: E402
 
 # argparse names the sub-command in its errors: "perfscope analyze: error: ..."
 USAGE_ERROR = re.compile(r"^perfscope( \w+)?: error: ")
@@ -19,7 +20,7 @@ GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
 def run_cli(cwd, *args):
     return subprocess.run(
         [sys.executable, "-m", "perfscope", *map(str, args)],
-        cwd=cwd, capture_output=True, text=True, timeout=60,
+        cwd=cwd, capture_output=True, text=True, timeout=HANG_TIMEOUT_S,
     )
 
 

@@ -20,6 +20,7 @@ from perfscope.collect.nodes import NodeLaunch
 from perfscope.errors import PerfscopeError
 from perfscope.tuner import board as wire
 from perfscope.tuner import nodes
+from conftest import HANG_TIMEOUT_S  # noqa: E402
 
 SCRIPT = Path(__file__).parent / "scripts" / "measure_loop.py"
 SECRET = "s3cret-of-this-job-0123456789abcdef"
@@ -178,7 +179,7 @@ def test_a_command_written_into_the_board_is_never_run(tmp_path, monkeypatch, se
                                  '["--standalone"], "config": null, "timeout_s": 30}')
         else:  # a record of the right shape, unsigned
             store.set("trial/0", wire.encode(trial(0), "trial/0", None))
-        out, err = follower.communicate(timeout=60)
+        out, err = follower.communicate(timeout=HANG_TIMEOUT_S)
     finally:
         _kill(follower)
     assert follower.returncode != 0
@@ -197,7 +198,7 @@ def test_a_configuration_that_is_not_of_the_schema_is_refused_by_the_follower(tm
     try:
         signed = wire.encode(trial(0, config={"script": "evil.py"}), "trial/0", job_secret(endpoint))
         _attacker(endpoint).set("trial/0", signed)  # one who can read the secret: the schema still holds
-        _, err = follower.communicate(timeout=60)
+        _, err = follower.communicate(timeout=HANG_TIMEOUT_S)
     finally:
         _kill(follower)
     assert follower.returncode != 0
@@ -270,7 +271,7 @@ def test_a_replayed_record_of_another_job_and_a_forged_report_are_refused(monkey
     try:
         board.announce({}, warmup_steps=1, measure_steps=1, profile_steps=0, seed=0, timeout_s=1.0)
         attacker.set("trial/1", wire.encode(trial(1, job="f" * 32), "trial/1", job_secret(endpoint)))
-        _, err = follower.communicate(timeout=120)
+        _, err = follower.communicate(timeout=HANG_TIMEOUT_S)
     finally:
         _kill(follower)
     assert "trial/1: a record of another job (replayed?); refusing it" in err, err
@@ -286,7 +287,7 @@ def test_with_no_secret_set_a_forged_trial_on_loopback_is_refused(tmp_path):
     follower = _follower(endpoint)
     try:  # another local user: a record of the right shape and job, unsigned
         _attacker(endpoint).set("trial/0", wire.encode(trial(0, job=board.job), "trial/0", None))
-        _, err = follower.communicate(timeout=60)
+        _, err = follower.communicate(timeout=HANG_TIMEOUT_S)
     finally:
         _kill(follower)
     assert follower.returncode != 0

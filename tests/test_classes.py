@@ -16,6 +16,7 @@ from perfscope import classes, steptime
 from perfscope.analysis import partition, verdict
 from perfscope.reports import palette
 from perfscope.reports.sections import verdict as verdict_section
+from conftest import HANG_TIMEOUT_S  # noqa: E402
 
 
 def test_every_consumer_names_exactly_the_tables_classes():
@@ -61,7 +62,7 @@ def test_a_class_added_to_the_table_reaches_every_consumer():
     """)
     tests = Path(__file__).resolve().parent
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_TIMEOUT_S, env=env)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]
 
 

@@ -28,6 +28,7 @@ from perfscope.collect import (
     traces,
     wait_for_rank_traces,
 )
+from conftest import HANG_TIMEOUT_S  # noqa: E402
 
 # --------------------------------------------------------------------------- rank trace files
 
@@ -200,7 +201,7 @@ def test_nproc_per_node_ctrl_c_gives_130(tmp_path):
         time.sleep(1.0)
         proc.send_signal(signal.SIGINT)
         started = time.monotonic()
-        out, _ = proc.communicate(timeout=60)
+        out, _ = proc.communicate(timeout=HANG_TIMEOUT_S)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -4,6 +4,7 @@ changes), escaping of the labels, and one-line errors on bad input."""
 from __future__ import annotations
 
 import re
+import shutil
 
 import pytest
 
@@ -13,9 +14,11 @@ from test_bad_input import assert_one_line_error, run_cli
 from test_report import EVIL_FILE, assert_self_contained, cpu_trace, gpu_trace
 
 
-@pytest.fixture
-def two_runs(tmp_path):
-    """A: io-bound (600 us DataLoader fetch per 1000 us step); B: compute-bound (a 900 us kernel)."""
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+    """A: io-bound (600 us DataLoader fetch per 1000 us step); B: compute-bound (a 900 us kernel).
+    Analysed once for the module (tests only read them)."""
+    tmp_path = tmp_path_factory.mktemp("two_runs")
     outs = []
     for name, dl, k in (("slow", 600, 300), ("fast", 5, 900)):
         out = tmp_path / name
@@ -60,7 +63,7 @@ def test_diff_of_runs_of_different_modes(tmp_path):
 def test_diff_labels_are_escaped(tmp_path, two_runs):
     a, b = two_runs
     evil = tmp_path / EVIL_FILE
-    a.rename(evil)
+    shutil.copytree(a, evil)
     r = run_cli(tmp_path, "diff", evil, b, "--out", tmp_path / "d.html")
     assert r.returncode == 0, r.stderr
     html = (tmp_path / "d.html").read_text()

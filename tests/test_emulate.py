@@ -14,6 +14,7 @@ import pytest
 from perfscope import netns
 from perfscope.emulate import ClusterError, EmulatedCluster, LinkShape, parse_rate
 from emulated import root_cluster_host  # noqa: F401 - a fixture
+from conftest import HANG_TIMEOUT_S  # noqa: E402
 
 
 pytestmark = pytest.mark.usefixtures("root_cluster_host")
@@ -144,7 +145,7 @@ def test_each_nodes_output_is_shown_as_it_comes():
         first = {proc.stdout.readline().strip() for _ in range(2)}
         assert first == {"[node 0] first 0", "[node 1] first 1"}
         assert proc.poll() is None  # read while the nodes still sleep
-        out, err = proc.communicate(timeout=120)
+        out, err = proc.communicate(timeout=HANG_TIMEOUT_S)
     finally:
         if proc.poll() is None:
             proc.kill()

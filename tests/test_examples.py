@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from perfscope.analysis.optimizer_step import MIN_SHARE
+from conftest import HANG_TIMEOUT_S  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -115,7 +116,7 @@ def test_diff_of_two_io_runs(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "perfscope", "diff", str(a_out), str(b_out),
          "--out", str(tmp_path / "diff.html")],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT, capture_output=True, text=True, timeout=HANG_TIMEOUT_S,
     )
     assert proc.returncode == 0, proc.stderr
     # The diff states the ratio of the two summaries (how much faster is a measurement between

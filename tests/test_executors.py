@@ -30,6 +30,7 @@ from perfscope.testing.executors import (
     gated,
     square,
 )
+from conftest import HANG_TIMEOUT_S  # noqa: E402
 
 KINDS = ["serial", "process", "dask"]
 WITH_WORKERS = ["process", "dask"]  # where fn runs in another process, which may die
@@ -73,7 +74,7 @@ def _make(kind: str, request) -> RankExecutor:
 
     c = request.getfixturevalue("cluster")
     with Client(c.scheduler_address, set_as_default=False) as client:
-        client.wait_for_workers(2, timeout=60)  # both back, after a test that killed one
+        client.wait_for_workers(2, timeout=HANG_TIMEOUT_S)  # both back, after a test that killed one
     return DaskExecutor(c.scheduler_address)
 
 

@@ -13,6 +13,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from conftest import HANG_TIMEOUT_S  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CXX = shutil.which("g++") or shutil.which("c++")
@@ -44,7 +45,7 @@ def probe(env: dict, code: str = PROBE, **kwargs) -> tuple[str, str, subprocess.
 def target_in(cache: Path) -> Path:
     """The library name this process would build for ``cache``."""
     code = "from perfscope.fused_ops import native; print(native._target(native._compiler()))"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=HANG_TIMEOUT_S,
                           env={**os.environ, "PERFSCOPE_CACHE_DIR": str(cache)}, check=True)
     return Path(done.stdout.strip())
 

@@ -15,6 +15,7 @@ from perfscope.measure.argv import UsageError, parse_argv
 from perfscope.measure.hooks import Recorder
 from perfscope.collect.script import exit_status
 from collectkit import profiler_steps, trace_events, write_script
+from conftest import HANG_TIMEOUT_S  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
@@ -57,7 +58,7 @@ if pid == 0:
 _, status = os.waitpid(pid, 0)
 assert os.waitstatus_to_exitcode(status) == 0
 train(20)
-""", timeout=120)
+""", timeout=HANG_TIMEOUT_S)
     assert result.returncode == 0, result.stderr
     assert result.stdout.count("wrote ") == 1 and "child out" in result.stdout
     assert [s["step"] for s in summary(tmp_path)["steps"]] == [3, 4, 5]
@@ -111,7 +112,7 @@ print("after the thread")
 def test_a_script_that_exits_before_training_gives_its_own_status(tmp_path):
     script = write_script(tmp_path, "import argparse\nargparse.ArgumentParser().parse_args()\n" + HEAD + "train(20)\n")
     result = subprocess.run([sys.executable, "-m", "perfscope", "profile", str(script), "--", "--help"],
-                            env=ENV, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+                            env=ENV, capture_output=True, text=True, timeout=HANG_TIMEOUT_S, cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert "usage:" in result.stdout
     assert "before its first training step" in result.stderr and "error" not in result.stderr
@@ -126,7 +127,7 @@ def test_a_script_that_exits_before_training_gives_its_own_status(tmp_path):
 def test_absurd_option_values_are_refused_with_one_line(tmp_path, options):
     script = write_script(tmp_path, HEAD + "train(20)\n")
     result = subprocess.run([sys.executable, "-m", "perfscope", "profile", str(script), *options],
-                            env=ENV, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+                            env=ENV, capture_output=True, text=True, timeout=HANG_TIMEOUT_S, cwd=tmp_path)
     assert result.returncode == 2
     assert options[0] in result.stderr.splitlines()[-1] and "Traceback" not in result.stderr
     assert not (tmp_path / "perfscope-out").exists()
@@ -135,7 +136,7 @@ def test_absurd_option_values_are_refused_with_one_line(tmp_path, options):
 @pytest.mark.parametrize("command", [["analyze", "x.json"], ["report", "x"], ["diff", "a", "b"]])
 def test_an_empty_out_is_refused(tmp_path, command):
     result = subprocess.run([sys.executable, "-m", "perfscope", *command, "--out", ""],
-                            env=ENV, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+                            env=ENV, capture_output=True, text=True, timeout=HANG_TIMEOUT_S, cwd=tmp_path)
     assert result.returncode == 2 and "--out" in result.stderr
 
 

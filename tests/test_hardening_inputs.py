@@ -18,6 +18,7 @@ from perfscope.cli import main
 from perfscope.console import format_summary, format_warnings
 from perfscope.errors import PerfscopeError
 from perfscope.runtime.config import ConfigError, load_config
+from conftest import HANG_TIMEOUT_S  # noqa: E402
 
 # Escape sequences (retitle the terminal, clear the screen), a carriage return, a newline that
 # would start a forged verdict line, and a right-to-left override.
@@ -210,7 +211,7 @@ def test_a_config_that_is_not_a_regular_file_is_refused_at_once(tmp_path, kind):
     if kind == "fifo":
         os.mkfifo(path)  # nobody writes it: reading would wait for ever
     done = subprocess.run([sys.executable, "-m", "perfscope", "profile", EXAMPLE, "--config", str(path)],
-                          capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=HANG_TIMEOUT_S, cwd=tmp_path,
                           env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])))
     assert done.returncode == 2, done.stderr
     assert done.stderr == f"perfscope: error: not a configuration file: {path} (not a regular file)\n"

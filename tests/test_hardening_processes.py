@@ -14,6 +14,7 @@ import time
 import pytest
 
 from perfscope.process import keeper
+from conftest import HANG_TIMEOUT_S  # noqa: E402
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="Linux process control (/proc, prctl)")
 
@@ -109,14 +110,14 @@ def test_keeper_sweeps_what_the_command_left_and_passes_its_status_on(tmp_path):
     sleep, tag = _sleeper(tmp_path)
     script = tmp_path / "leaver.py"
     script.write_text(ESCAPER.format(sleep=sleep, tag=tag, ready=str(tmp_path / "ready"), then="sys.exit(7)"))
-    proc = subprocess.run(keeper.command([sys.executable, str(script)], 3), env=ENV, timeout=60)
+    proc = subprocess.run(keeper.command([sys.executable, str(script)], 3), env=ENV, timeout=HANG_TIMEOUT_S)
     assert proc.returncode == 7
     assert _gone(f"{sleep} {tag}", within_s=5), "a process the command left running survived it"
 
 
 def test_keeper_reports_death_by_a_signal_as_the_command_died(tmp_path):
     proc = subprocess.run(keeper.command([sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"],
-                                         3), env=ENV, timeout=60)
+                                         3), env=ENV, timeout=HANG_TIMEOUT_S)
     assert proc.returncode == -signal.SIGTERM
 
 

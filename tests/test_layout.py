@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from test_import_graph import FOLDERS, ROOT, modules
+from conftest import HANG_TIMEOUT_S  # noqa: E402
 
 
 def tree_packages() -> set[str]:
@@ -42,7 +43,7 @@ def test_the_subpackages_load_from_this_tree_beside_perfscope(tmp_path):
     code = ("import perfscope.tuner.options, perfscope.reports, perfscope.fused_ops, sys\n"
             "print(perfscope.tuner.options.__file__)\nprint(perfscope.fused_ops.__file__)\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tuner', 'reports', 'fused_ops')))\n")
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=HANG_TIMEOUT_S,
                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr
     tuner_file, fused_file, bare = out.stdout.splitlines()

@@ -8,6 +8,7 @@ import pytest
 from perfscope.collect.errors import CollectError
 from perfscope.collect.nodes import NodeLaunch, check_layout, from_options
 from perfscope.errors import PerfscopeError
+from conftest import HANG_TIMEOUT_S  # noqa: E402
 
 
 @pytest.mark.parametrize("endpoint, host, port", [("node0:29500", "node0", 29500), ("10.0.0.1:1", "10.0.0.1", 1),
@@ -86,7 +87,7 @@ def test_a_follower_reads_the_stop_of_a_node_0_that_exits_right_after_it(tmp_pat
         assert "following node 0's trials" in follower.stdout.readline()
         node0.stdin.write("go\n")
         node0.stdin.flush()
-        out, err = follower.communicate(timeout=60)
+        out, err = follower.communicate(timeout=HANG_TIMEOUT_S)
         assert follower.returncode == 0, err
         assert "0 run(s) of node 0's done" in out, out
         assert node0.wait(timeout=30) == 0

@@ -8,18 +8,19 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import HANG_TIMEOUT_S  # noqa: E402
 
 
 
 def test_it_runs_the_module_with_its_arguments():
     r = subprocess.run([sys.executable, "-m", "perfscope.process.orphan_guard", "-m", "json.tool", "--compact"],
-                       input='{"a": [1, 2]}', capture_output=True, text=True, timeout=60)
+                       input='{"a": [1, 2]}', capture_output=True, text=True, timeout=HANG_TIMEOUT_S)
     assert r.returncode == 0 and r.stdout.strip() == '{"a":[1,2]}', r.stderr
 
 
 def test_anything_but_a_module_is_one_usage_line():
     r = subprocess.run([sys.executable, "-m", "perfscope.process.orphan_guard", "script.py"], capture_output=True,
-                       text=True, timeout=60)
+                       text=True, timeout=HANG_TIMEOUT_S)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "usage" in r.stderr
 
 

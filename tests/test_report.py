@@ -22,6 +22,7 @@ from perfscope.testing import ContractError
 from perfscope.testing.sections import check_section, check_sections
 from test_bad_input import assert_one_line_error, run_cli
 from tracegen import annotation, cpu_op, dataloader, kernel, launch, memcpy, runtime, step, write_trace
+from conftest import HANG_TIMEOUT_S  # noqa: E402
 
 EVIL_KERNEL = "</script><script>alert(1)</script>"
 EVIL_FILE = "<img src=x onerror=alert(1)>"
@@ -311,12 +312,12 @@ def test_open_never_fails_the_command(tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "BROWSER": "false"}  # a "browser" that fails
     r = subprocess.run([sys.executable, "-m", "perfscope", "analyze", str(gpu_trace(tmp_path / "t.json")), "--out",
-                        str(out), "--open"], cwd=tmp_path, capture_output=True, text=True, timeout=60, env=env)
+                        str(out), "--open"], cwd=tmp_path, capture_output=True, text=True, timeout=HANG_TIMEOUT_S, env=env)
     assert r.returncode == 0, r.stderr
     assert "could not open a web browser" in r.stderr
     env["BROWSER"] = "true"
     r = subprocess.run([sys.executable, "-m", "perfscope", "report", str(out), "--open"], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=60, env=env)
+                       capture_output=True, text=True, timeout=HANG_TIMEOUT_S, env=env)
     assert r.returncode == 0 and r.stderr == "", r.stderr
 
 

@@ -20,7 +20,7 @@ from perfscope.run_steps import (
     RunStep, decode_run_steps, encode_run_step, read_run_steps, run_steps_path,
 )
 
-from conftest import on_one_core  # noqa: E402
+from conftest import HANG_TIMEOUT_S, on_one_core  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -292,7 +292,7 @@ def test_profile_times_every_step_of_the_run_and_reports_it(tmp_path, busy, requ
         (tmp_path / f"{name}.json").write_text(json.dumps(record))
     check = subprocess.run([sys.executable, "-m", "perfscope", "check", str(tmp_path / "slower.json"), "--baseline",
                             str(tmp_path / "baseline.json"), "--all-steps"], cwd=ROOT, capture_output=True, text=True,
-                           timeout=120)
+                           timeout=HANG_TIMEOUT_S)
     assert check.returncode == 1, check.stdout + check.stderr
     assert "60 and 60 steps of the whole runs" in check.stdout and "REGRESSION" in check.stdout
     assert "smallest slowdown found 80% of the time" in check.stdout

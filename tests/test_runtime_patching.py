@@ -25,6 +25,7 @@ from perfscope.runtime.patching import (
     plan,
     suspended,
 )
+from conftest import HANG_TIMEOUT_S  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -304,7 +305,7 @@ def test_gpu_check_without_cuda_skips_cleanly(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("CUDA present: gpu_check.py would run the real checks")
     proc = subprocess.run([sys.executable, str(ROOT / "scripts/gpu_check.py")], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+                          capture_output=True, text=True, timeout=HANG_TIMEOUT_S, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "Traceback" not in proc.stderr
     rows = [line for line in proc.stdout.splitlines() if line.split()[:1] and line.split()[0] in

@@ -21,6 +21,7 @@ from runtimekit import (
 import perfscope
 from perfscope.runtime.accelerator import AcceleratedOptimizer, AlreadyAcceleratedError
 from perfscope.runtime.config import AccelConfig, ConfigError, save_config
+from conftest import HANG_TIMEOUT_S  # noqa: E402
 
 # --- configuration sources and errors -------------------------------------------------------------
 
@@ -97,5 +98,5 @@ def test_accelerated_example_runs(tmp_path):
     save_config(AccelConfig(num_workers=2, amp_level="O1", grad_accum_steps=2), tmp_path / "c.yaml")
     env = {**os.environ, "PERFSCOPE_CONFIG": str(tmp_path / "c.yaml")}
     out = subprocess.run([sys.executable, "examples/accelerated.py", "--steps", "4", "--decode-ms", "0"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=True).stdout
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=HANG_TIMEOUT_S, check=True).stdout
     assert "applied num_workers" in out and "step 4: loss" in out

@@ -30,6 +30,7 @@ from tunekit import (
 )
 
 from perfscope.runtime.config import load_config
+from conftest import HANG_TIMEOUT_S  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -179,7 +180,7 @@ def ctrl_c(args: tuple[str, ...], log_dir, once, sig: int = signal.SIGINT) -> tu
     try:
         assert wait_until(lambda: bool(glob.glob(str(once))), RUN_TIMEOUT_S, proc=proc), logs(log_dir)
         os.kill(proc.pid, sig)
-        status = proc.wait(timeout=60)
+        status = proc.wait(timeout=HANG_TIMEOUT_S)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -227,7 +228,7 @@ def test_bad_input_is_one_line_and_exit_status_2(tmp_path, case):
         extra = ("--storage", "postgresql://u:secret@127.0.0.1:1/db")
     else:
         extra = ("--confirm-rounds", "1")
-    done = run_tune(str(script), "--out", str(out), *extra, "--", "--steps", "100", timeout=120)
+    done = run_tune(str(script), "--out", str(out), *extra, "--", "--steps", "100", timeout=HANG_TIMEOUT_S)
     line = check_one_line_error(done)
     expected = {"missing-script": "missing.py", "unknown-storage": "bogus://x",
                 "unreachable-server": "127.0.0.1", "one-round": "--confirm-rounds"}[case]

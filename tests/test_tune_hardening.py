@@ -30,6 +30,7 @@ from perfscope.tuner.storage import open_storage
 from perfscope.tuner.study import CATCH, SPACE_ATTR
 from perfscope.tuner.trial import TrialSpec, run_trial
 from perfscope.tuner.tune import _note_outputs, _note_stale
+from conftest import HANG_TIMEOUT_S  # noqa: E402
 
 CHATTY = ROOT / "tests" / "scripts" / "tune_chatty.py"
 SMALL_LOG = {"output_keep_bytes": 64 * 1024, "output_limit_bytes": 1024 * 1024}
@@ -190,7 +191,7 @@ def test_durations_never_round_to_zero():
 ])
 def test_numeric_options_are_bounded_in_one_line(tmp_path, option, value, allowed):
     done = run_tune(str(ROOT / "examples" / "io_bound.py"), "--out", str(tmp_path / "out"), option, value,
-                    timeout=60)
+                    timeout=HANG_TIMEOUT_S)
     line = one_error_line(done)
     assert f"argument {option}: must be " in line and allowed in line, line
     assert not (tmp_path / "out").exists()
@@ -199,7 +200,7 @@ def test_numeric_options_are_bounded_in_one_line(tmp_path, option, value, allowe
 @pytest.mark.parametrize("option", ["--out", "--study-name"])
 @pytest.mark.parametrize("value", ["", "  "])
 def test_an_empty_out_or_study_name_is_refused(tmp_path, option, value):
-    done = run_tune(str(ROOT / "examples" / "io_bound.py"), option, value, timeout=60, cwd=tmp_path)
+    done = run_tune(str(ROOT / "examples" / "io_bound.py"), option, value, timeout=HANG_TIMEOUT_S, cwd=tmp_path)
     line = one_error_line(done)
     assert f"argument {option}: must not be empty" in line, line
     assert list(tmp_path.iterdir()) == []  # nothing written into the current folder
@@ -214,7 +215,7 @@ def test_an_empty_out_or_study_name_is_refused(tmp_path, option, value):
                                  "postgresql://user:s3cret@pw@host.invalid/db"])
 def test_a_mistyped_storage_url_never_shows_its_password(tmp_path, url):
     done = run_tune(str(ROOT / "examples" / "io_bound.py"), "--out", str(tmp_path / "out"), "--storage", url,
-                    timeout=60)
+                    timeout=HANG_TIMEOUT_S)
     line = one_error_line(done)
     assert "s3cret" not in done.stdout + done.stderr and "pw@" not in line, line
     assert "//***@" in line or ":/***@" in line, line
@@ -255,7 +256,7 @@ def test_a_second_tuner_on_one_output_folder_is_refused(tmp_path):
     out = tmp_path / "out"
     with FolderLock(out):  # as a running tuner holds it
         for target in (out, out / "tuned.yaml"):  # the folder, or a YAML file in it
-            done = run_tune(str(ROOT / "examples" / "io_bound.py"), "--out", str(target), timeout=60)
+            done = run_tune(str(ROOT / "examples" / "io_bound.py"), "--out", str(target), timeout=HANG_TIMEOUT_S)
             line = one_error_line(done)
             assert f"output folder {out} is in use by another perfscope run (PID {os.getpid()})" in line, line
         assert not (out / "study.db").exists()  # refused before the study is opened
@@ -340,7 +341,7 @@ def test_a_foreign_table_in_study_db_is_a_storage_error(tmp_path, table):
     out.mkdir()
     with sqlite3.connect(out / "study.db") as db:
         db.execute(table)
-    done = run_tune(str(ROOT / "examples" / "io_bound.py"), "--out", str(out), timeout=60)
+    done = run_tune(str(ROOT / "examples" / "io_bound.py"), "--out", str(out), timeout=HANG_TIMEOUT_S)
     line = one_error_line(done)
     assert "cannot use study storage sqlite:///" in line and "not Optuna's" in line, line
     assert "internal error" not in line
@@ -359,7 +360,7 @@ def test_resuming_with_another_measurement_is_refused(tmp_path, option, value):
                            study_name="tune-tune_chatty")
     check_same_command(study, made, space_attr=SPACE_ATTR)
     study.add_trial(optuna.trial.create_trial(value=1.0))  # it holds a measured trial
-    done = run_tune(str(script), "--out", str(out), option, value, "--", "lines", "10", timeout=60)
+    done = run_tune(str(script), "--out", str(out), option, value, "--", "lines", "10", timeout=HANG_TIMEOUT_S)
     line = one_error_line(done)
     default = {"--steps-per-trial": "8", "--warmup-steps": "3", "--seed": "0", "--target-rse": "0.05"}[option]
     assert f"measures its trials with {option} {default}, not {value}" in line, line

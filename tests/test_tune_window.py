@@ -16,6 +16,7 @@ from perfscope.tuner.study import CATCH, TuningStudy
 from perfscope.tuner.runner import TrialRunner
 from perfscope.tuner.trial import TrialOutcome, TrialSpec, _read_results, measure_command, noise_text
 from perfscope.tuner.window import steps_needed
+from conftest import HANG_TIMEOUT_S  # noqa: E402
 
 FACTS = {"cuda": False, "cpu_count": 2, "world_size": 1, "local_world_size": 1, "ddp": None,
          "dataloader": {"num_workers": 0, "pin_memory": False, "prefetch_factor": None, "iterable": False,
@@ -105,7 +106,7 @@ def test_a_trial_that_measured_nothing_is_stored_failed_counted_and_not_measured
 
 def test_confirm_min_rounds_above_the_rounds_is_refused(tmp_path):
     done = run_tune(str(Path(__file__).resolve().parents[1] / "examples" / "io_bound.py"), "--out", str(tmp_path / "o"),
-                    "--confirm-rounds", "3", "--confirm-min-rounds", "5", timeout=60)
+                    "--confirm-rounds", "3", "--confirm-min-rounds", "5", timeout=HANG_TIMEOUT_S)
     assert done.returncode != 0
     assert "--confirm-min-rounds 5 is above --confirm-rounds 3" in one_error_line(done)
     assert not (tmp_path / "o").exists()
