@@ -11,7 +11,6 @@ from pathlib import Path
 
 from perfscope.atomic import write_files_atomic
 from perfscope.errors import PerfscopeError
-from perfscope.record import encode as dump_summary
 
 DEFAULT_OUT_ROOT = Path("perfscope-out")  # where every command's default output goes
 
@@ -91,6 +90,8 @@ def write_outputs(summary: dict, out_dir: str | os.PathLike, tables: dict | None
     paths = {"summary": out / "summary.json", "report": out / "report.html"}
     drawn = timeline_of(summary, base_dir=out, tables=tables, timelines=timelines)
     html = render_report(summary, base_dir=out, drawn=drawn)
+    from perfscope.record import encode as dump_summary  # the record's schema: not for --help or a refused command
+
     files = {paths["summary"]: dump_summary(summary), paths["report"]: html.encode("utf-8")}
     if isinstance(drawn, TimelineRecord):
         paths["timeline"] = out / FILE_NAME

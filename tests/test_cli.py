@@ -12,6 +12,7 @@ import textwrap
 import pytest
 
 from test_bad_input import good_trace, run_cli
+from conftest import HANG_TIMEOUT_S  # noqa: E402
 
 TRAIN = textwrap.dedent(
     """
@@ -149,3 +150,14 @@ def test_merge_replaces_only_its_own_view_unless_forced(tmp_path):
     assert r.returncode == 0 and "replaced" in r.stdout, r.stderr
     r = run_cli(tmp_path, "merge", traces, "--out", other, "--force")
     assert r.returncode == 0 and other.read_bytes()[:2] == b"\x1f\x8b", r.stderr
+
+
+def test_help_loads_neither_the_analysis_nor_the_record_nor_the_charts():
+    """`perfscope --help` (and a refused command) starts without the heavy modules: what it prints
+    needs none of them."""
+    code = ("import sys\nfrom perfscope.cli import main\ntry:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "heavy = ('pandas', 'matplotlib', 'scipy', 'torch', 'perfscope.record.schema', 'perfscope.check.decide',"
+            " 'perfscope.analysis')\nprint(sorted(m for m in sys.modules if m.startswith(heavy)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=HANG_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]", done.stdout[-500:]

@@ -38,13 +38,19 @@ Each side is one run or several runs of the same command (``docs/check.md``):
 Times are microseconds inside, as in the summaries; the text says milliseconds.
 """
 
-from perfscope.check.decide import (  # noqa: F401 (API)
-    ALPHA,
-    DEFAULT_MAX_REGRESSION,
-    CheckInputError,
-    CheckResult,
-    compare,
-    report_lines,
-)
-from perfscope.check.junit import junit_xml, write_junit  # noqa: F401 (API)
-from perfscope.check.stats import MIN_STEPS, step_sample  # noqa: F401 (API)
+from perfscope.check.gate import ALPHA, DEFAULT_MAX_REGRESSION  # noqa: F401 (API)
+
+__all__ = ["ALPHA", "DEFAULT_MAX_REGRESSION", "MIN_STEPS", "CheckInputError", "CheckResult", "compare", "junit_xml",
+           "report_lines", "step_sample", "write_junit"]
+
+# The statistics load on first use: `perfscope --help` and the other commands never pay for them.
+_HOME = {"CheckInputError": "decide", "CheckResult": "decide", "compare": "decide", "report_lines": "decide",
+         "junit_xml": "junit", "write_junit": "junit", "MIN_STEPS": "stats", "step_sample": "stats"}
+
+
+def __getattr__(name: str):
+    if name in _HOME:
+        import importlib
+
+        return getattr(importlib.import_module(f"perfscope.check.{_HOME[name]}"), name)
+    raise AttributeError(f"module 'perfscope.check' has no attribute {name!r}")

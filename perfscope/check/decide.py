@@ -9,12 +9,11 @@ from dataclasses import dataclass, field
 from perfscope.check.changes import what_grew
 from perfscope import steptime
 from perfscope.record.view import Record, record_of
+from perfscope.check.gate import ALPHA, DEFAULT_MAX_REGRESSION  # noqa: F401 (the API's names)
 from perfscope.check.stats import (
     MIN_STEPS, POWER, detectable_slowdown, detectable_steps, run_step_times, slowdown_p, step_sample, whole_run_sample,
 )
 
-ALPHA = 0.01
-DEFAULT_MAX_REGRESSION = 0.05
 ONE_RUN_NOTE = ("one run on each side: the test sees the noise within each run, not the drift between runs "
                 "(docs/check.md); give several baseline runs to have the drift in the test")
 

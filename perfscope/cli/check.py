@@ -14,7 +14,7 @@ import orjson
 
 from perfscope.cli.args import one_line_errors, out_path
 from perfscope.errors import PerfscopeError
-from perfscope.check import ALPHA, DEFAULT_MAX_REGRESSION, CheckInputError, compare, report_lines
+from perfscope.check.gate import ALPHA, DEFAULT_MAX_REGRESSION
 from perfscope.text import safe
 
 if TYPE_CHECKING:
@@ -109,6 +109,7 @@ def run(args, load) -> int:
     Args:
         load: ``text -> (path, summary)``, the CLI's summary loader (one-line errors).
     """
+    from perfscope.check import CheckInputError, compare, report_lines
     from perfscope.outputs import checked_output_file
 
     baselines, runs = _side(args.baseline, load), _side(args.run, load)
