@@ -1,7 +1,11 @@
 """Benchmark: how much slower steps run under `perfscope profile` outside the profiled window.
 
-Runs bench/steady_loop.py plainly and under `perfscope profile` (window placed after the measured
-steps), alternating, and prints the ratio of median step times over steps 5-45 (target <= 1.02).
+Runs bench/steady_loop.py plainly and under `perfscope profile` (every collector part on: the step
+tracker's hooks, the whole-run timer, the host record, the profiler's schedule), alternating, on a
+step of about 3 ms and one of about 0.5 ms. The profiled run's window (2 steps after 40 skipped)
+splits it into steps before the window and steps after it; each side's median step is compared
+with the same steps of the plain runs. Prints the ratio and the added microseconds a step (targets:
+<= 1.01x on the 3 ms step, <= 20 us a step), and perfscope's own figure from the whole-run view.
 
     python bench/bench_overhead.py [--rounds N]
 """
@@ -18,35 +22,53 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 LOOP = HERE / "steady_loop.py"
-STEPS = 60
-MEASURED = slice(5, 45)  # the profiler records steps 51-52, well after these
+STEPS = 100
+SKIP = 40  # the window: steps 41-42 (with a warm-up step before them)
+SIDES = {"before the window": slice(5, 35), "after the window": slice(55, 95)}
+WIDTHS = {"3 ms step": 256, "0.5 ms step": 48}
 
 
-def run(profiled: bool, tmp: Path, i: int) -> float:
-    timings = tmp / f"{'p' if profiled else 'plain'}{i}.json"
-    loop_args = ["--steps", str(STEPS), "--timings", str(timings)]
+def run(profiled: bool, width: int, tmp: Path, i: int) -> tuple[list[float], float | None]:
+    """The loop's step times (s) and, profiled, the whole-run view's own cost (us a step)."""
+    timings = tmp / f"{'p' if profiled else 'plain'}{width}-{i}.json"
+    loop_args = ["--steps", str(STEPS), "--timings", str(timings), "--width", str(width)]
+    out = tmp / f"out{width}-{i}"
     if profiled:
-        cmd = [sys.executable, "-m", "perfscope", "profile", str(LOOP), "--skip-first", "50", "--warmup", "0",
-               "--active", "2", "--max-steps", "0", "--out", str(tmp / f"out{i}"), "--", *loop_args]
+        cmd = [sys.executable, "-m", "perfscope", "profile", str(LOOP), "--skip-first", str(SKIP - 1), "--warmup", "1",
+               "--active", "2", "--max-steps", "0", "--out", str(out), "--", *loop_args]
     else:
         cmd = [sys.executable, str(LOOP), *loop_args]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    return statistics.median(json.loads(timings.read_text())[MEASURED])
+    own = None
+    if profiled:
+        views = json.loads((out / "summary.json").read_text())["details"].get("run_steps") or []
+        own = views[0].get("own_cost_us") if views else None
+    return json.loads(timings.read_text()), own
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
-    plain, profiled = [], []
     with tempfile.TemporaryDirectory() as d:
-        for i in range(args.rounds):  # alternate so drift on a noisy machine hits both alike
-            plain.append(run(False, Path(d), i))
-            profiled.append(run(True, Path(d), i))
-    p, q = statistics.median(plain), statistics.median(profiled)
-    print(f"plain run:          median step {p * 1e3:.3f} ms (steps 5-45, median of {args.rounds} runs)")
-    print(f"under perfscope:    median step {q * 1e3:.3f} ms")
-    print(f"ratio profiled / plain: {q / p:.3f} (target: <= 1.02)")
+        for label, width in WIDTHS.items():
+            plain: dict[str, list[float]] = {s: [] for s in SIDES}
+            profiled: dict[str, list[float]] = {s: [] for s in SIDES}
+            own: list[float] = []
+            for i in range(args.rounds):  # alternate so drift on a noisy machine hits both alike
+                a, _ = run(False, width, Path(d), i)
+                b, cost = run(True, width, Path(d), i)
+                for side, cut in SIDES.items():
+                    plain[side].append(statistics.median(a[cut]))
+                    profiled[side].append(statistics.median(b[cut]))
+                if cost is not None:
+                    own.append(cost)
+            for side in SIDES:
+                p, q = statistics.median(plain[side]), statistics.median(profiled[side])
+                print(f"{label}, {side}: plain {p * 1e3:.3f} ms, under perfscope {q * 1e3:.3f} ms: "
+                      f"{q / p:.3f}x, {(q - p) * 1e6:+.1f} us a step (median of {args.rounds} runs each)")
+            if own:
+                print(f"{label}: perfscope's own figure (whole-run view): {statistics.median(own):.1f} us a step")
 
 
 if __name__ == "__main__":

@@ -215,6 +215,13 @@ def window_view(steps: Sequence[RunStep], window: Sequence[int]) -> dict | None:
     return out
 
 
+def _own_cost_us(steps: Sequence[RunStep]) -> float | None:
+    """perfscope's own work at a step boundary outside the trace (the profiler's step, the timer's
+    line), the median over those steps, in µs; None where fewer than :data:`MIN_UNTRACED` were."""
+    untraced = _untraced(steps)
+    return float(np.median([s.profiler for s in untraced])) * 1e6 if len(untraced) >= MIN_UNTRACED else None
+
+
 def curve(steps: Sequence[RunStep]) -> list[list]:
     """At most :data:`CURVE_POINTS` steps to draw: the slowest of each run of consecutive steps,
     as ``[step, seconds, input, forward, backward, optimizer, rss, device_allocated]`` (seconds
@@ -256,6 +263,7 @@ def rank_run_view(steps: Sequence[RunStep], window: Sequence[int]) -> dict | Non
         "steady_steps": len(steady),
         "steady_untraced": len(steady) == len(_untraced(steps)) and not any(s.traced for s in steady),
         "profiler_s": float(sum(s.profiler for s in steps)),
+        "own_cost_us": _own_cost_us(steps),
         "median_s": float(np.median(seconds)),
         "mean_s": float(seconds.mean()),
         "p90_s": float(np.percentile(seconds, 90)),
@@ -366,4 +374,6 @@ def run_headline(view: RunSteps) -> str:
     """``N steps, median X ms (input a%, forward b%, ...)`` of one rank's ``details.run_steps[]``."""
     phases = view.phases or {}
     shares = ", ".join(f"{p} {phases[p].share:.0%}" for p in PHASES if p in phases and phases[p].share is not None)
-    return f"{view.steps} steps, median {_ms(view.median_s or 0.0)}" + (f" ({shares})" if shares else "")
+    cost = (f"; perfscope's own work {view.own_cost_us:.0f} µs a step outside the window"
+            if view.own_cost_us is not None else "")
+    return f"{view.steps} steps, median {_ms(view.median_s or 0.0)}" + (f" ({shares})" if shares else "") + cost

@@ -29,8 +29,9 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def _s(ns: int) -> float:
-    """Nanoseconds as seconds to the microsecond (what a line needs, in fewer digits)."""
-    return round(ns * 1e-9, 6)
+    """Nanoseconds as seconds, cut to the microsecond (what a line needs, in fewer digits; an
+    integer division is a third of ``round``'s cost, paid seven times a step)."""
+    return (ns // 1000) / 1e6
 
 
 def _rss_bytes() -> int | None:
@@ -202,9 +203,10 @@ class RunTimer:
             if now - self._flushed >= FLUSH_EVERY_S * 1e9:
                 self.flush()
         self._phase = [0, 0, 0, 0]
-        self._profiler = 0
-        self._start = self._forward_from = now  # the timer's own work falls in the next step
+        self._start = self._forward_from = now
         self._forward_begun = False
+        # The timer's own work (this line, a flush) falls in the next step, as perfscope's work there.
+        self._profiler = time.perf_counter_ns() - now
 
     def flush(self) -> None:
         """Append the buffered lines to the record (never raises: a failure is kept in ``error``)."""

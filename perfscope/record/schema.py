@@ -536,6 +536,10 @@ class RunSteps(_Record):
     profiler_s: Annotated[NonNeg | None, Meta(description=(
         "the profiler's own work at step boundaries (start, stop, writing the trace), left out of each step's "
         "figures"))] = None
+    own_cost_us: Annotated[NonNeg | None, Meta(description=(
+        "perfscope's own work at a step boundary outside the trace (the profiler's step, the timer's line), "
+        "median, µs (null: fewer than 3 such steps); the hooks' few µs a call are measured in "
+        "`bench/bench_run_timer.py`"))] = None
     median_s: Annotated[NonNeg | None, Meta(description='the median steady step')] = None
     mean_s: Annotated[NonNeg | None, Meta(description='the mean steady step')] = None
     p90_s: Annotated[NonNeg | None, Meta(description='the 90th percentile')] = None
