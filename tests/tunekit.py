@@ -59,10 +59,12 @@ def run_tune(*args: str, timeout: float = 600, cwd: str | os.PathLike | None = N
     return run_perfscope("tune", "--no-progress", *args, timeout=timeout, cwd=cwd)
 
 
-def run_perfscope(*args: str, timeout: float = 600, cwd: str | os.PathLike | None = None) -> subprocess.CompletedProcess:
-    """``perfscope ARGS`` in a child process; output captured as text."""
+def run_perfscope(*args: str, timeout: float = 600, cwd: str | os.PathLike | None = None,
+                  env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """``perfscope ARGS`` in a child process (``env``: variables added to its environment);
+    output captured as text."""
     return subprocess.run([sys.executable, "-m", "perfscope", *args], check=False, capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd or ROOT, env=tune_env())
+                          timeout=timeout, cwd=cwd or ROOT, env={**tune_env(), **(env or {})})
 
 
 def copy_script(src: str | os.PathLike, folder: Path) -> Path:

@@ -23,11 +23,11 @@ from perfscope.analysis.notes import provisional_note, sparse_steps_note, status
 from perfscope.analysis.optimizer_step import optimizer_step_cost
 from perfscope.analysis.patterns import window_attention_cost
 from perfscope.analysis.what_ifs import graphs_cost, transpose_cost
-from perfscope.analysis.provisional import provisional_verdict, waitfree
+from perfscope.analysis.provisional import SPIN_ADVICE_LINE, provisional_verdict, spin_reason, spin_verdict, waitfree
 from perfscope.analysis.rank import RankTrace
 from perfscope.analysis.run_view import read_run_records
 from perfscope.analysis.telemetry import step_columns, throttle_warning
-from perfscope.analysis.verdict import CLASSES, RunVerdict, classify, cost_fractions, run_verdict
+from perfscope.analysis.verdict import CLASSES, RunVerdict, classify, cost_fractions, no_verdict, run_verdict
 from perfscope.fileid import fingerprint
 from perfscope.host_steps import MEMORY_FIELDS
 from perfscope.steptime import WAITFREE
@@ -160,6 +160,7 @@ def _rank_frame(rt: RankTrace, rank: int) -> pd.DataFrame:
     status = rt.evidence.status
     if rt.evidence.core_wait_us is not None:
         f["core_wait_us"] = rt.evidence.core_wait_us
+        f["spin_bound_us"] = rt.evidence.spin_us
     front = {"rank": rank, "worker": rt.table.worker, "step": rt.steps, "status": status,
              "status_reason": pd.Series(rt.evidence.reason, dtype=object, index=f.index),
              "counted": status == ev.OK, "complete": status != ev.INCOMPLETE,
@@ -325,6 +326,9 @@ def _run_verdict(frame: pd.DataFrame, costs: pd.DataFrame, counted: np.ndarray, 
     provisional = provisional_verdict(steps, frame, mode, facts)
     if provisional is None:
         return verdict_of_none(frame, [rt.evidence.run_reason for rt in rank_traces])
+    other_end = spin_verdict(steps, mode, facts)
+    if other_end is not None and other_end.verdict != provisional[0].verdict:
+        return no_verdict(spin_reason(provisional[0].verdict, other_end.verdict, steps), SPIN_ADVICE_LINE)
     rv, per_step = provisional
     frame["provisional_verdict"] = pd.Series(None, index=frame.index, dtype=object)
     frame.loc[per_step.index, "provisional_verdict"] = per_step

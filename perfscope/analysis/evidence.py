@@ -30,8 +30,8 @@ status              when (first that applies; the reason says which and by how m
                     time, not the program, set the step's length; or its intra-op workers
                     waited for cores that long (:func:`perfscope.host_steps.workers_waited`).
                     Such steps still get a *provisional* verdict when no step is ``ok``
-                    (:mod:`perfscope.analysis.provisional`), except those whose workers waited:
-                    the training thread spun for them in CPU time no figure takes out
+                    (:mod:`perfscope.analysis.provisional`); where intra-op workers waited, only
+                    if its class holds with and without their spinning taken out
 ``ok``              none of the above
 ==================  ==========================================================================
 
@@ -60,8 +60,6 @@ from perfscope.trace.quality import NOTED, DataQuality
 from perfscope.trace.table import TraceTable
 
 OK, INCOMPLETE, INITIALISATION, HOST_CONTENDED = "ok", "incomplete", "initialisation", "host-contended"
-# What a user can do where intra-op workers waited for cores (perfscope.host_steps.workers_waited).
-SPIN_ADVICE = "with one intra-op thread, torch.set_num_threads(1) or OMP_NUM_THREADS=1, a busy machine can be profiled"
 STATUSES = (OK, INCOMPLETE, INITIALISATION, HOST_CONTENDED)
 
 # The smallest verdict threshold (io and comm, 10%): set-up taking that much could decide a verdict alone.
@@ -101,6 +99,10 @@ class Evidence:
     core_wait_us: np.ndarray | None = None
     """Per step, the training thread's time waiting for a core (µs, :func:`core_wait_us`); NaN
     where the step has no host record, None where the trace has none at all."""
+    spin_us: np.ndarray | None = None
+    """Per step, the most the training thread may have spun at the end of parallel operators for
+    intra-op workers that waited for cores (µs: their longest wait, where
+    :func:`perfscope.host_steps.workers_waited`), else 0; None where the trace has no host record."""
 
 
 def _set(ev: Evidence, mask: np.ndarray, status: str, reasons) -> None:
@@ -352,6 +354,7 @@ def _host_contended(table: TraceTable, steps: StepWindows, metrics: pd.DataFrame
     if mode == "gpu":
         explained = explained + _sync_us(table, steps)
     ev.core_wait_us = np.full(len(steps), np.nan)
+    ev.spin_us = np.zeros(len(steps))
     last_recorded = max(host)
     for i, number in enumerate(steps.step):
         rec = host.get(int(number))
@@ -367,8 +370,8 @@ def _host_contended(table: TraceTable, steps: StepWindows, metrics: pd.DataFrame
             continue
         ev.core_wait_us[i] = core_wait_us(wall, cpu, queue, float(explained[i]))
         spun = workers_waited(rec)
-        if spun:  # its CPU time holds the spinning: no wait-free time can be told (no provisional verdict)
-            ev.core_wait_us[i] = np.nan
+        if spun:  # CPU time its own wait does not show: the provisional verdict must hold without it too
+            ev.spin_us[i] = min(rec["sibling_run_queue_us"], wall)
         if ev.status[i] != OK:
             continue
         if queue is not None:
@@ -379,8 +382,8 @@ def _host_contended(table: TraceTable, steps: StepWindows, metrics: pd.DataFrame
                                 f"for a core, ran {100 * cpu / wall:.0f}% and slept or waited for data the rest")
                 if spun:
                     ev.reason[i] += (f"; its {int(rec['intra_op_threads'])} intra-op threads waited up to "
-                                     f"{100 * rec['sibling_run_queue_us'] / wall:.0f}% for cores while it spun for "
-                                     f"them, which no figure takes out ({SPIN_ADVICE})")
+                                     f"{100 * rec['sibling_run_queue_us'] / wall:.0f}% for cores, while it may have "
+                                     "spun for them in CPU time its own wait does not show")
             continue
         ran = f"ran on a CPU for {100 * cpu / wall:.0f}% of the step's {wall / 1000:.1f} ms"
         unexplained = wall - min(explained[i], wall)

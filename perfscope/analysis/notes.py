@@ -73,13 +73,8 @@ def verdict_of_none(frame: pd.DataFrame, run_reasons: list[str | None]) -> RunVe
     reasons = [r for r in run_reasons if r]
     counts = frame["status"].value_counts()
     top = str(counts.index[0])
-    spun = frame["status_reason"].fillna("").str.contains(ev.SPIN_ADVICE, regex=False)
     if reasons:
         reason = reasons[0]
-    elif top == ev.HOST_CONTENDED and spun.sum() > len(frame) / 2:
-        reason = (f"{plural(int(spun.sum()), 'step')} of {len(frame)} waited for cores with the intra-op threads "
-                  "waiting too: the training thread spun for them in CPU time no figure takes out, so no "
-                  f"provisional verdict can be given ({ev.SPIN_ADVICE})")
     elif len(counts) == 1 and frame["status_reason"].nunique() == 1:
         reason = f"every step is {top}: {frame['status_reason'].iloc[0]}"
     else:

@@ -30,6 +30,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.analysis.verdict import CLASSES, COSTS, RunVerdict, classify, cost_fractions, run_verdict
+from perfscope.text import plural
 from perfscope.steptime import WORK_COLUMNS
 
 
@@ -104,3 +105,47 @@ def provisional_verdict(adjusted: pd.DataFrame, measured: pd.DataFrame, mode: st
     share = float(measured.loc[adjusted.index, "core_wait_us"].clip(lower=0).sum()) / wall if wall > 0 else 0.0
     verdict = replace(verdict, provisional=True, core_wait_share=min(share, 1.0))
     return verdict, pd.Series(per_step, index=adjusted.index, dtype=object)
+
+
+# Where intra-op workers waited (perfscope.host_steps.workers_waited): what the user can do.
+SPIN_ADVICE_LINE = ("Profile with one intra-op thread (torch.set_num_threads(1) or OMP_NUM_THREADS=1): the training "
+                    "thread then waits for no worker, and a busy machine gets a provisional verdict; or profile on a "
+                    "quieter machine.")
+
+
+def spin_verdict(adjusted: pd.DataFrame, mode: str, facts: dict | None = None) -> RunVerdict | None:
+    """The provisional verdict at the other end of what the steps' work may be, where intra-op
+    workers waited for cores: each step's ``spin_bound_us`` (the most its training thread may have
+    spun at the end of parallel operators, CPU time its own wait does not show) taken out of its
+    operators and its step time too. None where no step has such a bound (CPU traces only: a GPU
+    step's host work is not where its math runs).
+
+    The truth lies between :func:`provisional_verdict` (no spinning taken out) and this (all of it):
+    where both name one class, that class stands; where they differ, the trace cannot tell.
+    """
+    if mode != "cpu" or "spin_bound_us" not in adjusted.columns or "operator_us" not in adjusted.columns:
+        return None
+    spin = np.nan_to_num(adjusted["spin_bound_us"].to_numpy(dtype=float), nan=0.0)
+    if not (spin > 0).any():
+        return None
+    rows = adjusted.copy()
+    operators = rows["operator_us"].to_numpy(dtype=float)
+    # spinning is CPU time: the waits taken out left it whole in the operators' time
+    taken = np.clip(spin, 0.0, operators)
+    rows["operator_us"] = operators - taken
+    rows["step_time_us"] = rows["step_time_us"].to_numpy(dtype=float) - taken
+    rows = rows[rows["step_time_us"] > 0]
+    if rows.empty:
+        return None
+    costs = cost_fractions(rows, mode)
+    per_step, _ = classify(costs)
+    return run_verdict(per_step, costs, rows["step_time_us"].to_numpy(), mode, facts)
+
+
+def spin_reason(verdict: str | None, other: str | None, adjusted: pd.DataFrame) -> str:
+    """Why a provisional verdict is withheld where intra-op workers waited (:func:`spin_verdict`)."""
+    spun = int((np.nan_to_num(adjusted["spin_bound_us"].to_numpy(dtype=float), nan=0.0) > 0).sum())
+    return (f"every step waited for cores, and in {plural(spun, 'step')} the intra-op threads did too, while the "
+            f"training thread may have spun for them in CPU time its own wait does not show: without that time "
+            f"the steps read {verdict or 'no class'}, with all of it taken out {other or 'no class'}, so the trace "
+            "cannot tell which")

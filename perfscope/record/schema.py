@@ -908,6 +908,8 @@ _STEP_FIELDS: list[tuple[str, Any, str]] = [
     ("provisional_verdict", Token | None, "*v2*, in a run with a provisional verdict: the step's class with its "
      "waits for a core taken out (its `verdict` stays null: it is not counted)"),
     ("core_wait_us", Number | None, "*v2*: the training thread's wait for a core in the step (`docs/metrics.md`)"),
+    ("spin_bound_us", Number | None, "*v2*: the most the training thread may have spun for intra-op workers that "
+     "waited for cores (0: none waited a quarter of the step; `docs/metrics.md`, \"Intra-op workers that wait\")"),
     ("step_time_us", NonNeg | None, "the step's time"),
     ("cpu_span_us", Number | None, "its host span"),
     ("dataloader_us", Number | None, "DataLoader fetches"),
