@@ -12,13 +12,14 @@ before and killed after: 4 on a 2-core machine is 2 per core), then checked:
 Prints one line per example and exits 1 when a check fails. Run (about a minute per example on
 2 cores)::
 
-    python scripts/check_busy_examples.py [--burners 4] [--only io_bound,launch_bound] [--keep DIR]
+    python scripts/check_busy_examples.py [--burners 4] [--only io_bound,launch_bound] [--keep DIR] [--one-thread]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -45,12 +46,12 @@ def burners(n: int) -> list[subprocess.Popen]:
     return [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(n)]
 
 
-def check(name: str, out: Path) -> list[str]:
+def check(name: str, out: Path, env: dict[str, str]) -> list[str]:
     """The problems of one profiled example (empty: every check passed)."""
     args, script_args, expected = EXAMPLES[name]
     done = subprocess.run([sys.executable, "-m", "perfscope", "profile", "--out", str(out), *args,
                            str(ROOT / "examples" / f"{name}.py"), *(["--", *script_args] if script_args else [])],
-                          cwd=ROOT, capture_output=True, text=True, timeout=1200)
+                          cwd=ROOT, capture_output=True, text=True, timeout=1200, env=env)
     if done.returncode != 0:
         return [f"profile failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}"]
     summary = json.loads((out / "summary.json").read_text())
@@ -92,17 +93,19 @@ def main() -> int:
     parser.add_argument("--burners", type=int, default=4)
     parser.add_argument("--only", default="", help="comma-separated example names")
     parser.add_argument("--keep", type=Path, help="keep the outputs in this folder")
+    parser.add_argument("--one-thread", action="store_true", help="profile with OMP_NUM_THREADS=1 (one intra-op thread)")
     args = parser.parse_args()
     names = [n for n in args.only.split(",") if n] or list(EXAMPLES)
     unknown = [n for n in names if n not in EXAMPLES]
     if unknown:
         parser.error(f"unknown example(s): {', '.join(unknown)}")
     base = args.keep or Path(tempfile.mkdtemp(prefix="perfscope-busy-"))
+    env = {**os.environ, **({"OMP_NUM_THREADS": "1"} if args.one_thread else {})}
     failed = 0
     for name in names:
         procs = burners(args.burners)
         try:
-            failed += bool(check(name, base / name))
+            failed += bool(check(name, base / name, env))
         finally:
             for p in procs:
                 p.kill()
