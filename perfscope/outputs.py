@@ -61,6 +61,8 @@ def remove_if_empty(out: Path) -> None:
     for d in (out / "traces", out):
         try:
             d.rmdir()  # only ever removes an empty directory
+        except FileNotFoundError:
+            continue  # no traces/ (an analysis makes none): the folder itself may still be empty
         except OSError:
             return
 

@@ -218,3 +218,45 @@ def test_a_file_that_cannot_be_read_is_named_and_left_out_of_a_directory(tmp_pat
     assert len(a.traces) == 1
     with pytest.raises(TraceFormatError, match="rank9.json: cannot be read"):
         analyze_files([d / "rank9.json"], jobs=jobs)
+
+
+def _job_trace(path: Path, world_size: int, rank: int, gz: bool = False) -> Path:
+    """A small CPU trace whose header says its job's world size and its rank."""
+    import gzip
+    import json
+
+    events = [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{i}", "pid": 1, "tid": 1,
+               "ts": i * 1000, "dur": 900} for i in range(1, 4)]
+    events += [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": i * 1000 + 10, "dur": 800}
+               for i in range(1, 4)]
+    data = json.dumps({"schemaVersion": 1, "distributedInfo": {"backend": "gloo", "rank": rank,
+                                                                 "world_size": world_size},
+                       "traceEvents": events}).encode()
+    path.write_bytes(gzip.compress(data) if gz else data)
+    return path
+
+
+def test_a_folder_of_several_jobs_stops_at_the_first_conflicting_header_before_any_parse(tmp_path, monkeypatch):
+    from perfscope.analysis import run as run_mod
+    from perfscope.errors import AnalysisError
+
+    files = [_job_trace(tmp_path / "a.pt.trace.json", 2, 0), _job_trace(tmp_path / "b.pt.trace.json.gz", 4, 1, gz=True),
+             _job_trace(tmp_path / "c.pt.trace.json", 2, 1)]
+    monkeypatch.setattr(run_mod, "_run_files", lambda *a, **k: pytest.fail("a file was parsed"))
+    with pytest.raises(AnalysisError, match=r"a.pt.trace.json has world size 2, b.pt.trace.json.gz has world size 4"):
+        run_mod.analyze_files(files)
+
+
+def test_a_failed_analysis_leaves_no_output_folder_it_made_and_keeps_one_the_user_had(tmp_path):
+    from test_bad_input import run_cli
+
+    traces = tmp_path / "jobs"
+    traces.mkdir()
+    _job_trace(traces / "a.pt.trace.json", 2, 0)
+    _job_trace(traces / "b.pt.trace.json", 4, 1)
+    made, had = tmp_path / "new-out", tmp_path / "my-out"
+    had.mkdir()
+    for out in (made, had):
+        r = run_cli(tmp_path, "analyze", traces, "--out", out)
+        assert r.returncode == 2 and "different jobs" in r.stderr, r.stderr
+    assert not made.exists() and had.is_dir()

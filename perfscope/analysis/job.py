@@ -7,6 +7,10 @@ without step markers beside ranks with them cannot be analyzed as one run; each 
 
 from __future__ import annotations
 
+import gzip
+import re
+import zlib
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -20,6 +24,44 @@ if TYPE_CHECKING:
 
 def _file(rt: RankTrace) -> str:
     return rt.table.path.name if rt.table.path is not None else rt.table.worker
+
+
+# How much of each file's start the prescan reads: Kineto writes distributedInfo among the first keys,
+# before traceEvents (a file that has it later is checked after parsing, as before).
+HEAD_BYTES = 1 << 20
+_DISTRIBUTED = re.compile(rb'"distributedInfo"\s*:\s*\{[^{}]*?"world_size"\s*:\s*(\d{1,9})')
+
+
+def prescan_world_sizes(files: list[Path]) -> None:
+    """Stop at the first file whose world size differs from an earlier one's, reading only the
+    start of each file (:data:`HEAD_BYTES`), before any is parsed: traces of several jobs in one
+    folder cost a glance, not the parse of them all. Files it cannot read or place are left to the
+    parse (:func:`check_world_sizes` checks every trace again).
+
+    Raises:
+        AnalysisError: two files record different world sizes (naming both).
+    """
+    first: tuple[int, str] | None = None
+    for path in files:
+        size = _head_world_size(Path(path))
+        if size is None:
+            continue
+        if first is None:
+            first = (size, Path(path).name)
+        elif size != first[0]:
+            desc = f"{first[1]} has world size {first[0]}, {Path(path).name} has world size {size}"
+            raise AnalysisError(f"the traces come from different jobs ({desc}): analyze each job's traces separately")
+
+
+def _head_world_size(path: Path) -> int | None:
+    try:
+        opener = gzip.open if path.name.endswith(".gz") else open
+        with opener(path, "rb") as f:
+            head = f.read(HEAD_BYTES)
+    except (OSError, EOFError, zlib.error):
+        return None
+    m = _DISTRIBUTED.search(head)
+    return int(m.group(1)) if m else None
 
 
 def check_world_sizes(rank_traces: list[RankTrace]) -> None:

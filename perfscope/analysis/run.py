@@ -117,6 +117,10 @@ def analyze_files(
         AnalysisError: see :func:`analyze_tables`.
         ExecutorError: the executor could not run a file (a worker died for good).
     """
+    if len(files) > 1:
+        from perfscope.analysis.job import prescan_world_sizes
+
+        prescan_world_sizes(files)  # several jobs in one folder: said before any file is parsed
     own = executor is None
     if own:
         executor = choose_executor(files, jobs)

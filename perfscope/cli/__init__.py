@@ -181,6 +181,7 @@ def cmd_analyze(args) -> int:
         from perfscope.analysis.executors import DaskExecutor
 
         executor = DaskExecutor(args.dask)  # before anything is written: ExecutorError, one line
+    existed = args.out is not None and Path(args.out).exists()
     out = output_dir(args.out, path.name.split(".")[0] or "trace")
     try:
         with FolderLock(out, "perfscope analyze", pid_file=False):  # one run per output directory
@@ -191,8 +192,8 @@ def cmd_analyze(args) -> int:
                                          jobs=args.jobs, executor=executor, progress=progress)
             return _finish(analysis, out, args.open)
     except BaseException:
-        if args.out is None:
-            remove_if_empty(out)  # no empty directory left behind by a failed analysis
+        if not existed:
+            remove_if_empty(out)  # no empty directory left behind by a failed analysis (one the user had stays)
         raise
     finally:
         if executor is not None:
