@@ -120,7 +120,7 @@ def build(*, options, session, storage: str, notes: list[str], confirmation: dic
         "recommendation": recommendation,
         "after": after,
         "decided_by": _decided_by(confirmation, recommendation, interrupted),
-        "resume": resume_command(options) if interrupted else None,
+        "resume": resume_command(options) if interrupted and recommendation is None else None,
         "notes": list(notes),
     }
 
