@@ -18,6 +18,7 @@ names each choice with its timings.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -177,9 +178,13 @@ def _save(name: str) -> None:
         while len(stored) > MAX_KEPT:
             stored.pop(next(iter(stored)))
         tmp = path.with_name(f".{FILE}.{os.getpid()}.{hashlib.sha1(name.encode()).hexdigest()[:8]}")
-        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as f:
-            json.dump(stored, f)
-        os.replace(tmp, path)
+        try:
+            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8") as f:
+                json.dump(stored, f)
+            os.replace(tmp, path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()  # what a failed write left
     except (OSError, ValueError, native.Untrusted):
         return
 
