@@ -323,3 +323,5 @@ def test_a_class_the_workers_spinning_could_change_is_withheld(tmp_path):
     assert a.verdict.verdict is None and not a.verdict.provisional
     assert "the trace cannot tell which" in a.verdict.reason and "compute-bound" in a.verdict.reason
     assert "torch.set_num_threads(1)" in a.verdict.advice
+    summary = a.summary()  # the details: the steps as recorded, outside any verdict
+    assert summary["details"]["scope"] == "withheld" and summary["overall"]["provisional"] is not True

@@ -194,6 +194,11 @@ def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, commo
     steps = frame.loc[basis] if counted.any() else waitfree(frame.loc[basis])
     facts.update(_knob_facts(rank_traces, ranks, steps) if len(steps) else dict.fromkeys(KNOB_FACTS))
     rv = _run_verdict(frame, costs, counted, steps, mode, facts, rank_traces, notes)
+    if not counted.any() and basis.any() and not rv.provisional:
+        # withheld where intra-op workers waited: no verdict, so no verdict's clock for the details
+        basis = np.zeros(len(frame), dtype=bool)
+        steps = frame.iloc[0:0]
+        facts.update(_knob_facts(rank_traces, ranks, frame.loc[frame["step_time_us"] > 0]))
     scope, shown = _scope(frame, counted, basis)
     details = build_details(rank_traces, ranks, steps if len(steps) else frame.loc[shown], mode, facts, run_records)
     details["scope"] = scope
