@@ -104,7 +104,8 @@ def table(rows: list[dict]) -> str:
              "| --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         t = r["tune"]
-        gain = ("keep current" if t["status"] != "faster" else
+        gain = ("undecided (a budget ended its confirmation)" if t["status"] == "undecided" else
+                "keep current" if t["status"] != "faster" else
                 f"{t['speedup']:.2f}x ({t['ci_low']:.2f}x-{t['ci_high']:.2f}x)")
         config = ", ".join(f"{k}: {v}" for k, v in t["config"].items()) or "-"
         compile_s = "-" if t["compile_s"] is None else f"{t['compile_s']:.1f}"

@@ -28,7 +28,8 @@ def test_the_reduced_proof_runs_end_to_end_on_the_cpu(tmp_path):
         # flow, the knobs searched and the table are what this checks, not the machine's answer
         assert row["before"]["verdict"] in ("launch-bound", "compute-bound", None)
         assert row["before"]["mfu"] is None or 0 < row["before"]["mfu"] < 1
-        assert row["tune"]["status"] in ("faster", "keep-current")
+        # undecided: its 60 s confirmation budget ended a candidate's rounds (a busy machine)
+        assert row["tune"]["status"] in ("faster", "keep-current", "undecided")
         assert set(row["after"]) == set(row["before"])
     # the project's window attention, a patch-embedding convolution, AdamW, a model to compile
     assert {"fused_ops", "channels_last", "optimizer_impl", "compile"} <= set(rows["swin_t"]["tune"]["searched"])
