@@ -369,7 +369,7 @@ def _host_contended(table: TraceTable, steps: StepWindows, metrics: pd.DataFrame
         if wall <= 0:
             continue
         ev.core_wait_us[i] = core_wait_us(wall, cpu, queue, float(explained[i]))
-        spun = workers_waited(rec)
+        spun = mode == "cpu" and workers_waited(rec)  # a GPU step's math does not run on intra-op threads
         if spun:  # CPU time its own wait does not show: the provisional verdict must hold without it too
             ev.spin_us[i] = min(rec["sibling_run_queue_us"], wall)
         if ev.status[i] != OK:
