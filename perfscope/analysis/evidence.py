@@ -375,7 +375,7 @@ def _host_contended(table: TraceTable, steps: StepWindows, metrics: pd.DataFrame
         if ev.status[i] != OK:
             continue
         if queue is not None:
-            queue = core_wait_us(wall, cpu, queue, float(explained[i]))
+            queue = ev.core_wait_us[i]
             if queue >= RUN_QUEUE_SHARE * wall or spun:
                 ev.status[i] = HOST_CONTENDED
                 ev.reason[i] = (f"of the step's {wall / 1000:.1f} ms the training thread waited {100 * queue / wall:.0f}% "
