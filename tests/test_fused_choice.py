@@ -111,38 +111,35 @@ def test_a_forced_path_skips_the_timing(monkeypatch):
 
 
 @pytest.mark.slow
-def test_an_avx2_build_chooses_per_shape_and_the_operator_is_never_far_slower_than_the_aten_formulation(tmp_path):
+def test_an_avx2_build_chooses_per_shape_and_the_operator_then_runs_the_chosen_path(tmp_path):
     """The kernel built for AVX2 (``-march=haswell``, on any x86 machine): the first call of a
-    Swin-T stage-1 shape times both paths and keeps the faster; the operator then runs within the
-    timing's noise of the faster path (a ratio, measured interleaved in one process)."""
+    Swin-T stage-1 shape times both paths and keeps one; every later call, forward and backward,
+    runs that path (which path wins is this machine's timing, not checked: tests assert behaviour).
+    The speed is bench/bench_window_attention.py's."""
     if os.uname().machine != "x86_64":
         pytest.skip("an x86 build")
     code = """
-import contextlib, time, torch
+import torch
 from perfscope.fused_ops import choice, native, window_attention
 torch.manual_seed(0); torch.set_num_threads(1)
 q, k, v = (torch.randn(128, 3, 49, 32, requires_grad=True) for _ in range(3))
 bias = torch.randn(3, 49, 49, requires_grad=True)
 window_attention(q, k, v, bias).sum().backward()
 (entry,) = choice.choices().values()
-times = {"operator": [], "aten": []}
-for _ in range(5):
-    for name in times:
-        start = time.perf_counter()
-        with native.off() if name == "aten" else contextlib.nullcontext():
-            window_attention(q, k, v, bias).sum().backward()
-        times[name].append(time.perf_counter() - start)
-med = {n: sorted(t)[2] for n, t in times.items()}
-print(native.status().split(";")[0], entry["path"], round(med["aten"] / med["operator"], 3))
+calls = []
+forward, backward = native.forward, native.backward
+native.forward = lambda *a: calls.append("forward") or forward(*a)
+native.backward = lambda *a: calls.append("backward") or backward(*a)
+for _ in range(2):
+    window_attention(q, k, v, bias).sum().backward()
+print(native.status().split(";")[0], entry["path"], ",".join(calls) or "-")
 """
     env = {**os.environ, "PERFSCOPE_NATIVE_MARCH": "haswell", "PERFSCOPE_CACHE_DIR": str(tmp_path / "c"),
            "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     env.pop("PERFSCOPE_NATIVE_CHOICE", None)
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=900, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
-    status, path, ratio = done.stdout.split()[-3:]
+    status, path, calls = done.stdout.split()[-3:]
     assert status == "built" and path in ("kernel", "aten")
-    # the faster path runs: the ATen formulation is not much faster than the operator (0.8: the
-    # noise of 5 interleaved rounds on a busy 2-core machine)
-    assert float(ratio) > 0.8, done.stdout
+    assert calls == ("forward,backward,forward,backward" if path == "kernel" else "-"), done.stdout
     assert json.loads((tmp_path / "c" / "native" / choice.FILE).read_text())  # kept for the next process
