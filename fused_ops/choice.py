@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
+from perfscope.atomic import RecordFileError, read_bounded
 from perfscope.fused_ops import native
 
 ROUNDS = 3  # timed calls of each, after one warm-up each
@@ -145,20 +146,29 @@ def _valid(entry) -> bool:
                     for f in ("kernel_ms", "aten_ms")))
 
 
+def _read_stored(path) -> dict[str, dict]:
+    """The valid choices of the file at ``path``, checked as the library is and read to
+    :data:`MAX_FILE_BYTES` at most.
+
+    Raises:
+        OSError, ValueError, Untrusted, RecordFileError: missing, unreadable, not ours, too large
+            or not JSON (the callers keep to memory then).
+    """
+    native.check_cache_file(path)
+    stored = json.loads(read_bounded(path, MAX_FILE_BYTES))
+    if not isinstance(stored, dict):
+        return {}
+    return {name: entry for name, entry in stored.items() if isinstance(name, str) and _valid(entry)}
+
+
 def _load() -> None:
     """Read the kept choices (a file that is not ours, too large or malformed is ignored)."""
-    path = _path()
     try:
-        native.check_cache_file(path)
-        with open(path, "rb") as f:
-            data = f.read(MAX_FILE_BYTES + 1)
-        stored = json.loads(data) if len(data) <= MAX_FILE_BYTES else None
-    except (OSError, ValueError, native.Untrusted):
+        stored = _read_stored(_path())
+    except (OSError, ValueError, native.Untrusted, RecordFileError):
         return
-    if isinstance(stored, dict):
-        for name, entry in stored.items():
-            if isinstance(name, str) and _valid(entry) and name not in _chosen:
-                _chosen[name] = entry
+    for name, entry in stored.items():
+        _chosen.setdefault(name, entry)
 
 
 def _save(name: str) -> None:
@@ -167,13 +177,7 @@ def _save(name: str) -> None:
     path = _path()
     try:
         native.check_cache_folder()
-        stored: dict = {}
-        if path.exists():
-            native.check_cache_file(path)
-            with open(path, "rb") as f:
-                data = f.read(MAX_FILE_BYTES + 1)
-            loaded = json.loads(data) if len(data) <= MAX_FILE_BYTES else {}
-            stored = {k: v for k, v in loaded.items() if isinstance(k, str) and _valid(v)} if isinstance(loaded, dict) else {}
+        stored = _read_stored(path) if path.exists() else {}
         stored[name] = _chosen[name]
         while len(stored) > MAX_KEPT:
             stored.pop(next(iter(stored)))
@@ -185,7 +189,7 @@ def _save(name: str) -> None:
         finally:
             with contextlib.suppress(FileNotFoundError):
                 tmp.unlink()  # what a failed write left
-    except (OSError, ValueError, native.Untrusted):
+    except (OSError, ValueError, native.Untrusted, RecordFileError):
         return
 
 

@@ -37,12 +37,17 @@ def tracing(profiler) -> bool:
     return getattr(getattr(profiler, "current_action", None), "name", None) in _TRACED
 
 
-def _run_queue_ns() -> int | None:
+def _run_delay_ns(path: str) -> int | None:
+    """The ``run_delay`` (second field, ns) of a ``schedstat`` file, or None where unreadable."""
     try:
-        with open(_SCHEDSTAT, "rb") as f:
+        with open(path, "rb") as f:
             return int(f.read().split()[1])
     except (OSError, ValueError, IndexError):
         return None
+
+
+def _run_queue_ns() -> int | None:
+    return _run_delay_ns(_SCHEDSTAT)
 
 
 def _siblings_run_queue_ns() -> dict[str, int] | None:
@@ -53,16 +58,8 @@ def _siblings_run_queue_ns() -> dict[str, int] | None:
         tids = os.listdir("/proc/self/task")
     except OSError:
         return None
-    out = {}
-    for tid in tids:
-        if tid == own:
-            continue
-        try:
-            with open(f"/proc/self/task/{tid}/schedstat", "rb") as f:
-                out[tid] = int(f.read().split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-    return out
+    waits = {tid: _run_delay_ns(f"/proc/self/task/{tid}/schedstat") for tid in tids if tid != own}
+    return {tid: ns for tid, ns in waits.items() if ns is not None}
 
 
 def _intra_op_threads() -> int | None:
