@@ -1,14 +1,22 @@
-"""Progress of a long analysis on the terminal: files and bytes done, rate, time left.
+"""Progress of a long command on the terminal: an analysis's files and bytes, a report's stages.
 
-Shown on standard error with tqdm, and only when it is a terminal (a log file or a pipe gets no
-progress lines). Bytes are bytes on disk (compressed bytes for ``.json.gz``), so the total is
-known before any file is opened.
+Shown on standard error with tqdm, only when it is a terminal (a log file or a pipe gets no
+progress lines), and only once the command has run :data:`QUIET_S` seconds, so a quick command
+prints nothing extra. :class:`Progress` counts an analysis's bytes on disk (compressed bytes for
+``.json.gz``), so the total is known before any file is opened; :class:`Stages` names the stage a
+``report`` or ``diff`` is in (reading a summary, the traces behind a timeline, drawing the page).
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+
+# Below this a command feels immediate and a progress line would only flicker (tqdm's ``delay``).
+QUIET_S = 2.0
 
 
 class Progress:
@@ -30,7 +38,7 @@ class Progress:
         if on:  # tqdm is imported only when there is a terminal to draw on
             from tqdm import tqdm
 
-            self._bar = tqdm(total=sum(self._sizes.values()), unit="B", unit_scale=True, unit_divisor=1024,
+            self._bar = tqdm(total=sum(self._sizes.values()), unit="B", unit_scale=True, unit_divisor=1024, delay=QUIET_S,
                              desc=self._desc(), file=sys.stderr, leave=False, dynamic_ncols=True)
 
     def _desc(self) -> str:
@@ -70,3 +78,81 @@ class _Off:
 
     def close(self) -> None:
         pass
+
+
+class Stages:
+    """A progress line over a command's named stages.
+
+    Args:
+        command: The command's name, the line's prefix (``"report"``).
+        total: How many stages the command will go through.
+        enabled: None: when standard error is a terminal.
+
+    The line appears :data:`QUIET_S` seconds after the first stage starts (a timer thread draws it,
+    since a single stage, such as reading the traces behind a timeline, may last minutes without a
+    step to count), names the stage being run and how many are done, and is removed on
+    :meth:`close` (or at the end of the ``with`` block).
+    """
+
+    def __init__(self, command: str, total: int, enabled: bool | None = None) -> None:
+        self.command = command
+        self.total = total
+        self.done = 0
+        self.current = ""
+        self._on = sys.stderr.isatty() if enabled is None else enabled
+        self._file = sys.stderr
+        self._bar = None
+        self._timer: threading.Timer | None = None
+        self._lock = threading.Lock()  # the timer's thread and the command's share the line
+
+    def _desc(self) -> str:
+        return f"{self.command}: {self.current}"
+
+    def _show(self) -> None:
+        with self._lock:
+            if self._timer is None:  # closed meanwhile
+                return
+            from tqdm import tqdm  # imported only when there is a terminal to draw on
+
+            self._bar = tqdm(total=self.total, initial=self.done, desc=self._desc(), file=self._file, leave=False,
+                             dynamic_ncols=True, bar_format="{desc} ({n_fmt}/{total_fmt})")
+
+    @contextlib.contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        """Name the stage being run (``"drawing the page"``) for as long as the block runs."""
+        with self._lock:
+            self.current = name
+            if self._on and self._timer is None:
+                self._timer = threading.Timer(QUIET_S, self._show)
+                self._timer.daemon = True
+                self._timer.start()
+            if self._bar is not None:
+                self._bar.set_description_str(self._desc())
+        yield
+        with self._lock:
+            self.done += 1
+            if self._bar is not None:
+                self._bar.update(1)
+
+    def print(self, text: str) -> None:
+        """Print ``text`` on standard output without breaking the progress line."""
+        with self._lock:
+            if self._bar is None:
+                print(text)
+            else:
+                self._bar.write(text, file=sys.stdout)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if self._bar is not None:
+                self._bar.close()
+                self._bar = None
+
+    def __enter__(self) -> Stages:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -125,20 +125,26 @@ def _warn_timeline_sources(path, record, stored, stored_problem: str | None, ste
 
 
 def cmd_report(args) -> int:
-    path, record = _load(args.summary)
-    if args.step is not None:
-        _check_step(record, args.step)
-    out = (args.out if args.out is not None else path.parent / "report.html").resolve()
-    if out.is_dir():
-        raise PerfscopeError(f"--out {args.out}: is a directory; give the HTML file to write")
-    from perfscope.reports import write_report
-    from perfscope.reports.bottleneck import timeline_of
-    from perfscope.reports.timeline_record import read_beside
+    from perfscope.analysis.progress import Stages
 
-    stored, stored_problem = read_beside(path, record)
-    _warn_timeline_sources(path, record, stored, stored_problem, args.step)
-    drawn = timeline_of(record, base_dir=path.parent, step=args.step, stored=stored, stored_problem=stored_problem)
-    written = write_report(record, out, base_dir=path.parent, step=args.step, drawn=drawn)
+    with Stages("report", 3) as stages:
+        with stages.stage("reading the summary"):
+            path, record = _load(args.summary)
+        if args.step is not None:
+            _check_step(record, args.step)
+        out = (args.out if args.out is not None else path.parent / "report.html").resolve()
+        if out.is_dir():
+            raise PerfscopeError(f"--out {args.out}: is a directory; give the HTML file to write")
+        from perfscope.reports import write_report
+        from perfscope.reports.bottleneck import timeline_of
+        from perfscope.reports.timeline_record import read_beside
+
+        with stages.stage("reading the timeline"):
+            stored, stored_problem = read_beside(path, record)
+            _warn_timeline_sources(path, record, stored, stored_problem, args.step)
+            drawn = timeline_of(record, base_dir=path.parent, step=args.step, stored=stored, stored_problem=stored_problem)
+        with stages.stage("drawing the page"):
+            written = write_report(record, out, base_dir=path.parent, step=args.step, drawn=drawn)
     print(f"wrote {safe(written)}")
     if args.open:
         _open_in_browser(written)
@@ -147,18 +153,23 @@ def cmd_report(args) -> int:
 
 def cmd_diff(args) -> int:
     from perfscope import reports
+    from perfscope.analysis.progress import Stages
 
-    path_a, a = _load(args.a)
-    path_b, b = _load(args.b)
-    if args.out is not None:
-        out = args.out.resolve()
-        if out.is_dir():
-            raise PerfscopeError(f"--out {args.out}: is a directory; give the HTML file to write")
-    else:
-        out = (DEFAULT_OUT_ROOT / f"diff-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.html").resolve()
-    # labels escaped before they join a line: a newline in a path must not start a line of its own
-    print(safe_lines(reports.text_diff(a, b, safe(args.a), safe(args.b))))
-    written = reports.write_diff(a, b, out, str(args.a), str(args.b))
+    with Stages("diff", 3) as stages:
+        with stages.stage("reading A"):
+            path_a, a = _load(args.a)
+        with stages.stage("reading B"):
+            path_b, b = _load(args.b)
+        if args.out is not None:
+            out = args.out.resolve()
+            if out.is_dir():
+                raise PerfscopeError(f"--out {args.out}: is a directory; give the HTML file to write")
+        else:
+            out = (DEFAULT_OUT_ROOT / f"diff-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.html").resolve()
+        # labels escaped before they join a line: a newline in a path must not start a line of its own
+        stages.print(safe_lines(reports.text_diff(a, b, safe(args.a), safe(args.b))))
+        with stages.stage("drawing the page"):
+            written = reports.write_diff(a, b, out, str(args.a), str(args.b))
     print(f"\nwrote {safe(written)}")
     if args.open:
         _open_in_browser(written)
