@@ -178,14 +178,36 @@ class HostStepRecorder:
         self._cpu = CpuSources()
         self._start: tuple | None = None
         self.steps: deque[dict] = deque(maxlen=MAX_STEPS)
+        # The torch profiler is entered at the boundary before its first traced step: before it,
+        # its step() (schedule, ProfilerStep# range) is all cost and no trace, so the steps are
+        # counted here (docs/collection.md, the profiler outside the window).
+        self._entered = False
+        self._step_num = 0
 
     @property
     def step_num(self) -> int:
-        return self._inner.step_num
+        """The profiler's step number (counted here until the profiler is entered)."""
+        return self._inner.step_num if self._entered else self._step_num
+
+    def _next_action(self) -> str | None:
+        """The name of the profiler schedule's action for the next step (None: no schedule)."""
+        schedule = getattr(self._inner, "schedule", None)
+        return None if schedule is None else getattr(schedule(self.step_num + 1), "name", None)
+
+    def _enter(self) -> None:
+        """Enter the torch profiler at the step counted so far (its schedule's action there)."""
+        if self._step_num:
+            # Public attributes of torch.profiler.profile, read by its start() (checked: torch 2.4-2.13).
+            self._inner.step_num = self._step_num
+            self._inner.current_action = self._inner.schedule(self._step_num)
+        self._inner.__enter__()
+        self._entered = True
 
     def __enter__(self) -> HostStepRecorder:  # noqa: PYI034 - typing.Self needs Python 3.11
-        self._inner.__enter__()
-        if tracing(self._inner):  # a window from the first step
+        schedule = getattr(self._inner, "schedule", None)
+        if schedule is None or getattr(schedule(0), "name", None) != "NONE" or self._next_action() != "NONE":
+            self._enter()
+        if self._entered and tracing(self._inner):  # a window from the first step
             self._memory.begin()
             self._cpu.begin()
             self._start = snapshot()
@@ -196,6 +218,8 @@ class HostStepRecorder:
             self._modules.switch(False)
         if self._flops is not None:
             self._flops.close()
+        if not self._entered:
+            return None  # the window never came: nothing was traced
         return self._inner.__exit__(*exc)
 
     def step(self) -> None:
@@ -207,6 +231,13 @@ class HostStepRecorder:
             self._telemetry.bind()  # on the training thread: its CUDA device, once initialised
         if self._oom is not None:
             self._oom.arm()
+        if not self._entered:
+            if self._next_action() == "NONE":
+                self._step_num += 1  # still before the window: no profiler work at this boundary
+                if self._flops is not None:
+                    self._flops.boundary(self._step_num)
+                return
+            self._enter()
         if self._window_opens_next():
             self._sync()  # in the last warm-up step, which the trace drops: no recorded step pays
         self._inner.step()
