@@ -58,9 +58,76 @@ def _trust(w_norms: torch.Tensor, u_norms: torch.Tensor, ratio: torch.Tensor) ->
     return torch.where((w_norms > 0) & (u_norms > 0), ratio, torch.ones_like(ratio))
 
 
+# On CPU a step runs over groups of tensor pieces of at most this many values: every pass of the
+# group (LAMB: the moments, the update, its weight decay and norms; LARS: the update and the momentum
+# step) then finds its inputs in the cache the previous pass left them in (5 arrays x 4 bytes x
+# 2^18 values = 5 MiB, within an AMD EPYC's 32 MiB L3 beside other work, and 4 foreach calls per
+# group), where whole-list passes over ResNet-50's 100 MB each go to memory. GPUs take whole lists:
+# their cost is the launches, which smaller groups would multiply.
+CPU_GROUP_VALUES = 1 << 18
+
+
+def _pieces(tensors: list[list[torch.Tensor]], limit: int | None) -> list[list[tuple[int, slice | None]]]:
+    """Groups of ``(index, piece)`` over parallel lists of like-shaped tensors, each group holding
+    at most ``limit`` values (a tensor larger than ``limit`` is cut into flat pieces; None: one
+    group of whole tensors). A tensor is cut only where every list's tensor at its index is
+    contiguous (a flat view is then the same elements in each); others are taken whole."""
+    n = len(tensors[0])
+    if limit is None:
+        return [[(i, None) for i in range(n)]]
+    groups: list[list[tuple[int, slice | None]]] = [[]]
+    room = limit
+    for i in range(n):
+        size = tensors[0][i].numel()
+        if size > limit and all(t[i].is_contiguous() for t in tensors):
+            for start in range(0, size, limit):
+                stop = min(start + limit, size)
+                if stop - start > room:
+                    groups.append([])
+                    room = limit
+                groups[-1].append((i, slice(start, stop)))
+                room -= stop - start
+            continue
+        if size > room and groups[-1]:
+            groups.append([])
+            room = limit
+        groups[-1].append((i, None))
+        room -= size
+    return [g for g in groups if g]
+
+
+def _views(tensors: list[torch.Tensor], group: list[tuple[int, slice | None]]) -> list[torch.Tensor]:
+    """The pieces of ``group`` cut from ``tensors`` (flat views, or the whole tensors)."""
+    return [tensors[i] if piece is None else tensors[i].view(-1)[piece] for i, piece in group]
+
+
+def _group_limit(params: list[torch.Tensor]) -> int | None:
+    return CPU_GROUP_VALUES if params[0].device.type == "cpu" else None
+
+
 class _TrustRatioOptimizer(Optimizer):
-    """What LAMB and LARS share: the closure, the parameters with dense gradients, and one
-    multi-tensor :meth:`_step_tensors` call per (device, dtype) of each group."""
+    """What LAMB and LARS share: the closure, the parameters with dense gradients, one
+    multi-tensor :meth:`_step_tensors` call per (device, dtype) of each group, and a scratch
+    tensor per parameter for the update (:meth:`_scratch`)."""
+
+    def _scratch(self, params: list[torch.Tensor]) -> list[torch.Tensor]:
+        """One tensor like each parameter, kept between steps, for its update.
+
+        Kept because a fresh one each step costs more than the arithmetic: the updates of all
+        parameters are alive at once, so the allocator maps new pages for them every step and the
+        first write faults each one in (on ResNet-50's 100 MB, the out-of-place add that made
+        LARS's update took 4x the in-place loop's, 179 ms a step, in torch's profiler). Not
+        part of ``state_dict`` (its content is dead between steps); it holds as much memory as
+        the parameters, which the step held at its peak anyway.
+        """
+        kept = self.__dict__.setdefault("_scratch_tensors", {})
+        out = []
+        for p in params:
+            t = kept.get(p)
+            if t is None or t.shape != p.shape or t.dtype != p.dtype or t.device != p.device:
+                t = kept[p] = torch.empty_like(p)  # the parameter's layout, as its gradient and state have
+            out.append(t)
+        return out
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -138,20 +205,32 @@ class Lamb(_TrustRatioOptimizer):
         m = [s["exp_avg"] for s in states]
         v = [s["exp_avg_sq"] for s in states]
         steps = [s["step"] for s in states]
-        # Adam's direction m_hat / (sqrt(v_hat) + eps), with the moments' update, in one pass of
-        # PyTorch's fused Adam kernel: stepping a zero tensor with lr = -1 leaves the direction in
-        # it (the kernel's bias corrections use each tensor's own step count).
-        update = [torch.zeros_like(p) for p in params]
-        torch._fused_adam_(update, grads, m, v, [], steps, lr=-1.0, beta1=beta1, beta2=beta2, weight_decay=0.0,
-                           eps=group["eps"], amsgrad=False, maximize=False)
-        if group["weight_decay"]:
-            torch._foreach_add_(update, params, alpha=group["weight_decay"])
-        w_norms = torch.stack(torch._foreach_norm(params)).float()
-        u_norms = torch.stack(torch._foreach_norm(update)).float()
+        update = self._scratch(params)
+        groups = _pieces([params, grads, m, v, update], _group_limit(params))
+        w_sq = torch.zeros(len(params), dtype=torch.float64, device=params[0].device)
+        u_sq = torch.zeros_like(w_sq)
+        for pieces in groups:
+            u = _views(update, pieces)
+            # Adam's direction m_hat / (sqrt(v_hat) + eps), with the moments' update, in one pass of
+            # PyTorch's fused Adam kernel: stepping a zero tensor with lr = -1 leaves the direction in
+            # it (the kernel's bias corrections use each tensor's own step count).
+            torch._foreach_zero_(u)
+            torch._fused_adam_(u, _views(grads, pieces), _views(m, pieces), _views(v, pieces), [],
+                               [steps[i] for i, _ in pieces], lr=-1.0, beta1=beta1, beta2=beta2, weight_decay=0.0,
+                               eps=group["eps"], amsgrad=False, maximize=False)
+            w = _views(params, pieces)
+            if group["weight_decay"]:
+                torch._foreach_add_(u, w, alpha=group["weight_decay"])
+            at = torch.tensor([i for i, _ in pieces], device=w_sq.device)
+            w_sq.index_add_(0, at, torch.stack(torch._foreach_norm(w)).double().square())
+            u_sq.index_add_(0, at, torch.stack(torch._foreach_norm(u)).double().square())
+        w_norms, u_norms = w_sq.sqrt().float(), u_sq.sqrt().float()
         ratio = _trust(w_norms, u_norms, w_norms / u_norms.clamp_min(torch.finfo(torch.float32).tiny))
-        scale = (-_lr(group) * ratio).to(params[0].dtype)
-        torch._foreach_mul_(update, scale.unbind())
-        torch._foreach_add_(params, update)
+        scale = (-_lr(group) * ratio).to(params[0].dtype).unbind()
+        for pieces in groups:
+            u = _views(update, pieces)
+            torch._foreach_mul_(u, [scale[i] for i, _ in pieces])
+            torch._foreach_add_(_views(params, pieces), u)
 
 
 class Lars(_TrustRatioOptimizer):
@@ -192,23 +271,30 @@ class Lars(_TrustRatioOptimizer):
         w_norms = torch.stack(torch._foreach_norm(params)).float()
         g_norms = torch.stack(torch._foreach_norm(grads)).float()
         ratio = _trust(w_norms, g_norms, eta * w_norms / (g_norms + wd * w_norms + group["eps"]))
-        d = torch._foreach_add(grads, params, alpha=wd) if wd else torch._foreach_mul(grads, 1.0)
-        torch._foreach_mul_(d, ratio.to(params[0].dtype).unbind())
-        if not group["momentum"]:
-            torch._foreach_add_(params, d, alpha=-_lr(group))
-            return
-        # Heavy-ball momentum and the step in one pass of PyTorch's fused SGD kernel: on a
-        # tensor's first step the buffer becomes d (is_first_step), later momentum * buf + d.
-        fresh = [("momentum_buffer" not in self.state[p]) for p in params]
-        for first in (True, False):
-            chosen = [i for i, f in enumerate(fresh) if f == first]
-            if not chosen:
+        ratio = ratio.to(params[0].dtype).unbind()
+        momentum = group["momentum"]
+        if momentum:
+            fresh = ["momentum_buffer" not in self.state[p] for p in params]
+            for p, f in zip(params, fresh):
+                if f:
+                    self.state[p]["momentum_buffer"] = torch.empty_like(p)
+            bufs = [self.state[p]["momentum_buffer"] for p in params]
+        update = self._scratch(params)
+        for pieces in _pieces([params, grads, update, *([bufs] if momentum else [])], _group_limit(params)):
+            d, w = _views(update, pieces), _views(params, pieces)
+            torch._foreach_copy_(d, _views(grads, pieces))
+            if wd:
+                torch._foreach_add_(d, w, alpha=wd)
+            torch._foreach_mul_(d, [ratio[i] for i, _ in pieces])
+            if not momentum:
+                torch._foreach_add_(w, d, alpha=-_lr(group))
                 continue
-            if first:
-                for i in chosen:
-                    self.state[params[i]]["momentum_buffer"] = torch.empty_like(d[i])
-            torch._fused_sgd_([params[i] for i in chosen], [d[i] for i in chosen],
-                              [self.state[params[i]]["momentum_buffer"] for i in chosen], weight_decay=0.0,
-                              momentum=group["momentum"], lr=_lr(group), dampening=0.0, nesterov=False,
-                              maximize=False, is_first_step=first)
-
+            # Heavy-ball momentum and the step in one pass of PyTorch's fused SGD kernel: on a
+            # tensor's first step the buffer becomes d (is_first_step), later momentum * buf + d.
+            b = _views(bufs, pieces)
+            for first in (True, False):
+                chosen = [k for k, (i, _) in enumerate(pieces) if fresh[i] == first]
+                if chosen:
+                    torch._fused_sgd_([w[k] for k in chosen], [d[k] for k in chosen], [b[k] for k in chosen],
+                                      weight_decay=0.0, momentum=momentum, lr=_lr(group), dampening=0.0,
+                                      nesterov=False, maximize=False, is_first_step=first)

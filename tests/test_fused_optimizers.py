@@ -10,8 +10,18 @@ import pytest
 import torch
 from torch import nn
 
-from perfscope.fused_ops import Lamb, Lars
+from perfscope.fused_ops import Lamb, Lars, optimizers
 from perfscope.fused_ops.optimizer_reference import reference_lamb, reference_lars
+
+
+@pytest.fixture(params=[None, 7], ids=["whole", "pieces of 7"])
+def pieces(request, monkeypatch):
+    """The CPU step over its default groups (whole tensors at these sizes), and over groups of at
+    most 7 values: tensors cut into flat pieces, pieces of one tensor in two groups, small tensors
+    sharing a group."""
+    if request.param is not None:
+        monkeypatch.setattr(optimizers, "CPU_GROUP_VALUES", request.param)
+    return request.param
 
 
 def model() -> nn.Module:
@@ -32,7 +42,7 @@ def grads(m: nn.Module, step: int, skip_last: bool = False) -> None:
 
 
 @pytest.mark.parametrize("wd", [0.0, 0.01])
-def test_lamb_matches_the_per_parameter_algorithm_step_by_step(wd):
+def test_lamb_matches_the_per_parameter_algorithm_step_by_step(wd, pieces):
     fused, ref = model(), model()
     opt = Lamb(fused.parameters(), lr=0.01, weight_decay=wd)
     state: dict = {}
@@ -50,7 +60,7 @@ def test_lamb_matches_the_per_parameter_algorithm_step_by_step(wd):
 
 
 @pytest.mark.parametrize(("momentum", "wd"), [(0.9, 0.0), (0.9, 5e-4), (0.0, 1e-4)])
-def test_lars_matches_the_per_parameter_algorithm_step_by_step(momentum, wd):
+def test_lars_matches_the_per_parameter_algorithm_step_by_step(momentum, wd, pieces):
     fused, ref = model(), model()
     opt = Lars(fused.parameters(), lr=0.5, momentum=momentum, weight_decay=wd)
     state: dict = {}
@@ -68,7 +78,7 @@ def test_lars_matches_the_per_parameter_algorithm_step_by_step(momentum, wd):
 
 @pytest.mark.parametrize("make", [lambda p: Lamb(p, lr=0.01, weight_decay=0.01),
                                   lambda p: Lars(p, lr=0.5, weight_decay=1e-4)], ids=["lamb", "lars"])
-def test_state_dict_round_trip_continues_the_same_trajectory(make):
+def test_state_dict_round_trip_continues_the_same_trajectory(make, pieces):
     a = model()
     opt_a = make(a.parameters())
     for step in range(3):
@@ -107,3 +117,18 @@ def test_bf16_parameters_step_in_their_own_dtype():
     opt.step()
     assert all(p.dtype == torch.bfloat16 for p in m.parameters())
     assert any(not torch.equal(a, b) for a, b in zip(before, m.parameters()))
+
+
+def test_pieces_cover_every_value_once_within_the_limit():
+    shapes = [(5, 3), (2,), (40,), (1,), (9, 9)]
+    tensors = [torch.zeros(s) for s in shapes]
+    groups = optimizers._pieces([tensors], 16)
+    assert all(sum(tensors[i].numel() if p is None else p.stop - p.start for i, p in g) <= 16 for g in groups)
+    for g in groups:
+        for view in optimizers._views(tensors, g):
+            view.add_(1)
+    assert all(bool((t == 1).all()) for t in tensors)  # every value in exactly one piece
+    channels_last = torch.zeros(2, 3, 4, 4).to(memory_format=torch.channels_last)
+    (whole,) = optimizers._pieces([[channels_last]], 8)
+    assert whole == [(0, None)]  # not contiguous: taken whole, never cut
+    assert optimizers._pieces([tensors], None) == [[(i, None) for i in range(len(tensors))]]
