@@ -76,14 +76,18 @@ def queue_wait_us(wall: float, cpu: float, queue: float) -> float:
     return min(queue, max(wall - cpu, 0.0))
 
 
-def waited_for_core(entry: dict) -> bool | None:
+def waited_for_core(entry: dict, *, workers: bool = True) -> bool | None:
     """Whether a host record entry's step waited for a core :data:`RUN_QUEUE_SHARE` of its wall
     time or more; None where its entry cannot tell (no run-queue figure, no wall time). The trace
-    can still decide those (the analysis's rule without the run-queue figure needs it)."""
+    can still decide those (the analysis's rule without the run-queue figure needs it).
+
+    ``workers``: whether its intra-op workers' waits count too (:func:`workers_waited`): on a CPU
+    step, where the math runs on them; not on a GPU step, whose math does not (as the analysis's
+    rule, :mod:`perfscope.analysis.evidence`)."""
     wall, cpu, queue = entry.get("wall_us"), entry.get("thread_cpu_us"), entry.get("run_queue_us")
     if queue is None or cpu is None or not wall or wall <= 0:
         return None
-    return queue_wait_us(wall, cpu, queue) >= RUN_QUEUE_SHARE * wall or workers_waited(entry)
+    return queue_wait_us(wall, cpu, queue) >= RUN_QUEUE_SHARE * wall or (workers and workers_waited(entry))
 
 
 def workers_waited(entry: dict) -> bool:

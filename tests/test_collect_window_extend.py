@@ -108,6 +108,20 @@ def test_the_window_closes_at_the_first_step_that_would_make_enough_clean_steps(
     assert out == {**out, "recorded": 7, "clean": 2, "reason": "enough clean steps"}
 
 
+@pytest.mark.parametrize("cuda", [False, True], ids=["cpu run", "gpu run"])
+def test_intra_op_workers_that_wait_lengthen_a_cpu_runs_window_only(cuda, monkeypatch):
+    # the training thread ran clean; its two intra-op workers waited 60% of the step for a core
+    workers = {**CLEAN, "intra_op_threads": 2, "sibling_run_queue_us": 6_000.0}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: cuda)
+    s = ProfileSchedule(skip_first=1, warmup=1, active=3, extend_s=600)
+    got = Run(s, lambda n: workers).actions(30)
+    if cuda:  # a GPU step's math is not on the workers: the planned window
+        assert got == torch_actions(s, 30)
+    else:
+        assert got.count(A.RECORD) + got.count(A.RECORD_AND_SAVE) == max_recorded(s)
+
+
 def test_asking_twice_for_a_step_gives_the_same_answer():
     s = ProfileSchedule(skip_first=0, warmup=0, active=2, extend_s=600)
     run = Run(s, lambda n: BUSY)

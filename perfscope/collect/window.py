@@ -73,6 +73,7 @@ class Window:
     def __init__(self, torch, schedule: ProfileSchedule, *, records: Callable[[], Iterable[dict]], extend: bool,
                  clock: Callable[[], float] = time.monotonic, say: Callable[[str], None] = _stderr) -> None:
         self._actions = torch.profiler.ProfilerAction
+        self._cuda = torch.cuda
         self._first = schedule.skip_first + 1 + schedule.warmup
         self._warmup_from = schedule.skip_first + 1
         self._planned_last = self._first + schedule.active - 1
@@ -116,7 +117,9 @@ class Window:
     def _decide(self, step: int):
         """The action of ``step`` (at or after the planned last step), from the steps before it."""
         now = self._clock()
-        judged = [waited_for_core(r) for r in self._records() if self._first <= r.get("step", -1) < step]
+        # A GPU run's math is not on the intra-op workers: their waits do not make its steps unclean.
+        workers = not (self._cuda.is_available() and self._cuda.is_initialized())
+        judged = [waited_for_core(r, workers=workers) for r in self._records() if self._first <= r.get("step", -1) < step]
         self._clean = sum(j is False for j in judged)
         unknown = any(j is None for j in judged)
         if self._since is None:
