@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import gc
 import gzip
+import importlib.util
 import os
 import statistics
 import sys
@@ -242,12 +243,8 @@ def main() -> None:
                                      lambda i: [sys.executable, "-m", "perfscope", "analyze", str(trace),
                                                 "--out", str(tmp / f"old-{i}")],
                                      args.rss_runs, env_for(args.baseline_tree), tmp, expect_summary)
-        try:
-            import hta  # noqa: F401
-
-            have_hta = not args.no_hta
-        except ImportError:
-            have_hta = False
+        # A module lookup, not an import: `import hta` here would bind the name this result uses.
+        have_hta = not args.no_hta and importlib.util.find_spec("hta") is not None
         if have_hta:
             one = tmp / "hta-dir"
             one.mkdir()
