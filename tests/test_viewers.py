@@ -1,5 +1,7 @@
-"""The field's viewers: perfscope's output folder loads in the TensorBoard profiler plugin (its own
-loader), and `perfscope merge` puts several ranks' traces in one file on one clock for Perfetto."""
+"""The field's viewers: `perfscope merge` puts several ranks' traces in one file on one clock for
+Perfetto, and perfscope's output folder still loads with the TensorBoard profiler plugin's own
+loader -- a check of the trace layout (the plugin was removed from kineto in 2026; its last
+release, torch-tb-profiler 0.4.3, is what this loads with)."""
 
 from __future__ import annotations
 
