@@ -34,8 +34,9 @@ def _split_script_args(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
-def _finish(analysis, out_dir: Path, open_report: bool = False) -> int:
-    """Write the outputs, print the table (stdout) and the warnings (stderr).
+def _finish(analysis, out_dir: Path, open_report: bool = False, as_json: bool = False) -> int:
+    """Write the outputs, print the table (stdout) -- or, ``as_json``, the answer as one JSON
+    document (:mod:`perfscope.record.answer`) -- and the warnings (stderr).
 
     Returns:
         0, or :data:`EXIT_PARTIAL` when damaged trace files were left out of the analysis.
@@ -45,11 +46,16 @@ def _finish(analysis, out_dir: Path, open_report: bool = False) -> int:
 
     summary = analysis.summary()
     paths = write_outputs(summary, out_dir, analysis.tables, analysis.timelines)  # the report reuses the parsed traces
-    print(format_summary(summary))
-    applied = config_lines(summary)
-    if applied:
-        print("\n" + "\n".join(applied))
-    print(f"\nwrote {safe(paths['summary'])} and {safe(paths['report'])}")
+    if as_json:
+        from perfscope.record.answer import answer_of, encode
+
+        print(encode(answer_of(summary, paths)))
+    else:
+        print(format_summary(summary))
+        applied = config_lines(summary)
+        if applied:
+            print("\n" + "\n".join(applied))
+        print(f"\nwrote {safe(paths['summary'])} and {safe(paths['report'])}")
     sys.stdout.flush()  # the table first, then the warnings, where both go to one terminal
     for line in format_warnings(summary):
         print(line, file=sys.stderr)
@@ -201,7 +207,7 @@ def cmd_analyze(args) -> int:
             with Progress(files) as progress:
                 analysis = analyze_files(files, run_info={"source": str(path)}, skip_unreadable=path.is_dir(),
                                          jobs=args.jobs, executor=executor, progress=progress)
-            return _finish(analysis, out, args.open)
+            return _finish(analysis, out, args.open, args.json)
     except BaseException:
         if not existed:
             remove_if_empty(out)  # no empty directory left behind by a failed analysis (one the user had stays)
@@ -227,8 +233,9 @@ def cmd_profile(args, script_args: list[str]) -> int:
             extend_s=args.extend_s, modules=args.modules,
         )
         started = time.time()
-        result = collect.collect(args.script, script_args, out_dir=out, schedule=schedule, nproc_per_node=args.nproc_per_node,
-                                 config=args.config, nodes=nodes)
+        with _stdout_to_stderr(args.json):  # the answer alone on stdout: the script's prints go to stderr
+            result = collect.collect(args.script, script_args, out_dir=out, schedule=schedule,
+                                     nproc_per_node=args.nproc_per_node, config=args.config, nodes=nodes)
         run_info = {**result.run_info, **({"error": result.error} if result.error else {}), "exit_code": result.exit_code}
         trace_files = _job_traces(args, result, started)
         if trace_files is None:  # a rank other than 0 under torchrun: rank 0 analyzes
@@ -245,14 +252,33 @@ def cmd_profile(args, script_args: list[str]) -> int:
 
         map_large_blocks()  # freed per-row arrays leave the resident size (perfscope.heap)
         analysis = analyze_files(trace_files, run_info=run_info, common_steps_only=result.error is not None)
-        status = _finish(analysis, out, args.open)
+        status = _finish(analysis, out, args.open, args.json)
         if nodes is not None:
             ranks = nodes.ranks(args.nproc_per_node)
             print(f"node {nodes.node_rank} of {nodes.nnodes}: this summary covers ranks {ranks[0]}-{ranks[-1]}; for the "
-                  "whole job, gather every node's output directory under one folder and run `perfscope analyze FOLDER`")
+                  "whole job, gather every node's output directory under one folder and run `perfscope analyze FOLDER`",
+                  file=sys.stderr if args.json else sys.stdout)
         # The outputs now describe this run: rank traces left from an earlier one would contradict them.
         collect.remove_stale_rank_traces(result.trace_dir, trace_files)
         return result.exit_code or status
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr(on: bool):
+    """While the block runs, file descriptor 1 (and ``sys.stdout``) write to standard error, the
+    script's ranks and children included (they inherit the descriptor); restored after."""
+    if not on:
+        yield
+        return
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        os.dup2(2, 1)
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
 
 
 def _run_lock(args, out: Path):

@@ -13,6 +13,7 @@ from perfscope.text import safe
 
 EXIT_USAGE = 2  # bad input, as argparse uses
 MAX_RANK_WAIT_S = 86400.0  # a day: the longest a rank's trace write can reasonably lag
+JSON_HELP = ("print the answer as one JSON document on standard output instead of the table (for programs and agents: docs/answer.schema.json, docs/reading.md)")
 CLASSES_TEXT = (
     "Each step is classified io-bound (waiting for input: DataLoader, host-to-device copies), comm-bound "
     "(exposed gradient communication), launch-bound (host launch and dispatch overhead: the GPU waits for "
@@ -79,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="acceleration configuration (YAML) to run with: the knobs needing no code change are "
                    "patched in; PERFSCOPE_CONFIG is set for perfscope.accelerate in the script")
     p.add_argument("--open", action="store_true", help="open report.html in the web browser when done")
+    p.add_argument("--json", action="store_true", help=JSON_HELP + "; the script's own standard output goes to "
+                   "standard error meanwhile")
 
     a = sub.add_parser(
         "analyze",
@@ -95,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the per-rank analysis on a Dask cluster (tcp://host:8786); its workers must see "
                    "the trace files at the same paths")
     a.add_argument("--open", action="store_true", help="open report.html in the web browser when done")
+    a.add_argument("--json", action="store_true", help=JSON_HELP)
 
     r = sub.add_parser(
         "report",
