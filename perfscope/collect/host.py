@@ -197,7 +197,7 @@ class HostStepRecorder:
     def _enter(self) -> None:
         """Enter the torch profiler at the step counted so far (its schedule's action there)."""
         if self._step_num:
-            # Public attributes of torch.profiler.profile, read by its start() (checked: torch 2.4-2.13).
+            # Public attributes of torch.profiler.profile, read by its start() (checked against torch 2.13).
             self._inner.step_num = self._step_num
             self._inner.current_action = self._inner.schedule(self._step_num)
         self._inner.__enter__()
