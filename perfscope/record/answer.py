@@ -127,7 +127,7 @@ def answer_of(summary: dict | Record, paths: dict | None = None) -> Answer:
     else:
         mfu_value, mfu_why = mfu.mfu, (mfu.why if mfu.mfu is None else None)
         if mfu_value is None and not mfu_why:
-            mfu_why = "no peak known for this device"
+            mfu_why = "the record gives no figure and no reason (written by an older perfscope?)"
     return Answer(
         mode=record.mode, verdict=overall.verdict,
         reason=None if overall.verdict else (overall.reason or "no step has the evidence for a verdict"),
