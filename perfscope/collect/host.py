@@ -189,10 +189,13 @@ class HostStepRecorder:
         """The profiler's step number (counted here until the profiler is entered)."""
         return self._inner.step_num if self._entered else self._step_num
 
-    def _next_action(self) -> str | None:
-        """The name of the profiler schedule's action for the next step (None: no schedule)."""
+    def _action(self, step: int) -> str | None:
+        """The name of the profiler schedule's action for ``step`` (None: no schedule)."""
         schedule = getattr(self._inner, "schedule", None)
-        return None if schedule is None else getattr(schedule(self.step_num + 1), "name", None)
+        return None if schedule is None else getattr(schedule(step), "name", None)
+
+    def _next_action(self) -> str | None:
+        return self._action(self.step_num + 1)
 
     def _enter(self) -> None:
         """Enter the torch profiler at the step counted so far (its schedule's action there)."""
@@ -204,8 +207,7 @@ class HostStepRecorder:
         self._entered = True
 
     def __enter__(self) -> HostStepRecorder:  # noqa: PYI034 - typing.Self needs Python 3.11
-        schedule = getattr(self._inner, "schedule", None)
-        if schedule is None or getattr(schedule(0), "name", None) != "NONE" or self._next_action() != "NONE":
+        if self._action(0) != "NONE" or self._next_action() != "NONE":  # no schedule, or a window from the start
             self._enter()
         if self._entered and tracing(self._inner):  # a window from the first step
             self._memory.begin()
@@ -279,11 +281,8 @@ class HostStepRecorder:
 
     def _window_opens_next(self) -> bool:
         """The profiler's next step is its first recorded one (its schedule says so)."""
-        schedule = getattr(self._inner, "schedule", None)
         now = getattr(getattr(self._inner, "current_action", None), "name", None)
-        if schedule is None or now in _RECORDING:
-            return False
-        return getattr(schedule(self._inner.step_num + 1), "name", None) in _RECORDING
+        return now not in _RECORDING and self._next_action() in _RECORDING
 
 
 def sync_cuda() -> None:
@@ -291,8 +290,13 @@ def sync_cuda() -> None:
     import sys
 
     torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+    if torch is not None and cuda_in_use(torch.cuda):
         torch.cuda.synchronize()
+
+
+def cuda_in_use(cuda) -> bool:
+    """Whether this process already uses CUDA (``cuda``: ``torch.cuda``); never initialises it."""
+    return cuda.is_available() and cuda.is_initialized()
 
 
 def _record(step: int, a: tuple, b: tuple) -> dict:

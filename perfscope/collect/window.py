@@ -21,6 +21,7 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 
+from perfscope.collect.host import cuda_in_use
 from perfscope.collect.schedule import MAX_ACTIVE, ProfileSchedule
 from perfscope.host_steps import MAX_STEPS as HOST_RECORD_STEPS
 from perfscope.host_steps import waited_for_core
@@ -118,7 +119,7 @@ class Window:
         """The action of ``step`` (at or after the planned last step), from the steps before it."""
         now = self._clock()
         # A GPU run's math is not on the intra-op workers: their waits do not make its steps unclean.
-        workers = not (self._cuda.is_available() and self._cuda.is_initialized())
+        workers = not cuda_in_use(self._cuda)
         judged = [waited_for_core(r, workers=workers) for r in self._records() if self._first <= r.get("step", -1) < step]
         self._clean = sum(j is False for j in judged)
         unknown = any(j is None for j in judged)
