@@ -83,10 +83,6 @@ class Answer(msgspec.Struct, kw_only=True):
     report_path: Annotated[str | None, Meta(description="report.html written beside the answer")] = None
 
 
-def _what_ifs(rows: list[dict]) -> dict[str, dict]:
-    return {w["class"]: w for w in steptime.what_if(rows)}
-
-
 def answer_of(summary: dict | Record, paths: dict | None = None) -> Answer:
     """The :class:`Answer` of a run record (``summary.json`` as data, or its :class:`Record`).
 
@@ -100,13 +96,12 @@ def answer_of(summary: dict | Record, paths: dict | None = None) -> Answer:
     record = record_of(summary)
     overall, details = record.overall_or_empty(), record.details_or_empty()
     provisional = bool(overall.provisional)
-    rows = steptime.verdict_rows(record.steps or [], provisional)
-    step_time = steptime.step_time_us(rows)
+    step_time = overall.step_time_us  # on the verdict's clock, as the record's what-ifs are
     shares = None
     if overall.fractions is not None and overall.verdict:
         shares = {k: float(v) for k, v in msgspec.structs.asdict(overall.fractions).items() if v is not None}
     mode = record.mode or "cpu"
-    what_ifs = _what_ifs(rows)
+    what_ifs = {w.class_: w for w in details.what_if or []}
     texts = msgspec.structs.asdict(details.advice) if details.advice is not None else {}
     advice = []
     for name in REMOVABLE:
@@ -114,8 +109,8 @@ def answer_of(summary: dict | Record, paths: dict | None = None) -> Answer:
         if not share or share <= 0:
             continue
         w = what_ifs.get(name)
-        what_if = None if w is None else WhatIf(step_time_without_us=w["step_time_without_us"],
-                                                  saved_us_per_step=w["saved_us_per_step"], speedup=w["speedup"])
+        what_if = None if w is None else WhatIf(step_time_without_us=w.step_time_without_us,
+                                                  saved_us_per_step=w.saved_us_per_step, speedup=w.speedup)
         advice.append(AdviceItem(
             class_=name, share=share, change=texts.get(name) or BY_NAME[name].advice.get(mode),
             what_if=what_if, what_if_why=None if what_if else "no counted step to remove it from",
@@ -133,7 +128,8 @@ def answer_of(summary: dict | Record, paths: dict | None = None) -> Answer:
         reason=None if overall.verdict else (overall.reason or "no step has the evidence for a verdict"),
         provisional=provisional, basis=WAITFREE if provisional else MEASURED,
         core_wait_share=overall.core_wait_share if provisional else None, step_time_us=step_time,
-        measured_step_time_us=steptime.measured_step_time_us(rows) if provisional else step_time,
+        measured_step_time_us=(steptime.measured_step_time_us(steptime.verdict_rows(record.steps or [], True))
+                               if provisional else step_time),
         shares=shares, runner_up=overall.runner_up if overall.verdict else None, advice=advice,
         summary_advice=overall.advice, mfu=mfu_value, mfu_why=mfu_why,
         steps_counted=overall.steps_counted, steps_total=overall.steps_total, warnings=list(record.warnings or []),
