@@ -22,8 +22,9 @@ class _Terminal(io.StringIO):
         return True
 
     def shows(self, text: str) -> bool:
-        """Wait (10 s at most) for the progress line's timer thread to draw ``text``."""
-        deadline = time.monotonic() + 10
+        """Wait for the progress line's timer thread to draw ``text`` (a bound on a thread being
+        scheduled, not a speed: 60 s, for a machine at a load of 40)."""
+        deadline = time.monotonic() + 60
         while text not in self.getvalue() and time.monotonic() < deadline:
             time.sleep(0.01)
         return text in self.getvalue()
