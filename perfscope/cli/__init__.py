@@ -10,7 +10,6 @@ never a traceback.
 from __future__ import annotations
 
 import contextlib
-import datetime as _dt
 import os
 import sys
 import time
@@ -20,9 +19,9 @@ from perfscope.cli.args import node_launch
 from perfscope.cli.parser import EXIT_USAGE, build_parser
 from perfscope.errors import PerfscopeError
 from perfscope.outlock import FolderLock
-from perfscope.outputs import DEFAULT_OUT_ROOT, output_dir, remove_if_empty
+from perfscope.outputs import output_dir, remove_if_empty
 from perfscope.redact import redact
-from perfscope.text import safe, safe_lines
+from perfscope.text import safe
 
 EXIT_PARTIAL = 3  # outputs written, but some trace files held damage and were left out
 
@@ -79,107 +78,6 @@ def _open_in_browser(path: Path) -> None:
         opened = False
     if not opened:
         print(f"perfscope: could not open a web browser; open {safe(path)} yourself", file=sys.stderr)
-
-
-def _summary_path(text: str) -> Path:
-    """The summary.json named by a file or an output directory (checked to exist)."""
-    path = Path(text)
-    if path.is_dir():
-        path = path / "summary.json"
-        if not path.is_file():
-            raise PerfscopeError(f"{text}: directory holds no summary.json (pass a summary.json or an output directory)")
-    elif not path.exists():
-        raise PerfscopeError(f"{text}: no such file or directory")
-    return path
-
-
-def _load(text: str):
-    """(path, :class:`~perfscope.record.view.Record`) of the summary a file or an output directory names.
-
-    Raises:
-        PerfscopeError: no such summary, a malformed one, or one without its steps or overall sections.
-    """
-    from perfscope.record import load_summary
-    from perfscope.record.view import record_of
-
-    path = _summary_path(text)
-    record = record_of(load_summary(path))
-    if record.steps is None or record.overall is None:
-        raise PerfscopeError(f"{path}: summary lacks its steps or overall sections")
-    return path, record
-
-
-def _check_step(record, step: int) -> None:
-    """Refuse ``--step`` where the run has no such step (naming the steps it has)."""
-    steps = sorted({s.get("step") for s in record.steps if isinstance(s.get("step"), int)})
-    if step not in steps:
-        have = f"{steps[0]}-{steps[-1]}" if len(steps) > 1 else (str(steps[0]) if steps else "none")
-        raise PerfscopeError(f"--step {step} is not a step of this run (steps {have})")
-
-
-def _warn_timeline_sources(path, record, stored, stored_problem: str | None, step: int | None) -> None:
-    """Warn on stderr where the stored timeline could not be read, and, where the timeline is
-    drawn from the traces, of each trace a later run replaced."""
-    from perfscope.reports.traces import locate
-
-    if stored_problem:
-        print(f"perfscope: warning: {safe(stored_problem)}: the timeline is drawn from the traces", file=sys.stderr)
-    if stored is None or not stored.holds(step):
-        for replaced in locate(record, path.parent).replaced:
-            print(f"perfscope: warning: {safe(replaced)} is no longer the trace {safe(path)} was made from (a later "
-                  "run replaced it): its events are left out of the timeline", file=sys.stderr)
-
-
-def cmd_report(args) -> int:
-    from perfscope.analysis.progress import Stages
-
-    with Stages("report", 3) as stages:
-        with stages.stage("reading the summary"):
-            path, record = _load(args.summary)
-        if args.step is not None:
-            _check_step(record, args.step)
-        out = (args.out if args.out is not None else path.parent / "report.html").resolve()
-        if out.is_dir():
-            raise PerfscopeError(f"--out {args.out}: is a directory; give the HTML file to write")
-        from perfscope.reports import write_report
-        from perfscope.reports.bottleneck import timeline_of
-        from perfscope.reports.timeline_record import read_beside
-
-        with stages.stage("reading the timeline"):
-            stored, stored_problem = read_beside(path, record)
-            _warn_timeline_sources(path, record, stored, stored_problem, args.step)
-            drawn = timeline_of(record, base_dir=path.parent, step=args.step, stored=stored, stored_problem=stored_problem)
-        with stages.stage("drawing the page"):
-            written = write_report(record, out, base_dir=path.parent, step=args.step, drawn=drawn)
-    print(f"wrote {safe(written)}")
-    if args.open:
-        _open_in_browser(written)
-    return 0
-
-
-def cmd_diff(args) -> int:
-    from perfscope import reports
-    from perfscope.analysis.progress import Stages
-
-    with Stages("diff", 3) as stages:
-        with stages.stage("reading A"):
-            path_a, a = _load(args.a)
-        with stages.stage("reading B"):
-            path_b, b = _load(args.b)
-        if args.out is not None:
-            out = args.out.resolve()
-            if out.is_dir():
-                raise PerfscopeError(f"--out {args.out}: is a directory; give the HTML file to write")
-        else:
-            out = (DEFAULT_OUT_ROOT / f"diff-{_dt.datetime.now().strftime('%Y%m%d-%H%M%S')}.html").resolve()
-        # labels escaped before they join a line: a newline in a path must not start a line of its own
-        stages.print(safe_lines(reports.text_diff(a, b, safe(args.a), safe(args.b))))
-        with stages.stage("drawing the page"):
-            written = reports.write_diff(a, b, out, str(args.a), str(args.b))
-    print(f"\nwrote {safe(written)}")
-    if args.open:
-        _open_in_browser(written)
-    return 0
 
 
 def cmd_analyze(args) -> int:
@@ -372,18 +270,20 @@ def _run(args, script_args: list[str]) -> int:
     """The command's own function; its exit status."""
     if args.command == "profile":
         return cmd_profile(args, script_args)
-    if args.command == "report":
-        return cmd_report(args)
-    if args.command == "diff":
-        return cmd_diff(args)
+    if args.command in ("report", "diff"):
+        from perfscope.cli.saved import cmd_diff, cmd_report
+
+        return (cmd_report if args.command == "report" else cmd_diff)(args, _open_in_browser)
     if args.command == "forecast":
         from perfscope.cli.forecast import run
+        from perfscope.cli.saved import load
 
-        return run(args, *_load(args.summary))
+        return run(args, *load(args.summary))
     if args.command == "check":
         from perfscope.cli.check import run
+        from perfscope.cli.saved import load
 
-        return run(args, _load)
+        return run(args, load)
     if args.command == "merge":
         from perfscope.cli.merge import run
 
