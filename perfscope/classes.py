@@ -35,6 +35,9 @@ class BottleneckClass:
         removal: Per mode, what removing it means, as the start of a what-if sentence (absent for
             compute, which no knob removes).
         advice: Per mode, what to change.
+        knobs: Per mode, the configuration keys (``perfscope profile --config``, ``perfscope
+            tune``) that the advice names, in its order; each is a key whose knob group's search
+            says it serves this class (``tests/test_knob_groups.py`` holds the two together).
         title: The report's heading of its recommendation.
         colour: Its colour's name in the report's palette (``perfscope.reports.palette``).
         chart_order: Its place in the stacked charts, bottom first.
@@ -46,6 +49,7 @@ class BottleneckClass:
     means: dict[str, str] = field(default_factory=dict)
     removal: dict[str, str] = field(default_factory=dict)
     advice: dict[str, str] = field(default_factory=dict)
+    knobs: dict[str, tuple[str, ...]] = field(default_factory=dict)
     title: str = ""
     colour: str = ""
     chart_order: int = 0
@@ -68,6 +72,8 @@ TABLE = (
                 "prefetch_factor, and copy batches with non_blocking=True (or prefetch on a side stream).",
                 "cpu": "Load data off the training thread: raise DataLoader num_workers and "
                 "prefetch_factor (persistent_workers=True for short epochs)."},
+        knobs={"gpu": ("num_workers", "pin_memory", "prefetch_factor", "device_prefetch"),
+               "cpu": ("num_workers", "prefetch_factor")},
     ),
     BottleneckClass(
         name="comm", threshold=0.10, colour="purple", chart_order=1, title="Hide communication",
@@ -81,6 +87,8 @@ TABLE = (
                 "across nodes, or accumulate gradients (no_sync) to reduce less often.",
                 "cpu": "Reduce communication: tune DDP bucket_cap_mb, compress gradients (fp16/bf16 "
                 "hook), or accumulate gradients (no_sync) to all-reduce less often."},
+        knobs={"gpu": ("bucket_cap_mb", "grad_compression", "hierarchical_allreduce", "grad_accum_steps"),
+               "cpu": ("bucket_cap_mb", "grad_compression", "grad_accum_steps")},
     ),
     BottleneckClass(
         name="launch", threshold=0.25, colour="sky", chart_order=3, title="Cut launch overhead",
@@ -95,6 +103,8 @@ TABLE = (
                 "fused/foreach optimizers (optimizer_impl) and fused operators to cut the number of small kernels.",
                 "cpu": "Cut per-operator dispatch overhead: a larger batch per step, "
                 "torch.compile (compile: default in a --config file), and fused operators instead of many tiny ones."},
+        knobs={"gpu": ("batch_size", "grad_accum_steps", "compile", "optimizer_impl", "fused_ops"),
+               "cpu": ("batch_size", "compile", "fused_ops")},
     ),
     BottleneckClass(
         name="compute", threshold=None, colour="green", chart_order=0, title="Speed up the math itself",
@@ -105,6 +115,8 @@ TABLE = (
                 "fp32 matmuls, cudnn.benchmark, channels_last for convolutions (channels_last: true).",
                 "cpu": "Make the math cheaper: bf16 autocast on CPU, intra-op threads "
                 "(torch.set_num_threads) matched to the cores, channels_last for convolutions, torch.compile."},
+        knobs={"gpu": ("amp_level", "tf32", "cudnn_benchmark", "channels_last"),
+               "cpu": ("amp_level", "intra_op_threads", "channels_last", "compile")},
     ),
 )
 # GPU idle with work queued for longer than a launch takes: a part of the step, no verdict.
@@ -127,6 +139,7 @@ def derive() -> None:
     # Which per-step columns each class (and other) costs, by mode.
     g["COSTS"] = {mode: {c.name: c.costs[mode] for c in (*table, OTHER)} for mode in MODES}
     g["ADVICE"] = {(c.name, mode): c.advice[mode] for c in table for mode in MODES}
+    g["KNOBS"] = {(c.name, mode): c.knobs.get(mode, ()) for c in table for mode in MODES}
     g["MEANING"] = {(c.name, mode): c.means[mode] for c in table for mode in MODES}
     g["REMOVAL"] = {(c.name, mode): c.removal[mode] for c in table if c.removable for mode in MODES}
     g["TITLE"] = {c.name: c.title for c in table}
@@ -140,6 +153,7 @@ REMOVABLE: tuple[str, ...]
 THRESHOLDS: dict[str, float]
 COSTS: dict[str, dict[str, tuple[str, ...]]]
 ADVICE: dict[tuple[str, str], str]
+KNOBS: dict[tuple[str, str], tuple[str, ...]]
 MEANING: dict[tuple[str, str], str]
 REMOVAL: dict[tuple[str, str], str]
 TITLE: dict[str, str]

@@ -17,6 +17,7 @@ from tracegen import cpu_op, dataloader, runtime, step, write_trace
 from tracekit import analyze
 
 from perfscope import steptime
+from perfscope.runtime.config import KEYS
 from perfscope.record import answer
 from perfscope.record.answer import Answer, answer_of
 
@@ -48,6 +49,8 @@ def test_the_answer_is_on_the_verdicts_clock_with_each_what_if_its_share(tmp_pat
         assert item.share == pytest.approx(got.shares[item.class_])
         assert item.what_if.saved_us_per_step == pytest.approx(item.share * got.step_time_us, rel=1e-9)
         assert item.change and f"{item.share:.0%}" in item.evidence
+        assert item.knobs and set(item.knobs) <= set(KEYS)  # keys a --config file or the tuner sets
+    assert got.verdict_knobs == summary["details"]["knobs"][got.verdict.removesuffix("-bound")]
     assert got.mfu is None and got.mfu_why  # a hand-made trace has no FLOPs: null with its reason
 
 
@@ -89,3 +92,28 @@ def test_profile_json_keeps_the_scripts_prints_off_stdout(tmp_path):
     assert got.verdict is None or got.verdict.endswith("-bound")  # a busy machine may withhold it, with a reason
     assert got.verdict or got.reason
     assert Path(got.summary_path).is_file()
+
+
+@pytest.mark.parametrize("cls, mode, facts, first, absent", [
+    ("comm", "gpu", {}, "bucket_cap_mb", None),
+    ("comm", "gpu", {"fsdp": 2}, "reshard_after_forward", "bucket_cap_mb"),
+    ("comm", "gpu", {"job": {"nnodes": 2}}, "hierarchical_allreduce", None),
+    ("launch", "gpu", {"cuda_graphs": True}, "batch_size", "compile"),
+    ("compute", "cpu", {"convolutions": False}, "amp_level", "channels_last"),
+    ("launch", "cpu", {"optimizer_step": {"implementation": "for-loop", "share": 0.3, "operators_per_step": 126,
+                                          "classes": ["AdamW"], "step_time_us": 1e4, "step_time_without_us": 7e3,
+                                          "speedup": 1.4}}, "optimizer_impl", None),
+])
+def test_the_advice_keys_follow_what_the_trace_showed(cls, mode, facts, first, absent):
+    from perfscope.analysis.verdict import knobs_for
+
+    keys = knobs_for(cls, mode, facts)
+    assert keys[0] == first and absent not in keys
+
+
+def test_fsdp1_and_a_loader_at_its_cores_name_no_key():
+    from perfscope.analysis.verdict import knobs_for
+
+    assert knobs_for("comm", "gpu", {"fsdp": 1}) == ()
+    assert knobs_for("io", "cpu", {"loader": {"num_workers": 8, "cores": 8}}) == ()
+    assert knobs_for("io", "cpu", {"loader": {"num_workers": 2, "cores": 8}})[0] == "num_workers"

@@ -124,3 +124,18 @@ def test_a_stored_space_of_the_old_format_reads_back():
     assert [k.serves for k in back.knobs] == [("io",) if "io" in k.serves else k.serves for k in space.knobs]
     assert back.order == ["io", "compute", "comm", "launch"]
     assert dataclasses.replace(back.knobs[0], group="input") == space.knobs[0]
+
+
+def test_the_advice_names_only_keys_that_serve_its_class():
+    # perfscope.classes.KNOBS (what an answer's advice item lists) against the groups' searches:
+    # each listed key is searched for that class on at least one sample run, in either mode.
+    from perfscope.classes import KNOBS
+
+    serves: dict[str, set[str]] = {}
+    for group, run in itertools.product(GROUPS, RUNS.values()):
+        for knob in group.search_part(run, run.get("cpu_count") or 2).knobs:
+            serves.setdefault(knob.name, set()).update(knob.serves)
+    for (cls, mode), keys in KNOBS.items():
+        for key in keys:
+            assert key in KEYS, f"{cls}/{mode}: {key} is not a configuration key"
+            assert cls in serves.get(key, set()), f"{cls}/{mode}: {key} serves {sorted(serves.get(key, ()))}"

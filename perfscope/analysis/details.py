@@ -26,7 +26,7 @@ from perfscope.analysis.nodes import node_of_ranks, node_view, subgroup_count
 from perfscope.analysis.operators import top_level_ops
 from perfscope.analysis.ranks import collective_skew, rank_rows
 from perfscope.analysis.steps import graph_launched
-from perfscope.analysis.verdict import CLASSES, advice_for
+from perfscope.analysis.verdict import CLASSES, advice_for, knobs_for
 from perfscope.analysis.waits import merge_waits, other_waits
 from perfscope.trace.kinds import GPU_KINDS, CopyKind, EventKind, copy_kind_of_names, is_pageable_copy
 
@@ -212,5 +212,6 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
         "last_counts": skew["last_counts"],
         "slowest_rank": slowest,
         "advice": {c: advice_for(c, mode, facts) for c in CLASSES},
+        "knobs": {c: list(knobs_for(c, mode, facts)) for c in CLASSES},
         "facts": dict(facts or {}),
     }

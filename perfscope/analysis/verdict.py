@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from perfscope.classes import ADVICE, CLASSES, COSTS, THRESHOLDS  # noqa: F401 - the one table, re-exported
+from perfscope.classes import ADVICE, CLASSES, COSTS, KNOBS, THRESHOLDS  # noqa: F401 - the one table, re-exported
 
 VERDICTS = {c: f"{c}-bound" for c in CLASSES}
 
@@ -59,16 +59,24 @@ CHANNELS_LAST_CLAUSE = {"gpu": ", channels_last for convolutions (channels_last:
                         "cpu": ", channels_last for convolutions"}
 
 
-def _io_advice(text: str, facts: dict) -> str:
-    """The io advice fitted to the loader the script has (``facts["loader"]``, what ``perfscope
-    profile`` recorded of its first DataLoader): workers that already meet the process's cores
-    (shared by the node's ranks) cannot be helped by more."""
+def _loader_cores(facts: dict) -> tuple[int, int] | None:
+    """``(num_workers, cores a rank)`` of the script's first DataLoader (``facts["loader"]``, what
+    ``perfscope profile`` recorded; the node's cores are shared by its ranks), or None unknown."""
     loader = facts.get("loader") or {}
     workers, cores = loader.get("num_workers"), loader.get("cores")
     if not (isinstance(workers, int) and isinstance(cores, int) and cores > 0):
-        return text
+        return None
     ranks = (facts.get("job") or {}).get("local_world_size")
-    per_rank = max(1, cores // ranks) if isinstance(ranks, int) and ranks > 0 else cores
+    return workers, (max(1, cores // ranks) if isinstance(ranks, int) and ranks > 0 else cores)
+
+
+def _io_advice(text: str, facts: dict) -> str:
+    """The io advice fitted to the loader the script has: workers that already meet the
+    process's cores cannot be helped by more."""
+    found = _loader_cores(facts)
+    if found is None:
+        return text
+    workers, per_rank = found
     if workers < per_rank:
         return f"The DataLoader has {workers} worker(s) for {per_rank} core(s) a rank. {text}"
     return (f"The DataLoader already has {workers} workers for {per_rank} core(s) a rank: more workers only "
@@ -94,21 +102,81 @@ _FSDP_ADVICE = {
 }
 
 
+def _comm_case(facts: dict) -> str:
+    """Which comm advice the job gets: ``fsdp1``, ``fsdp2``, ``p2p``, ``nodes`` or ``ddp``."""
+    fsdp = facts.get("fsdp")
+    if fsdp in _FSDP_ADVICE:
+        return f"fsdp{fsdp}"
+    share = facts.get("p2p_comm_share")
+    if isinstance(share, (int, float)) and share >= P2P_SHARE:
+        return "p2p"
+    nodes = (facts.get("job") or {}).get("nnodes")
+    return "nodes" if isinstance(nodes, int) and nodes > 1 else "ddp"
+
+
 def _comm_advice(text: str, facts: dict) -> str:
     """The comm advice fitted to the job: FSDP's knobs for an FSDP job, point-to-point traffic,
     or a job over several nodes."""
-    fsdp = facts.get("fsdp")
-    if fsdp in _FSDP_ADVICE:
-        return _FSDP_ADVICE[fsdp]
-    share = facts.get("p2p_comm_share")
-    if isinstance(share, (int, float)) and share >= P2P_SHARE:
+    case = _comm_case(facts)
+    if case.startswith("fsdp"):
+        return _FSDP_ADVICE[int(case[-1])]
+    if case == "p2p":
         return _P2P_ADVICE
-    nodes = (facts.get("job") or {}).get("nnodes")
-    if isinstance(nodes, int) and nodes > 1:
+    if case == "nodes":
+        nodes = facts["job"]["nnodes"]
         return (f"The job spans {nodes} nodes, and the link between them is the slow one: turn on hierarchical_allreduce "
                 "(reduce within each node first, so one copy per node crosses the link; perfscope tune tries it) and run "
                 f"perfscope forecast on this output to see the step at other link speeds. Then: {text[0].lower()}{text[1:]}")
     return text
+
+
+# The configuration keys of the comm advice by case (_comm_case): FSDP2's one key; FSDP1 and
+# point-to-point traffic have none (their advice is about the script's own calls).
+_COMM_KNOBS = {"fsdp2": ("reshard_after_forward",), "fsdp1": (), "p2p": ()}
+
+
+def knobs_for(cls: str, mode: str, facts: dict | None = None) -> tuple[str, ...]:
+    """The configuration keys :func:`advice_for` names for a class, fitted to the same facts and
+    in its order (the base lists are :data:`perfscope.classes.KNOBS`): the knob of a measured
+    what-if (``fused_ops`` for window attention, ``optimizer_impl`` for a for-loop optimizer step)
+    comes first, and on a GPU so do ``compile`` for a CUDA-graphs what-if and ``channels_last`` for a
+    layout-transpose one; ``compile`` leaves the GPU launch keys of a run that replays CUDA graphs,
+    ``channels_last`` the compute keys of a run without convolutions; an FSDP2 job's comm key is
+    ``reshard_after_forward`` (FSDP1 and point-to-point traffic: none), and a multi-node job's
+    starts with ``hierarchical_allreduce``; a loader whose workers already meet the cores has no
+    io key (the advice is the cost of each sample).
+
+    Returns:
+        Keys of :class:`perfscope.runtime.config.AccelConfig`; empty where the advice names none.
+    """
+    from perfscope.analysis import optimizer_step, patterns, what_ifs
+
+    facts = facts or {}
+    keys = list(KNOBS[(cls, mode)])
+    if cls == "comm":
+        case = _comm_case(facts)
+        if case in _COMM_KNOBS:
+            return _COMM_KNOBS[case]
+        if case == "nodes":
+            keys = ["hierarchical_allreduce", *(k for k in keys if k != "hierarchical_allreduce")]
+    elif cls == "io":
+        found = _loader_cores(facts)
+        if found is not None and found[0] >= found[1]:
+            return ()
+    elif cls == "launch" and mode == "gpu" and facts.get("cuda_graphs"):
+        keys.remove("compile")
+    elif cls == "compute" and facts.get("convolutions") is False:
+        keys.remove("channels_last")
+    if cls in ("launch", "compute"):  # in _what_ifs' order
+        lines = [("fused_ops", patterns.advice_line(facts.get("window_attention"))),
+                 ("optimizer_impl", optimizer_step.advice_line(facts.get("optimizer_step")))]
+        if mode == "gpu" and cls == "launch":
+            lines.append(("compile", what_ifs.graphs_line(facts.get("graphs"), bool(facts.get("cuda_graphs")))))
+        if mode == "gpu" and cls == "compute":
+            lines.append(("channels_last", what_ifs.transpose_line(facts.get("layout_transposes"))))
+        first = [key for key, line in lines if line]
+        keys = [*first, *(k for k in keys if k not in first)]
+    return tuple(keys)
 
 
 def advice_for(cls: str, mode: str, facts: dict | None = None) -> str:

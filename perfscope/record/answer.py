@@ -19,7 +19,7 @@ import msgspec
 from msgspec import Meta
 
 from perfscope import steptime
-from perfscope.classes import BY_NAME, REMOVABLE
+from perfscope.classes import BY_NAME, CLASSES, KNOBS, REMOVABLE
 from perfscope.record.view import Record, record_of
 from perfscope.version import __version__
 
@@ -47,6 +47,9 @@ class AdviceItem(msgspec.Struct, kw_only=True):
     class_: Annotated[str, Meta(description="io, comm or launch")] = msgspec.field(name="class")
     share: Annotated[float, Meta(ge=0, le=1, description="its share of the step time, on the answer's basis")]
     change: Annotated[str | None, Meta(description="what to change (the knobs), fitted to the trace")]
+    knobs: Annotated[list[str], Meta(description=(
+        "the configuration keys `change` names (`perfscope profile --config`, `perfscope tune`), in its order; "
+        "empty where it names none"))] = []
     what_if: Annotated[WhatIf | None, Meta(description="the step without it; null with `what_if_why`")]
     what_if_why: Annotated[str | None, Meta(description="why there is no what-if (null when there is one)")] = None
     evidence: Annotated[str, Meta(description="what the share measures, in words")]
@@ -74,6 +77,8 @@ class Answer(msgspec.Struct, kw_only=True):
     runner_up: Annotated[str | None, Meta(description='the next class by share, or "none"')] = None
     advice: Annotated[list[AdviceItem], Meta(description="one item per removable class with a cost, largest saving first")]
     summary_advice: Annotated[str | None, Meta(description="the verdict's advice line (without a verdict: how to get one)")]
+    verdict_knobs: Annotated[list[str], Meta(description=(
+        "the configuration keys the verdict's advice names (empty without a verdict, or where it names none)"))] = []
     mfu: Annotated[NonNeg | None, Meta(description="model FLOPs utilisation over the same step time; null with `mfu_why`")]
     mfu_why: Annotated[str | None, Meta(description="why `mfu` is null (null when it is not)")] = None
     steps_counted: Annotated[Count | None, Meta(description="steps the verdict is taken over")] = None
@@ -103,6 +108,7 @@ def answer_of(summary: dict | Record, paths: dict | None = None) -> Answer:
     mode = record.mode or "cpu"
     what_ifs = {w.class_: w for w in details.what_if or []}
     texts = msgspec.structs.asdict(details.advice) if details.advice is not None else {}
+    keys = details.knobs if details.knobs is not None else {c: list(KNOBS[(c, mode)]) for c in CLASSES}
     advice = []
     for name in REMOVABLE:
         share = (shares or {}).get(name)
@@ -112,7 +118,7 @@ def answer_of(summary: dict | Record, paths: dict | None = None) -> Answer:
         what_if = None if w is None else WhatIf(step_time_without_us=w.step_time_without_us,
                                                   saved_us_per_step=w.saved_us_per_step, speedup=w.speedup)
         advice.append(AdviceItem(
-            class_=name, share=share, change=texts.get(name) or BY_NAME[name].advice.get(mode),
+            class_=name, share=share, change=texts.get(name) or BY_NAME[name].advice.get(mode), knobs=keys.get(name, []),
             what_if=what_if, what_if_why=None if what_if else "no counted step to remove it from",
             evidence=f"{BY_NAME[name].means.get(mode, name)}: {share:.0%} of the step time"))
     advice.sort(key=lambda a: -(a.what_if.saved_us_per_step if a.what_if else 0.0))
@@ -131,7 +137,8 @@ def answer_of(summary: dict | Record, paths: dict | None = None) -> Answer:
         measured_step_time_us=(steptime.measured_step_time_us(steptime.verdict_rows(record.steps or [], True))
                                if provisional else step_time),
         shares=shares, runner_up=overall.runner_up if overall.verdict else None, advice=advice,
-        summary_advice=overall.advice, mfu=mfu_value, mfu_why=mfu_why,
+        summary_advice=overall.advice,
+        verdict_knobs=keys.get(overall.verdict.removesuffix("-bound"), []) if overall.verdict else [], mfu=mfu_value, mfu_why=mfu_why,
         steps_counted=overall.steps_counted, steps_total=overall.steps_total, warnings=list(record.warnings or []),
         summary_path=str(paths["summary"]) if paths else None, report_path=str(paths["report"]) if paths else None,
     )

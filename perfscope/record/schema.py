@@ -847,6 +847,9 @@ class Details(_Record):
     for a provisional verdict, over the steps it classifies."""
 
     advice: Annotated[Advice | None, Meta(description='the advice per class')] = None
+    knobs: Annotated[dict[str, list[str]] | None, Meta(description=(
+        '*v2*: per class, the configuration keys its advice names (`perfscope profile --config`, `perfscope tune`), '
+        'in its order; empty where the advice names none'))] = None
     scope: Annotated[str | None, Meta(description=(
         "*v2*: the steps the tables below are over: `counted` (the verdict's), `provisional` (the host-contended "
         "steps a provisional verdict classified), `withheld` (no step has a verdict: every step with a length, "
