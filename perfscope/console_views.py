@@ -227,8 +227,38 @@ def _utilisation(t: Telemetry) -> str | None:
     return None
 
 
+def usd(value: float) -> str:
+    """A price in USD: whole dollars from $100, cents from a cent, else three significant figures,
+    never in exponent form (``$0.0000544``)."""
+    import numpy as np
+
+    if value >= 100:
+        return f"${value:,.0f}"
+    if value >= 0.01:
+        return f"${value:,.2f}"
+    return "$" + np.format_float_positional(value, precision=3, unique=False, fractional=False, trim="-")
+
+
+def cost_line(record: Record) -> str | None:
+    """``cost: ...``: the run's cost per step, per 1,000 samples and per run, and what its
+    removable and idle shares cost a step (``details.cost``); None without ``--price-per-hour``."""
+    c = details(record).cost
+    if c is None:
+        return None
+    devices = f"{c.devices} {c.unit}{'s' if c.devices != 1 else ''} at ${c.price_per_hour:,.2f}/h"
+    if c.per_step is None:
+        return f"cost: none a step ({c.per_step_why}); {devices}"
+    parts = [f"{usd(c.per_step)} a step ({devices})",
+             f"{usd(c.per_1000_samples)} per 1,000 samples" if c.per_1000_samples is not None else None,
+             f"{usd(c.per_run)} for the run" if c.per_run is not None else None]
+    paid = sorted(((v, k) for k, v in (c.shares or {}).items() if v > 0), reverse=True)
+    waste = (f"; of each step, {', '.join(f'{k} {usd(v)}' for v, k in paid)} pay for waiting" if paid else "")
+    return "cost: " + ", ".join(p for p in parts if p) + waste
+
+
 def view_lines(record: Record) -> list[str]:
     """The lines of the views the record has, in the console's order (under the verdict line)."""
     lines = (waits_line(record), straggler_line(record), nodes_line(record), memory_line(record),
-             efficiency_line(record), mfu_console_line(record), modules_line(record), telemetry_line(record))
+             efficiency_line(record), mfu_console_line(record), cost_line(record), modules_line(record),
+             telemetry_line(record))
     return [line for line in lines if line]

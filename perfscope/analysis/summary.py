@@ -11,6 +11,7 @@ import math
 from typing import TYPE_CHECKING
 
 from perfscope import steptime
+from perfscope.analysis.cost import cost_view
 from perfscope.record.schema import SCHEMA, SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -52,6 +53,9 @@ def build_summary(analysis: Analysis) -> dict:
     run.setdefault("world_size", analysis.world_size)
     run["ranks_analyzed"] = analysis.ranks_analyzed
     run.setdefault("devices", devices)
+    step_time = steptime.step_time_us(counted_rows)
+    details = _clean_tree(analysis.details)
+    details["cost"] = _cost(analysis, run, step_time, details)
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -75,10 +79,10 @@ def build_summary(analysis: Analysis) -> dict:
             "steps_by_status": {str(k): int(n) for k, n in frame["status"].value_counts().items()},
             "median_step_time_us": float(counted.median()) if counted.size else None,
             "mean_step_time_us": float(counted.mean()) if counted.size else None,
-            "step_time_us": steptime.step_time_us(counted_rows),
+            "step_time_us": step_time,
             "representative_step": _clean(representative),
         },
-        "details": _clean_tree(analysis.details),
+        "details": details,
         "data_quality": merged_quality(analysis.traces),
         "traces": _clean_tree(analysis.traces),
         "skipped": analysis.skipped,
@@ -86,6 +90,21 @@ def build_summary(analysis: Analysis) -> dict:
         "warnings": analysis.warnings,
         "steps": steps,
     }
+
+
+def _cost(analysis, run: dict, step_time: float | None, details: dict) -> dict | None:
+    """``details.cost`` (:func:`perfscope.analysis.cost.cost_view`) at the run's price, if given."""
+    price = run.get("price_per_hour")
+    if price is None:
+        return None
+    facts = details.get("facts") or {}
+    loader, job = facts.get("loader") or {}, facts.get("job") or {}
+    batch = loader.get("batch_size")
+    runs = [r["total_s"] for r in details.get("run_steps") or [] if r.get("total_s")]
+    return cost_view(price_per_hour=float(price), step_time_us=step_time, shares=analysis.verdict.fractions,
+                     mode=analysis.mode, world_size=int(run["world_size"]), nnodes=int(job.get("nnodes") or 1),
+                     batch_size=batch if isinstance(batch, int) and batch > 0 else None,
+                     run_seconds=max(runs) if runs else None)
 
 
 def merged_quality(traces: list[dict]) -> list[dict]:

@@ -80,6 +80,11 @@ def _open_in_browser(path: Path) -> None:
         print(f"perfscope: could not open a web browser; open {safe(path)} yourself", file=sys.stderr)
 
 
+def _priced(args) -> dict:
+    """``run.price_per_hour`` where ``--price-per-hour`` was given."""
+    return {} if args.price_per_hour is None else {"price_per_hour": args.price_per_hour}
+
+
 def cmd_analyze(args) -> int:
     from perfscope.analysis.run import analyze_files
     from perfscope.heap import map_large_blocks
@@ -103,7 +108,7 @@ def cmd_analyze(args) -> int:
             from perfscope.analysis.progress import Progress
 
             with Progress(files) as progress:
-                analysis = analyze_files(files, run_info={"source": str(path)}, skip_unreadable=path.is_dir(),
+                analysis = analyze_files(files, run_info={"source": str(path), **_priced(args)}, skip_unreadable=path.is_dir(),
                                          jobs=args.jobs, executor=executor, progress=progress)
             return _finish(analysis, out, args.open, args.json)
     except BaseException:
@@ -134,7 +139,8 @@ def cmd_profile(args, script_args: list[str]) -> int:
         with _stdout_to_stderr(args.json):  # the answer alone on stdout: the script's prints go to stderr
             result = collect.collect(args.script, script_args, out_dir=out, schedule=schedule,
                                      nproc_per_node=args.nproc_per_node, config=args.config, nodes=nodes)
-        run_info = {**result.run_info, **({"error": result.error} if result.error else {}), "exit_code": result.exit_code}
+        run_info = {**result.run_info, **({"error": result.error} if result.error else {}), "exit_code": result.exit_code,
+                    **_priced(args)}
         trace_files = _job_traces(args, result, started)
         if trace_files is None:  # a rank other than 0 under torchrun: rank 0 analyzes
             return result.exit_code

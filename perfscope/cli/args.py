@@ -99,3 +99,16 @@ def node_launch(args):
     from perfscope.collect.nodes import from_options
 
     return from_options(args.nnodes, args.node_rank, args.rdzv_endpoint, args.nproc_per_node)
+
+
+# A price an hour above this is a typo (the dearest accelerator instances list a few hundred USD
+# an hour for a whole machine).
+MAX_PRICE_PER_HOUR = 100_000.0
+
+
+def add_price_option(parser: argparse.ArgumentParser) -> None:
+    """``--price-per-hour USD``: the cost per step, per 1,000 samples and per run (``details.cost``)."""
+    parser.add_argument("--price-per-hour", type=number(0.0, MAX_PRICE_PER_HOUR, "a price in USD"), default=None,
+                        metavar="USD", help="what one device costs an hour (a GPU; the whole machine for CPU runs): "
+                        "adds the cost per step, per 1,000 samples and per run, and what the idle and removable "
+                        "shares cost, to the console, summary.json and the report")

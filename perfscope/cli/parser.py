@@ -7,7 +7,8 @@ import sys
 from pathlib import Path
 
 from perfscope.version import __version__
-from perfscope.cli.args import MAX_JOBS, MAX_NPROC_PER_NODE, add_node_options, not_empty, number, out_path, whole
+from perfscope.cli.args import (MAX_JOBS, MAX_NPROC_PER_NODE, add_node_options, add_price_option, not_empty, number,
+                                out_path, whole)
 from perfscope.collect.schedule import MAX_ACTIVE, MAX_EXTEND_S, MAX_STEPS
 from perfscope.text import safe
 
@@ -82,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--open", action="store_true", help="open report.html in the web browser when done")
     p.add_argument("--json", action="store_true", help=JSON_HELP + "; the script's own standard output goes to "
                    "standard error meanwhile")
+    add_price_option(p)
 
     a = sub.add_parser(
         "analyze",
@@ -99,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "the trace files at the same paths")
     a.add_argument("--open", action="store_true", help="open report.html in the web browser when done")
     a.add_argument("--json", action="store_true", help=JSON_HELP)
+    add_price_option(a)
 
     r = sub.add_parser(
         "report",

@@ -20,6 +20,7 @@ from msgspec import Meta
 
 from perfscope import steptime
 from perfscope.classes import BY_NAME, CLASSES, KNOBS, REMOVABLE
+from perfscope.record.schema import Cost
 from perfscope.record.view import Record, record_of
 from perfscope.version import __version__
 
@@ -81,6 +82,10 @@ class Answer(msgspec.Struct, kw_only=True):
         "the configuration keys the verdict's advice names (empty without a verdict, or where it names none)"))] = []
     mfu: Annotated[NonNeg | None, Meta(description="model FLOPs utilisation over the same step time; null with `mfu_why`")]
     mfu_why: Annotated[str | None, Meta(description="why `mfu` is null (null when it is not)")] = None
+    cost: Annotated[Cost | None, Meta(description=(
+        "USD per step, per 1,000 samples and per run, and what the removable and idle shares cost a step "
+        "(`--price-per-hour`); null with `cost_why`"))] = None
+    cost_why: Annotated[str | None, Meta(description="why `cost` is null (null when it is not)")] = None
     steps_counted: Annotated[Count | None, Meta(description="steps the verdict is taken over")] = None
     steps_total: Annotated[Count | None, Meta(description="all steps")] = None
     warnings: Annotated[list[str], Meta(description="problems that did not stop the analysis")]
@@ -137,7 +142,8 @@ def answer_of(summary: dict | Record, paths: dict | None = None) -> Answer:
         measured_step_time_us=(steptime.measured_step_time_us(steptime.verdict_rows(record.steps or [], True))
                                if provisional else step_time),
         shares=shares, runner_up=overall.runner_up if overall.verdict else None, advice=advice,
-        summary_advice=overall.advice,
+        summary_advice=overall.advice, cost=details.cost,
+        cost_why=None if details.cost is not None else "no price given (--price-per-hour USD)",
         verdict_knobs=keys.get(overall.verdict.removesuffix("-bound"), []) if overall.verdict else [], mfu=mfu_value, mfu_why=mfu_why,
         steps_counted=overall.steps_counted, steps_total=overall.steps_total, warnings=list(record.warnings or []),
         summary_path=str(paths["summary"]) if paths else None, report_path=str(paths["report"]) if paths else None,

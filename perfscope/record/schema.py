@@ -139,6 +139,8 @@ class Run(_Record):
     window_extension: Annotated[WindowExtension | None, Meta(description=(
         'where the window was lengthened, below'))] = None
     source: Annotated[str | None, Meta(description='`analyze`: the path analyzed')] = None
+    price_per_hour: Annotated[NonNeg | None, Meta(description=(
+        '*v2*: `--price-per-hour`: USD an hour per GPU (GPU runs) or per machine (CPU runs)'))] = None
     ranks_analyzed: Annotated[Whole | None, Meta(description='ranks whose traces were analyzed')] = None
 
 
@@ -821,6 +823,25 @@ class Facts(_Record):
         'Cores; null otherwise'))] = None
 
 
+class Cost(_Record):
+    """`details.cost` (*v2*, with `--price-per-hour`): what a step costs in USD, over the verdict's
+    step time (`docs/metrics.md`, "Cost"); each figure null with its `*_why` where unknown."""
+
+    price_per_hour: Annotated[float, Meta(ge=0, description='`--price-per-hour`: USD an hour per device')]
+    unit: Annotated[str, Meta(description='`GPU` (GPU runs: one per rank) or `machine` (CPU runs: one per node)')]
+    devices: Annotated[Whole, Meta(description='the devices priced')]
+    per_step: Annotated[NonNeg | None, Meta(description='`step_time_us` / 3.6e9 x price x devices')] = None
+    per_step_why: Annotated[str | None, Meta(description='why `per_step` is null')] = None
+    per_1000_samples: Annotated[NonNeg | None, Meta(description=(
+        'per step x 1000 / (batch size x world size)'))] = None
+    per_1000_samples_why: Annotated[str | None, Meta(description='why `per_1000_samples` is null')] = None
+    per_run: Annotated[NonNeg | None, Meta(description=(
+        "the run's time (its whole-run record, the slowest rank) x price x devices"))] = None
+    per_run_why: Annotated[str | None, Meta(description='why `per_run` is null')] = None
+    shares: Annotated[dict[str, NonNeg] | None, Meta(description=(
+        'what each removable share (io, comm, launch) and GPU idle (other) costs a step'))] = None
+
+
 class HostCpu(_Record):
     """`details.host_cpu` (*v2*): who held the cores where steps waited for them (over the
     `host-contended` steps, else the counted ones; null without the host record's CPU split);
@@ -847,6 +868,7 @@ class Details(_Record):
     for a provisional verdict, over the steps it classifies."""
 
     advice: Annotated[Advice | None, Meta(description='the advice per class')] = None
+    cost: Annotated[Cost | None, Meta(description='*v2*: the cost per step, below (with `--price-per-hour`)')] = None
     knobs: Annotated[dict[str, list[str]] | None, Meta(description=(
         '*v2*: per class, the configuration keys its advice names (`perfscope profile --config`, `perfscope tune`), '
         'in its order; empty where the advice names none'))] = None
@@ -1037,7 +1059,7 @@ SECTIONS = (
     ("details.nodes", Nodes), ("details.nodes.nodes[]", NodeRow), ("details.nodes.straggler_node", StragglerNode),
     ("details.nodes.process_groups", ProcessGroups), ("details.nodes.process_groups.groups[]", ProcessGroup),
     ("details.nodes.link", Link), ("details.facts", Facts), ("details.facts.optimizer_step", OptimizerStep),
-    ("details.host_cpu", HostCpu),
+    ("details.host_cpu", HostCpu), ("details.cost", Cost),
     ("data_quality[]", QualityEntry), ("traces[]", TraceEntry), ("traces[].distributed_info", DistributedInfo),
     ("traces[].memory_capacity", MemoryCapacity),
     ("skipped[]", Skipped), ("steps[]", Step),

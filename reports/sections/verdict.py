@@ -115,8 +115,16 @@ def render(summary: dict | Record) -> str:
     overall = model.overall(record)
     if not overall.verdict:
         return _no_verdict(overall)
-    return section("verdict", "Verdict", _headline(record, mode) + _busy_host(overall) + _waits(record)
+    return section("verdict", "Verdict", _headline(record, mode) + _cost(record) + _busy_host(overall) + _waits(record)
                    + _evidence(overall, mode) + _recommendations(record, mode))
+
+
+def _cost(record: Record) -> str:
+    """The console's cost line (``--price-per-hour``), as a paragraph; empty without a price."""
+    from perfscope.console_views import cost_line
+
+    line = cost_line(record)
+    return f'<p class="cost"><strong>Cost</strong>: {esc(line.removeprefix("cost: "))}.</p>' if line else ""
 
 
 def _evidence(overall: Overall, mode: str) -> str:

@@ -1,0 +1,64 @@
+"""What a step costs: ``details.cost`` of ``summary.json`` (``docs/metrics.md``, "Cost").
+
+A run's price is the hourly price of each device it holds -- a GPU for GPU runs, the whole machine
+for CPU runs (``--price-per-hour``, USD) -- times the devices and the time. Per step, over the
+verdict's step time (the clock every figure beside the verdict is on)::
+
+    cost per step = step_time_us / 1e6 / 3600 * price_per_hour * devices
+
+The removable shares and GPU idle (``other``) are priced as their share of that cost: what a
+step pays for waiting. Per 1,000 samples needs the samples a step takes (the first DataLoader's
+batch size on every rank, which ``perfscope profile`` records); per run needs the run's own time
+(its whole-run record). Each is null with its reason where that is unknown.
+"""
+
+from __future__ import annotations
+
+from perfscope.classes import REMOVABLE
+
+US_PER_HOUR = 3600e6
+# The shares a step pays for without doing its math: the removable classes and GPU idle.
+PRICED_SHARES = (*REMOVABLE, "other")
+
+
+def cost_view(*, price_per_hour: float | None, step_time_us: float | None, shares: dict | None, mode: str,
+              world_size: int, nnodes: int, batch_size: int | None, run_seconds: float | None) -> dict | None:
+    """``details.cost``: the run's cost per step, per 1,000 samples and per run, and what its
+    removable and idle shares cost a step.
+
+    Args:
+        price_per_hour: USD an hour per device (GPU runs) or per machine (CPU runs); None: no cost.
+        step_time_us: The run's step time on the verdict's clock (µs); None where no step counted.
+        shares: Each class's share of that step time (``overall.fractions``), or None.
+        mode: ``"gpu"`` (a device per rank) or ``"cpu"`` (a machine per node).
+        world_size: Ranks of the job; nnodes: its machines.
+        batch_size: Samples a rank's step takes, or None where unknown.
+        run_seconds: The run's time as its whole-run record measured it (the slowest rank), or None.
+
+    Returns:
+        None without a price; else a dict of USD figures (null with ``*_why`` where unknown).
+    """
+    if price_per_hour is None:
+        return None
+    devices = world_size if mode == "gpu" else nnodes
+    rate = price_per_hour * devices  # USD an hour for the whole job
+    out: dict = {"price_per_hour": price_per_hour, "unit": "GPU" if mode == "gpu" else "machine",
+                 "devices": devices, "per_step": None, "per_step_why": None, "per_1000_samples": None,
+                 "per_1000_samples_why": None, "per_run": None, "per_run_why": None, "shares": None}
+    if step_time_us is None:
+        out["per_step_why"] = out["per_1000_samples_why"] = "no step was counted"
+    else:
+        per_step = step_time_us / US_PER_HOUR * rate
+        out["per_step"] = per_step
+        if shares:
+            out["shares"] = {c: per_step * float(shares[c]) for c in PRICED_SHARES if shares.get(c) is not None}
+        if batch_size:
+            out["per_1000_samples"] = per_step * 1000.0 / (batch_size * world_size)
+        else:
+            out["per_1000_samples_why"] = ("the samples a step takes are unknown (perfscope profile records the "
+                                           "DataLoader's batch size; a trace alone does not hold it)")
+    if run_seconds is not None:
+        out["per_run"] = run_seconds / 3600.0 * rate
+    else:
+        out["per_run_why"] = "no whole-run record (perfscope profile writes one for the run it watches)"
+    return out
