@@ -256,9 +256,23 @@ def cost_line(record: Record) -> str | None:
     return "cost: " + ", ".join(p for p in parts if p) + waste
 
 
+def energy_line(record: Record) -> str | None:
+    """``energy: ...``: joules a step (and per 1,000 samples) from the host record's counter, or
+    why none; None for traces without a host record."""
+    e = details(record).energy
+    if e is None:
+        return None
+    if e.per_step_j is None:
+        return f"energy: not measured ({e.why})"
+    counters = f"{e.counters} {e.unit}{'s' if (e.counters or 0) != 1 else ''}, {e.source}"
+    per_samples = f", {e.per_1000_samples_j:,.4g} J per 1,000 samples" if e.per_1000_samples_j is not None else ""
+    return f"energy: {e.per_step_j:,.4g} J a step ({counters}){per_samples}"
+
+
 def view_lines(record: Record) -> list[str]:
     """The lines of the views the record has, in the console's order (under the verdict line)."""
     lines = (waits_line(record), straggler_line(record), nodes_line(record), memory_line(record),
-             efficiency_line(record), mfu_console_line(record), cost_line(record), modules_line(record),
+             efficiency_line(record), mfu_console_line(record), cost_line(record), energy_line(record),
+             modules_line(record),
              telemetry_line(record))
     return [line for line in lines if line]

@@ -33,6 +33,11 @@ earlier perfscope versions):
 
 The record's ``memory`` object holds the capacities: ``host_total_bytes``, and on CUDA
 ``device_total_bytes`` and ``device``.
+
+``energy_j`` (joules; null where not measured) is the energy counter's rise over the step
+(:mod:`perfscope.collect.energy`); the record's ``energy`` object names the counter --
+``source`` (``NVML`` or ``RAPL``), ``unit`` (``GPU`` or ``machine``: what it covers), ``machine``
+(the host name, so that a machine's counter is counted once) -- or, with ``source`` null, ``why``.
 """
 
 from __future__ import annotations
@@ -46,6 +51,9 @@ CPU_FIELDS = ("machine_busy_us", "workers_cpu_us", "cores")
 # spinning at the end of each parallel operator while a worker waits for a core.
 THREAD_FIELDS = ("sibling_run_queue_us", "intra_op_threads")
 MEMORY_FIELDS = ("peak_rss_bytes", "device_peak_allocated_bytes", "device_peak_reserved_bytes")
+ENERGY_FIELDS = ("energy_j",)
+# Joules above this in one step are not a measurement (a megawatt for a quarter of an hour).
+MAX_J = 1e9
 # Sizes above this are not memory a step can hold (a hand-edited or damaged record): left out.
 MAX_BYTES = 2**60
 # Entries kept in the header: the profiled window is a few steps; a cap keeps a long warm-up
@@ -124,6 +132,7 @@ def parse(value) -> tuple[dict[int, dict], int]:
             continue
         row = {f: float(s[f]) if _number(s.get(f)) else None for f in (*FIELDS, *CPU_FIELDS, *THREAD_FIELDS)}
         row.update({f: int(s[f]) if _number(s.get(f), MAX_BYTES) else None for f in MEMORY_FIELDS})
+        row.update({f: float(s[f]) if _number(s.get(f), MAX_J) else None for f in ENERGY_FIELDS})
         row["start_unix_ns"] = s["start_unix_ns"] if type(s.get("start_unix_ns")) is int and s["start_unix_ns"] > 0 else None
         if row["wall_us"] is not None and row["thread_cpu_us"] is not None:
             out[s["step"]] = row
@@ -141,3 +150,19 @@ def parse_capacity(value) -> dict:
     if isinstance(memory.get("device"), str) and len(memory["device"]) <= 32:
         out["device"] = memory["device"]
     return out
+
+
+def parse_energy(value) -> dict:
+    """The energy counter of a host record: ``{"source", "unit", "machine"}`` (text), or
+    ``{"why"}`` where none was read; ``{}`` for a record without one (or not a record)."""
+    energy = value.get("energy") if isinstance(value, dict) else None
+    if not isinstance(energy, dict):
+        return {}
+
+    def text(key: str) -> str | None:
+        v = energy.get(key)
+        return v[:200] if isinstance(v, str) and v else None
+
+    if energy.get("source") in ("NVML", "RAPL") and energy.get("unit") in ("GPU", "machine"):
+        return {"source": energy["source"], "unit": energy["unit"], "machine": text("machine")}
+    return {"why": text("why") or "the record names no usable energy counter"}

@@ -127,6 +127,7 @@ def _trace_facts(rt: RankTrace, rank: int) -> dict:
         "base_time_ns": t.base_time_ns,
         "host_steps_recorded": len(t.host_steps),
         "memory_capacity": dict(t.memory_capacity),
+        "energy": dict(t.energy),
         "warnings": t.warnings + rt.warnings,
         "data_quality": rt.quality.to_list(),
     }
@@ -135,7 +136,7 @@ def _trace_facts(rt: RankTrace, rank: int) -> dict:
 HOST_COLUMNS = {"wall_us": "host_wall_us", "thread_cpu_us": "host_thread_cpu_us",
                 "process_cpu_us": "host_process_cpu_us", "run_queue_us": "host_run_queue_us",
                 "machine_busy_us": "host_machine_busy_us", "workers_cpu_us": "host_workers_cpu_us",
-                "cores": "host_cores",
+                "cores": "host_cores", "energy_j": "host_energy_j",
                 **{f: f for f in MEMORY_FIELDS}}
 
 
@@ -145,7 +146,8 @@ def _host_columns(rt: RankTrace) -> pd.DataFrame:
     frame = pd.DataFrame({col: [r.get(f) if r.get(f) is not None else np.nan for r in recs]
                           for f, col in HOST_COLUMNS.items()}, index=rt.metrics.index)
     # e.g. no CUDA: no device columns; a record of an earlier version: no CPU split
-    unmeasured = [c for c in (*MEMORY_FIELDS, "host_machine_busy_us", "host_workers_cpu_us", "host_cores")
+    unmeasured = [c for c in (*MEMORY_FIELDS, "host_machine_busy_us", "host_workers_cpu_us", "host_cores",
+                              "host_energy_j")
                   if frame[c].isna().all()]
     return frame.drop(columns=unmeasured)
 

@@ -62,3 +62,48 @@ def cost_view(*, price_per_hour: float | None, step_time_us: float | None, share
     else:
         out["per_run_why"] = "no whole-run record (perfscope profile writes one for the run it watches)"
     return out
+
+
+def energy_view(rows: list[dict], traces: list[dict], world_size: int, batch_size: int | None) -> dict | None:
+    """``details.energy``: joules a step for the job, from the host record's ``host_energy_j``.
+
+    Each rank's mean over ``rows`` (the verdict's steps), summed over the counters: every GPU
+    (NVML: one per rank), or every machine once (RAPL covers the whole machine, so of the ranks on
+    one machine only the first is counted).
+
+    Args:
+        rows: The verdict's step rows (``rank``, ``host_energy_j``).
+        traces: ``summary.json``'s ``traces[]`` (``rank``, ``energy``: the counter or why none).
+        world_size: Ranks of the job; batch_size: samples a rank's step takes, or None.
+
+    Returns:
+        None where no trace has a host record (a trace not written by ``perfscope profile``).
+    """
+    counters = [(t.get("rank"), t.get("energy") or {}) for t in traces if t.get("energy")]
+    if not counters:
+        return None
+    named = [(rank, e) for rank, e in counters if e.get("source")]
+    if not named:
+        return {"per_step_j": None, "per_1000_samples_j": None, "source": None, "unit": None, "counters": None,
+                "why": counters[0][1].get("why") or "no energy counter was read"}
+    source, unit = named[0][1]["source"], named[0][1]["unit"]
+    counted, seen = [], set()
+    for rank, e in named:
+        key = e.get("machine") if unit == "machine" else rank
+        if key in seen:
+            continue  # a machine's counter, already counted through another of its ranks
+        seen.add(key)
+        values = [r["host_energy_j"] for r in rows if r.get("rank") == rank and r.get("host_energy_j") is not None]
+        if values:
+            counted.append(sum(values) / len(values))
+    out = {"per_step_j": None, "per_1000_samples_j": None, "source": source, "unit": unit,
+           "counters": len(counted) or None, "why": None}
+    if not counted:
+        out["why"] = "no step the verdict counts has an energy reading"
+        return out
+    out["per_step_j"] = float(sum(counted))
+    if batch_size:
+        out["per_1000_samples_j"] = out["per_step_j"] * 1000.0 / (batch_size * world_size)
+    else:
+        out["why"] = "per 1,000 samples: the batch size is unknown"
+    return out

@@ -11,7 +11,7 @@ import math
 from typing import TYPE_CHECKING
 
 from perfscope import steptime
-from perfscope.analysis.cost import cost_view
+from perfscope.analysis.cost import cost_view, energy_view
 from perfscope.record.schema import SCHEMA, SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -56,6 +56,7 @@ def build_summary(analysis: Analysis) -> dict:
     step_time = steptime.step_time_us(counted_rows)
     details = _clean_tree(analysis.details)
     details["cost"] = _cost(analysis, run, step_time, details)
+    details["energy"] = energy_view(counted_rows, analysis.traces, int(run["world_size"]), _batch_size(details))
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -97,14 +98,17 @@ def _cost(analysis, run: dict, step_time: float | None, details: dict) -> dict |
     price = run.get("price_per_hour")
     if price is None:
         return None
-    facts = details.get("facts") or {}
-    loader, job = facts.get("loader") or {}, facts.get("job") or {}
-    batch = loader.get("batch_size")
+    job = (details.get("facts") or {}).get("job") or {}
     runs = [r["total_s"] for r in details.get("run_steps") or [] if r.get("total_s")]
     return cost_view(price_per_hour=float(price), step_time_us=step_time, shares=analysis.verdict.fractions,
                      mode=analysis.mode, world_size=int(run["world_size"]), nnodes=int(job.get("nnodes") or 1),
-                     batch_size=batch if isinstance(batch, int) and batch > 0 else None,
-                     run_seconds=max(runs) if runs else None)
+                     batch_size=_batch_size(details), run_seconds=max(runs) if runs else None)
+
+
+def _batch_size(details: dict) -> int | None:
+    """Samples a rank's step takes: the first DataLoader's batch size ``perfscope profile`` recorded."""
+    batch = ((details.get("facts") or {}).get("loader") or {}).get("batch_size")
+    return batch if isinstance(batch, int) and batch > 0 else None
 
 
 def merged_quality(traces: list[dict]) -> list[dict]:

@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from perfscope.collect.energy import EnergyProbe
 from perfscope.collect.memory import MemoryProbe
 from perfscope.host_steps import HOST_STEPS_KEY, MAX_STEPS, VERSION
 
@@ -162,12 +163,14 @@ class HostStepRecorder:
             the profiler traces, or None.
         oom: A :class:`~perfscope.collect.oom.OomWatch` armed at each boundary (it acts once the
             script uses CUDA), or None.
+        energy: The per-step energy probe (default :class:`~perfscope.collect.energy.EnergyProbe`).
     """
 
     def __init__(self, inner: Any, extra: Callable[[], tuple[str, str] | None] | None = None,
                  memory: MemoryProbe | None = None, telemetry=None, sync: Callable[[], None] | None = None,
-                 flops=None, modules=None, oom=None) -> None:
+                 flops=None, modules=None, oom=None, energy: EnergyProbe | None = None) -> None:
         self._inner = inner
+        self._energy = energy if energy is not None else EnergyProbe()
         self._oom = oom
         self._flops = flops
         self._modules = modules
@@ -211,6 +214,7 @@ class HostStepRecorder:
             self._enter()
         if self._entered and tracing(self._inner):  # a window from the first step
             self._memory.begin()
+            self._energy.begin()
             self._cpu.begin()
             self._start = snapshot()
         return self
@@ -250,6 +254,7 @@ class HostStepRecorder:
             self._modules.switch(traced)
         if traced:
             self._memory.begin()
+            self._energy.begin()
             if self._start is None:
                 self._cpu.begin()  # the machine's and the workers' CPU from this step on
             self._start = snapshot()  # after the profiler's own work at the boundary
@@ -262,13 +267,15 @@ class HostStepRecorder:
         # A thread's clocks compare only on that thread: a loop training in a thread of its own
         # ends its first step there, after the profiler was entered on the main thread.
         memory = self._memory.end()
+        energy = self._energy.end()
         cpu = self._cpu.end()
         if self._start is not None and self._start[4] == now[4]:
-            self.steps.append({**_record(self._inner.step_num, self._start, now), **memory, **cpu})
+            self.steps.append({**_record(self._inner.step_num, self._start, now), **memory, **energy, **cpu})
             action = getattr(getattr(self._inner, "current_action", None), "name", None)
             if action in _RECORDING:
                 # Overwrites the key: the header holds every step recorded so far.
-                record = {"version": VERSION, "steps": list(self.steps), "memory": self._memory.capacity()}
+                record = {"version": VERSION, "steps": list(self.steps), "memory": self._memory.capacity(),
+                          "energy": self._energy.record()}
                 self._inner.add_metadata_json(HOST_STEPS_KEY, json.dumps(record))
                 entry = self._extra() if self._extra is not None else None
                 if entry is not None:

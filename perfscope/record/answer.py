@@ -86,6 +86,9 @@ class Answer(msgspec.Struct, kw_only=True):
         "USD per step, per 1,000 samples and per run, and what the removable and idle shares cost a step "
         "(`--price-per-hour`); null with `cost_why`"))] = None
     cost_why: Annotated[str | None, Meta(description="why `cost` is null (null when it is not)")] = None
+    energy_per_step_j: Annotated[NonNeg | None, Meta(description=(
+        "joules a step for the job (NVML on GPUs, RAPL on CPUs); null with `energy_why`"))] = None
+    energy_why: Annotated[str | None, Meta(description="why `energy_per_step_j` is null (null when it is not)")] = None
     steps_counted: Annotated[Count | None, Meta(description="steps the verdict is taken over")] = None
     steps_total: Annotated[Count | None, Meta(description="all steps")] = None
     warnings: Annotated[list[str], Meta(description="problems that did not stop the analysis")]
@@ -144,10 +147,18 @@ def answer_of(summary: dict | Record, paths: dict | None = None) -> Answer:
         shares=shares, runner_up=overall.runner_up if overall.verdict else None, advice=advice,
         summary_advice=overall.advice, cost=details.cost,
         cost_why=None if details.cost is not None else "no price given (--price-per-hour USD)",
+        energy_per_step_j=details.energy.per_step_j if details.energy else None,
+        energy_why=_energy_why(details.energy),
         verdict_knobs=keys.get(overall.verdict.removesuffix("-bound"), []) if overall.verdict else [], mfu=mfu_value, mfu_why=mfu_why,
         steps_counted=overall.steps_counted, steps_total=overall.steps_total, warnings=list(record.warnings or []),
         summary_path=str(paths["summary"]) if paths else None, report_path=str(paths["report"]) if paths else None,
     )
+
+
+def _energy_why(energy) -> str | None:
+    if energy is None:
+        return "no host record (perfscope profile writes one beside the trace; it reads the energy counter)"
+    return None if energy.per_step_j is not None else energy.why
 
 
 def encode(answer: Answer) -> str:

@@ -255,6 +255,9 @@ class TraceEntry(_Record):
         '*v2*: steps with a host record (`docs/collection.md`)'))] = None
     memory_capacity: Annotated[MemoryCapacity | None, Meta(description=(
         "*v2*: the host's and device's memory, from the host record"))] = None
+    energy: Annotated[dict[str, str | None] | None, Meta(description=(
+        "*v2*: the host record's energy counter: `source` (NVML, RAPL), `unit` (GPU, machine), `machine`; "
+        "or `why` none was read"))] = None
     warnings: Annotated[list[str] | None, Meta(description="this file's warnings")] = None
     data_quality: Annotated[list[QualityEntry] | None, Meta(description=(
         "*v2*: this file's entries, as `data_quality[]` without `traces`"))] = None
@@ -842,6 +845,19 @@ class Cost(_Record):
         'what each removable share (io, comm, launch) and GPU idle (other) costs a step'))] = None
 
 
+class Energy(_Record):
+    """`details.energy` (*v2*): the energy per step, from the host record's counter (`docs/metrics.md`,
+    "Energy"); null figures come with `why`."""
+
+    per_step_j: Annotated[NonNeg | None, Meta(description=(
+        "joules a step, the job's: the mean over the verdict's steps, summed over GPUs (NVML) or machines (RAPL)"))] = None
+    per_1000_samples_j: Annotated[NonNeg | None, Meta(description='per step x 1000 / (batch size x world size)')] = None
+    source: Annotated[str | None, Meta(description='`NVML` or `RAPL`')] = None
+    unit: Annotated[str | None, Meta(description='`GPU` or `machine`: what one counter covers')] = None
+    counters: Annotated[Whole | None, Meta(description='the counters summed (GPUs, or machines)')] = None
+    why: Annotated[str | None, Meta(description='why `per_step_j` (or `per_1000_samples_j`) is null')] = None
+
+
 class HostCpu(_Record):
     """`details.host_cpu` (*v2*): who held the cores where steps waited for them (over the
     `host-contended` steps, else the counted ones; null without the host record's CPU split);
@@ -869,6 +885,7 @@ class Details(_Record):
 
     advice: Annotated[Advice | None, Meta(description='the advice per class')] = None
     cost: Annotated[Cost | None, Meta(description='*v2*: the cost per step, below (with `--price-per-hour`)')] = None
+    energy: Annotated[Energy | None, Meta(description='*v2*: the energy per step, below')] = None
     knobs: Annotated[dict[str, list[str]] | None, Meta(description=(
         '*v2*: per class, the configuration keys its advice names (`perfscope profile --config`, `perfscope tune`), '
         'in its order; empty where the advice names none'))] = None
@@ -973,6 +990,7 @@ _STEP_FIELDS: list[tuple[str, Any, str]] = [
     ("host_workers_cpu_us", Number | None, "host record: its child processes' CPU time"),
     ("host_machine_busy_us", Number | None, "host record: the machine's busy CPU time"),
     ("host_cores", Number | None, "host record: the machine's cores"),
+    ("host_energy_j", NonNeg | None, "host record, *v2*: the energy counter's rise over the step, joules"),
     # memory peaks
     ("peak_rss_bytes", NonNeg | None, "the process's peak resident set"),
     ("device_peak_allocated_bytes", NonNeg | None, "the CUDA caching allocator's allocated peak"),
@@ -1059,7 +1077,7 @@ SECTIONS = (
     ("details.nodes", Nodes), ("details.nodes.nodes[]", NodeRow), ("details.nodes.straggler_node", StragglerNode),
     ("details.nodes.process_groups", ProcessGroups), ("details.nodes.process_groups.groups[]", ProcessGroup),
     ("details.nodes.link", Link), ("details.facts", Facts), ("details.facts.optimizer_step", OptimizerStep),
-    ("details.host_cpu", HostCpu), ("details.cost", Cost),
+    ("details.host_cpu", HostCpu), ("details.cost", Cost), ("details.energy", Energy),
     ("data_quality[]", QualityEntry), ("traces[]", TraceEntry), ("traces[].distributed_info", DistributedInfo),
     ("traces[].memory_capacity", MemoryCapacity),
     ("skipped[]", Skipped), ("steps[]", Step),

@@ -49,6 +49,7 @@ class Header:
             when the trace has none.
         memory_capacity: The host's and device's memory as ``perfscope profile`` recorded them
             (:func:`perfscope.host_steps.parse_capacity`; bytes), ``{}`` when not recorded.
+        energy: The energy counter of the host record (:func:`perfscope.host_steps.parse_energy`).
         flops: The FLOPs of one step as ``perfscope profile`` counted them
             (:class:`perfscope.step_flops.StepFlops`), or None.
         warnings: What was refused, one line each (file name first).
@@ -66,6 +67,7 @@ class Header:
     ddp: dict | None = None
     loader: dict | None = None
     memory_capacity: dict = field(default_factory=dict)
+    energy: dict = field(default_factory=dict)
     telemetry: dict = field(default_factory=dict)
     flops: StepFlops | None = None
     warnings: list[str] = field(default_factory=list)
@@ -147,6 +149,7 @@ def _perfscope_records(h: Header, data: dict, name: str) -> None:
     each validated by its format's module; what is refused becomes a warning."""
     h.host_steps = _host_steps(data.get(HOST_STEPS_KEY), name, h.warnings)
     h.memory_capacity = host_steps.parse_capacity(data.get(HOST_STEPS_KEY))
+    h.energy = host_steps.parse_energy(data.get(HOST_STEPS_KEY))
     if data.get(TELEMETRY_KEY) is not None:
         h.telemetry, problems = telemetry_format.parse(data.get(TELEMETRY_KEY))
         h.warnings += [f"{name}: {TELEMETRY_KEY}: {p}; ignored" for p in problems]  # each p a phrase

@@ -63,6 +63,7 @@ class TraceTable:
         node, host, ddp, loader: The rank's node, host name, DDP buckets and first DataLoader
             (:class:`perfscope.trace.header.Header`); None when not recorded.
         memory_capacity: Host and device memory, bytes (:class:`perfscope.trace.header.Header`).
+        energy: The host record's energy counter (:class:`perfscope.trace.header.Header`).
         telemetry: The GPU telemetry record (:class:`perfscope.trace.header.Header`).
         flops: One step's FLOPs as ``perfscope profile`` counted them
             (:class:`perfscope.step_flops.StepFlops`), or None.
@@ -110,6 +111,7 @@ class TraceTable:
     ddp: dict | None = None
     loader: dict | None = None
     memory_capacity: dict = field(default_factory=dict)
+    energy: dict = field(default_factory=dict)
     telemetry: dict = field(default_factory=dict)
     flops: object = None
     dropped_correlations: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)

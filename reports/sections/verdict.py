@@ -120,11 +120,14 @@ def render(summary: dict | Record) -> str:
 
 
 def _cost(record: Record) -> str:
-    """The console's cost line (``--price-per-hour``), as a paragraph; empty without a price."""
-    from perfscope.console_views import cost_line
+    """The console's cost line (``--price-per-hour``) and energy line, as paragraphs; empty without them."""
+    from perfscope.console_views import cost_line, energy_line
 
-    line = cost_line(record)
-    return f'<p class="cost"><strong>Cost</strong>: {esc(line.removeprefix("cost: "))}.</p>' if line else ""
+    out = ""
+    for css, title, line in (("cost", "Cost", cost_line(record)), ("energy", "Energy", energy_line(record))):
+        if line:
+            out += f'<p class="{css}"><strong>{title}</strong>: {esc(line.split(": ", 1)[1])}.</p>'
+    return out
 
 
 def _evidence(overall: Overall, mode: str) -> str:
