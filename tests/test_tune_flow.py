@@ -344,3 +344,26 @@ def test_the_plan_is_told_up_front_at_the_baselines_pace(tmp_path, capsys):
     assert re.fullmatch(r"perfscope: the plan at the baseline's pace \(\d+ s a run\): 3 more trial\(s\), about "
                         r"[\d.]+ min, then 3 to 6 confirmation rounds, about [\d.]+ to [\d.]+ min \(a busy machine "
                         r"takes longer\)", lines[0]), lines[0]
+
+
+def test_a_cost_objective_proves_its_winner_cheaper_by_the_same_interval(tmp_path, capsys):
+    out = tmp_path / "out"
+    record = tune(options(out, trials=5, objective="cost", price_per_hour=4.0), runner=SimulatedRunner())
+    said = capsys.readouterr().out
+    rec, cost = record["recommendation"], record["cost"]
+    assert rec["status"] == "faster" and record["objective"]["name"] == "cost"
+    base = record["baseline"]["value"]  # samples/s; the simulated run is on a CPU: one machine priced
+    assert cost["devices"] == 1 and cost["per"] == "1000 samples"
+    assert cost["baseline"] == pytest.approx(4.0 / 3600 / base * 1000)
+    assert cost["best"] == pytest.approx(cost["baseline"] / rec["speedup"])
+    # the proof of the speed-up is the proof of the saving: 1 - 1/speed-up at each end of its interval
+    assert cost["saving_low"] == pytest.approx(1 - 1 / rec["ci_low"]) and cost["saving_low"] > 0
+    assert cost["saving_high"] == pytest.approx(1 - 1 / rec["ci_high"])
+    check_tune_record(record)
+
+
+def test_a_cost_objective_needs_a_price():
+    with pytest.raises(ValueError, match="--objective cost needs --price-per-hour"):
+        options(Path("/tmp/x/out"), objective="cost")
+    with pytest.raises(ValueError, match="--objective must be one of time, cost"):
+        options(Path("/tmp/x/out"), objective="energy")

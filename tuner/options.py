@@ -14,6 +14,7 @@ from pathlib import Path
 
 from perfscope.collect.nodes import MAX_NPROC_PER_NODE, NodeLaunch  # as `perfscope profile --nproc-per-node`
 from perfscope.errors import PerfscopeError
+from perfscope.tuner.objective import OBJECTIVES
 from perfscope.tuner.window import DEFAULT_MEASURE_CAP_S, DEFAULT_TARGET_RSE
 
 # Confirmation rounds (tuner/confirm.py): the most, and those before the first decision (fewer
@@ -87,6 +88,8 @@ class TuneOptions:
             ``nproc_per_node``), or None.
         command: The command line as typed (``perfscope tune ...``), for the line that says how to
             resume an interrupted run; empty when called from Python.
+        objective: ``time`` or ``cost`` (:mod:`perfscope.tuner.objective`).
+        price_per_hour: USD an hour per device (GPU), or per machine for CPU runs; None: no cost.
 
     Raises:
         TuneOptionsError: a number outside its range in :data:`LIMITS` (the message names the
@@ -120,6 +123,8 @@ class TuneOptions:
     progress: bool = True
     nodes: NodeLaunch | None = None
     command: tuple[str, ...] = ()
+    objective: str = "time"
+    price_per_hour: float | None = None
 
     def __post_init__(self) -> None:
         self.script_args = tuple(self.script_args)
@@ -141,6 +146,13 @@ class TuneOptions:
                                    f"{self.confirm_rounds}: the first decision would come after the last round")
         if self.nodes is not None and self.nproc_per_node is None:
             raise TuneOptionsError("a job over several nodes (--nnodes) needs --nproc-per-node: the ranks of each node")
+        if self.objective not in OBJECTIVES:
+            raise TuneOptionsError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        if self.objective == "cost" and self.price_per_hour is None:
+            raise TuneOptionsError("--objective cost needs --price-per-hour USD (what one device costs an hour)")
+        if self.price_per_hour is not None and not (isinstance(self.price_per_hour, (int, float))
+                                                    and math.isfinite(self.price_per_hour) and self.price_per_hour >= 0):
+            raise TuneOptionsError(f"--price-per-hour must be a price in USD, got {self.price_per_hour!r}")
         if not (isinstance(self.confidence, float) and 0 < self.confidence < 1):
             raise TuneOptionsError(f"confidence must lie in (0, 1), got {self.confidence!r}")
 

@@ -16,6 +16,7 @@ from optuna.trial import TrialState
 
 from perfscope.version import __version__
 from perfscope.atomic import write_bytes_atomic
+from perfscope.tuner.objective import cost_of
 
 SCHEMA = "perfscope.tune"
 SCHEMA_VERSION = 1
@@ -105,7 +106,8 @@ def build(*, options, session, storage: str, notes: list[str], confirmation: dic
         "nproc_per_node": options.nproc_per_node,
         "study": {"name": options.study_name, "storage": storage, "trials_target": options.trials,
                   "direction": "maximize"},
-        "objective": {"unit": baseline.get("unit", "samples/s"), "warmup_steps": options.warmup_steps,
+        "objective": {"name": options.objective, "unit": baseline.get("unit", "samples/s"),
+                      "warmup_steps": options.warmup_steps,
                       "measure_steps": options.measure_steps, "target_rse": options.target_rse,
                       "measure_cap_s": options.measure_cap_s, "statistic": "window"},
         "baseline": {"trial": base_trial, "value": _finite(baseline.get("value")), "verdict": baseline.get("verdict"),
@@ -118,6 +120,8 @@ def build(*, options, session, storage: str, notes: list[str], confirmation: dic
         "importances": importances(session.study),
         "confirmation": confirmation,
         "recommendation": recommendation,
+        "cost": cost_of(price_per_hour=options.price_per_hour, baseline=baseline, recommendation=recommendation,
+                        nproc_per_node=options.nproc_per_node, nnodes=options.nodes.nnodes if options.nodes else 1),
         "after": after,
         "decided_by": _decided_by(confirmation, recommendation, interrupted),
         "resume": resume_command(options) if interrupted and recommendation is None else None,

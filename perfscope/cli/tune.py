@@ -9,11 +9,13 @@ import sys
 import time
 from pathlib import Path
 
-from perfscope.cli.args import one_line_errors, add_node_options, node_launch, not_empty, number, out_path, whole
+from perfscope.cli.args import (add_node_options, add_price_option, node_launch, not_empty, number, one_line_errors,
+                                out_path, whole)
 from perfscope.errors import PerfscopeError
 from perfscope.outputs import DEFAULT_OUT_ROOT
 from perfscope.redact import redact
 from perfscope.text import safe
+from perfscope.tuner.objective import OBJECTIVES, cost_line
 
 
 
@@ -100,6 +102,11 @@ def add_tune_parser(sub) -> None:
                    help="steps of the training run you will launch: a winner that takes time to start "
                         "(torch.compile) must be faster over N steps, its compile time included (default: "
                         "not weighed; the break-even run length is printed)")
+    t.add_argument("--objective", choices=OBJECTIVES, default="time",
+                   help="what to rank and prove candidates on: time (throughput; the default) or cost (USD per "
+                   "1,000 samples at --price-per-hour: with the devices fixed, the proven faster configuration "
+                   "is the proven cheaper one, and the answer states both costs)")
+    add_price_option(t)
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--open", action="store_true", help="open report.html in the web browser when done")
 
@@ -152,6 +159,9 @@ def _print_recommendation(record: dict, best_path: Path) -> None:
     before and after, and the next step."""
     rec = record["recommendation"]
     print(f"\n{safe(rec['line'])}")
+    cost = cost_line(record.get("cost"))
+    if cost:
+        print(safe(cost))
     if rec["status"] != "faster":
         return
     changes = ", ".join(f"{k}={v!r}" for k, v in rec["config"].items())
@@ -186,6 +196,7 @@ def cmd_tune(args, script_args: list[str], open_in_browser) -> int:
         confirm_rounds=args.confirm_rounds, confirm_min_rounds=args.confirm_min_rounds,
         confirm_budget_s=args.confirm_budget, min_gain=args.min_gain, trial_timeout_s=args.trial_timeout,
         run_steps=args.run_steps, progress=not args.no_progress, nodes=nodes, command=getattr(args, "command_line", ()),
+        objective=args.objective, price_per_hour=args.price_per_hour,
     )
     ensure_writable_dir(out_dir)  # after the options are known good: a refused command leaves nothing
     started = time.time()

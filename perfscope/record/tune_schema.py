@@ -39,6 +39,8 @@ class Study(_Part):
 class Objective(_Part):
     """`objective`: what a trial's value measures."""
 
+    name: Annotated[str | None, Meta(description=(
+        '`--objective`: `time` (throughput) or `cost` (USD per 1,000 samples: the same ordering, `cost` below)'))] = None
     unit: Annotated[str | None, Meta(description='`samples/s` or `steps/s`')] = None
     warmup_steps: Annotated[int | None, Meta(description='steps run first and not counted')] = None
     measure_steps: Annotated[int | None, Meta(description='the fewest measured steps')] = None
@@ -237,6 +239,20 @@ class After(_Part):
     diff: Annotated[str | None, Meta(description='`diff.html`: baseline against it')] = None
 
 
+class TuneCost(_Part):
+    """`cost` (`--price-per-hour`): USD per 1,000 samples (or steps) before and after; the
+    saving's interval is the speed-up's (`docs/tune.md`, "Objective")."""
+
+    price_per_hour: Annotated[Number | None, Meta(description='USD an hour per device')] = None
+    devices: Annotated[int | None, Meta(description='GPUs (a rank each), or machines for CPU runs')] = None
+    per: Annotated[str | None, Meta(description='`1000 samples`, or `1000 steps` where the batch size is unknown')] = None
+    baseline: Annotated[Number | None, Meta(description="the user's own configuration")] = None
+    best: Annotated[Number | None, Meta(description='the proven faster one (null: none)')] = None
+    saving: Annotated[Number | None, Meta(description='1 - best / baseline = 1 - 1 / speed-up')] = None
+    saving_low: Annotated[Number | None, Meta(description="1 - 1 / the speed-up interval's low end")] = None
+    saving_high: Annotated[Number | None, Meta(description="1 - 1 / its high end")] = None
+
+
 class TuneRecord(_Part):
     """The tuning record (`tune.json`)."""
 
@@ -257,6 +273,7 @@ class TuneRecord(_Part):
         "Optuna's fANOVA importances over the complete trials (null: too few)"))] = None
     confirmation: Annotated[Confirmation | None, Meta(description='the confirmation')] = None
     recommendation: Annotated[Recommendation | None, Meta(description='the answer')] = None
+    cost: Annotated[TuneCost | None, Meta(description='*with `--price-per-hour`*: the cost before and after')] = None
     after: Annotated[After | None, Meta(description='the recommendation profiled')] = None
     decided_by: Annotated[str | None, Meta(description=(
         'what ended the run: `confirmation` (its rounds gave the answer), `search` (no trial to confirm: keep '
@@ -275,5 +292,5 @@ SECTIONS = (
     ("space.searched[]", SearchedKnob), ("trials[]", Trial), ("trials[].failure", Failure),
     ("trials[].numerics", Numerics), ("trials[].memory", TrialMemory), ("trials[].window", Window),
     ("trials[].threads", Threads), ("confirmation", Confirmation), ("confirmation.candidates[]", Candidate),
-    ("recommendation", Recommendation), ("recommendation.startup", Startup), ("after", After),
+    ("recommendation", Recommendation), ("recommendation.startup", Startup), ("cost", TuneCost), ("after", After),
 )

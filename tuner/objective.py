@@ -1,0 +1,65 @@
+"""What ``perfscope tune`` optimises (``--objective``), and the cost of its answer.
+
+``time`` (the default) ranks and proves configurations by throughput: samples (or steps) per
+second over each trial's measured window. ``cost`` ranks them by what 1,000 samples cost at
+``--price-per-hour``: price x devices / throughput. The devices a job holds do not change between
+trials (the tuner searches the runtime's knobs, never the world size), so cost is the same
+ordering as time, and the confirmation's speed-up interval ``[low, high]`` proves the cost ratio
+``[1/high, 1/low]``: the cheaper configuration is the proven faster one, and the answer states the
+cost before and after with that interval.
+"""
+
+from __future__ import annotations
+
+OBJECTIVES = ("time", "cost")
+
+
+def devices(facts: dict, nproc_per_node: int | None, nnodes: int) -> int:
+    """The devices priced: a GPU per rank on CUDA runs, else a machine per node."""
+    return max(1, nproc_per_node or 1) * nnodes if facts.get("cuda") else nnodes
+
+
+def per_1000(price_per_hour: float, devices: int, throughput: float) -> float | None:
+    """USD for 1,000 samples (or steps, where the batch size is unknown) at ``throughput`` per second."""
+    return price_per_hour * devices / 3600.0 / throughput * 1000.0 if throughput > 0 else None
+
+
+def cost_of(*, price_per_hour: float | None, baseline: dict, recommendation: dict | None, nproc_per_node: int | None,
+            nnodes: int) -> dict | None:
+    """``tune.json``'s ``cost``: the baseline's cost per 1,000 samples and, for a proven faster
+    configuration, the winner's with the saving and its interval; None without a price.
+
+    Args:
+        price_per_hour: USD an hour per device (GPU), or per machine for CPU runs.
+        baseline: The study's baseline (``value``, ``unit``, ``facts``).
+        recommendation: The answer (``status``, ``speedup``, ``ci_low``, ``ci_high``) or None.
+    """
+    value = baseline.get("value")
+    if price_per_hour is None or not isinstance(value, (int, float)) or value <= 0:
+        return None
+    n = devices(baseline.get("facts") or {}, nproc_per_node, nnodes)
+    per = "samples" if baseline.get("unit") == "samples/s" else "steps"
+    out = {"price_per_hour": price_per_hour, "devices": n, "per": f"1000 {per}",
+           "baseline": per_1000(price_per_hour, n, float(value)), "best": None, "saving": None,
+           "saving_low": None, "saving_high": None}
+    rec = recommendation or {}
+    if rec.get("status") == "faster" and rec.get("speedup"):
+        out["best"] = out["baseline"] / rec["speedup"]
+        out["saving"] = 1.0 - 1.0 / rec["speedup"]
+        if rec.get("ci_low") and rec.get("ci_high"):
+            out["saving_low"], out["saving_high"] = 1.0 - 1.0 / rec["ci_low"], 1.0 - 1.0 / rec["ci_high"]
+    return out
+
+
+def cost_line(cost: dict | None) -> str | None:
+    """The answer's cost in words, or None without a price."""
+    if cost is None:
+        return None
+    from perfscope.console_views import usd
+
+    head = f"cost per {cost['per'].replace('1000', '1,000')} at ${cost['price_per_hour']:,.2f}/h x {cost['devices']}: "
+    if cost["best"] is None:
+        return head + f"{usd(cost['baseline'])} (your setting; no configuration was proven cheaper)"
+    interval = (f", {cost['saving_low']:.0%}-{cost['saving_high']:.0%} at the proof's confidence"
+                if cost["saving_low"] is not None else "")
+    return head + f"{usd(cost['baseline'])} -> {usd(cost['best'])} (saves {cost['saving']:.0%}{interval})"
