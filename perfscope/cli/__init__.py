@@ -136,7 +136,10 @@ def cmd_profile(args, script_args: list[str]) -> int:
             extend_s=args.extend_s, modules=args.modules,
         )
         started = time.time()
-        with _stdout_to_stderr(args.json):  # the answer alone on stdout: the script's prints go to stderr
+        from perfscope.cli.watch import live_view
+
+        # --json: the answer alone on stdout, the script's prints go to stderr; on a terminal, the live view
+        with _stdout_to_stderr(args.json), live_view(args, out):
             result = collect.collect(args.script, script_args, out_dir=out, schedule=schedule,
                                      nproc_per_node=args.nproc_per_node, config=args.config, nodes=nodes)
         run_info = {**result.run_info, **({"error": result.error} if result.error else {}), "exit_code": result.exit_code,
@@ -292,6 +295,10 @@ def _run(args, script_args: list[str]) -> int:
         return run(args, load)
     if args.command == "merge":
         from perfscope.cli.merge import run
+
+        return run(args)
+    if args.command == "watch":
+        from perfscope.cli.watch import run
 
         return run(args)
     if args.command == "tune":
