@@ -167,7 +167,9 @@ def cmd_profile(args, script_args: list[str]) -> int:
                   file=sys.stderr if args.json else sys.stdout)
         # The outputs now describe this run: rank traces left from an earlier one would contradict them.
         collect.remove_stale_rank_traces(result.trace_dir, trace_files)
-        return result.exit_code or status
+    from perfscope.cli.export import export_after
+
+    return export_after(args, out, result.exit_code or status)
 
 
 @contextlib.contextmanager
@@ -299,6 +301,10 @@ def _run(args, script_args: list[str]) -> int:
         return run(args)
     if args.command == "watch":
         from perfscope.cli.watch import run
+
+        return run(args)
+    if args.command == "export":
+        from perfscope.cli.export import run
 
         return run(args)
     if args.command == "tune":

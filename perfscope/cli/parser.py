@@ -84,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help=JSON_HELP + "; the script's own standard output goes to "
                    "standard error meanwhile")
     add_price_option(p)
+    from perfscope.cli.export import add_export_options
+
+    add_export_options(p)
     p.add_argument("--no-live", action="store_true", help="no live view (it is on where standard output is a "
                    "terminal: step, median step time, phases, per rank; `perfscope watch DIR` shows the same "
                    "from another terminal)")
@@ -135,9 +138,11 @@ def build_parser() -> argparse.ArgumentParser:
     from perfscope.cli.forecast import add_forecast_parser
     from perfscope.cli.merge import add_merge_parser
     from perfscope.cli.tune import add_tune_parser
+    from perfscope.cli.export import add_export_parser
     from perfscope.cli.watch import add_watch_parser
 
-    for add in (add_tune_parser, add_forecast_parser, add_check_parser, add_merge_parser, add_watch_parser):
+    for add in (add_tune_parser, add_forecast_parser, add_check_parser, add_merge_parser, add_watch_parser,
+                add_export_parser):
         add(sub)
     return parser
 

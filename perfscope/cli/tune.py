@@ -107,6 +107,9 @@ def add_tune_parser(sub) -> None:
                    "1,000 samples at --price-per-hour: with the devices fixed, the proven faster configuration "
                    "is the proven cheaper one, and the answer states both costs)")
     add_price_option(t)
+    from perfscope.cli.export import add_export_options
+
+    add_export_options(t)
     t.add_argument("--no-progress", action="store_true", help="no progress bar")
     t.add_argument("--open", action="store_true", help="open report.html in the web browser when done")
 
@@ -226,4 +229,6 @@ def cmd_tune(args, script_args: list[str], open_in_browser) -> int:
     print(safe(f"wrote {_shown(best_path)}, {_shown(out_dir / 'tune.json')} and {_shown(out_dir / 'report.html')}"))
     if args.open:
         open_in_browser(out_dir / "report.html")
-    return 0
+    from perfscope.cli.export import export_after
+
+    return export_after(args, out_dir, 0)
