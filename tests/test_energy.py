@@ -162,3 +162,36 @@ def test_the_job_sums_its_gpus_and_counts_each_machine_once():
     none = energy_view(rows, [{"rank": 0, "energy": {"why": "no RAPL package"}}], world_size=1, batch_size=None)
     assert none["per_step_j"] is None and none["why"] == "no RAPL package"
     assert energy_view(rows, [{"rank": 0, "energy": {}}], world_size=1, batch_size=None) is None  # no host record
+
+
+TRAIN_BUMPING = '''
+import os, sys
+import torch
+path = os.path.join(os.environ["PERFSCOPE_POWERCAP"], "intel-rapl:0", "energy_uj")
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(1, 13):
+    loss = model(torch.ones(4, 8)).sum()
+    loss.backward()
+    with open(path) as f:
+        used = int(f.read())
+    with open(path, "w") as f:  # the machine used 3 J during this step's work
+        f.write(str(used + 3_000_000))
+    opt.step()
+    opt.zero_grad()
+'''
+
+
+def test_a_measured_trial_reads_each_steps_joules(tmp_path, monkeypatch):
+    from perfscope.measure import runner as measure
+    from perfscope.measure.protocol import read_step_lines, steps_path
+
+    monkeypatch.setenv("PERFSCOPE_POWERCAP", str(powercap(tmp_path, packages=(0,))))
+    script = tmp_path / "train.py"
+    script.write_text(TRAIN_BUMPING)
+    measure.measure_in_process(script, [], record_dir=tmp_path / "rec", warmup_steps=2, measure_steps=6, energy=True)
+    lines = read_step_lines(steps_path(tmp_path / "rec", 0))
+    measured = [line for line in lines if line.measured]
+    assert len(measured) == 6 and all(line.energy_j == pytest.approx(3.0) for line in measured)
+    measure.measure_in_process(script, [], record_dir=tmp_path / "off", warmup_steps=2, measure_steps=6)
+    assert all(line.energy_j is None for line in read_step_lines(steps_path(tmp_path / "off", 0)))  # not asked

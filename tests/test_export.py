@@ -49,7 +49,7 @@ def mlflow_store(tmp_path, monkeypatch):
     _need("mlflow")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
-    monkeypatch.setenv("MLFLOW_ARTIFACTS_DESTINATION", str(tmp_path / "artifacts"))
+    monkeypatch.chdir(tmp_path)  # a SQLite store keeps artifacts in ./mlruns of the current folder
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=uri)
@@ -155,7 +155,8 @@ def test_wandb_offline_holds_every_part_of_the_run_and_its_children(tmp_path, mo
 
 def test_a_missing_library_is_one_line_naming_the_extra(monkeypatch, tmp_path):
     for name, module in (("mlflow", "mlflow"), ("wandb", "wandb")):
-        monkeypatch.setitem(sys.modules, module, None)
+        for loaded in [m for m in sys.modules if m == module or m.startswith(module + ".")] or [module]:
+            monkeypatch.setitem(sys.modules, loaded, None)  # as if not installed, even after another test used it
         with pytest.raises(TrackerUnavailable, match=rf"pip install 'perfscope-torch\[{name}\]'"):
             tracker(name).log(_run(tmp_path), experiment="x")
 
@@ -202,8 +203,8 @@ def test_profile_export_mlflow_logs_the_run_it_profiled(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     env = {**__import__("os").environ, "MLFLOW_TRACKING_URI": uri}
     done = subprocess.run([sys.executable, "-m", "perfscope", "profile", "--out", str(tmp_path / "out"), "--export",
-                           "mlflow", "--experiment", "io", "examples/io_bound.py", "--", "--steps", "30"],
-                          capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+                           "mlflow", "--experiment", "io", str(ROOT / "examples" / "io_bound.py"), "--", "--steps", "30"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path, env=env)  # ./mlruns there
     assert done.returncode == 0, done.stderr[-2000:]
     assert "exported: MLflow run" in done.stderr
     from mlflow.tracking import MlflowClient

@@ -365,5 +365,32 @@ def test_a_cost_objective_proves_its_winner_cheaper_by_the_same_interval(tmp_pat
 def test_a_cost_objective_needs_a_price():
     with pytest.raises(ValueError, match="--objective cost needs --price-per-hour"):
         options(Path("/tmp/x/out"), objective="cost")
-    with pytest.raises(ValueError, match="--objective must be one of time, cost"):
-        options(Path("/tmp/x/out"), objective="energy")
+    with pytest.raises(ValueError, match="--objective must be one of time, cost, energy"):
+        options(Path("/tmp/x/out"), objective="money")
+
+
+def test_an_energy_objective_ranks_and_proves_by_samples_per_joule(tmp_path):
+    # The simulated workload: every worker ends more of the wait but burns power of its own, so
+    # the fewest joules a sample come at 4 workers, while time is as good at 4 as at 16.
+    from perfscope.testing.trials import Workload
+
+    work = Workload()
+    assert min(range(1, 17), key=lambda n: work.step_joules({"num_workers": n})) == 4
+    out = tmp_path / "out"
+    record = tune(options(out, trials=8, objective="energy"), runner=SimulatedRunner())
+    rec = record["recommendation"]
+    assert record["objective"]["name"] == "energy" and record["objective"]["unit"] == "samples/J"
+    base = record["baseline"]["value"]
+    assert base == pytest.approx(16 / work.step_joules({}), rel=0.05)  # samples per joule of the baseline
+    assert rec["status"] == "faster", rec
+    winner = rec["config"]["num_workers"]
+    assert rec["speedup"] == pytest.approx(work.step_joules({}) / work.step_joules({"num_workers": winner}), rel=0.05)
+    assert "x more work per joule (" in rec["line"] and "faster" not in rec["line"]
+    check_tune_record(record)
+
+
+def test_an_energy_objective_without_a_counter_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("PERFSCOPE_POWERCAP", str(tmp_path / "no-powercap"))
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    with pytest.raises(TuneError, match="--objective energy needs an energy counter.*no RAPL package"):
+        tune(options(tmp_path / "out", objective="energy"))

@@ -72,7 +72,7 @@ def _fake_runs(monkeypatch, compile_s=20.0):
 
 
 def _options(run_steps):
-    return types.SimpleNamespace(confirm_top=1, confirm_rounds=6, confirm_min_rounds=3, confidence=0.95, min_gain=0.02,
+    return types.SimpleNamespace(objective="time", confirm_top=1, confirm_rounds=6, confirm_min_rounds=3, confidence=0.95, min_gain=0.02,
                                  confirm_budget_s=None, run_steps=run_steps)
 
 

@@ -102,16 +102,17 @@ class Confirmation:
     def rounds(self) -> int:
         return len(self.baseline)
 
-    def describe(self) -> str:
-        """One line for people, e.g. ``1.42x faster (95% interval 1.31x-1.55x, 5 rounds)``."""
+    def describe(self, better: str = "faster") -> str:
+        """One line for people, e.g. ``1.42x faster (95% interval 1.31x-1.55x, 5 rounds)``;
+        ``better`` names the gain (``more samples per joule`` for the energy objective)."""
         kind = "sequential interval" if self.looks > 1 else "interval"  # widened for its looks: module docstring
         interval = f"{self.confidence:.0%} {kind} {self.ci_low:.2f}x-{self.ci_high:.2f}x, {self.rounds} rounds"
         if self.faster:
-            return f"{self.speedup:.2f}x faster ({interval})"
+            return f"{self.speedup:.2f}x {better} ({interval})"
         if self.ci_low <= 1.0 <= self.ci_high and (self.ci_low <= 0 or self.ci_high / self.ci_low > WIDE_INTERVAL):
-            return (f"not shown faster: {interval_text(self.speedup, self.ci_low, self.ci_high, self.baseline, self.candidate)}"
+            return (f"not shown {better}: {interval_text(self.speedup, self.ci_low, self.ci_high, self.baseline, self.candidate)}"
                     "; keep your current settings")
-        return f"not faster beyond the noise: {self.speedup:.2f}x ({interval}); keep your current settings"
+        return f"not {better} beyond the noise: {self.speedup:.2f}x ({interval}); keep your current settings"
 
     def to_dict(self) -> dict:
         return {"baseline": list(self.baseline), "candidate": list(self.candidate), "speedup": self.speedup,

@@ -1,7 +1,10 @@
 """What ``perfscope tune`` optimises (``--objective``), and the cost of its answer.
 
 ``time`` (the default) ranks and proves configurations by throughput: samples (or steps) per
-second over each trial's measured window. ``cost`` ranks them by what 1,000 samples cost at
+second over each trial's measured window. ``energy`` ranks and proves them by samples (or
+steps) per joule over the same window: each trial reads the energy counter at its steps'
+boundaries (``perfscope.measure --energy``: NVML's on a GPU, RAPL's on a CPU), and the
+confirmation's rounds compare that figure as they compare throughput. ``cost`` ranks them by what 1,000 samples cost at
 ``--price-per-hour``: price x devices / throughput. The devices a job holds do not change between
 trials (the tuner searches the runtime's knobs, never the world size), so cost is the same
 ordering as time, and the confirmation's speed-up interval ``[low, high]`` proves the cost ratio
@@ -11,7 +14,63 @@ cost before and after with that interval.
 
 from __future__ import annotations
 
-OBJECTIVES = ("time", "cost")
+from collections.abc import Sequence
+
+from perfscope.tuner.window import window_throughput
+
+OBJECTIVES = ("time", "cost", "energy")
+
+
+def energy_throughput(samples: Sequence[int | None], joules: Sequence[float | None], drawn: int = 0) -> float | None:
+    """Samples per joule over a window (steps per joule where a step's batch size is unknown);
+    None where a step has no energy reading or the window used none.
+
+    Args:
+        samples: Samples of each step over all ranks, None where unknown.
+        joules: Energy of each step over all ranks (joules), None where not read.
+        drawn: Samples the window drew from batches loaded before it (not counted).
+    """
+    if not joules or any(j is None for j in joules):
+        return None
+    total = sum(joules)
+    if total <= 0:
+        return None
+    if all(isinstance(n, int) for n in samples):
+        return max(0, sum(samples) - drawn) / total
+    return len(joules) / total
+
+
+def better_word(objective: str) -> str:
+    """What a gain in the objective's figure is called in the answer's line."""
+    return "more work per joule" if objective == "energy" else "faster"
+
+
+def energy_unavailable() -> str | None:
+    """Why no trial could read an energy counter on this machine (None where one can): neither
+    NVML's counter of GPU 0 nor RAPL (:mod:`perfscope.collect.energy`)."""
+    from perfscope.collect.energy import EnergyUnavailable, NvmlMeter, RaplMeter
+
+    reasons = []
+    for meter in (lambda: RaplMeter(), lambda: NvmlMeter(None, 0)):
+        try:
+            meter()
+            return None
+        except EnergyUnavailable as e:
+            reasons.append(str(e))
+    return "; ".join(reasons)
+
+
+def objective_value(objective: str, samples, seconds, joules, drawn: int = 0) -> float | None:
+    """A window's figure for ``objective`` (higher is better): throughput for ``time`` and
+    ``cost``, samples per joule for ``energy``."""
+    if objective == "energy":
+        return energy_throughput(samples, joules, drawn)
+    return window_throughput(samples, seconds, drawn)
+
+
+def unit_of(objective: str, rate_unit: str) -> str:
+    """The figure's unit: ``samples/s`` or ``steps/s`` as measured, ``/J`` for energy."""
+    return rate_unit.replace("/s", "/J") if objective == "energy" else rate_unit
 
 
 def devices(facts: dict, nproc_per_node: int | None, nnodes: int) -> int:

@@ -148,6 +148,9 @@ class TuneOptions:
             raise TuneOptionsError("a job over several nodes (--nnodes) needs --nproc-per-node: the ranks of each node")
         if self.objective not in OBJECTIVES:
             raise TuneOptionsError(f"--objective must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}")
+        if self.objective == "energy" and self.nodes is not None:
+            raise TuneOptionsError("--objective energy reads each node's counter in its own trials: it is not "
+                                   "available for a job over several nodes yet; use --objective time")
         if self.objective == "cost" and self.price_per_hour is None:
             raise TuneOptionsError("--objective cost needs --price-per-hour USD (what one device costs an hour)")
         if self.price_per_hour is not None and not (isinstance(self.price_per_hour, (int, float))

@@ -12,6 +12,7 @@ from perfscope.text import plural
 from perfscope.runtime.config import AccelConfig, config_from_dict
 from perfscope.tuner.confirm import WIDE_INTERVAL, confirm_candidates, interval_text
 from perfscope.tuner.progress import still_running
+from perfscope.tuner.objective import better_word
 from perfscope.tuner.startup import StartUp, from_runs
 from perfscope.tuner.runner import run_configuration, runner_of
 
@@ -98,7 +99,7 @@ def prove(session, options, notes: list[str]) -> tuple[dict | None, dict]:
         keep["line"] = _none_faster(confirmation["candidates"], outweighed, options, notes)
         return confirmation, keep
     t, c, startup = best
-    line = c.describe()
+    line = c.describe(better_word(options.objective))
     if startup is not None:
         line += f"; {startup.text()}" + ("" if options.run_steps else " (--run-steps N weighs it against your run)")
     recommendation = {"status": "faster", "trial": t.number, "config": t.user_attrs["config"], "speedup": c.speedup,
@@ -201,7 +202,8 @@ def _none_faster(entries: list, outweighed: list[str], options, notes: list[str]
     lines = [f"trial {e['trial']}: {interval_text(e['speedup'], e['ci_low'], e['ci_high'], e['baseline'], e['candidate'])}"
              for e in entries if e["speedup"] is not None]
     if lines:
-        return f"keep your current settings: no candidate was faster beyond the measured noise ({'; '.join(lines)})"
+        return (f"keep your current settings: no candidate was {better_word(options.objective)} beyond the measured "
+                f"noise ({'; '.join(lines)})")
     # not one measurement: nothing was shown slower, the runs failed (a full disk, a crash)
     failed = [n for n in notes if n.startswith("confirmation run of")]
     return ("keep your current settings: no candidate could be confirmed, its confirmation runs failed"

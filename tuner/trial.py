@@ -44,7 +44,8 @@ from perfscope.measure.protocol import read_step_lines, steps_path
 from perfscope.measure.records import StepReader, drawn_from_queues
 from perfscope.tuner.options import BASELINE_TIMEOUT_S, TuneOptions
 from perfscope.tuner.watch import Measured, watch
-from perfscope.tuner.window import measure_steps_for, warmup_steps_for, window_throughput
+from perfscope.tuner.objective import objective_value, unit_of
+from perfscope.tuner.window import measure_steps_for, warmup_steps_for
 
 # A trial's defaults are the study's (one definition: TuneOptions).
 _TUNE = {f.name: f.default for f in dataclasses.fields(TuneOptions) if f.default is not dataclasses.MISSING}
@@ -86,6 +87,8 @@ class TrialSpec:
             that tells the other nodes each trial; None for one node.
         runner: The :class:`perfscope.tuner.runner.TrialRunner` that runs every trial (None: the
             script in child processes, :func:`run_trial`).
+        objective: ``time``, ``cost`` or ``energy`` (:mod:`perfscope.tuner.objective`): with
+            ``energy`` each trial reads the energy counter (``perfscope.measure --energy``).
     """
 
     script: str
@@ -102,6 +105,7 @@ class TrialSpec:
     output_limit_bytes: int = LIMIT_BYTES
     board: object | None = None
     runner: object | None = None
+    objective: str = "time"
 
 
 @dataclasses.dataclass
@@ -127,6 +131,9 @@ class TrialOutcome:
             (subtracted from its throughput; see :func:`drawn_from_queues`).
         window: Rank 0's record of its measured window (``target_rse``, ``rse``, ``steps``,
             ``seconds``, ``ended_by``...; :mod:`perfscope.measure.window`), None when fixed.
+        step_energy: Joules of each measured step over all ranks (None: not read).
+        objective: What :attr:`value` is (:mod:`perfscope.tuner.objective`): ``time`` and
+            ``cost`` throughput, ``energy`` samples per joule.
     """
 
     status: str
@@ -144,6 +151,8 @@ class TrialOutcome:
     config_applied: dict | None = None
     drawn_samples: int = 0
     window: dict | None = None
+    step_energy: list[float | None] = dataclasses.field(default_factory=list)
+    objective: str = "time"
 
     @property
     def noise(self) -> float | None:
@@ -157,8 +166,10 @@ class TrialOutcome:
 
     @property
     def value(self) -> float | None:
-        """The trial's objective: throughput over its measured steps (None without any)."""
-        return window_throughput(self.step_samples, self.step_seconds, self.drawn_samples)
+        """The trial's objective over its measured steps (None without any): throughput, or
+        samples per joule for the energy objective."""
+        return objective_value(self.objective, self.step_samples, self.step_seconds, self.step_energy,
+                               self.drawn_samples)
 
 
 def measure_command(spec: TrialSpec, record_dir: Path, config_path: str | None, profile_steps: int,
@@ -180,6 +191,8 @@ def measure_args(spec: TrialSpec, record_dir: Path | str, config_path: str | Non
            "--profile-steps", str(profile_steps), "--seed", str(spec.seed)]
     if config_path is not None:
         own += ["--config", config_path]
+    if spec.objective == "energy":
+        own.append("--energy")
     if spec.nproc_per_node is None:  # one process: the warm-up ends once the prefetched batches are drained
         own.append("--drain-prefetch")
         if spec.target_rse is not None:  # ... and the window once its throughput is known well enough
@@ -232,7 +245,7 @@ def run_trial(
                                                      spec.profile_steps if profile_steps is None else profile_steps)
     ranks = spec.nproc_per_node or 1
     measured = Measured([StepReader(steps_path(record_dir, r)) for r in range(ranks)],
-                         max(1, loader_workers or 1), on_step)
+                         max(1, loader_workers or 1), on_step, spec.objective)
     started = time.monotonic()
     log = OutputLog(work_dir / "output.log", spec.output_keep_bytes, spec.output_limit_bytes)
     read_end, write_end = os.pipe()
@@ -273,7 +286,9 @@ def run_trial(
     if status is None and log.problem is not None:  # e.g. the disk filled while joining the log
         status, reason = "output", log.problem
     outcome = TrialOutcome(status=status or "ok", reason=reason, step_values=measured.final_values(),
-                           step_samples=measured.samples, step_seconds=measured.seconds, unit=measured.unit,
+                           step_samples=measured.samples, step_seconds=measured.seconds,
+                           unit=unit_of(spec.objective, measured.unit), step_energy=measured.energy,
+                           objective=spec.objective,
                            duration_s=time.monotonic() - started, exit_code=proc.returncode)
     _read_results(outcome, record_dir, ranks, work_dir / "output.log", spec)
     return outcome

@@ -21,6 +21,7 @@ from perfscope.runtime.config import config_from_dict
 from perfscope.text import safe
 from perfscope.tuner import record as tune_record
 from perfscope.tuner.command import check_same_command
+from perfscope.tuner.objective import energy_unavailable
 from perfscope.outlock import FolderLock
 from perfscope.tuner.progress import Progress, still_running
 from perfscope.tuner.sampler import CoordinateSampler
@@ -66,6 +67,10 @@ def tune(options: TuneOptions, *, runner: TrialRunner | None = None) -> dict:
         tuner.command.CommandChanged: the study was made for another command or measurement.
         KeyboardInterrupt: after writing the outputs of the finished trials.
     """
+    if options.objective == "energy" and runner is None:
+        why = energy_unavailable()
+        if why is not None:
+            raise TuneError(f"--objective energy needs an energy counter, and this machine gives none: {why}")
     clock = (runner or PROCESS_RUNNER).clock
     started = clock()
     # The progress bar and our lines say it. ERROR, not WARNING: Optuna logs a trial that raised
@@ -102,7 +107,8 @@ def _tune(options: TuneOptions, started: float, runner: TrialRunner | None) -> d
                      nproc_per_node=options.nproc_per_node, warmup_steps=options.warmup_steps,
                      measure_steps=options.measure_steps, target_rse=options.target_rse,
                      measure_cap_s=options.measure_cap_s, profile_steps=options.profile_steps, seed=options.seed,
-                     timeout_s=options.trial_timeout_s or BASELINE_TIMEOUT_S, board=board, runner=runner)
+                     timeout_s=options.trial_timeout_s or BASELINE_TIMEOUT_S, board=board, runner=runner,
+                     objective=options.objective)
     try:
         return _tune_with(spec, storage, options, started)
     finally:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from perfscope.measure.records import new_measured
 from perfscope.tuner.failure import seconds_text
 from perfscope.tuner.output import OutputLog
-from perfscope.tuner.window import window_throughput
+from perfscope.tuner.objective import objective_value
 
 if TYPE_CHECKING:
     from perfscope.tuner.trial import TrialSpec
@@ -24,23 +24,29 @@ PROGRESS_S = 10.0  # at least one line this often while a long trial runs (on_pr
 class Measured:
     """The measured steps read so far from the ranks' step records, and their throughput."""
 
-    def __init__(self, readers: list, round_steps: int, on_step: Callable[[int, float], None] | None) -> None:
+    def __init__(self, readers: list, round_steps: int, on_step: Callable[[int, float], None] | None,
+                 objective: str = "time") -> None:
         self.readers, self.round_steps, self.on_step = readers, round_steps, on_step
+        self.objective = objective
         self.values: list[float] = []
         self.samples: list[int | None] = []
         self.seconds: list[float] = []
+        self.energy: list[float | None] = []
         self.unit = "samples/s"
 
     def take(self) -> None:
         """Read the steps measured since the last call; ``on_step`` after each whole round of
         DataLoader workers (part of a round holds the bursts' fast steps without their waiting one)."""
-        for step_samples, step_seconds in new_measured(self.readers, len(self.values)):
+        for step_samples, step_seconds, step_joules in new_measured(self.readers, len(self.values)):
             self.samples.append(step_samples)
             self.seconds.append(step_seconds)
+            self.energy.append(step_joules)
             self.values.append((step_samples if step_samples is not None else 1) / step_seconds)
             self.unit = "samples/s" if all(n is not None for n in self.samples) else "steps/s"
             if self.on_step is not None and len(self.values) % self.round_steps == 0:
-                self.on_step(len(self.values) - 1, window_throughput(self.samples, self.seconds))
+                so_far = objective_value(self.objective, self.samples, self.seconds, self.energy)
+                if so_far is not None:
+                    self.on_step(len(self.values) - 1, so_far)
 
     def final_values(self) -> list[float]:
         """Each step's throughput; in steps/s throughout when a rank or step had no batch size."""

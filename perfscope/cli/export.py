@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from perfscope.cli.args import not_empty
-from perfscope.export.base import TRACKERS
+from perfscope.export.registry import TRACKERS
 from perfscope.text import safe
 
 DEFAULT_EXPERIMENT = "perfscope"

@@ -103,9 +103,10 @@ def add_tune_parser(sub) -> None:
                         "(torch.compile) must be faster over N steps, its compile time included (default: "
                         "not weighed; the break-even run length is printed)")
     t.add_argument("--objective", choices=OBJECTIVES, default="time",
-                   help="what to rank and prove candidates on: time (throughput; the default) or cost (USD per "
+                   help="what to rank and prove candidates on: time (throughput; the default), cost (USD per "
                    "1,000 samples at --price-per-hour: with the devices fixed, the proven faster configuration "
-                   "is the proven cheaper one, and the answer states both costs)")
+                   "is the proven cheaper one, and the answer states both costs) or energy (samples per joule, "
+                   "each trial reading NVML's or RAPL's energy counter; refused where neither is readable)")
     add_price_option(t)
     from perfscope.cli.export import add_export_options
 

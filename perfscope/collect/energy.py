@@ -19,10 +19,19 @@ says why and every step's ``energy_j`` is null.
 from __future__ import annotations
 
 import abc
+import os
 import socket
 from pathlib import Path
 
 POWERCAP = Path("/sys/class/powercap")
+# Where powercap is, where it is not at its usual place (a container mounting the host's sysfs
+# elsewhere): the folder that holds the intel-rapl:N zones.
+POWERCAP_ENV = "PERFSCOPE_POWERCAP"
+
+
+def powercap_root() -> Path:
+    """The powercap folder: ``$PERFSCOPE_POWERCAP``, else :data:`POWERCAP`."""
+    return Path(os.environ.get(POWERCAP_ENV) or POWERCAP)
 
 
 class EnergyUnavailable(Exception):
@@ -55,7 +64,8 @@ class RaplMeter(EnergyMeter):
     source = "RAPL"
     unit = "machine"
 
-    def __init__(self, root: Path = POWERCAP) -> None:
+    def __init__(self, root: Path | None = None) -> None:
+        root = root or powercap_root()
         # Top-level zones are the packages (intel-rapl:0, :1 ...); their subzones (intel-rapl:0:0)
         # are parts of them and would count twice.
         zones = sorted(p for p in Path(root).glob("intel-rapl:*") if p.name.count(":") == 1)
@@ -125,7 +135,7 @@ class NvmlMeter(EnergyMeter):
             raise EnergyUnavailable(f"NVML's energy counter failed: {e}") from None
 
 
-def open_meter(device: tuple[str | None, int] | None, powercap: Path = POWERCAP) -> EnergyMeter:
+def open_meter(device: tuple[str | None, int] | None, powercap: Path | None = None) -> EnergyMeter:
     """The meter of this process: its CUDA device's (``device``: ``(uuid, index)``) where it uses
     one, else the machine's RAPL.
 
@@ -134,7 +144,25 @@ def open_meter(device: tuple[str | None, int] | None, powercap: Path = POWERCAP)
     """
     if device is not None:
         return NvmlMeter(*device)
-    return RaplMeter(powercap)
+    return RaplMeter(powercap or powercap_root())
+
+
+class EnergyCounter:
+    """The counter as a callable for :class:`perfscope.measure.hooks.Recorder`: joules so far, or
+    None where none can be read (:attr:`why`); opened at the first call (the training thread's
+    CUDA device by then, else RAPL), once."""
+
+    def __init__(self, opener=None) -> None:
+        self._probe = EnergyProbe(opener)
+
+    def __call__(self) -> float | None:
+        self._probe._open()
+        return self._probe._read()
+
+    @property
+    def why(self) -> str | None:
+        """Why nothing is read (None while a counter is)."""
+        return self._probe.record().get("why")
 
 
 class EnergyProbe:

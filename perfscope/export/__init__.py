@@ -10,7 +10,8 @@ store back with its own library.
 
 from __future__ import annotations
 
-from perfscope.export.base import TRACKERS, Tracker, tracker
+from perfscope.export.base import Tracker
 from perfscope.export.record import RunExport, StepMetrics, read_export
+from perfscope.export.registry import TRACKERS, tracker
 
 __all__ = ["TRACKERS", "RunExport", "StepMetrics", "Tracker", "read_export", "tracker"]

@@ -44,25 +44,3 @@ class Tracker(abc.ABC):
         """The error for a missing library."""
         return TrackerUnavailable(f"exporting to {self.name} needs the {module} package: "
                                   f"pip install '{self.extra}' (or pip install {module})")
-
-
-def _trackers() -> dict[str, Tracker]:
-    from perfscope.export.mlflow import MlflowTracker
-    from perfscope.export.wandb import WandbTracker
-
-    return {t.name: t for t in (MlflowTracker(), WandbTracker())}
-
-
-TRACKERS = ("mlflow", "wandb")
-
-
-def tracker(name: str) -> Tracker:
-    """The tracker called ``name`` (one of :data:`TRACKERS`).
-
-    Raises:
-        PerfscopeError: no such tracker.
-    """
-    found = _trackers().get(name)
-    if found is None:
-        raise PerfscopeError(f"no tracker {name!r}: use one of {', '.join(TRACKERS)}")
-    return found

@@ -14,7 +14,7 @@ from perfscope.collect.schedule import MAX_ACTIVE, MAX_STEPS
 _INT_OPTIONS = {"--warmup-steps": 0, "--measure-steps": 1, "--profile-steps": 0, "--seed": 0}  # name -> minimum
 _FLOAT_OPTIONS = {"--target-rse": (0.0, 1.0), "--measure-cap": (0.0, 86400.0)}  # name -> open/closed range
 _OPTIONS = ("--record-dir", "--config", *_INT_OPTIONS, *_FLOAT_OPTIONS)
-_FLAGS = ("--drain-prefetch",)
+_FLAGS = ("--drain-prefetch", "--energy")
 _MAX_SEED = 2**32 - 1  # NumPy's legacy seed range
 
 
@@ -27,7 +27,7 @@ def parse_argv(argv: Sequence[str]) -> tuple[dict, str, list[str]]:
 
     Returns:
         (options: record_dir, config, warmup_steps, measure_steps, profile_steps, seed,
-        drain_prefetch, target_rse, measure_cap_s; script; script args).
+        drain_prefetch, energy, target_rse, measure_cap_s; script; script args).
 
     Raises:
         UsageError: an unknown or repeated option, a missing or bad value, no script.
@@ -35,7 +35,8 @@ def parse_argv(argv: Sequence[str]) -> tuple[dict, str, list[str]]:
     raw, argv = _split(list(argv))
     _check_present(raw, argv)
     options: dict = {"record_dir": raw["--record-dir"], "config": raw.get("--config"), "profile_steps": 0,
-                     "seed": 0, "drain_prefetch": "--drain-prefetch" in raw, "target_rse": None, "measure_cap_s": None}
+                     "seed": 0, "drain_prefetch": "--drain-prefetch" in raw,
+                     "energy": "--energy" in raw, "target_rse": None, "measure_cap_s": None}
     for name, (low, high) in _FLOAT_OPTIONS.items():
         if name in raw:
             options["target_rse" if name == "--target-rse" else "measure_cap_s"] = _number(name, raw[name], low, high)

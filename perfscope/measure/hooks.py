@@ -114,6 +114,8 @@ class Recorder:
         window: Extend the measured window until its throughput is known well enough
             (:class:`~perfscope.measure.window.SteadyWindow`), or None for exactly K
             steps; each step added moves ``measured_end`` and ``last_step`` and calls ``on_extend``.
+        energy: Reads the energy counter at each boundary (joules, or None where it cannot be
+            read; :class:`perfscope.collect.energy.EnergyCounter`), or None not to read it.
 
     Attributes:
         warmup_steps, measured_end, last_step: W (as extended), W+K and the last step kept.
@@ -125,8 +127,10 @@ class Recorder:
     """
 
     def __init__(self, *, warmup_steps: int, measure_steps: int, last_step: int, steps_file: BinaryIO,
-                 drain_prefetch: bool = False, window: SteadyWindow | None = None) -> None:
+                 drain_prefetch: bool = False, window: SteadyWindow | None = None, energy=None) -> None:
         self.thread = threading.get_ident()
+        self.energy = energy
+        self.energy_at: list[float | None] = []
         self.window = window
         self.warmup_steps = warmup_steps
         self.measured_end = warmup_steps + measure_steps
@@ -155,6 +159,8 @@ class Recorder:
         """Boundary ``current + 1`` at ``now``: step ``current`` ended, the next one starts."""
         self.current += 1
         self.times.append(now)
+        if self.energy is not None:
+            self.energy_at.append(self.energy())
         ended = self.current - 1
         if self.current == self.warmup_steps + 1 and self.warmup.extends():
             self.warmup_steps, self.measured_end, self.last_step = (
@@ -191,7 +197,10 @@ class Recorder:
         if self._file is None:
             return
         bucket = self.buckets.get(step) or _Bucket()
-        line = StepLine(
+        joules = None
+        if len(self.energy_at) > step and self.energy_at[step] is not None and self.energy_at[step - 1] is not None:
+            joules = max(0.0, self.energy_at[step] - self.energy_at[step - 1])
+        line = StepLine(energy_j=joules,
             step=step, seconds=max(0.0, self.times[step] - self.times[step - 1]),
             samples=None if bucket.unknown or not bucket.fetches else bucket.samples,
             data_wait_s=max(0.0, bucket.wait_s), measured=self.warmup_steps < step <= self.measured_end,

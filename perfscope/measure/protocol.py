@@ -68,6 +68,8 @@ class StepLine(msgspec.Struct, kw_only=True):
         ready: Batches ready in the DataLoader's queues at the step's first fetch, or None.
         warmup: A warm-up step (before the window).
         profiled: A step after the window (profiled, or the one step after it).
+        energy_j: The energy counter's rise over the step (joules; ``--energy`` only,
+            :mod:`perfscope.collect.energy`), or None.
     """
 
     step: Annotated[int, msgspec.Meta(ge=1)]
@@ -78,6 +80,7 @@ class StepLine(msgspec.Struct, kw_only=True):
     ready: Annotated[int, msgspec.Meta(ge=0)] | None = None
     warmup: bool = False
     profiled: bool = False
+    energy_j: Annotated[float, msgspec.Meta(ge=0)] | None = None
 
 
 _STEP_ENCODER = msgspec.json.Encoder()

@@ -42,9 +42,10 @@ class StepReader:
         self.measured.extend(line for line in decode_step_lines(data[: end + 1]) if line.measured)
 
 
-def new_measured(readers: Sequence[StepReader], done: int) -> list[tuple[int | None, float]]:
-    """(samples over all ranks or None, longest rank's seconds) of the measured steps every rank
-    has finished beyond the first ``done``."""
+def new_measured(readers: Sequence[StepReader], done: int) -> list[tuple[int | None, float, float | None]]:
+    """(samples over all ranks or None, longest rank's seconds, joules over all ranks or None) of
+    the measured steps every rank has finished beyond the first ``done``. Each rank reads its own
+    counter: its GPU's (NVML), or its machine's (RAPL, read once per rank on the machine)."""
     for reader in readers:
         reader.poll()
     complete = min(len(r.measured) for r in readers)
@@ -54,7 +55,9 @@ def new_measured(readers: Sequence[StepReader], done: int) -> list[tuple[int | N
         longest = max(1e-9, max(line.seconds for line in lines))
         samples = [line.samples for line in lines]
         known = all(n is not None and n > 0 for n in samples)
-        out.append((sum(samples) if known else None, longest))
+        joules = [line.energy_j for line in lines]
+        out.append((sum(samples) if known else None, longest,
+                    sum(joules) if all(j is not None for j in joules) else None))
     return out
 
 

@@ -46,6 +46,12 @@ _PROG = "perfscope.measure"
 _REAP_WAIT_S = 5.0
 
 
+def _energy_counter():
+    from perfscope.collect.energy import EnergyCounter
+
+    return EnergyCounter()
+
+
 def measure_in_process(
     script: str | os.PathLike,
     args: Sequence[str],
@@ -60,6 +66,7 @@ def measure_in_process(
     drain_prefetch: bool = False,
     target_rse: float | None = None,
     measure_cap_s: float | None = None,
+    energy: bool = False,
 ) -> dict:
     """Run ``script`` in this process and measure its steps; writes the files described above.
 
@@ -83,6 +90,8 @@ def measure_in_process(
             beyond K steps while the relative standard error of the window's throughput is above
             ``target_rse`` (a fraction, in (0, 1]), for at most ``measure_cap_s`` seconds of
             measured steps (``perfscope.measure.window``).
+        energy: Read the energy counter at every boundary (``energy_j`` of each step line;
+            :class:`perfscope.collect.energy.EnergyCounter`): ``perfscope tune --objective energy``.
 
     Each finished step s (a step lasts from one boundary to the next, in seconds of host wall
     time) appends ``{"step", "seconds", "samples", "data_wait_s", "measured"}`` to
@@ -130,7 +139,7 @@ def measure_in_process(
     steps_file = _open_steps(record_dir, result_file, steps_path)
     recorder = hooks.Recorder(warmup_steps=warmup_steps, measure_steps=measure_steps,
                               last_step=schedule.window_steps, steps_file=steps_file, drain_prefetch=drain_prefetch,
-                              window=window)
+                              window=window, energy=_energy_counter() if energy else None)
     inner, ours = hooks.NullProfiler(), None
     if exporter is not None:  # its schedule follows the recorder's window wherever the warm-up ends
         from perfscope.collect.host import HostStepRecorder
@@ -285,7 +294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                                     warmup_steps=options["warmup_steps"], measure_steps=options["measure_steps"],
                                     profile_steps=options["profile_steps"], config=options["config"],
                                     seed=options["seed"], rank=rank, drain_prefetch=options["drain_prefetch"],
-                                    target_rse=options["target_rse"], measure_cap_s=options["measure_cap_s"])
+                                    target_rse=options["target_rse"], measure_cap_s=options["measure_cap_s"],
+                                    energy=options["energy"])
     except PerfscopeError as exc:  # a bad script path, config or record folder: nothing ran
         message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         print(f"{_PROG}: error: {safe(message)}", file=sys.stderr)

@@ -24,6 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from perfscope.testing import expect
+from perfscope.tuner.objective import unit_of
 from perfscope.tuner.runner import TrialRunner
 from perfscope.tuner.trial import PRUNED_REASON, Pruned, TrialOutcome, TrialSpec
 from perfscope.tuner.window import measure_steps_for
@@ -44,11 +45,26 @@ class Workload:
         io_s: Seconds per step the training thread waits for its batch when it loads it itself.
         compute_s: Seconds per step of the model's work.
         noise: Relative standard deviation of each step's time (seeded, so runs repeat).
+        idle_w, busy_w, worker_w: Watts of the machine while the training thread waits, while
+            it works (its own loading included), and of each DataLoader worker while it runs:
+            more workers end the wait but burn power of their own, so the step that takes the
+            least energy is not the fastest one.
     """
 
     io_s: float = 0.008
     compute_s: float = 0.002
     noise: float = 0.01
+    idle_w: float = 20.0
+    busy_w: float = 60.0
+    worker_w: float = 15.0
+
+    def step_joules(self, changes: dict) -> float:
+        """Joules of one step under ``changes`` (at the step's mean time)."""
+        wait, compute = self.step_parts(changes)
+        workers = int(changes.get("num_workers") or 0)
+        if workers <= 0:  # the training thread loads its batch itself: busy throughout
+            return (wait + compute) * self.busy_w
+        return wait * self.idle_w + compute * self.busy_w + workers * self.worker_w * (wait + compute)
 
     def step_parts(self, changes: dict) -> tuple[float, float]:
         """``(input wait, compute)`` seconds of one step under the configuration ``changes``.
@@ -131,16 +147,19 @@ class SimulatedRunner(TrialRunner):
         rng = random.Random(self.seed * 1_000_003 + index)
         steps = measure_steps_for(spec.measure_steps, loader_workers)
         seconds = [(wait + compute) * max(0.05, rng.gauss(1.0, self.workload.noise)) for _ in range(steps)]
-        outcome = TrialOutcome(status="ok", unit="samples/s", facts=self._facts(changes), exit_code=0,
+        watts = self.workload.step_joules(changes) / (wait + compute)
+        outcome = TrialOutcome(status="ok", unit=unit_of(spec.objective, "samples/s"), facts=self._facts(changes),
+                               exit_code=0, objective=spec.objective,
                                data_wait=wait / (wait + compute) if wait + compute > 0 else None,
                                losses=_losses(spec.warmup_steps + steps + profile, batch))
         try:
             for i, s in enumerate(seconds):
                 outcome.step_seconds.append(s)
                 outcome.step_samples.append(batch)
+                outcome.step_energy.append(s * watts)
                 outcome.step_values.append(batch / s)
                 if on_step is not None:
-                    on_step(i, batch * len(outcome.step_seconds) / sum(outcome.step_seconds))
+                    on_step(i, outcome.value)
         except Pruned:
             outcome.status, outcome.reason = "pruned", PRUNED_REASON
             return outcome
