@@ -20,6 +20,7 @@ import pytest
 from optuna.trial import TrialState
 from tunekit import ROOT, tune_env
 
+from perfscope.errors import PerfscopeError
 from perfscope.runtime.config import load_config
 from perfscope.testing.record import check_tune_record
 from perfscope.testing.trials import SimulatedRunner, Workload, check_runner
@@ -346,10 +347,9 @@ def test_the_plan_is_told_up_front_at_the_baselines_pace(tmp_path, capsys):
                         r"takes longer\)", lines[0]), lines[0]
 
 
-def test_a_cost_objective_proves_its_winner_cheaper_by_the_same_interval(tmp_path, capsys):
+def test_a_cost_objective_proves_its_winner_cheaper_by_the_same_interval(tmp_path):
     out = tmp_path / "out"
     record = tune(options(out, trials=5, objective="cost", price_per_hour=4.0), runner=SimulatedRunner())
-    said = capsys.readouterr().out
     rec, cost = record["recommendation"], record["cost"]
     assert rec["status"] == "faster" and record["objective"]["name"] == "cost"
     base = record["baseline"]["value"]  # samples/s; the simulated run is on a CPU: one machine priced
@@ -359,6 +359,9 @@ def test_a_cost_objective_proves_its_winner_cheaper_by_the_same_interval(tmp_pat
     # the proof of the speed-up is the proof of the saving: 1 - 1/speed-up at each end of its interval
     assert cost["saving_low"] == pytest.approx(1 - 1 / rec["ci_low"]) and cost["saving_low"] > 0
     assert cost["saving_high"] == pytest.approx(1 - 1 / rec["ci_high"])
+    from perfscope.tuner.objective import cost_line
+
+    assert cost_line(cost).startswith("cost per 1,000 samples at $4.00/h x 1: ") and "saves" in cost_line(cost)
     check_tune_record(record)
 
 
@@ -392,5 +395,5 @@ def test_an_energy_objective_ranks_and_proves_by_samples_per_joule(tmp_path):
 def test_an_energy_objective_without_a_counter_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("PERFSCOPE_POWERCAP", str(tmp_path / "no-powercap"))
     monkeypatch.setitem(sys.modules, "pynvml", None)
-    with pytest.raises(TuneError, match="--objective energy needs an energy counter.*no RAPL package"):
+    with pytest.raises(PerfscopeError, match="--objective energy needs an energy counter.*no RAPL package"):
         tune(options(tmp_path / "out", objective="energy"))

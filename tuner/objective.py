@@ -45,19 +45,25 @@ def better_word(objective: str) -> str:
     return "more work per joule" if objective == "energy" else "faster"
 
 
-def energy_unavailable() -> str | None:
-    """Why no trial could read an energy counter on this machine (None where one can): neither
-    NVML's counter of GPU 0 nor RAPL (:mod:`perfscope.collect.energy`)."""
+def require_energy_counter() -> None:
+    """Refuse the energy objective where no trial could read an energy counter on this machine:
+    neither RAPL nor NVML's counter of GPU 0 (:mod:`perfscope.collect.energy`).
+
+    Raises:
+        PerfscopeError: naming why each cannot be read.
+    """
     from perfscope.collect.energy import EnergyUnavailable, NvmlMeter, RaplMeter
+    from perfscope.errors import PerfscopeError
 
     reasons = []
     for meter in (lambda: RaplMeter(), lambda: NvmlMeter(None, 0)):
         try:
             meter()
-            return None
+            return
         except EnergyUnavailable as e:
             reasons.append(str(e))
-    return "; ".join(reasons)
+    raise PerfscopeError("--objective energy needs an energy counter, and this machine gives none: "
+                         + "; ".join(reasons))
 
 
 def objective_value(objective: str, samples, seconds, joules, drawn: int = 0) -> float | None:

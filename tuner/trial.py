@@ -107,6 +107,16 @@ class TrialSpec:
     runner: object | None = None
     objective: str = "time"
 
+    @classmethod
+    def of(cls, options: TuneOptions, *, board=None, runner=None) -> TrialSpec:
+        """The trials' spec of a study asked ``options`` (the baseline's time limit where none is given)."""
+        return cls(script=options.script, script_args=tuple(options.script_args), nproc_per_node=options.nproc_per_node,
+                   warmup_steps=options.warmup_steps, measure_steps=options.measure_steps,
+                   target_rse=options.target_rse, measure_cap_s=options.measure_cap_s,
+                   profile_steps=options.profile_steps, seed=options.seed,
+                   timeout_s=options.trial_timeout_s or BASELINE_TIMEOUT_S, board=board, runner=runner,
+                   objective=options.objective)
+
 
 @dataclasses.dataclass
 class TrialOutcome:

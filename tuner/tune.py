@@ -21,7 +21,7 @@ from perfscope.runtime.config import config_from_dict
 from perfscope.text import safe
 from perfscope.tuner import record as tune_record
 from perfscope.tuner.command import check_same_command
-from perfscope.tuner.objective import energy_unavailable
+from perfscope.tuner.objective import require_energy_counter
 from perfscope.outlock import FolderLock
 from perfscope.tuner.progress import Progress, still_running
 from perfscope.tuner.sampler import CoordinateSampler
@@ -41,7 +41,7 @@ from perfscope.tuner.study import (
 )
 from perfscope.tuner.trial import TrialSpec, cleanup_traces, noise_text
 from perfscope.tuner.runner import PROCESS_RUNNER, TrialRunner, run_configuration, runner_of
-from perfscope.tuner.options import BASELINE_TIMEOUT_S, TuneOptions
+from perfscope.tuner.options import TuneOptions
 
 BASELINE_PROFILE_STEPS = 5  # as `perfscope profile`'s default active window
 SETUP_WAIT_S = 180.0  # how long a second worker waits for the first one's baseline
@@ -68,9 +68,7 @@ def tune(options: TuneOptions, *, runner: TrialRunner | None = None) -> dict:
         KeyboardInterrupt: after writing the outputs of the finished trials.
     """
     if options.objective == "energy" and runner is None:
-        why = energy_unavailable()
-        if why is not None:
-            raise TuneError(f"--objective energy needs an energy counter, and this machine gives none: {why}")
+        require_energy_counter()  # before anything is created: trials that could read no joule
     clock = (runner or PROCESS_RUNNER).clock
     started = clock()
     # The progress bar and our lines say it. ERROR, not WARNING: Optuna logs a trial that raised
@@ -103,12 +101,7 @@ def _tune(options: TuneOptions, started: float, runner: TrialRunner | None) -> d
 
         board = TrialBoard(options.nodes, options.nproc_per_node)
         print(f"perfscope: node 0 of {options.nodes.nnodes}: driving the study; every trial runs on all nodes")
-    spec = TrialSpec(script=options.script, script_args=tuple(options.script_args),
-                     nproc_per_node=options.nproc_per_node, warmup_steps=options.warmup_steps,
-                     measure_steps=options.measure_steps, target_rse=options.target_rse,
-                     measure_cap_s=options.measure_cap_s, profile_steps=options.profile_steps, seed=options.seed,
-                     timeout_s=options.trial_timeout_s or BASELINE_TIMEOUT_S, board=board, runner=runner,
-                     objective=options.objective)
+    spec = TrialSpec.of(options, board=board, runner=runner)
     try:
         return _tune_with(spec, storage, options, started)
     finally:
