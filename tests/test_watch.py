@@ -136,3 +136,24 @@ def test_the_live_view_draws_on_a_terminal_and_not_with_no_live(tmp_path):
                           capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert done.returncode == 0 and "| median " not in done.stdout + done.stderr  # not a terminal: no view
     assert json.loads((tmp_path / "c" / "summary.json").read_text())["overall"]["verdict"] == "io-bound"
+
+
+@pytest.mark.slow
+def test_watch_follows_a_profile_that_is_still_running_and_ends_with_it(tmp_path):
+    out = tmp_path / "run"
+    profile = subprocess.Popen([sys.executable, "-m", "perfscope", "profile", "--out", str(out), "--max-steps", "0",
+                                "examples/io_bound.py", "--", "--steps", "80"], cwd=ROOT,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while not (out / "traces").is_dir():  # the profile makes its folder first
+            assert profile.poll() is None, "the profile ended before making its folder"
+            select.select([], [], [], 0.1)
+        watched = subprocess.run([sys.executable, "-m", "perfscope", "watch", str(out), "--interval", "0.5"],
+                                 capture_output=True, text=True, timeout=600)
+    finally:
+        assert profile.wait(timeout=600) == 0
+    assert watched.returncode == 0, watched.stderr
+    lines = watched.stdout.splitlines()
+    steps = [int(s.split()[1]) for s in lines if s.startswith("step ")]
+    assert len(set(steps)) >= 2 and steps == sorted(steps), lines  # it saw the run move
+    assert steps[-1] == 80 and lines[-1].startswith("verdict: io-bound")  # ... to its end, then its verdict
