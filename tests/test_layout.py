@@ -49,3 +49,21 @@ def test_the_subpackages_load_from_this_tree_beside_perfscope(tmp_path):
     tuner_file, fused_file, bare = out.stdout.splitlines()
     assert Path(tuner_file) == ROOT / "tuner" / "options.py" and Path(fused_file) == ROOT / "fused_ops" / "__init__.py"
     assert bare == "[]"
+
+
+def test_every_declared_dependency_is_imported_by_the_library():
+    # pyproject's dependencies against the library's import statements (a dependency nothing
+    # imports is weight every install pays for; the one module name of each distribution).
+    import importlib.metadata
+    import re
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    modules = importlib.metadata.packages_distributions()
+    sources = "\n".join(p.read_text(encoding="utf-8") for folder in ("perfscope", "tuner", "reports", "fused_ops")
+                        for p in (ROOT / folder).rglob("*.py"))
+    imported = set(re.findall(r"^\s*(?:from|import)\s+([A-Za-z_]\w*)", sources, re.M))
+    for requirement in project["dependencies"]:
+        name = re.split(r"[<>=!~\[ ;]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+        names = {m for m, dists in modules.items() if name in {d.lower().replace("_", "-") for d in dists}}
+        assert names & imported, f"{requirement}: declared, but the library imports none of {sorted(names)}"
