@@ -215,3 +215,37 @@ def test_profile_export_mlflow_logs_the_run_it_profiled(tmp_path):
     phases = client.get_metric_history(run.info.run_id, "run/input_s")
     lines = (tmp_path / "out" / "traces" / "rank0.run.jsonl").read_text().splitlines()
     assert len(phases) == len(lines) >= 10  # every step of the whole run, with its input phase
+
+
+def test_tune_export_logs_a_parent_and_a_child_per_trial(tmp_path, mlflow_store, capsys):
+    # what `perfscope tune --export mlflow` does when the tune has written its outputs
+    import types
+
+    from test_tune_flow import options
+
+    from perfscope.cli.export import export_after
+    from perfscope.testing.trials import SimulatedRunner
+    from perfscope.tuner.tune import tune
+
+    out = tmp_path / "out"
+    record = tune(options(out, trials=4), runner=SimulatedRunner())
+    assert export_after(types.SimpleNamespace(export="mlflow", experiment="tunes"), out, 0) == 0
+    assert "exported: MLflow run" in capsys.readouterr().err
+    runs = mlflow_store.search_runs([mlflow_store.get_experiment_by_name("tunes").experiment_id])
+    (parent,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    kids = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert len(kids) == len(record["trials"]) and parent.data.tags["perfscope.command"] == "tune"
+    written = sorted(name for name in ("best.yaml", "report.html", "tune.json") if (out / name).is_file())
+    assert "tune.json" in written
+    assert sorted(a.path for a in mlflow_store.list_artifacts(parent.info.run_id)) == written
+
+
+def test_a_failed_export_after_a_run_is_one_line_and_keeps_the_outputs(tmp_path, capsys):
+    import types
+
+    from perfscope.cli.export import export_after
+
+    assert export_after(types.SimpleNamespace(export="mlflow", experiment="x"), tmp_path, 0) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("perfscope: export to mlflow failed:") and "tries again" in err[0]
+    assert export_after(types.SimpleNamespace(export=None, experiment="x"), tmp_path, 3) == 3  # no --export
