@@ -67,7 +67,8 @@ def cost_view(*, price_per_hour: float | None, step_time_us: float | None, share
 def energy_view(rows: list[dict], traces: list[dict], world_size: int, batch_size: int | None) -> dict | None:
     """``details.energy``: joules a step for the job, from the host record's ``host_energy_j``.
 
-    Each rank's mean over ``rows`` (the verdict's steps), summed over the counters: every GPU
+    Each rank's mean over ``rows`` (the verdict's steps, or every step where none of those has a
+    reading), summed over the counters: every GPU
     (NVML: one per rank), or every machine once (RAPL covers the whole machine, so of the ranks on
     one machine only the first is counted).
 
@@ -99,7 +100,7 @@ def energy_view(rows: list[dict], traces: list[dict], world_size: int, batch_siz
     out = {"per_step_j": None, "per_1000_samples_j": None, "source": source, "unit": unit,
            "counters": len(counted) or None, "why": None}
     if not counted:
-        out["why"] = "no step the verdict counts has an energy reading"
+        out["why"] = "no step has an energy reading"
         return out
     out["per_step_j"] = float(sum(counted))
     if batch_size:

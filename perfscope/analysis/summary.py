@@ -56,7 +56,9 @@ def build_summary(analysis: Analysis) -> dict:
     step_time = steptime.step_time_us(counted_rows)
     details = _clean_tree(analysis.details)
     details["cost"] = _cost(analysis, run, step_time, details)
-    details["energy"] = energy_view(counted_rows, analysis.traces, int(run["world_size"]), _batch_size(details))
+    # the verdict's steps; where none has a reading (no verdict, a busy machine's withheld steps), every step's
+    read = [r for r in counted_rows if r.get("host_energy_j") is not None] or steps
+    details["energy"] = energy_view(read, analysis.traces, int(run["world_size"]), _batch_size(details))
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,

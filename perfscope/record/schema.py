@@ -850,7 +850,8 @@ class Energy(_Record):
     "Energy"); null figures come with `why`."""
 
     per_step_j: Annotated[NonNeg | None, Meta(description=(
-        "joules a step, the job's: the mean over the verdict's steps, summed over GPUs (NVML) or machines (RAPL)"))] = None
+        "joules a step, the job's: the mean over the verdict's steps (every step where none has a reading), "
+        "summed over GPUs (NVML) or machines (RAPL)"))] = None
     per_1000_samples_j: Annotated[NonNeg | None, Meta(description='per step x 1000 / (batch size x world size)')] = None
     source: Annotated[str | None, Meta(description='`NVML` or `RAPL`')] = None
     unit: Annotated[str | None, Meta(description='`GPU` or `machine`: what one counter covers')] = None
