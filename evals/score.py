@@ -65,6 +65,7 @@ class Case(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     args: list[str] = []
     nproc: int = 1
     load: int = 0
+    env: dict[str, str] = {}
 
     def __post_init__(self) -> None:
         if (self.trace is None) == (self.script is None):
@@ -174,7 +175,8 @@ def run_case(case: Case) -> Result:
         cmd = command(case, Path(tmp) / "out")
         if isinstance(cmd, str):
             return Result(id=case.id, skipped=cmd)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        env = {**os.environ, **case.env,
+               "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
         start = time.monotonic()
         with busy(case.load):
             try:
