@@ -10,12 +10,22 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
-if TYPE_CHECKING:
-    from perfscope.measure.hooks import Recorder
+class Recorder(Protocol):
+    """What the wrappers feed (:class:`perfscope.measure.hooks.Recorder` is it; a protocol here so
+    that this module does not import the one that imports it)."""
+
+    thread: int  # the training loop's thread
+    backward_depth: int  # backward calls in progress on it
+    warmup: Any  # its DrainWarmup
+
+    def fetched(self, iterator: Any, start: float, end: float, batch: Any, ended: bool, ready: Any = None) -> None: ...
+
+    def note_autograd_loss(self, loss: Any) -> None: ...
+
 
 _is_compiling: Callable[[], bool] = torch.compiler.is_compiling
 _RUNTIME_PACKAGE = "perfscope.runtime"
