@@ -212,7 +212,7 @@ class LiveView:
             pending += data
             *lines, pending = pending.split(b"\n")
             for raw in lines:
-                screen.write(raw.decode("utf-8", "replace").rsplit("\r", 1)[-1])
+                self._pass(screen, raw.decode("utf-8", "replace").rsplit("\r", 1)[-1])
             if self._stop.is_set() and not data:
                 break  # restored; a leftover worker may hold the pipe open: what it had is read
             if time.monotonic() >= next_look:
@@ -228,8 +228,23 @@ class LiveView:
                 except Exception:  # noqa: BLE001 - the view is a courtesy: the output must keep flowing
                     screen.broken = True
         if pending:
-            screen.write(pending.decode("utf-8", "replace"))
-        screen.close()
+            self._pass(screen, pending.decode("utf-8", "replace"))
+        try:
+            screen.close()
+        except Exception:  # noqa: BLE001 - a terminal gone by now
+            pass
+
+    def _pass(self, screen: _Screen, text: str) -> None:
+        """One line of the script's output to the terminal; where drawing fails, as plain bytes,
+        and where the terminal is gone, dropped: never left in the pipe for the script to block on."""
+        try:
+            screen.write(text)
+        except Exception:  # noqa: BLE001
+            screen.broken = True
+            try:
+                os.write(self._saved[0], (text + "\n").encode("utf-8", "replace"))
+            except OSError:
+                pass
 
 
 def live_view(args, out_dir: Path):
