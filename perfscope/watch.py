@@ -24,7 +24,7 @@ from pathlib import Path
 import msgspec
 import numpy as np
 
-from perfscope.analysis.run_view import PHASES, _phase_seconds, _steady
+from perfscope.analysis.run_view import PHASES, phase_shares, steady_steps
 from perfscope.classes import THRESHOLDS
 from perfscope.run_steps import SUFFIX, RunStep, decode_lines
 
@@ -133,12 +133,9 @@ def rank_view(rank: int, steps: list[RunStep]) -> RankView | None:
     """The view of one rank's steps (None before its first step)."""
     if not steps:
         return None
-    steady = _steady(steps)
+    steady = steady_steps(steps)
     seconds = np.array([s.own for s in steady])
-    total = float(seconds.sum())
-    shares = None
-    if total > 0:
-        shares = {p: float(v.sum()) / total for p, v in _phase_seconds(steady).items()}
+    shares = phase_shares(steady)
     return RankView(rank=rank, step=steps[-1].step, median_s=float(np.median(seconds)) if len(seconds) else None,
                     shares=shares, running_class=running_class(shares))
 

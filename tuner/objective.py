@@ -79,11 +79,6 @@ def unit_of(objective: str, rate_unit: str) -> str:
     return rate_unit.replace("/s", "/J") if objective == "energy" else rate_unit
 
 
-def devices(facts: dict, nproc_per_node: int | None, nnodes: int) -> int:
-    """The devices priced: a GPU per rank on CUDA runs, else a machine per node."""
-    return max(1, nproc_per_node or 1) * nnodes if facts.get("cuda") else nnodes
-
-
 def per_1000(price_per_hour: float, devices: int, throughput: float) -> float | None:
     """USD for 1,000 samples (or steps, where the batch size is unknown) at ``throughput`` per second."""
     return price_per_hour * devices / 3600.0 / throughput * 1000.0 if throughput > 0 else None
@@ -102,7 +97,10 @@ def cost_of(*, price_per_hour: float | None, baseline: dict, recommendation: dic
     value = baseline.get("value")
     if price_per_hour is None or not isinstance(value, (int, float)) or value <= 0:
         return None
-    n = devices(baseline.get("facts") or {}, nproc_per_node, nnodes)
+    from perfscope.analysis.cost import priced_devices
+
+    n = priced_devices(gpu=bool((baseline.get("facts") or {}).get("cuda")),
+                       world_size=(nproc_per_node or 1) * nnodes, nnodes=nnodes)
     per = "samples" if baseline.get("unit") == "samples/s" else "steps"
     out = {"price_per_hour": price_per_hour, "devices": n, "per": f"1000 {per}",
            "baseline": per_1000(price_per_hour, n, float(value)), "best": None, "saving": None,

@@ -21,6 +21,11 @@ US_PER_HOUR = 3600e6
 PRICED_SHARES = (*REMOVABLE, "other")
 
 
+def priced_devices(*, gpu: bool, world_size: int, nnodes: int) -> int:
+    """The devices a job pays for: a GPU per rank on GPU runs, else a machine per node."""
+    return max(1, world_size) if gpu else max(1, nnodes)
+
+
 def cost_view(*, price_per_hour: float | None, step_time_us: float | None, shares: dict | None, mode: str,
               world_size: int, nnodes: int, batch_size: int | None, run_seconds: float | None) -> dict | None:
     """``details.cost``: the run's cost per step, per 1,000 samples and per run, and what its
@@ -40,7 +45,7 @@ def cost_view(*, price_per_hour: float | None, step_time_us: float | None, share
     """
     if price_per_hour is None:
         return None
-    devices = world_size if mode == "gpu" else nnodes
+    devices = priced_devices(gpu=mode == "gpu", world_size=world_size, nnodes=nnodes)
     rate = price_per_hour * devices  # USD an hour for the whole job
     out: dict = {"price_per_hour": price_per_hour, "unit": "GPU" if mode == "gpu" else "machine",
                  "devices": devices, "per_step": None, "per_step_why": None, "per_1000_samples": None,

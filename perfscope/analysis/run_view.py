@@ -72,14 +72,20 @@ def _untraced(steps: Sequence[RunStep]) -> list[RunStep]:
     return [s for s in _after_startup(steps) if not s.traced]
 
 
-def _steady(steps: Sequence[RunStep]) -> Sequence[RunStep]:
+def steady_steps(steps: Sequence[RunStep]) -> Sequence[RunStep]:
     """The steps that give the run's pace: after start-up and outside the profiler's trace (the
     profiler slows the steps it traces), unless too few are."""
     untraced = _untraced(steps)
     return untraced if len(untraced) >= MIN_UNTRACED else _after_startup(steps)
 
 
-def _phase_seconds(steps: Sequence[RunStep]) -> dict[str, np.ndarray]:
+def phase_shares(steady: Sequence[RunStep]) -> dict[str, float] | None:
+    """Each phase's share of the steps' own time (:data:`PHASES`), or None where they took none."""
+    total = float(np.array([s.own for s in steady]).sum())  # as the median's seconds are summed
+    return {p: float(v.sum()) / total for p, v in phase_seconds(steady).items()} if total > 0 else None
+
+
+def phase_seconds(steps: Sequence[RunStep]) -> dict[str, np.ndarray]:
     return {"input": np.array([s.input for s in steps]), "forward": np.array([s.forward for s in steps]),
             "backward": np.array([s.backward for s in steps]), "optimizer": np.array([s.optimizer for s in steps]),
             "other": np.array([s.other for s in steps])}
@@ -92,14 +98,14 @@ def slow_steps(steps: Sequence[RunStep]) -> tuple[list[dict], float]:
     Each: ``step``, ``seconds``, ``ratio`` (to the median step), ``phase`` (the phase whose time
     grew the most over its median, one of :data:`PHASES`) and ``extra_s`` (that growth).
     """
-    steady = _steady(steps)
+    steady = steady_steps(steps)
     seconds = np.array([s.own for s in steady])
     if len(seconds) < 3:
         return [], float("inf")
     median = float(np.median(seconds))
     spread = 1.4826 * float(np.median(np.abs(seconds - median)))
     threshold = max(SLOW_RATIO * median, median + SLOW_MADS * spread, median + SLOW_MIN_EXTRA_S)
-    phases = _phase_seconds(steady)
+    phases = phase_seconds(steady)
     medians = {p: float(np.median(v)) for p, v in phases.items()}
     out = []
     for i in np.flatnonzero(seconds > threshold):
@@ -246,10 +252,9 @@ def rank_run_view(steps: Sequence[RunStep], window: Sequence[int]) -> dict | Non
     """
     if not steps:
         return None
-    steady = _steady(steps)
+    steady = steady_steps(steps)
     seconds = np.array([s.own for s in steady])
-    phases = _phase_seconds(steady)
-    total = float(seconds.sum())
+    phases, shares = phase_seconds(steady), phase_shares(steady)
     slow, threshold = slow_steps(steps)
     start = steps[:STARTUP_STEPS] if len(steps) > STARTUP_STEPS else []
     return {
@@ -268,7 +273,7 @@ def rank_run_view(steps: Sequence[RunStep], window: Sequence[int]) -> dict | Non
         "mean_s": float(seconds.mean()),
         "p90_s": float(np.percentile(seconds, 90)),
         "max_s": float(seconds.max()),
-        "phases": {p: {"median_s": float(np.median(v)), "share": float(v.sum()) / total if total > 0 else None}
+        "phases": {p: {"median_s": float(np.median(v)), "share": shares[p] if shares else None}
                    for p, v in phases.items()},
         "window": window_view(steps, window),
         "slow_threshold_s": threshold if np.isfinite(threshold) else None,

@@ -149,8 +149,6 @@ def knobs_for(cls: str, mode: str, facts: dict | None = None) -> tuple[str, ...]
     Returns:
         Keys of :class:`perfscope.runtime.config.AccelConfig`; empty where the advice names none.
     """
-    from perfscope.analysis import optimizer_step, patterns, what_ifs
-
     facts = facts or {}
     keys = list(KNOBS[(cls, mode)])
     if cls == "comm":
@@ -167,14 +165,8 @@ def knobs_for(cls: str, mode: str, facts: dict | None = None) -> tuple[str, ...]
         keys.remove("compile")
     elif cls == "compute" and facts.get("convolutions") is False:
         keys.remove("channels_last")
-    if cls in ("launch", "compute"):  # in _what_ifs' order
-        lines = [("fused_ops", patterns.advice_line(facts.get("window_attention"))),
-                 ("optimizer_impl", optimizer_step.advice_line(facts.get("optimizer_step")))]
-        if mode == "gpu" and cls == "launch":
-            lines.append(("compile", what_ifs.graphs_line(facts.get("graphs"), bool(facts.get("cuda_graphs")))))
-        if mode == "gpu" and cls == "compute":
-            lines.append(("channels_last", what_ifs.transpose_line(facts.get("layout_transposes"))))
-        first = [key for key, line in lines if line]
+    if cls in ("launch", "compute"):
+        first = [key for key, _ in _what_ifs(cls, mode, facts)]
         keys = [*first, *(k for k in keys if k not in first)]
     return tuple(keys)
 
@@ -212,22 +204,23 @@ def advice_for(cls: str, mode: str, facts: dict | None = None) -> str:
     if cls == "compute" and mode == "gpu" and cap:
         text = (f"No kernel ran on Tensor Cores, though this GPU has them (compute capability {cap:.1f}): its matmuls "
                 f"and convolutions ran on the slower fp32 units. {text}")
-    first = _what_ifs(cls, mode, facts or {}) if cls in ("launch", "compute") else []
+    first = [line for _, line in _what_ifs(cls, mode, facts or {})] if cls in ("launch", "compute") else []
     return f"{' '.join(first)} Then: {text[0].lower()}{text[1:]}" if first else text
 
 
-def _what_ifs(cls: str, mode: str, facts: dict) -> list[str]:
-    """The advice sentences of the knobs whose what-if the profile measured, in this order: the
-    fused window attention, the fused optimizer step, and on a GPU CUDA graphs (launch advice)
-    and channels-last (compute advice); those that do not apply are left out."""
+def _what_ifs(cls: str, mode: str, facts: dict) -> list[tuple[str, str]]:
+    """``(configuration key, advice sentence)`` of the knobs whose what-if the profile measured, in
+    this order: the fused window attention, the fused optimizer step, and on a GPU CUDA graphs
+    (launch advice) and channels-last (compute advice); those that do not apply are left out."""
     from perfscope.analysis import optimizer_step, patterns, what_ifs
 
-    lines = [patterns.advice_line(facts.get("window_attention")), optimizer_step.advice_line(facts.get("optimizer_step"))]
+    lines = [("fused_ops", patterns.advice_line(facts.get("window_attention"))),
+             ("optimizer_impl", optimizer_step.advice_line(facts.get("optimizer_step")))]
     if mode == "gpu" and cls == "launch":
-        lines.append(what_ifs.graphs_line(facts.get("graphs"), bool(facts.get("cuda_graphs"))))
+        lines.append(("compile", what_ifs.graphs_line(facts.get("graphs"), bool(facts.get("cuda_graphs")))))
     if mode == "gpu" and cls == "compute":
-        lines.append(what_ifs.transpose_line(facts.get("layout_transposes")))
-    return [line for line in lines if line]
+        lines.append(("channels_last", what_ifs.transpose_line(facts.get("layout_transposes"))))
+    return [(key, line) for key, line in lines if line]
 
 
 def cost_fractions(metrics: pd.DataFrame, mode: str) -> pd.DataFrame:

@@ -147,24 +147,6 @@ def open_meter(device: tuple[str | None, int] | None, powercap: Path | None = No
     return RaplMeter(powercap or powercap_root())
 
 
-class EnergyCounter:
-    """The counter as a callable for :class:`perfscope.measure.hooks.Recorder`: joules so far, or
-    None where none can be read (:attr:`why`); opened at the first call (the training thread's
-    CUDA device by then, else RAPL), once."""
-
-    def __init__(self, opener=None) -> None:
-        self._probe = EnergyProbe(opener)
-
-    def __call__(self) -> float | None:
-        self._probe._open()
-        return self._probe._read()
-
-    @property
-    def why(self) -> str | None:
-        """Why nothing is read (None while a counter is)."""
-        return self._probe.record().get("why")
-
-
 class EnergyProbe:
     """Per-step energy for the host record: :meth:`begin` and :meth:`end` at a traced step's
     boundaries give ``{"energy_j": joules or None}``; :meth:`record` says which counter, or why none.
@@ -201,9 +183,15 @@ class EnergyProbe:
             self._meter, self._why = None, str(e)
             return None
 
-    def begin(self) -> None:
+    def joules(self) -> float | None:
+        """The counter now (joules), opening it on the first call; None where none can be read
+        (:meth:`record` says why). The measurement's :class:`~perfscope.measure.hooks.Recorder`
+        reads it at every step boundary."""
         self._open()
-        self._start = self._read()
+        return self._read()
+
+    def begin(self) -> None:
+        self._start = self.joules()
 
     def end(self) -> dict:
         now = self._read()

@@ -115,7 +115,7 @@ class Recorder:
             (:class:`~perfscope.measure.window.SteadyWindow`), or None for exactly K
             steps; each step added moves ``measured_end`` and ``last_step`` and calls ``on_extend``.
         energy: Reads the energy counter at each boundary (joules, or None where it cannot be
-            read; :class:`perfscope.collect.energy.EnergyCounter`), or None not to read it.
+            read; :meth:`perfscope.collect.energy.EnergyProbe.joules`), or None not to read it.
 
     Attributes:
         warmup_steps, measured_end, last_step: W (as extended), W+K and the last step kept.

@@ -47,9 +47,9 @@ _REAP_WAIT_S = 5.0
 
 
 def _energy_counter():
-    from perfscope.collect.energy import EnergyCounter
+    from perfscope.collect.energy import EnergyProbe
 
-    return EnergyCounter()
+    return EnergyProbe().joules
 
 
 def measure_in_process(
@@ -91,7 +91,7 @@ def measure_in_process(
             ``target_rse`` (a fraction, in (0, 1]), for at most ``measure_cap_s`` seconds of
             measured steps (``perfscope.measure.window``).
         energy: Read the energy counter at every boundary (``energy_j`` of each step line;
-            :class:`perfscope.collect.energy.EnergyCounter`): ``perfscope tune --objective energy``.
+            :meth:`perfscope.collect.energy.EnergyProbe.joules`): ``perfscope tune --objective energy``.
 
     Each finished step s (a step lasts from one boundary to the next, in seconds of host wall
     time) appends ``{"step", "seconds", "samples", "data_wait_s", "measured"}`` to
