@@ -21,7 +21,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))  # the synthetic-trace helpers th
 
 from tracegen import cpu_op, dataloader, kernel, launch, runtime, step, trace_bytes  # noqa: E402
 
-from perfscope.host_steps import HOST_STEPS_KEY  # noqa: E402
+from perfscope.record.host_steps import HOST_STEPS_KEY  # noqa: E402
 
 STEPS = 6
 

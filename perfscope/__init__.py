@@ -50,7 +50,7 @@ def accelerate(model, optimizer=None, loader=None, *, config=None):
 
 
 def accelerator():
-    """The :class:`~perfscope.runtime.accelerator.Accelerator` of the latest ``accelerate`` call
+    """The :class:`~perfscope.runtime.accelerator_state.Accelerator` of the latest ``accelerate`` call
     that applied a configuration (``.applied``, ``.skipped``), or None."""
     from perfscope.runtime.accelerator import active_accelerator
 

@@ -2,7 +2,7 @@
 profile`` show, read from the files the run already writes.
 
 The run's ranks append one line per training step to ``DIR/traces/rank*.run.jsonl``
-(:mod:`perfscope.run_steps`); :class:`RunFollower` reads what each file gained since the last look
+(:mod:`perfscope.record.run_steps`); :class:`RunFollower` reads what each file gained since the last look
 (whole lines only: a line being written is read next time) and :func:`rank_view` turns a rank's
 steps into what a person watches: the step, the steady median step time, the phase split and the
 running class. Nothing here runs in the training process: the view is another process reading
@@ -26,7 +26,7 @@ import numpy as np
 
 from perfscope.analysis.run_view import PHASES, phase_shares, steady_steps
 from perfscope.classes import THRESHOLDS
-from perfscope.run_steps import SUFFIX, RunStep, decode_lines
+from perfscope.record.run_steps import SUFFIX, RunStep, decode_lines
 
 # Steps kept per rank for the view: the steady median of the most recent ones (a long run's pace now).
 KEEP_STEPS = 2000

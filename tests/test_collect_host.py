@@ -15,7 +15,7 @@ from collectkit import SMALL, loop_script, profiler_steps, trace_events  # noqa:
 
 import perfscope  # noqa: E402
 from perfscope.collect import collect  # noqa: E402
-from perfscope.host_steps import FIELDS, HOST_STEPS_KEY  # noqa: E402
+from perfscope.record.host_steps import FIELDS, HOST_STEPS_KEY  # noqa: E402
 
 
 def test_profile_records_cpu_time_beside_wall_time_for_every_profiled_step(tmp_path):

@@ -12,7 +12,7 @@ from tracekit import analyze
 
 from perfscope.collect import memory as probe_mod
 from perfscope.collect.memory import MemoryProbe
-from perfscope.host_steps import HOST_STEPS_KEY, parse, parse_capacity
+from perfscope.record.host_steps import HOST_STEPS_KEY, parse, parse_capacity
 
 GIB = 2**30
 

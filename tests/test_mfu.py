@@ -14,7 +14,7 @@ from perfscope.analysis.mfu import (
 )
 from perfscope.collect.flops import cpu_facts, target_step
 from perfscope.record.schema import Mfu
-from perfscope.step_flops import FLOPS_KEY, CpuFacts, parse
+from perfscope.record.step_flops import FLOPS_KEY, CpuFacts, parse
 
 
 def test_formulas_count_matrix_products_and_convolutions_from_their_backward():

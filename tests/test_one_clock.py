@@ -14,7 +14,7 @@ from tracekit import analyze
 
 from perfscope import steptime
 from perfscope.console import format_summary
-from perfscope.host_steps import HOST_STEPS_KEY
+from perfscope.record.host_steps import HOST_STEPS_KEY
 from perfscope.reports import text_diff
 from perfscope.reports.diff import render_diff
 

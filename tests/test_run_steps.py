@@ -16,7 +16,7 @@ from perfscope.analysis import run_view
 from perfscope.analysis.run_view import memory_creep, periodic, rank_run_view, run_findings, slow_steps, window_view
 from perfscope.collect import run_timer
 from perfscope.record.schema import RunSteps
-from perfscope.run_steps import (
+from perfscope.record.run_steps import (
     RunStep, decode_run_steps, encode_run_step, read_run_steps, run_steps_path,
 )
 

@@ -16,8 +16,8 @@ from perfscope.collect.telemetry import (
     TelemetryUnavailable,
 )
 from perfscope.console import format_summary
-from perfscope.host_steps import HOST_STEPS_KEY
-from perfscope.telemetry_format import FIELDS, TELEMETRY_KEY, parse
+from perfscope.record.host_steps import HOST_STEPS_KEY
+from perfscope.record.telemetry_format import FIELDS, TELEMETRY_KEY, parse
 
 
 class FakeSource(DeviceSource):

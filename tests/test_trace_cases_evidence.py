@@ -8,7 +8,7 @@ import pytest
 from tracegen import annotation, cpu_op, dataloader, kernel, launch, runtime, step
 from tracekit import analyze, check_partition, only_row
 
-from perfscope.host_steps import HOST_STEPS_KEY
+from perfscope.record.host_steps import HOST_STEPS_KEY
 
 
 def _steady(n_steps=3, t0=0):

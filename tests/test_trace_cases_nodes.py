@@ -9,7 +9,7 @@ from tracegen import cpu_op, launch, step, write_trace
 from tracekit import NCCL_NEW
 
 import perfscope
-from perfscope.job_facts import JOB_KEY
+from perfscope.record.job_facts import JOB_KEY
 
 BASE = 1_700_000_000_000_000_000  # ns
 PGS = [{"pg_name": "0", "pg_desc": "default_pg", "ranks": [0, 1, 2, 3]},

@@ -20,7 +20,7 @@ import pytest
 
 from perfscope.cli.watch import follow
 from perfscope.outlock import FolderLock
-from perfscope.run_steps import RunStep, encode_run_step
+from perfscope.record.run_steps import RunStep, encode_run_step
 from perfscope.watch import RunFollower, folder_locked, rank_view, running_class
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -17,7 +17,7 @@ from perfscope.tuner.failure import failure_line, killed_reason
 from perfscope.tuner.window import steps_needed
 
 if TYPE_CHECKING:
-    from perfscope.tuner.trial import TrialOutcome, TrialSpec
+    from perfscope.tuner.trial_spec import TrialOutcome, TrialSpec
 
 
 def judge_outcome(outcome: TrialOutcome, results: dict[int, RankResult], rank0: RankResult | None, log: Path,

@@ -15,7 +15,7 @@ from perfscope.tuner.output import OutputLog
 from perfscope.tuner.objective import objective_value
 
 if TYPE_CHECKING:
-    from perfscope.tuner.trial import TrialSpec
+    from perfscope.tuner.trial_spec import TrialSpec
 
 POLL_S = 0.1
 PROGRESS_S = 10.0  # at least one line this often while a long trial runs (on_progress)

@@ -1,4 +1,4 @@
-"""Combining the per-file results of one run (:class:`~perfscope.analysis.rank.RankTrace`) into
+"""Combining the per-file results of one run (:class:`~perfscope.analysis.rank_trace.RankTrace`) into
 its :class:`Analysis`: one per-step frame of every rank, the verdict, the details, the notes.
 
 The same whichever executor produced the per-file results (:mod:`perfscope.analysis.run`).
@@ -7,7 +7,6 @@ The same whichever executor produced the per-file results (:mod:`perfscope.analy
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -24,73 +23,18 @@ from perfscope.analysis.optimizer_step import optimizer_step_cost
 from perfscope.analysis.patterns import window_attention_cost
 from perfscope.analysis.what_ifs import graphs_cost, transpose_cost
 from perfscope.analysis.provisional import SPIN_ADVICE_LINE, provisional_verdict, spin_reason, spin_verdict, waitfree
-from perfscope.analysis.rank import RankTrace
+from perfscope.analysis.rank_trace import RankTrace
 from perfscope.analysis.run_view import read_run_records
+from perfscope.analysis.summary import Analysis
 from perfscope.analysis.telemetry import step_columns, throttle_warning
 from perfscope.analysis.verdict import CLASSES, RunVerdict, classify, cost_fractions, no_verdict, run_verdict
 from perfscope.fileid import fingerprint
-from perfscope.host_steps import MEMORY_FIELDS
+from perfscope.record.host_steps import MEMORY_FIELDS
 from perfscope.steptime import WAITFREE
 from perfscope.trace.kinds import (EventKind, fsdp_version, is_collective_range, is_comm_kernel, is_convolution,
                                    is_graph_launch)
 
 NO_MARKERS_NOTE = "no ProfilerStep# markers: analyzed the whole trace as one window (step 0)"
-
-@dataclass
-class Analysis:
-    """The analysis of a run.
-
-    Attributes:
-        steps: One row per (rank, step): ``rank``, ``worker``, ``step``, ``status``,
-            ``status_reason``, ``counted``, ``complete``, ``mode``, metrics in microseconds
-            (``*_us``) and as fractions of step time (``*_frac``), the class costs
-            (``io_cost_frac`` ...), ``verdict`` and ``runner_up`` (None for steps not counted).
-        verdict: The run's verdict over the counted steps of all ranks (its ``verdict`` is None
-            when no step has the evidence for one; ``reason`` says why).
-        mode: ``"gpu"`` or ``"cpu"``.
-        traces: Per-file facts (path, worker, rank, mode, events, markers, devices, warnings,
-            data quality).
-        notes: Statements about how the traces were read (no step markers, steps not counted).
-        warnings: Problems that did not stop the analysis (repairs, dropped events...).
-        run_info: Metadata of the profiled run when perfscope recorded it, else ``{}``.
-        details: Run-level detail for the report (:func:`perfscope.analysis.details.build_details`).
-        skipped: Files of a directory that could not be read: ``path``, ``reason`` and ``damaged``
-            (a trace that holds damage, as opposed to a file that is no trace).
-        tables: The trace tables analyzed, by resolved file path, so the report's timeline
-            need not parse the traces a second time.
-        timelines: By the same paths, each trace's step windows and (GPU traces) partition
-            interval sets, ``(StepWindows, list | None)``, so the report need not find them again.
-    """
-
-    steps: pd.DataFrame
-    verdict: RunVerdict
-    mode: str
-    traces: list[dict]
-    notes: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    run_info: dict = field(default_factory=dict)
-    details: dict = field(default_factory=dict)
-    skipped: list[dict] = field(default_factory=list)
-    tables: dict = field(default_factory=dict, repr=False)
-    timelines: dict = field(default_factory=dict, repr=False)
-
-    @property
-    def ranks_analyzed(self) -> int:
-        """Number of distinct ranks in the analysis."""
-        return int(self.steps["rank"].nunique())
-
-    @property
-    def world_size(self) -> int:
-        """The job's world size as the traces record it (``distributedInfo``), else the ranks analyzed."""
-        recorded = [t["world_size"] for t in self.traces if isinstance(t.get("world_size"), int)]
-        return max(recorded) if recorded else self.ranks_analyzed
-
-    def summary(self) -> dict:
-        """The versioned ``summary.json`` record (see ``docs/summary.md``)."""
-        from perfscope.analysis.summary import build_summary
-
-        return build_summary(self)
-
 
 # Time columns that are not parts of a step, so no share of it.
 _NOT_SHARES = ("step_time_us", "cpu_span_us", "gpu_extended_span_us", "median_kernel_us", "median_operator_us")
@@ -141,7 +85,7 @@ HOST_COLUMNS = {"wall_us": "host_wall_us", "thread_cpu_us": "host_thread_cpu_us"
 
 
 def _host_columns(rt: RankTrace) -> pd.DataFrame:
-    """The host record of each step (``perfscope.host_steps``), NaN where the trace has none."""
+    """The host record of each step (``perfscope.record.host_steps``), NaN where the trace has none."""
     recs = [rt.table.host_steps.get(int(s), {}) for s in rt.steps]
     frame = pd.DataFrame({col: [r.get(f) if r.get(f) is not None else np.nan for r in recs]
                           for f, col in HOST_COLUMNS.items()}, index=rt.metrics.index)
@@ -209,7 +153,9 @@ def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, commo
     details["host_cpu"] = cpu_sources(frame.loc[contended if contended.any() else basis])
     _detail_findings(details, notes, warnings)
     traces = [_trace_facts(rt, r) for rt, r in zip(rank_traces, ranks)]
-    return Analysis(frame, rv, mode, traces, notes, warnings, dict(run_info or {}), details, [], *_by_path(rank_traces))
+    tables, timelines = _by_path(rank_traces)
+    return Analysis(steps=frame, verdict=rv, mode=mode, traces=traces, notes=notes, warnings=warnings,
+                    run_info=dict(run_info or {}), details=details, tables=tables, timelines=timelines)
 
 
 def _run_frame(rank_traces: list[RankTrace], ranks: list[int], common_steps_only: bool, notes: list[str]) -> pd.DataFrame:
@@ -305,7 +251,7 @@ def p2p_comm_share(rank_traces: list[RankTrace]) -> float | None:
 
 def _job_facts(rank_traces: list[RankTrace], ranks: list[int]) -> dict:
     """What the advice and the forecast need of the job: CUDA graph replays, and what perfscope
-    profile recorded of DDP and the job's layout (:mod:`perfscope.job_facts`), in rank order."""
+    profile recorded of DDP and the job's layout (:mod:`perfscope.record.job_facts`), in rank order."""
     facts = {"cuda_graphs": any(rt.table.name_flag(is_graph_launch)[rt.table.kind == EventKind.RUNTIME].any()
                                 for rt in rank_traces)}
     by_rank = [rt for _, rt in sorted(zip(ranks, rank_traces), key=lambda p: p[0])]

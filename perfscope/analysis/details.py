@@ -31,7 +31,7 @@ from perfscope.analysis.waits import merge_waits, other_waits
 from perfscope.trace.kinds import GPU_KINDS, CopyKind, EventKind, copy_kind_of_names, is_pageable_copy
 
 if TYPE_CHECKING:
-    from perfscope.analysis.rank import RankTrace
+    from perfscope.analysis.rank_trace import RankTrace
 
 TOP_N = 20
 SHORT_KERNEL_US = 10.0  # a kernel this short costs about what launching it does

@@ -28,7 +28,7 @@ status              when (first that applies; the reason says which and by how m
                     that wait, it got a CPU for less than :data:`HOST_CPU_SHARE` of the step time
                     that no data wait, collective or GPU synchronisation explains: descheduled
                     time, not the program, set the step's length; or its intra-op workers
-                    waited for cores that long (:func:`perfscope.host_steps.workers_waited`).
+                    waited for cores that long (:func:`perfscope.record.host_steps.workers_waited`).
                     Such steps still get a *provisional* verdict when no step is ``ok``
                     (:mod:`perfscope.analysis.provisional`); where intra-op workers waited, only
                     if its class holds with and without their spinning taken out
@@ -50,9 +50,9 @@ from perfscope.analysis.chunked import max_of, row_chunks, select_rows
 from perfscope.analysis.intervals import locate, union, window_segments
 from perfscope.analysis.steps import Launches, StepWindows
 from perfscope.analysis.trace_counts import count_quality, events_inside
-from perfscope.analysis.verdict import classify, cost_fractions
+from perfscope.analysis.classify import classify, cost_fractions
 from perfscope.text import named, plural
-from perfscope.host_steps import RUN_QUEUE_SHARE, queue_wait_us, workers_waited
+from perfscope.record.host_steps import RUN_QUEUE_SHARE, queue_wait_us, workers_waited
 from perfscope.trace.kinds import (
     GPU_KINDS, EventKind, is_gpu_work_call, is_init_call, is_kernel_launch, is_sync_call, profiler_step_numbers,
 )
@@ -74,7 +74,7 @@ QUEUED_MARK = "launched before the profiler's window"  # in the reason, so that 
 # A kernel lost now and then at a buffer's end is noise; one launch in a hundred is a failure of the
 # profiler, and the GPU then looks idle where it worked.
 LOST_LAUNCH_SHARE = 0.01
-# Descheduling: RUN_QUEUE_SHARE (perfscope.host_steps, shared with the collector). Without the
+# Descheduling: RUN_QUEUE_SHARE (perfscope.record.host_steps, shared with the collector). Without the
 # run-queue figure, the thread running less than half of the time nothing else explains.
 HOST_CPU_SHARE = 0.5
 _NS_PER_US = 1000.0
@@ -102,7 +102,7 @@ class Evidence:
     spin_us: np.ndarray | None = None
     """Per step, the most the training thread may have spun at the end of parallel operators for
     intra-op workers that waited for cores (µs: their longest wait, where
-    :func:`perfscope.host_steps.workers_waited`), else 0; None where the trace has no host record."""
+    :func:`perfscope.record.host_steps.workers_waited`), else 0; None where the trace has no host record."""
 
 
 def _set(ev: Evidence, mask: np.ndarray, status: str, reasons) -> None:

@@ -23,7 +23,7 @@ from perfscope.trace.kinds import EventKind
 from perfscope.trace.table import TraceTable
 
 if TYPE_CHECKING:
-    from perfscope.analysis.rank import RankTrace
+    from perfscope.analysis.rank_trace import RankTrace
 
 # Kernel-name fragments of matrix-multiply-accumulate kernels, the ones that run on Tensor Cores:
 # cuBLAS/cuDNN tile shapes of the MMA instruction (Volta h884/s884, Turing/Ampere 1688 and 16816,

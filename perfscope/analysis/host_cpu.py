@@ -6,7 +6,7 @@ them than there are cores -- or for other work on the machine. The first is a fi
 (``intra_op_threads`` / ``OMP_NUM_THREADS``, ``num_workers``: ``perfscope tune`` searches them);
 the second is a property of the machine. The host record of ``perfscope profile`` holds, per
 step, the machine's busy CPU time (``/proc/stat``), the training process's CPU time and its
-child processes' (:mod:`perfscope.host_steps`); over the steps that have them:
+child processes' (:mod:`perfscope.record.host_steps`); over the steps that have them:
 
 - capacity: the steps' wall time times the machine's cores;
 - this job: the training process (every thread) plus its children (DataLoader workers);

@@ -19,7 +19,7 @@ from perfscope.analysis import evidence as ev
 from perfscope.errors import AnalysisError
 
 if TYPE_CHECKING:
-    from perfscope.analysis.rank import RankTrace
+    from perfscope.analysis.rank_trace import RankTrace
 
 
 def _file(rt: RankTrace) -> str:

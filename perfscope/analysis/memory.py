@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:
-    from perfscope.analysis.rank import RankTrace
+    from perfscope.analysis.rank_trace import RankTrace
 
 # Headroom below this share of capacity is "near the limit": the caching allocator's blocks
 # fragment (a request can fail with free memory scattered over blocks too small for it), and

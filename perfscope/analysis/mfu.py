@@ -3,7 +3,7 @@
 FLOPs per step come from one of two places, the first that a trace has:
 
 1. **counted**: ``perfscope profile`` counted one start-up step with ``FlopCounterMode``
-   (:mod:`perfscope.collect.flops`; the trace header's :mod:`perfscope.step_flops` record);
+   (:mod:`perfscope.collect.flops`; the trace header's :mod:`perfscope.record.step_flops` record);
 2. **shapes**: the operators' ``Input Dims`` (``record_shapes=True``), through the formulas of
    :data:`FORMULAS` (matrix products and, from their backward operators, convolutions), averaged
    over the counted steps.
@@ -164,7 +164,7 @@ def cpu_flops_per_cycle(flags: list[str], vendor: str | None, math_mode: str) ->
 
 
 def cpu_peak(cpu, math_mode: str) -> tuple[float, list[str]] | None:
-    """(TFLOPS, assumptions) of the cores a process could use (:class:`perfscope.step_flops.CpuFacts`)."""
+    """(TFLOPS, assumptions) of the cores a process could use (:class:`perfscope.record.step_flops.CpuFacts`)."""
     if cpu is None or not cpu.cores or not cpu.ghz:
         return None
     per_cycle, how = cpu_flops_per_cycle(cpu.flags, cpu.vendor, math_mode)
@@ -267,7 +267,7 @@ def mfu_view(rank_traces, ranks: list[int], step_time_us: float | None, mode: st
     """``details.mfu``: FLOPs per step, achieved rate, peak and utilisation, with assumptions.
 
     Args:
-        rank_traces: Every analyzed trace (:class:`perfscope.analysis.rank.RankTrace`).
+        rank_traces: Every analyzed trace (:class:`perfscope.analysis.rank_trace.RankTrace`).
         ranks: Their ranks.
         step_time_us: The run's step time (µs; the job's, over the counted steps).
         mode: ``gpu`` or ``cpu``.

@@ -49,7 +49,7 @@ def module_view(rank_traces, ranks: list[int], frame: pd.DataFrame, mode: str) -
     """``details.modules``: time per module over the counted steps of every trace.
 
     Args:
-        rank_traces: Every analyzed trace (:class:`perfscope.analysis.rank.RankTrace`).
+        rank_traces: Every analyzed trace (:class:`perfscope.analysis.rank_trace.RankTrace`).
         ranks: Their ranks.
         frame: The counted steps (``rank``, ``worker``, ``step``).
         mode: ``gpu`` (modules by device time) or ``cpu`` (by host time).

@@ -2,7 +2,7 @@
 placed inside or across nodes, and the node the others wait for.
 
 Which node a rank ran on comes from the trace header (:mod:`perfscope.trace.header`):
-``perfscope profile`` records the node rank (:mod:`perfscope.job_facts`); traces from elsewhere
+``perfscope profile`` records the node rank (:mod:`perfscope.record.job_facts`); traces from elsewhere
 carry the profiler's ``host_name``, which tells nodes apart when they have distinct names. With
 neither, or with one node, there is no node view (``None``) and nothing is guessed.
 
@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:
-    from perfscope.analysis.rank import RankTrace
+    from perfscope.analysis.rank_trace import RankTrace
 
 _NS_PER_US = 1000.0
 MAX_BITS_PER_S = 8e15  # 1 PB/s: no link carries more
@@ -198,7 +198,7 @@ def _slow_node(straggler: dict | None, nodes: dict[int, int], by_rank: dict[int,
 def link_use(rank_traces: list[RankTrace], nodes: dict[int, int], node_rows: list[dict]) -> dict | None:
     """What the gradients' all-reduce puts on each node's link per step, and the rate that implies.
 
-    From the first DDP record (:mod:`perfscope.job_facts`) with ``S`` gradient bytes, ``N`` nodes
+    From the first DDP record (:mod:`perfscope.record.job_facts`) with ``S`` gradient bytes, ``N`` nodes
     of ``G`` ranks: a flat ring sends ``2(NG-1)/NG * S`` through each node's link per step, the
     hierarchical all-reduce ``2(N-1)/N * S`` (its inter-node groups together); divided by the
     node's median communication time per step this is the rate its link carried at least (the

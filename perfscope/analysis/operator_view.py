@@ -29,7 +29,7 @@ from perfscope.trace.kinds import EventKind
 from perfscope.trace.table import TraceTable
 
 if TYPE_CHECKING:
-    from perfscope.analysis.rank import RankTrace
+    from perfscope.analysis.rank_trace import RankTrace
 
 TOP_OPERATORS = 30
 TOP_SHAPES = 3  # input shapes shown per operator

@@ -10,7 +10,7 @@ from perfscope.analysis.intervals import locate, outermost
 from perfscope.trace.kinds import EventKind
 
 if TYPE_CHECKING:
-    from perfscope.analysis.rank import RankTrace
+    from perfscope.analysis.rank_trace import RankTrace
 
 
 def top_level_ops(rt: RankTrace, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

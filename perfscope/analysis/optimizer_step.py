@@ -30,7 +30,7 @@ from perfscope.analysis.what_ifs import removal
 from perfscope.trace.kinds import EventKind
 
 if TYPE_CHECKING:
-    from perfscope.analysis.rank import RankTrace
+    from perfscope.analysis.rank_trace import RankTrace
 
 PREFIX = "Optimizer.step#"
 MIN_SHARE = 0.10  # below 10% of the step, the advice does not mention the optimizer

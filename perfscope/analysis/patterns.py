@@ -35,7 +35,7 @@ from perfscope.analysis.what_ifs import pattern_removal
 from perfscope.trace.kinds import EventKind
 
 if TYPE_CHECKING:
-    from perfscope.analysis.rank import RankTrace
+    from perfscope.analysis.rank_trace import RankTrace
 
 MATMULS = frozenset({"aten::matmul", "aten::bmm", "aten::baddbmm", "aten::mm"})
 GATHERS = frozenset({"aten::index"})

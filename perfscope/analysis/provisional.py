@@ -107,7 +107,7 @@ def provisional_verdict(adjusted: pd.DataFrame, measured: pd.DataFrame, mode: st
     return verdict, pd.Series(per_step, index=adjusted.index, dtype=object)
 
 
-# Where intra-op workers waited (perfscope.host_steps.workers_waited): what the user can do.
+# Where intra-op workers waited (perfscope.record.host_steps.workers_waited): what the user can do.
 SPIN_ADVICE_LINE = ("Profile with one intra-op thread (torch.set_num_threads(1) or OMP_NUM_THREADS=1): the training "
                     "thread then waits for no worker, and a busy machine gets a provisional verdict; or profile on a "
                     "quieter machine.")

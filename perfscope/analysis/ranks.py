@@ -40,7 +40,7 @@ from perfscope.analysis.nodes import node_offsets_ns
 from perfscope.trace.kinds import EventKind, is_collective_range, is_comm_kernel
 
 if TYPE_CHECKING:
-    from perfscope.analysis.rank import RankTrace
+    from perfscope.analysis.rank_trace import RankTrace
 
 _NS_PER_US = 1000.0
 # How far a rank may seem to arrive after another finished before the clocks count as disagreeing:

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perfscope.analysis.combine import Analysis, combine
+from perfscope.analysis.combine import combine
+from perfscope.analysis.summary import Analysis
 from perfscope.analysis.rank import FileItem, RankTrace, analyze_as, analyze_file, analyze_table, load_table  # noqa: F401 (API)
 from perfscope.errors import TraceFormatError
 from perfscope.trace import TraceTable, find_trace_files

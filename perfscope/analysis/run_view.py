@@ -1,7 +1,7 @@
 """The whole run at a glance: every step's time and phases, outside the profiled window.
 
 From the record ``perfscope profile`` writes beside each rank's trace
-(:mod:`perfscope.run_steps`), per rank: the step time over the steady steps, the phases'
+(:mod:`perfscope.record.run_steps`), per rank: the step time over the steady steps, the phases'
 shares, how the profiled window compares with the whole run, the slow steps (and whether they
 come at a regular interval: checkpointing, evaluation, logging, garbage collection) and memory
 that keeps growing. Rules and their constants are documented in ``docs/metrics.md`` ("The whole
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from perfscope.run_steps import RunRecord, RunStep, read_run_steps
+from perfscope.record.run_steps import RunRecord, RunStep, read_run_steps
 from perfscope.trace.quality import DROPPED, NOT_READ, DataQuality
 
 if TYPE_CHECKING:
@@ -296,7 +296,7 @@ def read_run_records(rank_traces) -> list[RunRecord | None]:
     entered in the trace's data-quality record (examples: the record's file name) and warnings.
 
     Args:
-        rank_traces: Every analyzed trace (:class:`perfscope.analysis.rank.RankTrace`); their
+        rank_traces: Every analyzed trace (:class:`perfscope.analysis.rank_trace.RankTrace`); their
             ``quality`` and ``warnings`` are extended.
     """
     out: list[RunRecord | None] = []
@@ -320,7 +320,7 @@ def run_steps_view(rank_traces, ranks: list[int], records: list[RunRecord | None
     with ``rank`` and ``worker``; None when no trace has one.
 
     Args:
-        rank_traces: Every analyzed trace (:class:`perfscope.analysis.rank.RankTrace`).
+        rank_traces: Every analyzed trace (:class:`perfscope.analysis.rank_trace.RankTrace`).
         ranks: The rank of each.
         records: The record of each (:func:`read_run_records`).
     """

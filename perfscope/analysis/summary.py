@@ -1,4 +1,4 @@
-"""The summary record of an analysis (``summary.json``), built from its frames.
+"""The analysis of a run (:class:`Analysis`) and its summary record (``summary.json``), built from its frames.
 
 The record's schema, its reading and writing are :mod:`perfscope.record`; ``docs/summary.md`` is
 generated from the schema.
@@ -8,14 +8,69 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+
+import pandas as pd
 
 from perfscope import steptime
 from perfscope.analysis.cost import cost_view, energy_view
+from perfscope.analysis.verdict import RunVerdict
 from perfscope.record.schema import SCHEMA, SCHEMA_VERSION
 
-if TYPE_CHECKING:
-    from perfscope.analysis.run import Analysis
+
+@dataclass(kw_only=True)
+class Analysis:
+    """The analysis of a run.
+
+    Attributes:
+        steps: One row per (rank, step): ``rank``, ``worker``, ``step``, ``status``,
+            ``status_reason``, ``counted``, ``complete``, ``mode``, metrics in microseconds
+            (``*_us``) and as fractions of step time (``*_frac``), the class costs
+            (``io_cost_frac`` ...), ``verdict`` and ``runner_up`` (None for steps not counted).
+        verdict: The run's verdict over the counted steps of all ranks (its ``verdict`` is None
+            when no step has the evidence for one; ``reason`` says why).
+        mode: ``"gpu"`` or ``"cpu"``.
+        traces: Per-file facts (path, worker, rank, mode, events, markers, devices, warnings,
+            data quality).
+        notes: Statements about how the traces were read (no step markers, steps not counted).
+        warnings: Problems that did not stop the analysis (repairs, dropped events...).
+        run_info: Metadata of the profiled run when perfscope recorded it, else ``{}``.
+        details: Run-level detail for the report (:func:`perfscope.analysis.details.build_details`).
+        skipped: Files of a directory that could not be read: ``path``, ``reason`` and ``damaged``
+            (a trace that holds damage, as opposed to a file that is no trace).
+        tables: The trace tables analyzed, by resolved file path, so the report's timeline
+            need not parse the traces a second time.
+        timelines: By the same paths, each trace's step windows and (GPU traces) partition
+            interval sets, ``(StepWindows, list | None)``, so the report need not find them again.
+    """
+
+    steps: pd.DataFrame
+    verdict: RunVerdict
+    mode: str
+    traces: list[dict]
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    run_info: dict = field(default_factory=dict)
+    details: dict = field(default_factory=dict)
+    skipped: list[dict] = field(default_factory=list)
+    tables: dict = field(default_factory=dict, repr=False)
+    timelines: dict = field(default_factory=dict, repr=False)
+
+    @property
+    def ranks_analyzed(self) -> int:
+        """Number of distinct ranks in the analysis."""
+        return int(self.steps["rank"].nunique())
+
+    @property
+    def world_size(self) -> int:
+        """The job's world size as the traces record it (``distributedInfo``), else the ranks analyzed."""
+        recorded = [t["world_size"] for t in self.traces if isinstance(t.get("world_size"), int)]
+        return max(recorded) if recorded else self.ranks_analyzed
+
+    def summary(self) -> dict:
+        """The versioned ``summary.json`` record (see ``docs/summary.md``)."""
+        return build_summary(self)
+
 
 def _clean(value):
     """JSON-safe scalars: NaN (a metric that does not apply to a step's mode) becomes null."""
@@ -35,7 +90,7 @@ def _clean_tree(value):
 
 
 def build_summary(analysis: Analysis) -> dict:
-    """The summary record of an :class:`~perfscope.analysis.run.Analysis` (a JSON-able dict)."""
+    """The summary record of an :class:`Analysis` (a JSON-able dict)."""
     from perfscope.version import __version__
 
     v = analysis.verdict

@@ -10,7 +10,7 @@ record the clocks are taken as they are (both count from the epoch; Kineto conve
 to it) and the view says so.
 
 Averaging: a sample's utilisation and power cover the ``averaging_s`` before it (NVML: up to a
-second, :data:`perfscope.telemetry_format.NVML_AVERAGING_S`). Only samples taken at least that
+second, :data:`perfscope.record.telemetry_format.NVML_AVERAGING_S`). Only samples taken at least that
 long after the profiled window opened (its first step's start) are *settled*: they describe the
 window, not the time before it. Utilisation and power come from settled samples only; clocks and
 throttle reasons, read as they are now, from every sample.
@@ -26,10 +26,10 @@ import numpy as np
 import pandas as pd
 
 from perfscope.analysis.intervals import locate
-from perfscope.telemetry_format import THROTTLE_MASK, THROTTLE_REASONS
+from perfscope.record.telemetry_format import THROTTLE_MASK, THROTTLE_REASONS
 
 if TYPE_CHECKING:
-    from perfscope.analysis.rank import RankTrace
+    from perfscope.analysis.rank_trace import RankTrace
     from perfscope.analysis.steps import StepWindows
     from perfscope.trace.table import TraceTable
 
@@ -51,7 +51,7 @@ def clock_offset_ns(t: TraceTable, w: StepWindows) -> tuple[int, str]:
 
 
 def aligned_samples(t: TraceTable, w: StepWindows) -> pd.DataFrame | None:
-    """The trace's telemetry samples (columns of :data:`~perfscope.telemetry_format.FIELDS`) with
+    """The trace's telemetry samples (columns of :data:`~perfscope.record.telemetry_format.FIELDS`) with
     ``ts_ns``, their time on the trace's relative clock (as the step windows), and ``window``, the
     index of the step window holding each (-1: none); None without samples."""
     rec = t.telemetry

@@ -21,7 +21,7 @@ from perfscope.analysis.nesting import MAX_SWEPT, by_start, innermost
 from perfscope.trace.kinds import EventKind
 
 if TYPE_CHECKING:
-    from perfscope.analysis.rank import RankTrace
+    from perfscope.analysis.rank_trace import RankTrace
 
 CURVE_POINTS = 240  # points kept of each device's curve: the report's chart is 900 px wide
 TOP_OPERATORS = 10

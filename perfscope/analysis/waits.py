@@ -27,7 +27,7 @@ from perfscope.analysis.partition import gpu_parts, gpu_sets
 from perfscope.trace.kinds import GPU_KINDS, EventKind, is_gpu_work_call, is_stream_wait, is_sync_call
 
 if TYPE_CHECKING:
-    from perfscope.analysis.rank import RankTrace
+    from perfscope.analysis.rank_trace import RankTrace
     from perfscope.record.schema import OtherWaits
 
 SYNC, CROSS_STREAM, UNSHOWN = "host synchronisation", "cross-stream wait", "not shown in the trace"

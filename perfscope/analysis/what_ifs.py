@@ -26,7 +26,7 @@ from perfscope.analysis.intervals import locate
 from perfscope.trace.kinds import EventKind
 
 if TYPE_CHECKING:
-    from perfscope.analysis.rank import RankTrace
+    from perfscope.analysis.rank_trace import RankTrace
 
 TRANSPOSE_KERNELS = r"nchwtonhwc|nhwctonchw"
 MIN_SHARE = 0.03  # below 3% of the step the advice does not mention the transposes

@@ -80,7 +80,7 @@ def _verdict(records: list[Record]) -> str | None:
 # The shortest step a run can have: the profiler's clock ticks in microseconds, and a training
 # step (a forward, a backward and an optimizer update) takes far longer than one tick.
 MIN_STEP_US = 1.0
-MAX_STEP_US = 1e13  # 115 days: the host record's own bound on a step (perfscope.host_steps.MAX_US)
+MAX_STEP_US = 1e13  # 115 days: the host record's own bound on a step (perfscope.record.host_steps.MAX_US)
 
 
 def _check_inputs(baselines: list[Record], runs: list[Record], max_regression: float, alpha: float,

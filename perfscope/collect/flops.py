@@ -5,7 +5,7 @@ boundaries: it enters ``torch.utils.flop_counter.FlopCounterMode`` (a dispatch m
 operator of the step, forward and backward, passes through it) at the start of its target step
 and leaves it at that step's end. The target is a start-up step before the profiled window
 (:func:`target_step`), which the whole-run view leaves out of the run's pace: counting slows the
-step it counts. The record (:mod:`perfscope.step_flops`) goes into the trace header with the CPU's
+step it counts. The record (:mod:`perfscope.record.step_flops`) goes into the trace header with the CPU's
 facts and the CUDA device's name, from which the analysis takes the peak rate.
 """
 
@@ -15,7 +15,7 @@ import os
 import sys
 from collections import defaultdict
 
-from perfscope.step_flops import FLOPS_KEY, CpuFacts, StepFlops, encode
+from perfscope.record.step_flops import FLOPS_KEY, CpuFacts, StepFlops, encode
 
 MAX_OPERATORS = 12
 # /proc/cpuinfo flags that decide a core's vector rate (docs/metrics.md, Model FLOPs utilisation).

@@ -7,7 +7,7 @@ system can. At the boundaries of the steps the profiler traces, :class:`HostStep
 ``time.process_time_ns``), the thread's run-queue wait (the second field, ``run_delay``, of
 Linux's ``/proc/thread-self/schedstat``) and the step's memory peaks (:mod:`perfscope.collect.memory`),
 and writes the step's record (format:
-:mod:`perfscope.host_steps`) into the trace header with
+:mod:`perfscope.record.host_steps`) into the trace header with
 ``torch.profiler.profile.add_metadata_json``.
 """
 
@@ -24,7 +24,7 @@ from typing import Any
 
 from perfscope.collect.energy import EnergyProbe
 from perfscope.collect.memory import MemoryProbe
-from perfscope.host_steps import HOST_STEPS_KEY, MAX_STEPS, VERSION
+from perfscope.record.host_steps import HOST_STEPS_KEY, MAX_STEPS, VERSION
 
 _SCHEDSTAT = "/proc/thread-self/schedstat"
 # Profiler actions (torch.profiler.ProfilerAction names) of the steps the trace keeps: only then is the

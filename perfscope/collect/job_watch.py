@@ -1,4 +1,4 @@
-"""The rank side of :mod:`perfscope.job_facts`: this rank's place in the job and its DDP.
+"""The rank side of :mod:`perfscope.record.job_facts`: this rank's place in the job and its DDP.
 
 :class:`JobWatch` notes the first ``DistributedDataParallel`` built while it is active (a weak
 reference, so the module is never kept alive by perfscope) and, at every recorded step, gives
@@ -15,7 +15,7 @@ import socket
 import weakref
 from typing import Any
 
-from perfscope.job_facts import JOB_KEY, VERSION
+from perfscope.record.job_facts import JOB_KEY, VERSION
 from perfscope.patches import replace
 
 

@@ -3,7 +3,7 @@
 :class:`RunTimer` is driven by the :class:`~perfscope.collect.steps.StepTracker`'s hooks, which
 run on every step anyway (DataLoader fetch, ``torch.autograd.backward``, optimizer pre/post hooks):
 each adds two ``time.perf_counter_ns`` reads. At each step's end the timer reads the memory (at
-most every :data:`MEMORY_EVERY_S`) and keeps one :class:`~perfscope.run_steps.RunStep`;
+most every :data:`MEMORY_EVERY_S`) and keeps one :class:`~perfscope.record.run_steps.RunStep`;
 lines are written to the record beside the trace at most every :data:`FLUSH_EVERY_S` and when
 the run ends. The forward starts at the model's call (its outermost module, found in the first
 step), or else where the fetch or the last backward ended; time outside the four phases is
@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from perfscope.run_steps import MAX_LINES, RunStep, encode_run_step
+from perfscope.record.run_steps import MAX_LINES, RunStep, encode_run_step
 
 # Memory is read at a step's end when this long has passed since the last read: /proc/self/statm
 # costs ~10 µs, 1% of a 1 ms step; every 50 ms still gives a 10-minute run 12,000 points.

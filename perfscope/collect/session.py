@@ -174,7 +174,7 @@ def _run_timer(trace_path: pathlib.Path, traced):
     """The timer of every step of the run, writing beside the rank's trace (a record a previous
     run left there is removed first: it must not be read as this run's)."""
     from perfscope.collect.run_timer import RunTimer
-    from perfscope.run_steps import run_steps_path
+    from perfscope.record.run_steps import run_steps_path
 
     path = run_steps_path(trace_path)
     path.unlink(missing_ok=True)  # the directory was just checked writable

@@ -1,7 +1,7 @@
 """GPU telemetry beside the profiled window: a thread that samples the training process's device
 through a :class:`DeviceSource` (NVML by default: :class:`NvmlSource`, package ``nvidia-ml-py``,
 module ``pynvml``) and writes what it saw into the trace header (format:
-:mod:`perfscope.telemetry_format`).
+:mod:`perfscope.record.telemetry_format`).
 
 Rate and overhead: :data:`DEFAULT_INTERVAL_S` (10 samples a second), bounded to
 [:data:`MIN_INTERVAL_S`, :data:`MAX_INTERVAL_S`]. NVML's utilisation counters integrate over their
@@ -25,7 +25,7 @@ import threading
 import time
 from collections import deque
 
-from perfscope.telemetry_format import FIELDS, MAX_SAMPLES, NVML_AVERAGING_S, TELEMETRY_KEY, VERSION
+from perfscope.record.telemetry_format import FIELDS, MAX_SAMPLES, NVML_AVERAGING_S, TELEMETRY_KEY, VERSION
 
 DEFAULT_INTERVAL_S = 0.1
 MIN_INTERVAL_S = 0.02
@@ -44,7 +44,7 @@ class DeviceSource(abc.ABC):
       description ``{"index", "name", "uuid"}``, and raises :class:`TelemetryUnavailable` with the
       reason when it cannot sample it;
     - :meth:`read` returns one sample of the opened device: a dict with the keys of
-      :data:`~perfscope.telemetry_format.FIELDS` but ``unix_ns`` and ``device`` (values numbers, or
+      :data:`~perfscope.record.telemetry_format.FIELDS` but ``unix_ns`` and ``device`` (values numbers, or
       None where the device does not report one); it may raise only :class:`TelemetryUnavailable`;
     - :meth:`close` releases what :meth:`open` took, and may be called without :meth:`open`;
     - :attr:`averaging_s` says how far back (seconds) a reading's utilisation and power reach.
@@ -207,7 +207,7 @@ class TelemetrySampler:
         self.source.close()
 
     def record(self) -> dict:
-        """The record for the trace header (:mod:`perfscope.telemetry_format`)."""
+        """The record for the trace header (:mod:`perfscope.record.telemetry_format`)."""
         if not self.devices:
             why = self.skipped or "no CUDA device: the script did not use one"
             return {"version": VERSION, "skipped": why}

@@ -7,7 +7,7 @@ step on, each step is recorded and the window closes at the first step that, if 
 too, gives ``active`` clean steps -- or when the time cap (``ProfileSchedule.extend_s``) or the
 step cap (:func:`max_recorded`) is reached. On a quiet machine the window is exactly the planned
 one. A step is clean when its host record says it waited for a core less than
-:data:`perfscope.host_steps.RUN_QUEUE_SHARE` of its time (:func:`perfscope.host_steps.waited_for_core`);
+:data:`perfscope.record.host_steps.RUN_QUEUE_SHARE` of its time (:func:`perfscope.record.host_steps.waited_for_core`);
 a record without the kernel's run-queue figure cannot tell, and the window is not lengthened for it.
 
 The window is the ``schedule`` callable of ``torch.profiler.profile``: the profiler asks it for the
@@ -23,8 +23,8 @@ from collections.abc import Callable, Iterable
 
 from perfscope.collect.host import cuda_in_use
 from perfscope.collect.schedule import MAX_ACTIVE, ProfileSchedule
-from perfscope.host_steps import MAX_STEPS as HOST_RECORD_STEPS
-from perfscope.host_steps import waited_for_core
+from perfscope.record.host_steps import MAX_STEPS as HOST_RECORD_STEPS
+from perfscope.record.host_steps import waited_for_core
 
 # A lengthened window records at most this many times the planned steps (and at least 20 in all):
 # the profiler keeps every event of the window in memory until it is written.

@@ -11,7 +11,7 @@ import statistics
 from perfscope import steptime
 from perfscope.errors import PerfscopeError
 from perfscope.forecast.model import Link
-from perfscope.job_facts import MAX_BUCKET_BYTES, MAX_BUCKETS, MAX_COUNT, MAX_TIME_US
+from perfscope.record.job_facts import MAX_BUCKET_BYTES, MAX_BUCKETS, MAX_COUNT, MAX_TIME_US
 from perfscope.record.schema import Facts, Run
 from perfscope.record.view import Record, record_of
 

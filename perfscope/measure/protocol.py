@@ -20,7 +20,7 @@ from typing import Annotated, Literal
 import msgspec
 
 from perfscope.atomic import RecordFileError, read_bounded, write_text_atomic
-from perfscope.run_steps import decode_lines
+from perfscope.record.run_steps import decode_lines
 
 
 class RankResult(msgspec.Struct, kw_only=True):

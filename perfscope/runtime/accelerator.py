@@ -22,10 +22,11 @@ from torch import nn
 
 from perfscope import control
 from perfscope.errors import PerfscopeError
-from perfscope.runtime import patching, precision
-from perfscope.runtime.config import AccelConfig, load_config
+from perfscope.runtime import patching
+from perfscope.runtime.config import load_config
 from perfscope.runtime.groups import GROUPS
 from perfscope.runtime.optimizer import AcceleratedOptimizer
+from perfscope.runtime.accelerator_state import Accelerator, null_context
 
 # Every object accelerate() returned; weak, and not an attribute, so torch.save(model) stays clean.
 _accelerated: weakref.WeakSet = weakref.WeakSet()
@@ -35,80 +36,6 @@ _active: Accelerator | None = None
 
 class AlreadyAcceleratedError(PerfscopeError, ValueError):
     """``accelerate`` was given an object that an earlier ``accelerate`` call returned."""
-
-
-class Accelerator:
-    """What ``accelerate`` applied, and the per-step state AMP and accumulation need.
-
-    Attributes:
-        config: The applied configuration.
-        device: The model's device (of its first parameter; CPU without parameters).
-        applied: Knob -> what was done.
-        skipped: Knob -> why it was not applied (e.g. ``"tf32": "no CUDA device"``).
-        model, optimizer, loader: The objects returned to the caller.
-        scaler: The ``torch.amp.GradScaler`` for fp16, else None.
-        masters: The O2 :class:`~perfscope.runtime.precision.MasterWeights`, else None.
-        accum_steps: Micro-batches per optimizer step.
-        micro_step: 0-based index, in the current accumulation window, of the micro-step in
-            progress (advanced by the returned optimizer's ``step()``).
-        steps_skipped: Optimizer steps the fp16 GradScaler skipped (inf/nan gradients).
-    """
-
-    def __init__(self, config: AccelConfig, device: torch.device) -> None:
-        self.config = config
-        self.device = device
-        self.applied: dict[str, str] = {}
-        self.skipped: dict[str, str] = {}
-        self.model = self.optimizer = self.loader = None
-        self.scaler: torch.amp.GradScaler | None = None
-        self.masters: precision.MasterWeights | None = None
-        self.amp_dtype = precision.DTYPES[config.amp_dtype]
-        self.accum_steps = 1
-        self.micro_step = 0
-        self.steps_skipped = 0
-
-    def autocast(self):
-        """The context to run the forward (and loss) in: ``torch.autocast`` at O1, else a no-op."""
-        return precision.autocast_context(self.config.amp_level, self.device.type, self.amp_dtype)
-
-    def backward(self, loss: torch.Tensor, **kwargs) -> None:
-        """``loss.backward()`` with the configured accumulation, loss scaling and DDP no_sync.
-
-        The loss is divided by ``accum_steps`` (so the gradient of a window equals that of one
-        mean-reduced loss over the k-times batch), scaled by the fp16 GradScaler, and, on all but
-        the last micro-step of a window, back-propagated without DDP gradient synchronisation.
-
-        Args:
-            loss: A scalar loss.
-            **kwargs: Passed on to ``Tensor.backward`` (e.g. ``retain_graph``).
-        """
-        control.note_loss(loss)  # the script's own loss: before the division and the scaling
-        if self.accum_steps > 1:
-            loss = loss / self.accum_steps
-        if self.scaler is not None:
-            loss = self.scaler.scale(loss)
-        with self._sync_context():
-            loss.backward(**kwargs)
-
-    def _sync_context(self):
-        from torch.nn.parallel import DistributedDataParallel
-
-        if self.accum_steps == 1 or not isinstance(self.model, DistributedDataParallel):
-            return _null()
-        from perfscope.runtime.parallel import sync_context
-
-        return sync_context(self.model, self.micro_step, self.accum_steps)
-
-    def summary(self) -> str:
-        """One line per applied and skipped knob."""
-        lines = [f"applied {k}: {v}" for k, v in self.applied.items()]
-        return "\n".join(lines + [f"skipped {k}: {v}" for k, v in self.skipped.items()])
-
-
-def _null():
-    import contextlib
-
-    return contextlib.nullcontext()
 
 
 def accelerate(model: nn.Module, optimizer: torch.optim.Optimizer | None = None, loader=None, *, config=None):
@@ -186,7 +113,7 @@ def active_accelerator() -> Accelerator | None:
 
 def autocast():
     """The active accelerator's forward context (autocast at O1); a no-op without one."""
-    return _null() if _active is None else _active.autocast()
+    return null_context() if _active is None else _active.autocast()
 
 
 def backward(loss: torch.Tensor, **kwargs) -> None:

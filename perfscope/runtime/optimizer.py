@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from perfscope.runtime.accelerator import Accelerator
+    from perfscope.runtime.accelerator_state import Accelerator
 
 
 class AcceleratedOptimizer(torch.optim.Optimizer):

@@ -10,15 +10,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from perfscope import host_steps, job_facts, telemetry_format
-from perfscope.host_steps import HOST_STEPS_KEY
+from perfscope.record import host_steps, job_facts, telemetry_format
+from perfscope.record.host_steps import HOST_STEPS_KEY
 from perfscope.errors import TraceFormatError
-from perfscope.telemetry_format import TELEMETRY_KEY
+from perfscope.record.telemetry_format import TELEMETRY_KEY
 
 MERGED_KEY = "perfscope_merged"  # perfscope merge's header key (perfscope/trace/merge.py)
-from perfscope.job_facts import JOB_KEY
-from perfscope import step_flops
-from perfscope.step_flops import FLOPS_KEY, StepFlops
+from perfscope.record.job_facts import JOB_KEY
+from perfscope.record import step_flops
+from perfscope.record.step_flops import FLOPS_KEY, StepFlops
 from perfscope.trace.columns import is_number
 from perfscope.trace.reader import RawTrace
 
@@ -39,19 +39,19 @@ class Header:
         device_properties: ``deviceProperties`` entries that are objects, with ``name`` a string
             or None.
         host_steps: Step number -> the host measurements ``perfscope profile`` recorded
-            (:mod:`perfscope.host_steps`; microseconds).
-        node: The rank's node as ``perfscope profile`` recorded it (:mod:`perfscope.job_facts`),
+            (:mod:`perfscope.record.host_steps`; microseconds).
+        node: The rank's node as ``perfscope profile`` recorded it (:mod:`perfscope.record.job_facts`),
             or None.
         host: The host name: the job record's, else the profiler's ``host_name``; None if neither.
-        ddp: The rank's DDP gradient buckets and timings (:mod:`perfscope.job_facts`), or None.
-        loader: The rank's first DataLoader's workers and cores (:mod:`perfscope.job_facts`), or None.
-        telemetry: The GPU telemetry record (:func:`perfscope.telemetry_format.parse`), ``{}``
+        ddp: The rank's DDP gradient buckets and timings (:mod:`perfscope.record.job_facts`), or None.
+        loader: The rank's first DataLoader's workers and cores (:mod:`perfscope.record.job_facts`), or None.
+        telemetry: The GPU telemetry record (:func:`perfscope.record.telemetry_format.parse`), ``{}``
             when the trace has none.
         memory_capacity: The host's and device's memory as ``perfscope profile`` recorded them
-            (:func:`perfscope.host_steps.parse_capacity`; bytes), ``{}`` when not recorded.
-        energy: The energy counter of the host record (:func:`perfscope.host_steps.parse_energy`).
+            (:func:`perfscope.record.host_steps.parse_capacity`; bytes), ``{}`` when not recorded.
+        energy: The energy counter of the host record (:func:`perfscope.record.host_steps.parse_energy`).
         flops: The FLOPs of one step as ``perfscope profile`` counted them
-            (:class:`perfscope.step_flops.StepFlops`), or None.
+            (:class:`perfscope.record.step_flops.StepFlops`), or None.
         warnings: What was refused, one line each (file name first).
     """
 

@@ -66,7 +66,7 @@ class TraceTable:
         energy: The host record's energy counter (:class:`perfscope.trace.header.Header`).
         telemetry: The GPU telemetry record (:class:`perfscope.trace.header.Header`).
         flops: One step's FLOPs as ``perfscope profile`` counted them
-            (:class:`perfscope.step_flops.StepFlops`), or None.
+            (:class:`perfscope.record.step_flops.StepFlops`), or None.
         dropped_correlations: The correlation ids (sorted, unique) of the events the reader
             dropped as corrupt (out-of-range times, negative or day-long durations).
         shape_id, shapes: Per row the index into ``shapes`` (unique texts) of an operator's

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from perfscope.telemetry_format import THROTTLE_MASK
+from perfscope.record.telemetry_format import THROTTLE_MASK
 from perfscope.record.view import Record
 from perfscope.reports import model
 from perfscope.reports.html import esc, legend, ms, note, num, section, truncate

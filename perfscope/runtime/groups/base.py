@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
 
-    from perfscope.runtime.accelerator import Accelerator
+    from perfscope.runtime.accelerator_state import Accelerator
     from perfscope.runtime.config import AccelConfig
     from perfscope.runtime.patch_report import PatchReport
 
@@ -222,3 +222,22 @@ def int_range(low: int, high: int):
     from optuna.distributions import IntDistribution
 
     return IntDistribution(low, high)
+
+
+def within(distribution, value) -> bool:
+    """``value`` is a point of an Optuna distribution: one of a categorical's ``choices``, or
+    between an int or float distribution's ``low`` and ``high`` on its ``step`` (the public
+    attributes of ``optuna.distributions``; checked against Optuna 5.1.0)."""
+    choices = getattr(distribution, "choices", None)
+    if choices is not None:
+        return value in choices
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if not distribution.low <= value <= distribution.high:
+        return False
+    step = getattr(distribution, "step", None)
+    if not step:
+        return True
+    offset = (value - distribution.low) / step
+    return abs(offset - round(offset)) < 1e-8
+

@@ -22,7 +22,7 @@ with its ``ProfilerStep#`` number ``step`` and, in microseconds (trace units):
   the step (the intra-op workers among them); null where not read;
 - ``intra_op_threads``: the process's intra-op threads (``torch.get_num_threads()``) at the step's end;
 - ``start_unix_ns``: when the step started, ns since the epoch (``time.time_ns``): the anchor
-  that aligns the telemetry samples (:mod:`perfscope.telemetry_format`) to the trace's clock;
+  that aligns the telemetry samples (:mod:`perfscope.record.telemetry_format`) to the trace's clock;
 
 and in bytes (:mod:`perfscope.collect.memory`; null where not measured, absent in records of
 earlier perfscope versions):

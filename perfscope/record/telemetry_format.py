@@ -1,6 +1,6 @@
 """The GPU telemetry record of a profiled run, kept in the trace header (``perfscope profile``
 writes it: :mod:`perfscope.collect.telemetry`; the trace reader reads it: :func:`parse`). Like
-:mod:`perfscope.host_steps` it imports nothing heavy: it is loaded into the profiled process.
+:mod:`perfscope.record.host_steps` it imports nothing heavy: it is loaded into the profiled process.
 
 The header key :data:`TELEMETRY_KEY` holds::
 
