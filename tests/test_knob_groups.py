@@ -13,6 +13,7 @@ import pytest
 from perfscope.analysis.verdict import CLASSES, VERDICTS
 from perfscope.runtime.config import KEYS
 from perfscope.runtime.groups import GROUPS, InputGroup, owner
+from perfscope.runtime.groups.base import within
 from perfscope.testing import ContractError
 from perfscope.testing.knob_groups import SAMPLE_RUNS as RUNS
 from perfscope.testing.knob_groups import check_applied, check_baseline, check_names, check_search
@@ -84,8 +85,7 @@ def test_the_guess_stays_within_the_space_and_is_a_valid_configuration(verdict, 
         return
     assert set(guess) == set(space.baseline_params)
     for name, value in guess.items():
-        d = space.distributions[name]
-        assert d._contains(d.to_internal_repr(value)), (name, value)
+        assert within(space.distributions[name], value), (name, value)
     space.to_config(guess)  # raises ConfigError for an impossible combination
 
 
@@ -139,3 +139,14 @@ def test_the_advice_names_only_keys_that_serve_its_class():
         for key in keys:
             assert key in KEYS, f"{cls}/{mode}: {key} is not a configuration key"
             assert cls in serves.get(key, set()), f"{cls}/{mode}: {key} serves {sorted(serves.get(key, ()))}"
+
+
+def test_within_tells_the_points_of_each_kind_of_distribution():
+    from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+    assert within(CategoricalDistribution([None, "bf16"]), None) and not within(CategoricalDistribution(["a"]), "b")
+    stepped = IntDistribution(0, 8, step=2)
+    assert [v for v in range(-1, 10) if within(stepped, v)] == [0, 2, 4, 6, 8]
+    assert not within(stepped, "4") and not within(stepped, True)
+    assert within(FloatDistribution(0.0, 1.0), 0.5) and not within(FloatDistribution(0.0, 1.0), 1.5)
+    assert within(FloatDistribution(0.0, 1.0, step=0.25), 0.75) and not within(FloatDistribution(0.0, 1.0, step=0.25), 0.3)

@@ -10,6 +10,7 @@ import errno
 import os
 import sqlite3
 import subprocess
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -25,6 +26,7 @@ from perfscope.tuner.command import check_same_command
 from perfscope.tuner.failure import failure_line, seconds_text
 from perfscope.outlock import FolderBusy, FolderLock
 from perfscope.tuner.output import OutputLog
+from perfscope.tuner.record import trial_entry
 from perfscope.tuner.results import RunOutputs
 from perfscope.tuner.storage import open_storage
 from perfscope.tuner.study import CATCH, SPACE_ATTR
@@ -57,7 +59,7 @@ def chatty_study(tmp_path: Path, *args: str, storage=None):
     from perfscope.tuner.study import TuningStudy
 
     study = optuna.create_study(storage=storage, study_name=study_name(), direction="maximize")
-    session = TuningStudy(study, chatty_spec(tmp_path, *args), tmp_path / "trials")
+    session = TuningStudy(study, chatty_spec(tmp_path, *args), tmp_path / "trials", storage=storage)
     session.store_setup(build_space(FACTS, {"io": 0.5, "compute": 0.5}, "io-bound"),
                         {"value": 100.0, "unit": "samples/s", "step_values": [100.0], "losses": [],
                          "verdict": "io-bound", "fractions": {}, "facts": FACTS}, guess=None)
@@ -375,15 +377,16 @@ def test_a_dead_workers_trial_is_failed_and_queued_again_before_the_end(postgres
     trial = study.ask()
     params = session.space.suggest(trial)
     trial.set_user_attr("config", session.space.to_config(params).changes())
-    storage.record_heartbeat(trial._trial_id)
-    assert wait_until(lambda: storage._get_stale_trial_ids(study._study_id), 30)
+    study_id = storage.get_study_id_from_name(study.study_name)
+    storage.record_heartbeat(storage.get_trial_id_from_study_id_trial_number(study_id, trial.number))
+    time.sleep(2 + 1)  # past the grace period (2 s), with a margin: the trial is stale
 
     notes: list[str] = []
     _note_stale(session, notes)
     dead = study.get_trials()[trial.number]
     assert dead.state == TrialState.FAIL, dead.state
-    assert dead.user_attrs["failure"]["kind"] == "lost", dead.user_attrs
-    assert "heartbeats" in dead.user_attrs["failure"]["reason"]
+    failure = trial_entry(dead, retried=True)["failure"]
+    assert failure["kind"] == "lost" and "heartbeats" in failure["reason"], failure
     (again,) = study.get_trials(states=(TrialState.WAITING,))
     assert again.params == dead.params
     assert notes and f"trial(s) {trial.number}" in notes[0] and "heartbeats" in notes[0], notes

@@ -126,3 +126,32 @@ def test_folder_that_cannot_be_written(form, tmp_path, monkeypatch):
 def test_a_folder_is_not_a_storage_file(tmp_path):
     message = one_line_storage_error(f"sqlite:///{tmp_path}", tmp_path)
     assert "is a folder, not a file" in message
+
+
+def test_a_table_named_like_optunas_with_other_columns_is_named(tmp_path):
+    import sqlalchemy
+
+    from perfscope.tuner.storage_schema import foreign_tables
+
+    engine = sqlalchemy.create_engine(f"sqlite:///{tmp_path / 'other.db'}")
+    with engine.begin() as connection:
+        connection.exec_driver_sql("CREATE TABLE trials (a INTEGER)")
+        connection.exec_driver_sql("CREATE TABLE invoices (b INTEGER)")  # not Optuna's name: left alone
+    with engine.connect() as connection:
+        assert foreign_tables(connection) == ["table trials has no column trial_id"]
+    engine.dispose()
+
+
+def test_optunas_own_tables_and_an_empty_database_are_no_foreign_tables(tmp_path):
+    import sqlalchemy
+
+    from perfscope.tuner.storage_schema import foreign_tables
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    for made in (False, True):
+        if made:
+            optuna.storages.RDBStorage(url).engine.dispose()
+        engine = sqlalchemy.create_engine(url)
+        with engine.connect() as connection:
+            assert foreign_tables(connection) == []
+        engine.dispose()

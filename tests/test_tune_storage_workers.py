@@ -227,6 +227,7 @@ def _killed_worker(url, tmp_path, name, out) -> float:
 def test_a_worker_ending_inside_a_dead_workers_grace_fails_its_trial(kind, tmp_path, request):
     # The other worker ends its search right after the kill, well inside the grace period: its
     # last check found nothing stale, and the trial stayed RUNNING with no worker left.
+    from perfscope.tuner.record import trial_entry
     from perfscope.tuner.study import TuningStudy
 
     url = storage_url(kind, tmp_path, request)
@@ -234,11 +235,11 @@ def test_a_worker_ending_inside_a_dead_workers_grace_fails_its_trial(kind, tmp_p
     _killed_worker(url, tmp_path, name, out)
     storage = open_storage(url, out, heartbeat_interval=1, grace_period=GRACE_S)
     study = optuna.load_study(storage=storage, study_name=name)
-    session = TuningStudy(study, None, tmp_path / "trials")
+    session = TuningStudy(study, None, tmp_path / "trials", storage=storage)
     said = []
     failed = session.settle_running_trials(say=said.append)
     assert [t.state for t in study.trials][:1] == [TrialState.FAIL]
-    assert failed == [0] and study.trials[0].user_attrs["failure"]["kind"] == "lost"
+    assert failed == [0] and trial_entry(study.trials[0], retried=True)["failure"]["kind"] == "lost"
     assert said and "waiting up to 4 s" in said[0]
 
 

@@ -53,14 +53,15 @@ def trial_entry(t, retried: bool = False) -> dict:
 
 
 def _failure(t, retried: bool) -> dict | None:
-    """The trial's failure as recorded, else, for a failed trial, lost (retried after its worker
-    stopped) or a crash inside perfscope."""
+    """The trial's failure as recorded, else, for a failed trial, lost (Optuna's heartbeat check
+    failed it: it has no ``fail_reason``; ``retried``: its configuration was queued again) or a
+    crash inside perfscope."""
     failure = t.user_attrs.get("failure")
     if t.state != TrialState.FAIL or failure:
         return failure
-    if retried and "fail_reason" not in t.system_attrs:
-        return {"kind": "lost", "reason": "its worker stopped sending heartbeats (killed, or its machine lost); "
-                                          "its configuration was queued again"}
+    if "fail_reason" not in t.system_attrs:
+        again = "; its configuration was queued again" if retried else ""
+        return {"kind": "lost", "reason": f"its worker stopped sending heartbeats (killed, or its machine lost){again}"}
     return {"kind": "crash", "reason": t.system_attrs.get("fail_reason") or "the trial raised an error in perfscope"}
 
 

@@ -26,6 +26,7 @@ from optuna.samplers import BaseSampler
 from optuna.trial import FrozenTrial, TrialState
 
 from perfscope.runtime.config import ConfigError
+from perfscope.runtime.groups.base import within
 
 # An integer knob with a wide range (num_workers 0..16) is walked over this many values, spread
 # evenly with both ends; TPE can refine between them afterwards.
@@ -116,8 +117,7 @@ class CoordinateSampler(BaseSampler):
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str,
                            param_distribution: BaseDistribution):
         point = self._points.get(trial.number)
-        if point is not None and param_name in point and param_distribution._contains(
-                param_distribution.to_internal_repr(point[param_name])):
+        if point is not None and param_name in point and within(param_distribution, point[param_name]):
             return point[param_name]
         return self.base.sample_independent(study, trial, param_name, param_distribution)
 

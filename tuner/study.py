@@ -14,15 +14,14 @@ violated Optuna constraint.
 
 from __future__ import annotations
 
-import copy
 import os
 import random
 import socket
 import time
+import warnings
 from pathlib import Path
 
 import optuna
-from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
 from optuna.trial import TrialState
 
 from perfscope.process.keeper import pid_alive
@@ -71,12 +70,17 @@ def counts_as_finished(t: optuna.trial.FrozenTrial) -> bool:
     return t.state == TrialState.FAIL and bool(failure) and failure.get("kind") not in NOT_COUNTED
 
 
-def _heartbeat_timing(storage) -> tuple[float, float]:
-    """``(heartbeat interval, grace period)`` in seconds of a storage with heartbeats (through
-    Optuna's cache wrapper); Optuna's grace is twice the interval where none was given."""
-    interval = float(storage.get_heartbeat_interval() or 0)
-    grace = getattr(getattr(storage, "_backend", storage), "grace_period", None)
-    return interval, float(grace) if grace else 2.0 * interval
+def heartbeat_timing(storage) -> tuple[float, float] | None:
+    """``(heartbeat interval, grace period)`` in seconds of a storage whose running trials record
+    heartbeats, else None (a journal file, memory).
+
+    An :class:`optuna.storages.RDBStorage` keeps its constructor's ``heartbeat_interval`` and
+    ``grace_period`` as attributes (checked against Optuna 5.1.0; ``optuna>=5,<6`` in
+    pyproject.toml); Optuna's grace is twice the interval where none was given."""
+    interval = getattr(storage, "heartbeat_interval", None) if isinstance(storage, optuna.storages.RDBStorage) else None
+    if not interval:
+        return None
+    return float(interval), float(storage.grace_period or 2 * interval)
 
 
 class TuningStudy:
@@ -86,10 +90,15 @@ class TuningStudy:
         study: The Optuna study (maximize), opened on its storage.
         spec: How trials run.
         work_dir: Folder for trial records (one sub-folder per trial, reused).
+        storage: The storage the study was opened on (:func:`perfscope.tuner.storage.open_storage`),
+            through which the trials of killed workers are failed with their reason; None for a
+            study in memory, whose trials end with this process.
     """
 
-    def __init__(self, study: optuna.Study, spec: TrialSpec, work_dir: Path) -> None:
+    def __init__(self, study: optuna.Study, spec: TrialSpec, work_dir: Path, *,
+                 storage: optuna.storages.BaseStorage | None = None) -> None:
         self.study = study
+        self.storage = storage
         self.spec = spec
         self.work_dir = Path(work_dir)
         self.space: SearchSpace | None = None
@@ -178,48 +187,41 @@ class TuningStudy:
 
     def _fail_killed_trials(self) -> None:
         """Fail (kind ``interrupted``) the running trials of this host whose worker process is gone."""
+        if self.storage is None:
+            return
         host = socket.gethostname()
+        study_id = None
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             worker = t.user_attrs.get("worker") or {}
             if worker.get("host") == host and not pid_alive(int(worker.get("pid") or 0)):
-                self.study._storage.set_trial_user_attr(t._trial_id, "failure",
-                                                        {"kind": "interrupted", "reason": "its worker was killed"})
-                self.study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+                study_id = self.storage.get_study_id_from_name(self.study.study_name) if study_id is None else study_id
+                trial_id = self.storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
+                # The reason first: a finished trial takes no more attributes.
+                self.storage.set_trial_user_attr(trial_id, "failure", {"kind": "interrupted", "reason": "its worker was killed"})
+                self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
 
     def fail_stale_trials(self) -> list[int]:
         """Fail the running trials whose worker stopped sending heartbeats (killed, its machine
-        lost), kind ``lost``, and queue their configurations again once (the storage's retry
-        callback). SQL storages only: a journal file has no heartbeat.
+        lost) and queue their configurations again once (the storage's retry callback), through
+        :func:`optuna.storages.fail_stale_trials`. SQL storages only: a journal file has no heartbeat.
 
         Optuna does this when a worker starts a trial; this also does it where none starts (the
-        search's end), so a dead worker's trial is not left RUNNING for ever.
+        search's end), so a dead worker's trial is not left RUNNING for ever. Such a trial has no
+        ``failure`` of its own: its record reads it as lost (:mod:`perfscope.tuner.record`).
 
         Returns:
             The numbers of the trials failed.
         """
-        storage = self.study._storage
-        if not isinstance(storage, BaseHeartbeat) or not is_heartbeat_enabled(storage):
+        if heartbeat_timing(self.storage) is None:
             return []
-        grace = _heartbeat_timing(storage)[1]
-        reason = (f"its worker stopped sending heartbeats for over {grace:g} s" +
-                  " (killed, or its machine lost); its configuration is queued again")
-        failed = []
-        for trial_id in storage._get_stale_trial_ids(self.study._study_id):
-            try:
-                # The reason first: a finished trial takes no more attributes.
-                storage.set_trial_user_attr(trial_id, "failure", {"kind": "lost", "reason": reason})
-                if storage.set_trial_state_values(trial_id, TrialState.FAIL):
-                    failed.append(trial_id)
-            except optuna.exceptions.UpdateFinishedTrialError:
-                pass  # another worker failed it first
-        callback = storage.get_heartbeat_stale_trial_callback()
-        numbers = []
-        for trial_id in failed:
-            trial = copy.deepcopy(storage.get_trial(trial_id))
-            numbers.append(trial.number)
-            if callback is not None:
-                callback(self.study, trial)
-        return numbers
+        running = {t.number for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+        if not running:
+            return []
+        with warnings.catch_warnings():  # "experimental" since Optuna 2.9
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(self.study)
+        return sorted(t.number for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+                      if t.number in running and not t.user_attrs.get("failure"))
 
     def settle_running_trials(self, *, say=print, clock=time.monotonic, sleep=time.sleep) -> list[int]:
         """At the end of this worker's search: fail the trials of workers that died, also those
@@ -234,10 +236,10 @@ class TuningStudy:
         Returns:
             The numbers of the trials failed.
         """
-        storage = self.study._storage
-        if not isinstance(storage, BaseHeartbeat) or not is_heartbeat_enabled(storage):
+        timing = heartbeat_timing(self.storage)
+        if timing is None:
             return []
-        interval, grace = _heartbeat_timing(storage)
+        interval, grace = timing
         wait_s = grace + interval
         deadline = clock() + wait_s
         failed: list[int] = []

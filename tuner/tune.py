@@ -113,7 +113,7 @@ def _tune_with(spec: TrialSpec, storage, options: TuneOptions, started: float) -
     out = options.out_dir
     study, created = _open_study(storage, options)
     check_same_command(study, options, space_attr=SPACE_ATTR)
-    session = TuningStudy(study, spec, out / "trials")
+    session = TuningStudy(study, spec, out / "trials", storage=storage)
     _ensure_setup(session, created, options)
     if options.trial_timeout_s is None:  # a trial may take a few times the baseline's time
         session.spec = dataclasses.replace(spec, timeout_s=max(60.0, 4.0 * float(session.baseline.get("duration_s") or 60.0) + 30.0))

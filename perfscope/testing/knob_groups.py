@@ -18,7 +18,7 @@ from perfscope.runtime import accelerator as accel_mod
 from perfscope.runtime.accelerator import accelerate, active_accelerator
 from perfscope.runtime.config import config_from_dict
 from perfscope.runtime.groups import owner
-from perfscope.runtime.groups.base import KnobGroup, SearchPart
+from perfscope.runtime.groups.base import KnobGroup, SearchPart, within
 from perfscope.runtime.patching import plan
 from perfscope.testing import expect
 
@@ -119,8 +119,7 @@ def check_search(group: KnobGroup, facts: dict, classes: tuple[str, ...]) -> Non
             if parent is None:
                 expect(owner(knob.when[0]).name != group.name, f"{knob.name}: depends on an unsearched own key")
             else:
-                d = parent.distribution
-                expect(all(d._contains(d.to_internal_repr(v)) for v in knob.when[1]),
+                expect(all(within(parent.distribution, v) for v in knob.when[1]),
                        f"{knob.name}: depends on a value its parent cannot take")
 
 
@@ -130,8 +129,7 @@ def check_baseline(group: KnobGroup, facts: dict) -> None:
     seen = group.observed(facts)
     expect(set(seen) <= set(group.keys), f"{group.name}: observes a key it does not own")
     for knob in part.knobs:
-        d = knob.distribution
-        expect(d._contains(d.to_internal_repr(knob.baseline)), f"{knob.name}: baseline {knob.baseline!r} outside")
+        expect(within(knob.distribution, knob.baseline), f"{knob.name}: baseline {knob.baseline!r} outside")
         expect(knob.name in seen and seen[knob.name] == knob.baseline, f"{knob.name}: baseline is not the script's")
 
 
