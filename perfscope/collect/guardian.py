@@ -5,9 +5,9 @@ can sit between them. Instead, while the script runs, a small guardian process w
 
     python -m perfscope.collect.guardian PID MARK
 
-It learns every process descended from PID (a scan of ``/proc`` each
-:data:`SCAN_INTERVAL_S`) and remembers each by its start time, also after it leaves the tree (an
-orphan is re-parented to init). perfscope holds the write end of the guardian's stdin:
+It learns every process descended from PID (psutil's view of the process table, each
+:data:`SCAN_INTERVAL_S`) and remembers each by its PID and start time, also after it leaves the
+tree (an orphan is re-parented to init). perfscope holds the write end of the guardian's stdin:
 
 * perfscope says ``done`` and closes it when the script ended on its own: the guardian exits and
   kills nothing (what the script started and left running is the script's business, as under
@@ -39,82 +39,79 @@ import time
 import uuid
 from collections.abc import Iterator
 
-from perfscope.process.keeper import PR_SET_CHILD_SUBREAPER, prctl
+import psutil
+
+from perfscope.process.keeper import PR_SET_CHILD_SUBREAPER, live, prctl
 
 MARK_ENV = "PERFSCOPE_RUN"
 SCAN_INTERVAL_S = 0.25
 STOP_GRACE_S = 2.0  # what a process left by a cut script gets between SIGTERM and SIGKILL
 
 
-def _start_time(pid: int) -> int | None:
-    """The process's start time (clock ticks since boot, ``/proc/PID/stat`` field 22), or None."""
+def _process(pid: int) -> psutil.Process | None:
+    """The live process ``pid`` (its identity: PID and start time), or None."""
     try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
+        process = psutil.Process(pid)
+    except psutil.Error:
         return None
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    return int(fields[19]) if len(fields) > 19 and fields[0] != b"Z" else None
+    return process if live(process) else None
 
 
-def _marked(mark: str) -> list[int]:
-    needle = f"{MARK_ENV}={mark}".encode()
+def _marked(mark: str) -> list[psutil.Process]:
+    """The processes whose environment carries ``PERFSCOPE_RUN=MARK`` (this one aside)."""
     found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit() and int(name) != os.getpid():
-            try:
-                with open(f"/proc/{name}/environ", "rb") as f:
-                    if needle in f.read().split(b"\0"):
-                        found.append(int(name))
-            except OSError:
-                continue
+    for process in psutil.process_iter():
+        if process.pid == os.getpid():
+            continue
+        try:
+            if process.environ().get(MARK_ENV) == mark:
+                found.append(process)
+        except psutil.Error:  # gone meanwhile, or not ours to read
+            continue
     return found
 
 
-def _kill(pid: int, sig: int = signal.SIGKILL) -> None:
+def _signal(process: psutil.Process, sig: int = signal.SIGKILL) -> None:
+    """``sig`` to the process, unless it is gone (psutil checks that its PID still names it)."""
     try:
-        os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
+        process.send_signal(sig)
+    except psutil.Error:
         pass
 
 
-def _cmdline(pid: int) -> bytes | None:
+def _cmdline(process: psutil.Process | None) -> list[str] | None:
     try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read()
-    except OSError:
+        return process.cmdline() if process is not None else None
+    except psutil.Error:
         return None
 
 
-def _end_left_over(pid: int, seen: dict[int, int]) -> None:
+def _end_left_over(script: psutil.Process | None, seen: dict[int, psutil.Process]) -> None:
     """perfscope cut the script short: end what it started and left running (SIGTERM, then SIGKILL
     after :data:`STOP_GRACE_S`), as its own clean-up would have. Forks of perfscope's process
     (DataLoader workers: they end with their iterator) and multiprocessing's helpers (its resource
     tracker and fork server, which perfscope's process still talks to) are left alone."""
-    ours = _cmdline(pid)
-    live = [(child, started) for child, started in seen.items() if _start_time(child) == started]
+    ours = _cmdline(script)
     targets = []
-    for child, started in live:
-        cmd = _cmdline(child) or b""
-        if cmd == ours or b"multiprocessing" in cmd:
+    for child in seen.values():
+        cmd = _cmdline(child) if live(child) else None
+        if cmd is None or cmd == ours or any("multiprocessing" in part for part in cmd):
             continue
-        targets.append((child, started))
-        _kill(child, signal.SIGTERM)
+        targets.append(child)
+        _signal(child, signal.SIGTERM)
     deadline = time.monotonic() + STOP_GRACE_S
-    while time.monotonic() < deadline and any(_start_time(c) == s for c, s in targets):
+    while time.monotonic() < deadline and any(map(live, targets)):
         time.sleep(0.05)
-    for child, started in targets:
-        if _start_time(child) == started:
-            _kill(child)
+    for child in targets:
+        if live(child):
+            _signal(child)
 
 
 def watch(pid: int, mark: str) -> int:
     """The guardian's loop (see the module docstring); returns its exit status."""
-    from perfscope.process.keeper import descendants
-
-    seen: dict[int, int] = {}
+    seen: dict[int, psutil.Process] = {}
     me = os.getpid()
-    born = _start_time(pid)
+    script = _process(pid)
     said = b""
 
     groups: set[int] = set()
@@ -124,18 +121,20 @@ def watch(pid: int, mark: str) -> int:
         return 0
 
     def scan() -> None:
-        for child in descendants(pid):
-            if child != me and child not in seen:
-                started = _start_time(child)
-                if started is not None:
-                    seen[child] = started
-                    try:
-                        groups.add(os.getpgid(child))
-                    except OSError:
-                        pass
+        try:
+            children = script.children(recursive=True) if script is not None else []
+        except psutil.Error:
+            return
+        for child in children:
+            if child.pid != me and child.pid not in seen and live(child):
+                seen[child.pid] = child
+                try:
+                    groups.add(os.getpgid(child.pid))
+                except OSError:
+                    pass
 
     # The pipe alone does not tell: a child the script forked holds a copy of its write end.
-    while born is not None and _start_time(pid) == born:
+    while script is not None and live(script):
         scan()
         ready, _, _ = select.select([sys.stdin.buffer], [], [], SCAN_INTERVAL_S)
         if ready:
@@ -149,11 +148,11 @@ def watch(pid: int, mark: str) -> int:
         return 0
     if said.strip() == b"stop":
         scan()
-        _end_left_over(pid, seen)
+        _end_left_over(script, seen)
         return 0
-    for child, started in seen.items():
-        if _start_time(child) == started:
-            _kill(child)
+    for child in seen.values():
+        if live(child):
+            _signal(child)
     # A process that forks again and again outruns any scan, but its children stay in its process
     # group: kill the groups the script's processes made (never perfscope's own, which holds the shell's job).
     for group in groups - {own_group}:
@@ -162,7 +161,7 @@ def watch(pid: int, mark: str) -> int:
         except (ProcessLookupError, PermissionError):
             pass
     for child in _marked(mark):
-        _kill(child)
+        _signal(child)
     return 0
 
 

@@ -31,6 +31,8 @@ import sys
 import time
 from collections.abc import Sequence
 
+import psutil
+
 from perfscope.text import safe
 
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -77,45 +79,28 @@ def stop(proc: subprocess.Popen, grace_s: float) -> None:
 
 def pid_alive(pid: int) -> bool:
     """Whether process ``pid`` exists on this host (a zombie counts: it has not been reaped)."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's
-        return True
-    return True
+    return pid > 0 and psutil.pid_exists(pid)
 
 
 def descendants(pid: int) -> list[int]:
-    """PIDs of the live descendants of ``pid``, parents before children ([] where /proc is missing).
+    """PIDs of the live descendants of ``pid``, parents before children ([] where ``pid`` is gone).
 
     Zombies (exited, not yet reaped) are left out: they hold no resources but a PID.
     """
-    parents: dict[int, list[int]] = {}
     try:
-        entries = os.listdir("/proc")
-    except OSError:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
         return []
-    for name in entries:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue  # gone meanwhile
-        # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ')'.
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if fields and fields[0] != b"Z":
-            parents.setdefault(int(fields[1]), []).append(int(name))
-    found, frontier = [], [pid]
-    while frontier:
-        children = parents.get(frontier.pop(), [])
-        found.extend(children)
-        frontier.extend(children)
-    return found
+    return [child.pid for child in children if live(child)]
+
+
+def live(process: psutil.Process) -> bool:
+    """The process first seen as ``process`` (same PID, same start time) still runs: neither
+    exited (a zombie included) nor replaced by another that took its PID."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def kill_tree(pid: int, sig: int = signal.SIGKILL) -> None:
