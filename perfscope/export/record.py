@@ -12,6 +12,10 @@ from pathlib import Path
 import msgspec
 
 from perfscope.errors import PerfscopeError
+from perfscope.record.lenient import lenient
+from perfscope.record.schema import Run
+from perfscope.record.tune_schema import Baseline, Objective, Recommendation, Study, Trial, TuneCost, TuneRecord
+from perfscope.record.view import Record, record_of
 from perfscope.version import __version__
 
 # Whole-run steps kept as step metrics: every k-th step beyond this many (a long run's curve,
@@ -66,10 +70,11 @@ def _files(folder: Path, *names: str) -> list[str]:
     return [str((folder / n).resolve()) for n in names if (folder / n).is_file()]
 
 
-def _profile_steps(summary: dict) -> list[StepMetrics]:
-    """Per step number: the slowest rank's step time and the ranks' mean shares, as measured."""
+def _profile_steps(rows: list[dict]) -> list[StepMetrics]:
+    """Per step number: the slowest rank's step time and the ranks' mean shares, as measured
+    (``rows``: the record's step rows)."""
     by_step: dict[int, list[dict]] = {}
-    for row in summary.get("steps") or []:
+    for row in rows:
         if isinstance(row.get("step"), int) and _number(row.get("step_time_us")) is not None:
             by_step.setdefault(row["step"], []).append(row)
     out = []
@@ -85,7 +90,7 @@ def _profile_steps(summary: dict) -> list[StepMetrics]:
 
 def _run_steps(folder: Path) -> list[StepMetrics]:
     """Rank 0's whole-run record, thinned to :data:`MAX_RUN_POINTS` steps: each step's seconds and phases."""
-    from perfscope.run_steps import read_run_steps
+    from perfscope.record.run_steps import read_run_steps
 
     trace = folder / "traces" / "rank0.pt.trace.json.gz"
     steps = read_run_steps(trace).steps or []
@@ -104,78 +109,99 @@ def _merge(*series: list[StepMetrics]) -> list[StepMetrics]:
     return [StepMetrics(step=s, values=v) for s, v in sorted(merged.items())]
 
 
-def profile_export(folder: Path, summary: dict) -> RunExport:
-    """The run of a ``perfscope profile`` or ``analyze`` output folder."""
-    run, overall, details = summary.get("run") or {}, summary.get("overall") or {}, summary.get("details") or {}
-    params = {k: _text(run[k]) for k in ("script", "source", "world_size", "nproc_per_node", "price_per_hour")
-              if run.get(k) is not None}
-    if run.get("args"):
-        params["args"] = " ".join(run["args"])
-    if run.get("devices"):
-        params["devices"] = ", ".join(run["devices"])
-    params["mode"] = _text(summary.get("mode") or "")
-    for key, value in (run.get("config") or {}).items():
+def profile_export(folder: Path, summary: dict | Record) -> RunExport:
+    """The run of a ``perfscope profile`` or ``analyze`` output folder (``summary``: its record)."""
+    record = record_of(summary)
+    run, overall = record.run or Run(), record.overall_or_empty()
+    tags = {"perfscope.verdict": overall.verdict or "none",
+            "perfscope.provisional": "true" if overall.provisional else "false",
+            "perfscope.version": record.perfscope_version or __version__,
+            "perfscope.command": "profile" if run.script else "analyze"}
+    if overall.runner_up:
+        tags["perfscope.runner_up"] = overall.runner_up
+    name = Path(run.script or run.source or folder.name).stem.split(".")[0] or folder.name
+    return RunExport(name=name, params=_run_params(run, record.mode), tags=tags,
+                     steps=_merge(_profile_steps(record.steps or []), _run_steps(folder)),
+                     summary=_run_figures(record), artifacts=_files(folder, "report.html", "summary.json"))
+
+
+def _run_params(run: Run, mode: str | None) -> dict[str, str]:
+    """What the run was asked: the script or the traces, ranks, devices, price, configuration."""
+    params = {k: _text(getattr(run, k)) for k in ("script", "source", "world_size", "nproc_per_node", "price_per_hour")
+              if getattr(run, k) is not None}
+    if run.args:
+        params["args"] = " ".join(run.args)
+    if run.devices:
+        params["devices"] = ", ".join(run.devices)
+    params["mode"] = _text(mode or "")
+    for key, value in (run.config or {}).items():
         params[f"config.{key}"] = _text(value)
-    tags = {"perfscope.verdict": overall.get("verdict") or "none",
-            "perfscope.provisional": "true" if overall.get("provisional") else "false",
-            "perfscope.version": summary.get("perfscope_version") or __version__,
-            "perfscope.command": "profile" if run.get("script") else "analyze"}
-    if overall.get("runner_up"):
-        tags["perfscope.runner_up"] = overall["runner_up"]
-    scalars: dict[str, float] = {}
-    _put(scalars, "median_step_ms", overall.get("median_step_time_us"), 1e-3)
-    _put(scalars, "step_time_ms", overall.get("step_time_us"), 1e-3)
-    _put(scalars, "steps_counted", overall.get("steps_counted"))
-    for c, v in (overall.get("fractions") or {}).items():
-        _put(scalars, f"share/{c}", v)
-    _put(scalars, "mfu", (details.get("mfu") or {}).get("mfu"))
-    _put(scalars, "memory_peak_bytes", (details.get("memory") or {}).get("peak_bytes"))
-    cost = details.get("cost") or {}
-    _put(scalars, "cost_per_step_usd", cost.get("per_step"))
-    _put(scalars, "cost_per_1000_samples_usd", cost.get("per_1000_samples"))
-    _put(scalars, "cost_per_run_usd", cost.get("per_run"))
-    _put(scalars, "energy_per_step_j", (details.get("energy") or {}).get("per_step_j"))
-    name = Path(run.get("script") or run.get("source") or folder.name).stem.split(".")[0] or folder.name
-    return RunExport(name=name, params=params, tags=tags, steps=_merge(_profile_steps(summary), _run_steps(folder)),
-                     summary=scalars, artifacts=_files(folder, "report.html", "summary.json"))
+    return params
 
 
-def tune_export(folder: Path, record: dict) -> RunExport:
-    """The parent run of a ``perfscope tune`` output folder, and one child run per trial."""
-    objective, rec = record.get("objective") or {}, record.get("recommendation") or {}
-    params = {"script": _text(record.get("script") or ""), "args": " ".join(record.get("args") or []),
-              "objective": _text(objective.get("name") or "time"), "unit": _text(objective.get("unit") or ""),
-              "trials_target": _text((record.get("study") or {}).get("trials_target"))}
-    if record.get("nproc_per_node"):
-        params["nproc_per_node"] = _text(record["nproc_per_node"])
-    tags = {"perfscope.recommendation": rec.get("status") or "none",
-            "perfscope.decided_by": record.get("decided_by") or "none",
-            "perfscope.verdict": (record.get("baseline") or {}).get("verdict") or "none",
-            "perfscope.version": record.get("perfscope_version") or __version__, "perfscope.command": "tune"}
+def _run_figures(record: Record) -> dict[str, float]:
+    """The run's figures: step times, shares, MFU, memory peak, cost and energy where recorded."""
+    overall, details = record.overall_or_empty(), record.details_or_empty()
+    fractions = msgspec.structs.asdict(overall.fractions) if overall.fractions is not None else {}
+    cost, mfu, memory, energy = details.cost, details.mfu, details.memory, details.energy
     scalars: dict[str, float] = {}
-    _put(scalars, "baseline_value", (record.get("baseline") or {}).get("value"))
-    for key in ("speedup", "ci_low", "ci_high"):
-        _put(scalars, key, rec.get(key))
-    cost = record.get("cost") or {}
-    _put(scalars, "cost_per_1000_baseline_usd", cost.get("baseline"))
-    _put(scalars, "cost_per_1000_best_usd", cost.get("best"))
-    children = []
-    for t in record.get("trials") or []:
-        child_params = {f"config.{k}": _text(v) for k, v in (t.get("config") or {}).items()}
-        child_params["role"] = _text(t.get("role") or "")
-        child_tags = {"perfscope.state": t.get("state") or "unknown", "perfscope.verdict": t.get("verdict") or "none"}
-        if (t.get("failure") or {}).get("kind"):
-            child_tags["perfscope.failure"] = t["failure"]["kind"]
-        child_scalars: dict[str, float] = {}
-        _put(child_scalars, "value", t.get("value"))
-        _put(child_scalars, "duration_s", t.get("duration_s"))
-        steps = [StepMetrics(step=i + 1, values={"value": float(v)})
-                 for i, v in enumerate(t.get("step_values") or []) if _number(v) is not None]
-        children.append(RunExport(name=f"trial {t.get('number')}", params=child_params, tags=child_tags,
-                                  steps=steps, summary=child_scalars))
-    name = f"tune-{Path(record.get('script') or folder.name).stem}"
-    return RunExport(name=name, params=params, tags=tags, summary=scalars,
-                     artifacts=_files(folder, "tune.json", "report.html", "best.yaml"), children=children)
+    for key, value, scale in (("median_step_ms", overall.median_step_time_us, 1e-3),
+                              ("step_time_ms", overall.step_time_us, 1e-3),
+                              ("steps_counted", overall.steps_counted, 1.0),
+                              *((f"share/{c}", v, 1.0) for c, v in fractions.items()),
+                              ("mfu", mfu.mfu if mfu else None, 1.0),
+                              ("memory_peak_bytes", memory.peak_bytes if memory else None, 1.0),
+                              ("cost_per_step_usd", cost.per_step if cost else None, 1.0),
+                              ("cost_per_1000_samples_usd", cost.per_1000_samples if cost else None, 1.0),
+                              ("cost_per_run_usd", cost.per_run if cost else None, 1.0),
+                              ("energy_per_step_j", energy.per_step_j if energy else None, 1.0)):
+        _put(scalars, key, value, scale)
+    return scalars
+
+
+def tune_export(folder: Path, data: dict | TuneRecord) -> RunExport:
+    """The parent run of a ``perfscope tune`` output folder, and one child run per trial (``data``:
+    its ``tune.json``, read leniently as the tuning report reads it)."""
+    record = data if isinstance(data, TuneRecord) else lenient(data, TuneRecord)
+    objective, study = record.objective or Objective(), record.study or Study()
+    params = {"script": _text(record.script or ""), "args": " ".join(record.args or []),
+              "objective": _text(objective.name or "time"), "unit": _text(objective.unit or ""),
+              "trials_target": _text(study.trials_target)}
+    if record.nproc_per_node:
+        params["nproc_per_node"] = _text(record.nproc_per_node)
+    rec, baseline, cost = record.recommendation or Recommendation(), record.baseline or Baseline(), record.cost or TuneCost()
+    scalars: dict[str, float] = {}
+    for key, value in (("baseline_value", baseline.value), ("speedup", rec.speedup), ("ci_low", rec.ci_low),
+                       ("ci_high", rec.ci_high), ("cost_per_1000_baseline_usd", cost.baseline),
+                       ("cost_per_1000_best_usd", cost.best)):
+        _put(scalars, key, value)
+    name = f"tune-{Path(record.script or folder.name).stem}"
+    return RunExport(name=name, params=params, tags=_tune_tags(record), summary=scalars,
+                     artifacts=_files(folder, "tune.json", "report.html", "best.yaml"),
+                     children=[_trial_export(t) for t in record.trials or []])
+
+
+def _tune_tags(record: TuneRecord) -> dict[str, str]:
+    """What the tune concluded: the recommendation, what decided it, the baseline's verdict."""
+    rec, baseline = record.recommendation or Recommendation(), record.baseline or Baseline()
+    return {"perfscope.recommendation": rec.status or "none", "perfscope.decided_by": record.decided_by or "none",
+            "perfscope.verdict": baseline.verdict or "none",
+            "perfscope.version": record.perfscope_version or __version__, "perfscope.command": "tune"}
+
+
+def _trial_export(t: Trial) -> RunExport:
+    """A tune's trial as a child run: its configuration, state and verdict, value per step."""
+    params = {f"config.{k}": _text(v) for k, v in (t.config or {}).items()}
+    params["role"] = _text(t.role or "")
+    tags = {"perfscope.state": t.state or "unknown", "perfscope.verdict": t.verdict or "none"}
+    if t.failure is not None and t.failure.kind:
+        tags["perfscope.failure"] = t.failure.kind
+    scalars: dict[str, float] = {}
+    _put(scalars, "value", t.value)
+    _put(scalars, "duration_s", t.duration_s)
+    steps = [StepMetrics(step=i + 1, values={"value": float(v)})
+             for i, v in enumerate(t.step_values or []) if _number(v) is not None]
+    return RunExport(name=f"trial {t.number}", params=params, tags=tags, steps=steps, summary=scalars)
 
 
 def _tune_record(path: Path) -> dict:

@@ -108,18 +108,49 @@ def answer_of(summary: dict | Record, paths: dict | None = None) -> Answer:
     """
     record = record_of(summary)
     overall, details = record.overall_or_empty(), record.details_or_empty()
-    provisional = bool(overall.provisional)
-    step_time = overall.step_time_us  # on the verdict's clock, as the record's what-ifs are
     shares = None
     if overall.fractions is not None and overall.verdict:
         shares = {k: float(v) for k, v in msgspec.structs.asdict(overall.fractions).items() if v is not None}
-    mode = record.mode or "cpu"
+    keys = details.knobs if details.knobs is not None else {c: list(KNOBS[(c, record.mode or "cpu")]) for c in CLASSES}
+    mfu_value, mfu_why = _mfu(details.mfu)
+    energy = details.energy
+    return Answer(
+        mode=record.mode, **_verdict_fields(record, keys), shares=shares,
+        advice=_advice_items(shares or {}, details, record.mode or "cpu", keys),
+        summary_advice=overall.advice, cost=details.cost,
+        cost_why=None if details.cost is not None else "no price given (--price-per-hour USD)",
+        energy_per_step_j=energy.per_step_j if energy else None, energy_why=_energy_why(energy),
+        mfu=mfu_value, mfu_why=mfu_why,
+        steps_counted=overall.steps_counted, steps_total=overall.steps_total, warnings=list(record.warnings or []),
+        summary_path=str(paths["summary"]) if paths else None, report_path=str(paths["report"]) if paths else None,
+    )
+
+
+def _verdict_fields(record: Record, keys: dict) -> dict:
+    """The answer's verdict, its clock and what it rests on: with a provisional verdict the step time
+    is without the waits for a core (``basis`` waitfree), and the measured one is given beside it."""
+    overall = record.overall_or_empty()
+    provisional = bool(overall.provisional)
+    step_time = overall.step_time_us  # on the verdict's clock, as the record's what-ifs are
+    measured = (steptime.measured_step_time_us(steptime.verdict_rows(record.steps or [], True))
+                if provisional else step_time)
+    verdict = overall.verdict
+    return {"verdict": verdict,
+            "reason": None if verdict else (overall.reason or "no step has the evidence for a verdict"),
+            "provisional": provisional, "basis": WAITFREE if provisional else MEASURED,
+            "core_wait_share": overall.core_wait_share if provisional else None,
+            "step_time_us": step_time, "measured_step_time_us": measured,
+            "runner_up": overall.runner_up if verdict else None,
+            "verdict_knobs": keys.get(verdict.removesuffix("-bound"), []) if verdict else []}
+
+
+def _advice_items(shares: dict, details, mode: str, keys: dict) -> list[AdviceItem]:
+    """An item per removable class with a share, the largest measured saving first."""
     what_ifs = {w.class_: w for w in details.what_if or []}
     texts = msgspec.structs.asdict(details.advice) if details.advice is not None else {}
-    keys = details.knobs if details.knobs is not None else {c: list(KNOBS[(c, mode)]) for c in CLASSES}
     advice = []
     for name in REMOVABLE:
-        share = (shares or {}).get(name)
+        share = shares.get(name)
         if not share or share <= 0:
             continue
         w = what_ifs.get(name)
@@ -130,29 +161,16 @@ def answer_of(summary: dict | Record, paths: dict | None = None) -> Answer:
             what_if=what_if, what_if_why=None if what_if else "no counted step to remove it from",
             evidence=f"{BY_NAME[name].means.get(mode, name)}: {share:.0%} of the step time"))
     advice.sort(key=lambda a: -(a.what_if.saved_us_per_step if a.what_if else 0.0))
-    mfu = details.mfu
+    return advice
+
+
+def _mfu(mfu) -> tuple[float | None, str | None]:
+    """``(mfu, mfu_why)`` of the record's ``details.mfu``."""
     if mfu is None:
-        mfu_value, mfu_why = None, "no trace has FLOPs (neither counted by `perfscope profile` nor input shapes)"
-    else:
-        mfu_value, mfu_why = mfu.mfu, (mfu.why if mfu.mfu is None else None)
-        if mfu_value is None and not mfu_why:
-            mfu_why = "the record gives no figure and no reason (written by an older perfscope?)"
-    return Answer(
-        mode=record.mode, verdict=overall.verdict,
-        reason=None if overall.verdict else (overall.reason or "no step has the evidence for a verdict"),
-        provisional=provisional, basis=WAITFREE if provisional else MEASURED,
-        core_wait_share=overall.core_wait_share if provisional else None, step_time_us=step_time,
-        measured_step_time_us=(steptime.measured_step_time_us(steptime.verdict_rows(record.steps or [], True))
-                               if provisional else step_time),
-        shares=shares, runner_up=overall.runner_up if overall.verdict else None, advice=advice,
-        summary_advice=overall.advice, cost=details.cost,
-        cost_why=None if details.cost is not None else "no price given (--price-per-hour USD)",
-        energy_per_step_j=details.energy.per_step_j if details.energy else None,
-        energy_why=_energy_why(details.energy),
-        verdict_knobs=keys.get(overall.verdict.removesuffix("-bound"), []) if overall.verdict else [], mfu=mfu_value, mfu_why=mfu_why,
-        steps_counted=overall.steps_counted, steps_total=overall.steps_total, warnings=list(record.warnings or []),
-        summary_path=str(paths["summary"]) if paths else None, report_path=str(paths["report"]) if paths else None,
-    )
+        return None, "no trace has FLOPs (neither counted by `perfscope profile` nor input shapes)"
+    if mfu.mfu is not None:
+        return mfu.mfu, None
+    return None, mfu.why or "the record gives no figure and no reason (written by an older perfscope?)"
 
 
 def _energy_why(energy) -> str | None:
