@@ -11,12 +11,15 @@ from pathlib import Path
 
 import msgspec
 
+from typing import TYPE_CHECKING
+
 from perfscope.errors import PerfscopeError
-from perfscope.record.lenient import lenient
-from perfscope.record.schema import Run
-from perfscope.record.tune_schema import Baseline, Objective, Recommendation, Study, Trial, TuneCost, TuneRecord
-from perfscope.record.view import Record, record_of
 from perfscope.version import __version__
+
+if TYPE_CHECKING:
+    from perfscope.record.schema import Run
+    from perfscope.record.tune_schema import Trial, TuneRecord
+    from perfscope.record.view import Record
 
 # Whole-run steps kept as step metrics: every k-th step beyond this many (a long run's curve,
 # not 200,000 points a tracker draws slowly).
@@ -111,6 +114,9 @@ def _merge(*series: list[StepMetrics]) -> list[StepMetrics]:
 
 def profile_export(folder: Path, summary: dict | Record) -> RunExport:
     """The run of a ``perfscope profile`` or ``analyze`` output folder (``summary``: its record)."""
+    from perfscope.record.schema import Run  # the record's schema: not for the command line's --help
+    from perfscope.record.view import record_of
+
     record = record_of(summary)
     run, overall = record.run or Run(), record.overall_or_empty()
     tags = {"perfscope.verdict": overall.verdict or "none",
@@ -162,6 +168,9 @@ def _run_figures(record: Record) -> dict[str, float]:
 def tune_export(folder: Path, data: dict | TuneRecord) -> RunExport:
     """The parent run of a ``perfscope tune`` output folder, and one child run per trial (``data``:
     its ``tune.json``, read leniently as the tuning report reads it)."""
+    from perfscope.record.lenient import lenient
+    from perfscope.record.tune_schema import Baseline, Objective, Recommendation, Study, TuneCost, TuneRecord
+
     record = data if isinstance(data, TuneRecord) else lenient(data, TuneRecord)
     objective, study = record.objective or Objective(), record.study or Study()
     params = {"script": _text(record.script or ""), "args": " ".join(record.args or []),
@@ -183,6 +192,8 @@ def tune_export(folder: Path, data: dict | TuneRecord) -> RunExport:
 
 def _tune_tags(record: TuneRecord) -> dict[str, str]:
     """What the tune concluded: the recommendation, what decided it, the baseline's verdict."""
+    from perfscope.record.tune_schema import Baseline, Recommendation
+
     rec, baseline = record.recommendation or Recommendation(), record.baseline or Baseline()
     return {"perfscope.recommendation": rec.status or "none", "perfscope.decided_by": record.decided_by or "none",
             "perfscope.verdict": baseline.verdict or "none",

@@ -55,7 +55,12 @@ class WandbTracker(Tracker):
             finally:
                 w.finish()
 
-        run_id = one(run, None)
-        for child in run.children:
-            one(child, run_id)
+        try:
+            run_id = one(run, None)
+            for child in run.children:
+                one(child, run_id)
+        finally:
+            # Waits until W&B's service has written (or sent) every run: finish() alone may return
+            # before the last run's records reach its folder on a busy machine.
+            wandb.teardown()
         return f"W&B run {run_id} in project {experiment!r} ({mode}; {where[0]})"
