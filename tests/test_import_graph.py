@@ -20,7 +20,7 @@ MAY_IMPORT = {
     "process": set(),
     "trace": {"record"},
     "fused_ops": set(),
-    "runtime": {"trace", "fused_ops"},
+    "runtime": {"trace", "fused_ops", "record"},
     "collect": {"runtime", "process", "record"},
     "record": set(),
     "analysis": {"trace", "process", "record"},

@@ -15,6 +15,7 @@ from perfscope.runtime.groups import BatchGroup
 from perfscope.runtime.groups.batch import allowed_factors
 from perfscope.runtime.patching import patched
 from perfscope.tuner.numerics import at_same_samples
+from perfscope.record.run_facts import MemoryFacts, run_facts
 from runtimekit import clean_state, data, mlp  # noqa: F401 (autouse fixture)
 
 GIB = 1 << 30
@@ -84,20 +85,20 @@ def test_launch_patching_changes_the_loader_and_every_step_takes_the_factor():
 
 
 def test_memory_decides_how_far_the_batch_may_grow():
-    assert allowed_factors({"peak_bytes": GIB, "capacity_bytes": 16 * GIB}) == ([2, 4], None)
+    assert allowed_factors(MemoryFacts(peak_bytes=GIB, capacity_bytes=16 * GIB)) == ([2, 4], None)
     # 5 GiB x 2 = 10 fits in 85% of 16 GiB (13.6), x 4 = 20 does not
-    ok, why = allowed_factors({"peak_bytes": 5 * GIB, "capacity_bytes": 16 * GIB})
+    ok, why = allowed_factors(MemoryFacts(peak_bytes=5 * GIB, capacity_bytes=16 * GIB))
     assert ok == [2] and "leaves room for x2 within 85% of the capacity" in why
-    assert allowed_factors({"peak_bytes": 10 * GIB, "capacity_bytes": 16 * GIB})[0] == []
+    assert allowed_factors(MemoryFacts(peak_bytes=10 * GIB, capacity_bytes=16 * GIB))[0] == []
     assert "not measured" in allowed_factors(None)[1]
 
 
 def test_the_search_offers_the_script_batch_and_its_multiples():
     facts = {"dataloader": {"batch_size": 32}, "memory": {"peak_bytes": 5 * GIB, "capacity_bytes": 16 * GIB}}
-    part = BatchGroup().search(facts, 2)
+    part = BatchGroup().search(run_facts(facts), 2)
     assert part.knobs[0].distribution.choices == (32, 64) and part.knobs[0].baseline == 32
     assert "batch_size=128" in part.excluded and "lr_scaling" in part.excluded
-    assert "cannot be found" in BatchGroup().search({"dataloader": None}, 2).excluded["batch_size"]
+    assert "cannot be found" in BatchGroup().search(run_facts({"dataloader": None}), 2).excluded["batch_size"]
 
 
 def test_a_larger_batch_is_compared_at_the_same_samples_seen():

@@ -13,6 +13,7 @@ from perfscope.runtime import compiling
 from perfscope.runtime.accelerator import accelerate, active_accelerator
 from perfscope.runtime.groups import CompileGroup
 from perfscope.runtime.patching import patched
+from perfscope.record.run_facts import run_facts
 from runtimekit import clean_state, mlp  # noqa: F401 (autouse fixture)
 
 
@@ -54,17 +55,17 @@ def test_accelerate_compiles_the_forward_in_place_and_names_what_it_cannot():
 ])
 def test_the_guess_compiles_a_launch_bound_model(facts, bottlenecks, expected):
     put = {}
-    CompileGroup().guess("launch-bound", frozenset(bottlenecks), facts, {}, 2, {}, put.__setitem__)
+    CompileGroup().guess("launch-bound", frozenset(bottlenecks), run_facts(facts), {}, 2, {}, put.__setitem__)
     assert put.get("compile") == expected
 
 
 def test_the_search_names_the_modes_that_cannot_apply():
-    cpu = CompileGroup().search({"model": {"compiled": False}, "cuda": False}, 2)
+    cpu = CompileGroup().search(run_facts({"model": {"compiled": False}, "cuda": False}), 2)
     assert cpu.knobs[0].distribution.choices == ("off", "default")
     assert cpu.excluded["compile=reduce-overhead"] == "CUDA graphs need a GPU"
-    gpu = CompileGroup().search({"model": {"compiled": False}, "cuda": True}, 8)
+    gpu = CompileGroup().search(run_facts({"model": {"compiled": False}, "cuda": True}), 8)
     assert "reduce-overhead" in gpu.knobs[0].distribution.choices
-    no_cxx = CompileGroup().search({"model": {"compiled": False}, "compiler": {"unavailable": "no C++ compiler"}}, 2)
+    no_cxx = CompileGroup().search(run_facts({"model": {"compiled": False}, "compiler": {"unavailable": "no C++ compiler"}}), 2)
     assert no_cxx.excluded == {"compile": "no C++ compiler"}
 
 

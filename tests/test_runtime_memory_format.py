@@ -12,6 +12,7 @@ from perfscope.runtime.accelerator import accelerate, active_accelerator
 from perfscope.runtime.groups import LayoutGroup
 from perfscope.runtime.memory_format import convert, is_channels_last, why_not
 from perfscope.runtime.patching import patched
+from perfscope.record.run_facts import run_facts
 from runtimekit import clean_state, mlp  # noqa: F401 (autouse fixture)
 
 
@@ -96,12 +97,12 @@ def test_launch_patching_converts_the_first_model_the_script_calls():
 ])
 def test_the_guess_converts_a_compute_bound_convolutional_model(model, bottlenecks, expected):
     put = {}
-    LayoutGroup().guess("compute-bound", frozenset(bottlenecks), {"model": model}, {}, 2, {}, put.__setitem__)
+    LayoutGroup().guess("compute-bound", frozenset(bottlenecks), run_facts({"model": model}), {}, 2, {}, put.__setitem__)
     assert put.get("channels_last") == expected
 
 
 def test_a_script_wrapping_ddp_itself_is_told_to_use_accelerate():
     facts = {"model": {"class": "ResNet", "convolutions": 53, "channels_last": False},
              "ddp": {"bucket_cap_mb": 25.0}, "accelerate": {"called": False}}
-    part = LayoutGroup().search(facts, 2)
+    part = LayoutGroup().search(run_facts(facts), 2)
     assert not part.knobs and "perfscope.accelerate converts it before wrapping" in part.excluded["channels_last"]

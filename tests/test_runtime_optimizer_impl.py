@@ -15,6 +15,7 @@ from perfscope.runtime.groups import GROUPS, OptimizerStepGroup
 from perfscope.runtime.groups.optimizer_step import MANY_TENSORS
 from perfscope.runtime.optimizer_impl import available, before_first_step, current, facts, switch, why_not
 from perfscope.runtime.patching import patched
+from perfscope.record.run_facts import run_facts
 from runtimekit import clean_state, mlp  # noqa: F401 (autouse fixture)
 
 
@@ -135,7 +136,7 @@ def _facts(impl="for-loop", tensors=MANY_TENSORS, impls=("for-loop", "foreach", 
 ])
 def test_the_guess_takes_the_fastest_implementation_for_many_tensors(bottlenecks, facts_, expected):
     put = {}
-    OptimizerStepGroup().guess("launch-bound", frozenset(bottlenecks), facts_, {}, 2, {}, put.__setitem__)
+    OptimizerStepGroup().guess("launch-bound", frozenset(bottlenecks), run_facts(facts_), {}, 2, {}, put.__setitem__)
     assert put.get("optimizer_impl") == expected
 
 

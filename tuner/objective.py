@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from perfscope.tuner.window import window_throughput
+from perfscope.record.run_facts import run_facts
 
 OBJECTIVES = ("time", "cost", "energy")
 
@@ -99,7 +100,7 @@ def cost_of(*, price_per_hour: float | None, baseline: dict, recommendation: dic
         return None
     from perfscope.analysis.cost import priced_devices
 
-    n = priced_devices(gpu=bool((baseline.get("facts") or {}).get("cuda")),
+    n = priced_devices(gpu=run_facts(baseline.get("facts")).cuda,
                        world_size=(nproc_per_node or 1) * nnodes, nnodes=nnodes)
     per = "samples" if baseline.get("unit") == "samples/s" else "steps"
     out = {"price_per_hour": price_per_hour, "devices": n, "per": f"1000 {per}",

@@ -15,6 +15,7 @@ from perfscope.tuner.progress import still_running
 from perfscope.tuner.objective import better_word
 from perfscope.tuner.startup import StartUp, from_runs
 from perfscope.tuner.runner import run_configuration, runner_of
+from perfscope.record.run_facts import run_facts
 
 
 _DECIDED = {"cleared": "faster", "below": "not faster", "round budget": "undecided at the last round",
@@ -60,7 +61,7 @@ def prove(session, options, notes: list[str]) -> tuple[dict | None, dict]:
             if not outcome.ok or outcome.value is None:
                 notes.append(f"confirmation run of {name} failed ({outcome.status}): {outcome.reason}")
                 return None
-            compiled = ((outcome.facts or {}).get("compiler") or {}).get("compile_s")
+            compiled = run_facts(outcome.facts).compiler.compile_s
             runs.setdefault(name, []).append((compiled, statistics.median(outcome.step_seconds or [0.0])))
             return outcome.value
         return run

@@ -31,6 +31,7 @@ from optuna.distributions import (
 
 from perfscope.analysis.verdict import CLASSES as VERDICT_CLASSES
 from perfscope.analysis.verdict import THRESHOLDS as VERDICT_THRESHOLDS
+from perfscope.record.run_facts import RunFacts, run_facts
 from perfscope.runtime.config import AccelConfig, config_from_dict
 from perfscope.runtime.groups import GROUPS, Knob, KnobGroup, owner
 
@@ -200,13 +201,14 @@ def bottleneck_shares(fractions: dict) -> dict[str, float]:
     return {b: float(fractions.get(b) or 0.0) for b in BOTTLENECKS}
 
 
-def build_space(facts: dict, fractions: dict, verdict: str, *, cpu_count: int | None = None,
+def build_space(facts: dict | RunFacts, fractions: dict, verdict: str, *, cpu_count: int | None = None,
                 groups: tuple[KnobGroup, ...] = GROUPS) -> SearchSpace:
     """The search space for a run.
 
     Args:
         facts: What the baseline run showed (``facts`` of the measurement's rank 0 record; see
-            ``perfscope.measure``): cuda, world_size, ddp, dataloader, accelerate, tf32...
+            ``perfscope.measure``): cuda, world_size, ddp, dataloader, accelerate, tf32..., read
+            once (:func:`perfscope.record.run_facts.run_facts`).
         fractions: The baseline's ``overall.fractions`` (io, comm, launch, compute; shares of step
             time in [0, 1]).
         verdict: The baseline's run verdict (``io-bound`` ...); ``unknown`` (no verdict, no
@@ -219,6 +221,7 @@ def build_space(facts: dict, fractions: dict, verdict: str, *, cpu_count: int | 
         The :class:`SearchSpace`; it may hold no knob (then there is nothing to tune, and
         ``excluded`` says why).
     """
+    facts = run_facts(facts)
     cpu = _cores(cpu_count, facts)
     shares = bottleneck_shares(fractions)
     main = verdict.removesuffix("-bound")
@@ -240,9 +243,9 @@ def build_space(facts: dict, fractions: dict, verdict: str, *, cpu_count: int | 
                        titles=_titles(groups, knobs))
 
 
-def _cores(cpu_count: int | None, facts: dict) -> int:
+def _cores(cpu_count: int | None, facts: RunFacts) -> int:
     """The cores to plan for: as given, else the run's facts', else this machine's; at least 1."""
-    return max(1, cpu_count or facts.get("cpu_count") or os.cpu_count() or 1)
+    return max(1, cpu_count or facts.cpu_count or os.cpu_count() or 1)
 
 
 def _titles(groups: tuple[KnobGroup, ...], knobs: list[Knob]) -> dict[str, str]:
@@ -297,7 +300,7 @@ def guess_bottlenecks(verdict: str, fractions: dict) -> frozenset[str]:
     return frozenset(found | ({main} if main in BOTTLENECKS else set()))
 
 
-def rule_based_guess(space: SearchSpace, facts: dict, cpu_count: int | None = None,
+def rule_based_guess(space: SearchSpace, facts: dict | RunFacts, cpu_count: int | None = None,
                      fractions: dict | None = None, groups: tuple[KnobGroup, ...] = GROUPS) -> dict | None:
     """A first configuration from the profile, as trial parameters (None when it equals the baseline).
 
@@ -309,6 +312,7 @@ def rule_based_guess(space: SearchSpace, facts: dict, cpu_count: int | None = No
     knob's choices, or a knob that is not searched, stays at the baseline.
     """
     params = dict(space.baseline_params)
+    facts = run_facts(facts)
     cpu = _cores(cpu_count, facts)
     fractions = fractions or {}
 

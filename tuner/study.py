@@ -31,6 +31,7 @@ from perfscope.tuner.pruner import FEASIBLE_ATTR
 from perfscope.tuner.space import SearchSpace
 from perfscope.tuner.trial import Pruned, TrialOutcome, TrialSpec, cleanup_traces
 from perfscope.tuner.runner import run_configuration
+from perfscope.record.run_facts import run_facts
 
 SPACE_ATTR = "perfscope.space"
 BASELINE_ATTR = "perfscope.baseline"
@@ -152,8 +153,8 @@ class TuningStudy:
     def loader_settings(self, config) -> dict:
         """``loader_workers`` and ``prefetch_factor`` a configuration runs with (its own settings,
         else the baseline's), as keyword arguments of :func:`perfscope.tuner.trial.run_trial`."""
-        loader = ((self.baseline or {}).get("facts") or {}).get("dataloader") or {}
-        workers, prefetch = loader.get("num_workers"), loader.get("prefetch_factor")
+        loader = run_facts((self.baseline or {}).get("facts")).dataloader
+        workers, prefetch = (loader.num_workers, loader.prefetch_factor) if loader is not None else (None, None)
         if config is not None and config.num_workers is not None:
             workers = config.num_workers
         if config is not None and config.prefetch_factor is not None:
@@ -347,7 +348,8 @@ class TuningStudy:
     def _batch_ratio(self, trial: optuna.Trial) -> float:
         """The trial's batch size over the baseline's (1 when it keeps the script's)."""
         new = (trial.user_attrs.get("config") or {}).get("batch_size")
-        old = ((self.baseline.get("facts") or {}).get("dataloader") or {}).get("batch_size")
+        loader = run_facts(self.baseline.get("facts")).dataloader
+        old = loader.batch_size if loader is not None else None
         return new / old if new and old else 1.0
 
     def record_outcome(self, trial: optuna.Trial, outcome: TrialOutcome) -> float:

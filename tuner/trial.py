@@ -47,6 +47,8 @@ from perfscope.tuner.trial_spec import (  # noqa: F401 - re-exported: the trial'
     PRUNED_REASON, Pruned, TrialOutcome, TrialSpec)
 from perfscope.tuner.objective import unit_of
 from perfscope.tuner.window import measure_steps_for, warmup_steps_for
+from perfscope.record.run_facts import run_facts
+
 
 def measure_command(spec: TrialSpec, record_dir: Path, config_path: str | None, profile_steps: int,
                     launch: list[str] | None = None) -> list[str]:
@@ -197,8 +199,8 @@ def _set_up(spec: TrialSpec, config: AccelConfig | None, work_dir: Path, profile
 
 def _batch_size(facts: dict | None) -> int | None:
     """The DataLoader's batch size in a rank's run facts, None when the run did not show it."""
-    loader = (facts or {}).get("dataloader")
-    return loader.get("batch_size") if isinstance(loader, dict) else None
+    loader = run_facts(facts).dataloader
+    return loader.batch_size if loader is not None else None
 
 
 def _read_results(outcome: TrialOutcome, record_dir: Path, ranks: int, log: Path, spec: TrialSpec) -> None:

@@ -42,6 +42,7 @@ from perfscope.tuner.study import (
 from perfscope.tuner.trial import TrialSpec, cleanup_traces, noise_text
 from perfscope.tuner.runner import PROCESS_RUNNER, TrialRunner, run_configuration, runner_of
 from perfscope.tuner.options import TuneOptions
+from perfscope.record.run_facts import run_facts
 
 BASELINE_PROFILE_STEPS = 5  # as `perfscope profile`'s default active window
 SETUP_WAIT_S = 180.0  # how long a second worker waits for the first one's baseline
@@ -261,8 +262,8 @@ def _run_baseline(spec: TrialSpec, work: Path):
     """
     outcome = run_configuration(spec, None, work, profile_steps=BASELINE_PROFILE_STEPS,
                                 on_progress=still_running("the baseline"))
-    loader = (outcome.facts.get("dataloader") or {}) if outcome.ok else {}
-    if loader.get("num_workers"):
+    loader = run_facts(outcome.facts).dataloader if outcome.ok else None
+    if loader is not None and loader.num_workers:
         # The script loads with workers: drain their prefetched batches and measure whole worker
         # rounds, as every trial with workers does.
         outcome = run_configuration(spec, None, work, profile_steps=BASELINE_PROFILE_STEPS,

@@ -16,6 +16,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from perfscope.runtime import accelerator as accel_mod
 from perfscope.runtime.accelerator import accelerate, active_accelerator
+from perfscope.record.run_facts import run_facts
 from perfscope.runtime.config import config_from_dict
 from perfscope.runtime.groups import owner
 from perfscope.runtime.groups.base import KnobGroup, SearchPart, within
@@ -126,7 +127,7 @@ def check_search(group: KnobGroup, facts: dict, classes: tuple[str, ...]) -> Non
 def check_baseline(group: KnobGroup, facts: dict) -> None:
     """A knob's baseline is the script's own value (``observed``) and a point of its distribution."""
     part = group.search_part(facts, int(facts["cpu_count"]))
-    seen = group.observed(facts)
+    seen = group.observed(run_facts(facts))
     expect(set(seen) <= set(group.keys), f"{group.name}: observes a key it does not own")
     for knob in part.knobs:
         expect(within(knob.distribution, knob.baseline), f"{knob.name}: baseline {knob.baseline!r} outside")

@@ -7,6 +7,7 @@ batch, which the tuner's numerics guard watches.
 
 from __future__ import annotations
 
+from perfscope.record.run_facts import RunFacts
 from perfscope.runtime.groups.base import KnobGroup, Knob, SearchPart, categorical
 
 ACCUM_CHOICES = (1, 2, 4)
@@ -37,13 +38,12 @@ class AccumulationGroup(KnobGroup):
         if config.grad_accum_steps != 1:  # the loop's backward and step must cooperate
             report.needs_accelerate["grad_accum_steps"] = NEEDS_ACCELERATE
 
-    def observed(self, facts: dict) -> dict:
+    def observed(self, facts: RunFacts) -> dict:
         return {"grad_accum_steps": 1}  # a script's own accumulation is not seen: it counts as one
 
-    def search(self, facts: dict, cpu: int) -> SearchPart:
+    def search(self, facts: RunFacts, cpu: int) -> SearchPart:
         part = SearchPart()
-        acc = facts.get("accelerate") or {}
-        if acc.get("called") and acc.get("optimizer"):
+        if facts.accelerate.called and facts.accelerate.optimizer:
             part.knobs.append(Knob("grad_accum_steps", ("launch", "comm"), categorical(ACCUM_CHOICES),
                                    self.observed(facts)["grad_accum_steps"]))
         else:

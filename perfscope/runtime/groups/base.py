@@ -23,6 +23,8 @@ import dataclasses
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from perfscope.record.run_facts import RunFacts, run_facts
+
 if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
 
@@ -134,19 +136,20 @@ class KnobGroup(abc.ABC):
         return []
 
     @abc.abstractmethod
-    def observed(self, facts: dict) -> dict[str, Any]:
+    def observed(self, facts: RunFacts) -> dict[str, Any]:
         """The script's own value of each key, as the baseline run showed it.
 
         Args:
-            facts: The baseline's run facts (``perfscope.measure``'s record: ``dataloader``,
-                ``ddp``, ``tf32``, ``threads`` ...).
+            facts: The baseline's run facts (``perfscope.measure``'s record, read as
+                :class:`~perfscope.record.run_facts.RunFacts`: ``dataloader``, ``ddp``, ``tf32``,
+                ``threads`` ...).
 
         Returns:
             key -> value for the keys the run shows (None or absent: not shown by this run).
         """
 
     @abc.abstractmethod
-    def search(self, facts: dict, cpu: int) -> SearchPart:
+    def search(self, facts: RunFacts, cpu: int) -> SearchPart:
         """The knobs the tuner may search for this run, and why the others cannot apply.
 
         Args:
@@ -154,7 +157,7 @@ class KnobGroup(abc.ABC):
             cpu: CPU cores of this node that the run may use.
         """
 
-    def guess(self, verdict: str, bottlenecks: frozenset[str], facts: dict, fractions: dict, cpu: int,
+    def guess(self, verdict: str, bottlenecks: frozenset[str], facts: RunFacts, fractions: dict, cpu: int,
               params: dict, put: Put) -> None:
         """Add the group's rule-based first guess through ``put``; default: none.
 
@@ -169,9 +172,10 @@ class KnobGroup(abc.ABC):
             cpu: CPU cores of this node; params: the guess so far (trial parameters).
         """
 
-    def search_part(self, facts: dict, cpu: int) -> SearchPart:
-        """:meth:`search`, with each knob marked as this group's."""
-        part = self.search(facts, cpu)
+    def search_part(self, facts: dict | RunFacts, cpu: int) -> SearchPart:
+        """:meth:`search` of ``facts`` (plain data is read once, :func:`~perfscope.record.run_facts.run_facts`),
+        with each knob marked as this group's."""
+        part = self.search(run_facts(facts), cpu)
         part.knobs = [dataclasses.replace(k, group=self.name) for k in part.knobs]
         return part
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 
+from perfscope.record.run_facts import MemoryFacts, RunFacts
 from perfscope.runtime.groups.base import KnobGroup, Knob, SearchPart, categorical
 
 SERVES = ("launch", "comm")
@@ -23,10 +24,10 @@ NO_LOADER = "the script builds no torch DataLoader (none was iterated): its batc
 RULE = "the learning-rate rule is the user's choice (linear scaling with warm-up unless the config says otherwise)"
 
 
-def allowed_factors(memory: dict | None) -> tuple[list[int], str | None]:
+def allowed_factors(memory: MemoryFacts | None) -> tuple[list[int], str | None]:
     """The factors of :data:`FACTORS` the baseline's memory allows, and why the others are not
     (None when all are). ``memory``: the baseline's ``peak_bytes`` and ``capacity_bytes``."""
-    peak, capacity = (memory or {}).get("peak_bytes"), (memory or {}).get("capacity_bytes")
+    peak, capacity = (memory.peak_bytes, memory.capacity_bytes) if memory is not None else (None, None)
     if not peak or not capacity:
         return [], "the baseline's memory peak was not measured, so a larger batch's could not be bounded"
     ok = [k for k in FACTORS if peak * k <= MEMORY_USE * capacity]
@@ -90,23 +91,22 @@ class BatchGroup(KnobGroup):
 
     # --- the tuner ----------------------------------------------------------------------------
 
-    def observed(self, facts: dict) -> dict:
-        loader = facts.get("dataloader") or {}
-        return {"batch_size": loader.get("batch_size"), "lr_scaling": "linear"}
+    def observed(self, facts: RunFacts) -> dict:
+        return {"batch_size": facts.dataloader.batch_size if facts.dataloader else None, "lr_scaling": "linear"}
 
-    def search(self, facts: dict, cpu: int) -> SearchPart:
+    def search(self, facts: RunFacts, cpu: int) -> SearchPart:
         part = SearchPart()
         part.exclude("lr_scaling", RULE)
-        loader = facts.get("dataloader")
-        base = (loader or {}).get("batch_size")
+        loader = facts.dataloader
         if loader is None:
             part.exclude("batch_size", NO_LOADER)
             return part
+        base = loader.batch_size
         if not base:
             part.exclude("batch_size", "the DataLoader has no batch_size to change (its own batch_sampler, or "
                                        "batch_size=None)")
             return part
-        factors, why = allowed_factors(facts.get("memory"))
+        factors, why = allowed_factors(facts.memory)
         if not factors:
             part.exclude("batch_size", why)
             return part

@@ -10,6 +10,7 @@ import inspect
 import sys
 import warnings
 
+from perfscope.record.run_facts import RunFacts
 from perfscope.runtime.groups.base import KnobGroup, Knob, SearchPart, categorical
 
 DDP_DEFAULT_BUCKET_MB = 25.0  # torch.nn.parallel.DistributedDataParallel's default bucket_cap_mb
@@ -75,21 +76,18 @@ class CommunicationGroup(KnobGroup):
 
     # --- the tuner ----------------------------------------------------------------------------
 
-    def observed(self, facts: dict) -> dict:
-        ddp = facts.get("ddp") or None
+    def observed(self, facts: RunFacts) -> dict:
+        ddp = facts.ddp
         if ddp is None:
             return {}
-        return {"bucket_cap_mb": float(ddp.get("bucket_cap_mb") or DDP_DEFAULT_BUCKET_MB),
-                "static_graph": bool(ddp.get("static_graph")),
+        return {"bucket_cap_mb": float(ddp.bucket_cap_mb or DDP_DEFAULT_BUCKET_MB), "static_graph": ddp.static_graph,
                 "hierarchical_allreduce": False, "grad_compression": "none"}
 
-    def search(self, facts: dict, cpu: int) -> SearchPart:
+    def search(self, facts: RunFacts, cpu: int) -> SearchPart:
         part = SearchPart()
-        ddp = facts.get("ddp") or None
-        world = int(facts.get("world_size") or 1)
-        local_world = max(1, int(facts.get("local_world_size") or 1))
-        if ddp is None or world < 2:
-            why = "no DistributedDataParallel model" if ddp is None else "a single rank: there is nothing to all-reduce"
+        world, local_world = facts.ranks, facts.ranks_per_node
+        if facts.ddp is None or world < 2:
+            why = "no DistributedDataParallel model" if facts.ddp is None else "a single rank: there is nothing to all-reduce"
             part.exclude(self.keys, why)
             return part
         seen = self.observed(facts)
@@ -118,10 +116,9 @@ class CommunicationGroup(KnobGroup):
         if "comm" not in bottlenecks:
             return
         put("bucket_cap_mb", GUESS_BUCKET_MB)
-        local_world = max(1, int(facts.get("local_world_size") or 1))
-        if local_world > 1 and int(facts.get("world_size") or 1) // local_world > 1:
+        if facts.ranks_per_node > 1 and facts.ranks // facts.ranks_per_node > 1:
             put("hierarchical_allreduce", True)
-        if facts.get("cuda") and verdict == "comm-bound":
+        if facts.cuda and verdict == "comm-bound":
             put("grad_compression", "bf16")
 
 

@@ -10,6 +10,7 @@ in the first steps; the tuner counts it against the gain (:mod:`perfscope.tuner.
 
 from __future__ import annotations
 
+from perfscope.record.run_facts import RunFacts
 from perfscope.runtime.groups.base import NO_MODEL, KnobGroup, Knob, SearchPart, categorical, on_first_model, record
 
 SERVES = ("launch", "compute")
@@ -49,22 +50,19 @@ class CompileGroup(KnobGroup):
 
     # --- the tuner ----------------------------------------------------------------------------
 
-    def observed(self, facts: dict) -> dict:
-        model = facts.get("model") or {}
-        return {"compile": "off"} if not model.get("compiled") else {}
+    def observed(self, facts: RunFacts) -> dict:
+        return {"compile": "off"} if not (facts.model and facts.model.compiled) else {}
 
-    def search(self, facts: dict, cpu: int) -> SearchPart:
+    def search(self, facts: RunFacts, cpu: int) -> SearchPart:
         part = SearchPart()
-        model = facts.get("model")
-        cuda = bool(facts.get("cuda"))
-        compiler = facts.get("compiler") or {}
+        model = facts.model
         if model is None:
             part.exclude("compile", NO_MODEL)
-        elif model.get("compiled"):
+        elif model.compiled:
             part.exclude("compile", "the script compiles its model itself")
-        elif compiler.get("unavailable"):
-            part.exclude("compile", compiler["unavailable"])
-        elif cuda:
+        elif facts.compiler.unavailable:
+            part.exclude("compile", facts.compiler.unavailable)
+        elif facts.cuda:
             part.knobs.append(Knob("compile", SERVES, categorical(
                 ["off", "default", "reduce-overhead", "max-autotune-no-cudagraphs"]), "off"))
         else:
@@ -77,7 +75,7 @@ class CompileGroup(KnobGroup):
         """launch: compile (with CUDA graphs on a GPU: the standard remedy for a launch-bound step,
         PyTorch's performance tuning guide); the compile time is weighed against the gain when
         the winner is proven."""
-        model = facts.get("model") or {}
-        if "launch" not in bottlenecks or not model or model.get("compiled") or (facts.get("compiler") or {}).get("unavailable"):
+        model = facts.model
+        if "launch" not in bottlenecks or model is None or model.compiled or facts.compiler.unavailable:
             return
-        put("compile", "reduce-overhead" if facts.get("cuda") else "default")
+        put("compile", "reduce-overhead" if facts.cuda else "default")

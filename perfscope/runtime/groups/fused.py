@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 
+from perfscope.record.run_facts import RunFacts
 from perfscope.runtime.groups.base import NO_MODEL, KnobGroup, Knob, SearchPart, categorical, on_first_model, record
 
 FUSED_SERVES = ("launch", "compute")
@@ -62,17 +63,17 @@ def _replace_optimizer(old, name: str, accum_steps: int):
     """A :class:`perfscope.fused_ops.Lamb` / :class:`perfscope.fused_ops.Lars` over ``old``'s parameter groups. The
     group dicts are shared, so a learning-rate scheduler built on ``old`` still drives it; the
     batch rule's factor goes into each group's ``lr_scale``, which schedules leave alone."""
-    from perfscope import fused_ops
+    from perfscope.fused_ops import Lamb, Lars
 
     scale = lr_scale(name, accum_steps)
     groups = old.param_groups
     first = groups[0]
     params = [{"params": g["params"]} for g in groups]
     if name == "lamb":  # lr=1: a placeholder; each group keeps the script's own
-        new = fused_ops.Lamb(params, lr=1.0, betas=tuple(first.get("betas", (0.9, 0.999))), eps=first.get("eps", 1e-6),
+        new = Lamb(params, lr=1.0, betas=tuple(first.get("betas", (0.9, 0.999))), eps=first.get("eps", 1e-6),
                              weight_decay=first.get("weight_decay", 0.0))
     else:
-        new = fused_ops.Lars(params, lr=1.0, momentum=first.get("momentum", 0.9) or 0.0,
+        new = Lars(params, lr=1.0, momentum=first.get("momentum", 0.9) or 0.0,
                              weight_decay=first.get("weight_decay", 0.0))
     for fresh, shared in zip(new.param_groups, groups):
         for key, value in fresh.items():
@@ -86,12 +87,12 @@ def swap_into(model) -> tuple[str | None, str | None]:
     """``fused_ops.swap(model)``, described: (what was swapped, None), or (None, why nothing was:
     the reasons :func:`perfscope.fused_ops.find` gives, else that no known module is in the model). The one
     description ``accelerate`` and launch-time patching both report."""
-    from perfscope import fused_ops
+    from perfscope.fused_ops import find, swap
 
-    swapped = fused_ops.swap(model)
+    swapped = swap(model)
     if swapped:
         return f"fused window attention in {_names(swapped)}", None
-    reasons = {c.reason for c in fused_ops.find(model) if c.reason}
+    reasons = {c.reason for c in find(model) if c.reason}
     return None, "; ".join(sorted(reasons)) if reasons else "no window attention module fused_ops knows is in the model"
 
 
@@ -141,26 +142,26 @@ class FusedOpsGroup(KnobGroup):
 
     # --- the tuner ----------------------------------------------------------------------------
 
-    def observed(self, facts: dict) -> dict:
+    def observed(self, facts: RunFacts) -> dict:
         return {"fused_ops": False, "optimizer": None}
 
-    def search(self, facts: dict, cpu: int) -> SearchPart:
+    def search(self, facts: RunFacts, cpu: int) -> SearchPart:
         part = SearchPart()
-        model = facts.get("model")
+        model = facts.model
         if model is None:
             part.exclude("fused_ops", NO_MODEL)
-        elif model.get("fusable"):
+        elif model.fusable:
             part.knobs.append(Knob("fused_ops", FUSED_SERVES, categorical([False, True]), False))
         else:
-            reasons = sorted(set((model.get("not_fusable") or {}).values()))
+            reasons = sorted(set(model.not_fusable.values()))
             part.exclude("fused_ops", "; ".join(reasons) if reasons else
-                         f"no window attention module fused_ops knows in the model ({model.get('class')})")
-        acc = facts.get("accelerate") or {}
-        family = family_of(acc.get("optimizer_class"))
-        if not (acc.get("called") and acc.get("optimizer")):
+                         f"no window attention module fused_ops knows in the model ({model.class_})")
+        acc = facts.accelerate
+        family = family_of(acc.optimizer_class)
+        if not (acc.called and acc.optimizer):
             part.exclude("optimizer", NEEDS_OPTIMIZER)
         elif family is None:
-            part.exclude("optimizer", f"the script's optimizer ({acc.get('optimizer_class')}) is neither Adam, "
+            part.exclude("optimizer", f"the script's optimizer ({acc.optimizer_class}) is neither Adam, "
                          "AdamW nor SGD, which LAMB and LARS replace")
         else:
             from perfscope.runtime.groups.accumulation import ACCUM_CHOICES

@@ -11,6 +11,7 @@ import dataclasses
 import inspect
 import math
 
+from perfscope.record.run_facts import RunFacts
 from perfscope.runtime.groups.base import KnobGroup, Knob, SearchPart, categorical, int_range
 
 LOADER_KEYS = ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers")
@@ -73,28 +74,24 @@ class InputGroup(KnobGroup):
 
     # --- the tuner ----------------------------------------------------------------------------
 
-    def observed(self, facts: dict) -> dict:
-        loader = facts.get("dataloader") or None
-        seen: dict = {"intra_op_threads": (facts.get("threads") or {}).get("intra_op_threads") or None,
+    def observed(self, facts: RunFacts) -> dict:
+        loader = facts.dataloader
+        seen: dict = {"intra_op_threads": (facts.threads.intra_op_threads if facts.threads else None) or None,
                       "device_prefetch": False}
         if loader is not None:
-            workers = int(loader.get("num_workers") or 0)
-            seen.update(num_workers=workers, pin_memory=bool(loader.get("pin_memory")),
-                        persistent_workers=bool(loader.get("persistent_workers")),
-                        prefetch_factor=int(loader.get("prefetch_factor") or TORCH_DEFAULT_PREFETCH))
+            seen.update(num_workers=loader.num_workers, pin_memory=loader.pin_memory,
+                        persistent_workers=loader.persistent_workers,
+                        prefetch_factor=int(loader.prefetch_factor or TORCH_DEFAULT_PREFETCH))
         return seen
 
-    def search(self, facts: dict, cpu: int) -> SearchPart:
+    def search(self, facts: RunFacts, cpu: int) -> SearchPart:
         part = SearchPart()
         seen = self.observed(facts)
-        loader = facts.get("dataloader") or None
-        cuda = bool(facts.get("cuda"))
-        acc = facts.get("accelerate") or {}
-        local_world = max(1, int(facts.get("local_world_size") or 1))
+        loader, cuda, acc, local_world = facts.dataloader, facts.cuda, facts.accelerate, facts.ranks_per_node
         if loader is None:
             part.exclude(("num_workers", "pin_memory", "prefetch_factor", "device_prefetch"),
                          "the script builds no torch DataLoader (none was iterated)")
-        elif loader.get("iterable"):
+        elif loader.iterable:
             part.exclude(("num_workers", "prefetch_factor"),
                          "the DataLoader reads an IterableDataset: more workers would duplicate its samples")
         else:
@@ -108,7 +105,7 @@ class InputGroup(KnobGroup):
         if loader is not None:
             if cuda:
                 part.knobs.append(Knob("pin_memory", IO, categorical([False, True]), seen["pin_memory"]))
-                if acc.get("called") and acc.get("loader"):
+                if acc.called and acc.loader:
                     part.knobs.append(Knob("device_prefetch", IO, categorical([False, True]), False))
                 else:
                     part.exclude("device_prefetch", "needs the loader passed to perfscope.accelerate in the script")
@@ -137,13 +134,13 @@ class InputGroup(KnobGroup):
         intra-op threads, pinned memory and deeper prefetch (PyTorch's performance tuning guide)."""
         if "io" not in bottlenecks:
             return
-        local_world = max(1, int(facts.get("local_world_size") or 1))
+        local_world = facts.ranks_per_node
         # A step loads for `io` of its time and computes for the rest, so about io / (1 - io)
         # workers keep up (within the space's range).
         io = float((fractions or {}).get("io") or 0.0)
         wanted = math.ceil(io / max(1e-3, 1.0 - io)) if io > 0 else cpu // local_world
         per_rank = max(1, cpu // local_world)
-        if int(((facts.get("dataloader") or {}).get("num_workers")) or 0) >= per_rank:
+        if facts.dataloader is not None and facts.dataloader.num_workers >= per_rank:
             # Workers already take every core: more would only queue for them. Start at the core
             # count (the space reaches down to 0 and up past the script's own count).
             put("num_workers", per_rank)

@@ -8,6 +8,7 @@ kernels, oneDNN's CPU kernels) without transposes around them
 
 from __future__ import annotations
 
+from perfscope.record.run_facts import RunFacts
 from perfscope.runtime.groups.base import NO_MODEL, KnobGroup, Knob, SearchPart, categorical, on_first_model, record
 
 SERVES = ("compute",)
@@ -44,20 +45,19 @@ class LayoutGroup(KnobGroup):
 
     # --- the tuner ----------------------------------------------------------------------------
 
-    def observed(self, facts: dict) -> dict:
-        model = facts.get("model") or {}
-        return {"channels_last": bool(model.get("channels_last"))}
+    def observed(self, facts: RunFacts) -> dict:
+        return {"channels_last": bool(facts.model and facts.model.channels_last)}
 
-    def search(self, facts: dict, cpu: int) -> SearchPart:
+    def search(self, facts: RunFacts, cpu: int) -> SearchPart:
         part = SearchPart()
-        model = facts.get("model")
+        model = facts.model
         if model is None:
             part.exclude("channels_last", NO_MODEL)
-        elif not model.get("convolutions"):
-            part.exclude("channels_last", f"no 2-D convolution in the model ({model.get('class')})")
-        elif model.get("channels_last"):
+        elif not model.convolutions:
+            part.exclude("channels_last", f"no 2-D convolution in the model ({model.class_})")
+        elif model.channels_last:
             part.exclude("channels_last", "the script runs its convolutions in channels-last already")
-        elif (facts.get("ddp") is not None) and not (facts.get("accelerate") or {}).get("called"):
+        elif facts.ddp is not None and not facts.accelerate.called:
             part.exclude("channels_last", "the script wraps its model in DistributedDataParallel itself, before "
                                           "the first forward where the conversion happens at launch: "
                                           "perfscope.accelerate converts it before wrapping")
@@ -68,6 +68,6 @@ class LayoutGroup(KnobGroup):
     def guess(self, verdict, bottlenecks, facts, fractions, cpu, params, put) -> None:
         """compute and a model with convolutions not yet channels-last: convert it (PyTorch's
         performance tuning guide recommends it for convolutional networks on GPUs and CPUs)."""
-        model = facts.get("model") or {}
-        if "compute" in bottlenecks and model.get("convolutions") and not model.get("channels_last"):
+        model = facts.model
+        if "compute" in bottlenecks and model is not None and model.convolutions and not model.channels_last:
             put("channels_last", True)

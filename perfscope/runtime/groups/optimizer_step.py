@@ -10,6 +10,7 @@ is the same up to the order of floating-point operations, which the numerics gua
 
 from __future__ import annotations
 
+from perfscope.record.run_facts import RunFacts
 from perfscope.runtime.groups.base import KnobGroup, Knob, SearchPart, categorical, record
 
 SERVES = ("launch", "compute")
@@ -72,19 +73,18 @@ class OptimizerStepGroup(KnobGroup):
 
     # --- the tuner ----------------------------------------------------------------------------
 
-    def observed(self, facts: dict) -> dict:
-        seen = facts.get("optimizer") or {}
-        return {"optimizer_impl": seen.get("impl")}
+    def observed(self, facts: RunFacts) -> dict:
+        return {"optimizer_impl": facts.optimizer.impl if facts.optimizer else None}
 
-    def search(self, facts: dict, cpu: int) -> SearchPart:
+    def search(self, facts: RunFacts, cpu: int) -> SearchPart:
         part = SearchPart()
-        seen = facts.get("optimizer")
-        if not seen:
+        seen = facts.optimizer
+        if seen is None:
             part.exclude("optimizer_impl", NO_OPTIMIZER)
             return part
-        impls = list(seen.get("impls") or [seen.get("impl")])
+        impls = list(seen.impls or [seen.impl])
         if len(impls) < 2:
-            part.exclude("optimizer_impl", f"the script's {seen.get('class')} has no other implementation "
+            part.exclude("optimizer_impl", f"the script's {seen.class_} has no other implementation "
                                            "it can run with these parameters")
             return part
         part.knobs.append(Knob("optimizer_impl", SERVES, categorical(impls), impls[0]))
@@ -94,13 +94,12 @@ class OptimizerStepGroup(KnobGroup):
         """launch or compute, and a for-loop step over many tensors (:data:`MANY_TENSORS`): the
         fastest implementation the optimizer allows (fused, else foreach: the order PyTorch's
         documentation gives)."""
-        seen = facts.get("optimizer") or {}
-        impls = seen.get("impls") or []
-        if not ({"launch", "compute"} & bottlenecks) or seen.get("impl") != "for-loop":
+        seen = facts.optimizer
+        if not ({"launch", "compute"} & bottlenecks) or seen is None or seen.impl != "for-loop":
             return
-        if int(seen.get("tensors") or 0) < MANY_TENSORS:
+        if seen.tensors < MANY_TENSORS:
             return
         for best in ("fused", "foreach"):
-            if best in impls:
+            if best in seen.impls:
                 put("optimizer_impl", best)
                 return

@@ -6,6 +6,7 @@ cuts the per-shape algorithm search of a launch-bound run.
 
 from __future__ import annotations
 
+from perfscope.record.run_facts import RunFacts
 from perfscope.runtime.groups.base import KnobGroup, Knob, SearchPart, categorical
 
 COMPUTE = ("compute",)
@@ -96,19 +97,17 @@ class PrecisionGroup(KnobGroup):
 
     # --- the tuner ----------------------------------------------------------------------------
 
-    def observed(self, facts: dict) -> dict:
+    def observed(self, facts: RunFacts) -> dict:
         # A script that runs its own autocast is not seen: its baseline counts as fp32 (O0).
-        return {"amp_level": "O0", "amp_dtype": "bf16", "tf32": bool(facts.get("tf32")),
-                "cudnn_benchmark": bool(facts.get("cudnn_benchmark"))}
+        return {"amp_level": "O0", "amp_dtype": "bf16", "tf32": facts.tf32, "cudnn_benchmark": facts.cudnn_benchmark}
 
-    def search(self, facts: dict, cpu: int) -> SearchPart:
+    def search(self, facts: RunFacts, cpu: int) -> SearchPart:
         part = SearchPart()
         seen = self.observed(facts)
-        cuda = bool(facts.get("cuda"))
-        acc = facts.get("accelerate") or {}
-        if not (acc.get("called") and acc.get("optimizer")):
+        cuda = facts.cuda
+        if not (facts.accelerate.called and facts.accelerate.optimizer):
             # At launch only bf16 O1: fp16 scaling and O2 master weights live in the training loop.
-            if cuda and not facts.get("bf16_supported"):
+            if cuda and not facts.bf16_supported:
                 part.exclude("amp_level", "this GPU has no bf16, and fp16 needs loss scaling: "
                                           "perfscope.accelerate(model, optimizer, ...) in the script")
             else:
@@ -121,7 +120,7 @@ class PrecisionGroup(KnobGroup):
             part.knobs.append(Knob("amp_level", COMPUTE, categorical(levels), seen["amp_level"]))
             if not cuda:
                 part.exclude("amp_level=O2", "no GPU: half-precision weights with fp32 masters only pay off on a GPU")
-            dtypes = ["bf16", "fp16"] if cuda and facts.get("bf16_supported") else (["fp16"] if cuda else ["bf16"])
+            dtypes = ["bf16", "fp16"] if cuda and facts.bf16_supported else (["fp16"] if cuda else ["bf16"])
             if len(dtypes) > 1:
                 part.knobs.append(Knob("amp_dtype", COMPUTE, categorical(dtypes), seen["amp_dtype"],
                                        when=("amp_level", ("O1", "O2"))))
@@ -130,7 +129,7 @@ class PrecisionGroup(KnobGroup):
         if not cuda:
             part.exclude(("tf32", "cudnn_benchmark"), "no GPU")
             return part
-        capability = facts.get("cuda_capability") or [0, 0]
+        capability = facts.cuda_capability or [0, 0]
         if capability[0] >= TF32_MIN_CAPABILITY:
             part.knobs.append(Knob("tf32", COMPUTE, categorical([False, True]), seen["tf32"]))
         else:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 
+from perfscope.record.run_facts import RunFacts
 from perfscope.runtime.groups.base import KnobGroup, Knob, SearchPart, categorical
 
 COMM = ("comm",)
@@ -47,18 +48,17 @@ class ShardingGroup(KnobGroup):
 
     # --- the tuner ----------------------------------------------------------------------------
 
-    def observed(self, facts: dict) -> dict:
+    def observed(self, facts: RunFacts) -> dict:
         # None: the script's own calls, whatever they pass (torch's default reshards all but the root)
         return {"reshard_after_forward": None} if _fsdp2(facts) else {}
 
-    def search(self, facts: dict, cpu: int) -> SearchPart:
+    def search(self, facts: RunFacts, cpu: int) -> SearchPart:
         part = SearchPart()
-        model = facts.get("model") or {}
         if not _fsdp2(facts):
             why = ("FSDP1 (FullyShardedDataParallel): its sharding_strategy is set where the script wraps the model"
-                   if model.get("fsdp") == 1 else "the model is not sharded with FSDP2 (fully_shard)")
+                   if facts.model is not None and facts.model.fsdp == 1 else "the model is not sharded with FSDP2 (fully_shard)")
             part.exclude(self.keys, why)
-        elif int(facts.get("world_size") or 1) < 2:
+        elif facts.ranks < 2:
             part.exclude(self.keys, "a single rank: there is nothing to gather")
         else:
             part.knobs.append(Knob("reshard_after_forward", COMM, categorical([None, False, True]), None))
@@ -70,8 +70,8 @@ class ShardingGroup(KnobGroup):
             put("reshard_after_forward", False)
 
 
-def _fsdp2(facts: dict) -> bool:
-    return (facts.get("model") or {}).get("fsdp") == 2
+def _fsdp2(facts: RunFacts) -> bool:
+    return facts.model is not None and facts.model.fsdp == 2
 
 
 @contextlib.contextmanager
