@@ -24,6 +24,7 @@ itself defeats it; :func:`stop` therefore signals the keeper alone and waits for
 
 from __future__ import annotations
 
+import argparse
 import os
 import signal
 import subprocess
@@ -203,21 +204,24 @@ def _exit_like(status: int) -> None:
     os._exit(os.waitstatus_to_exitcode(status) if os.WIFEXITED(status) else 1)
 
 
+def _arguments(argv: Sequence[str]) -> argparse.Namespace:
+    """The keeper's command line (:func:`command` writes it): ``--grace S --parent PID -- COMMAND...``."""
+    parser = argparse.ArgumentParser(prog="perfscope.process.keeper", add_help=False)
+    parser.add_argument("--grace", type=float, default=10.0)
+    parser.add_argument("--parent", type=int, default=None)
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    if args.command[:1] == ["--"]:
+        args.command = args.command[1:]
+    if not args.command:
+        parser.error("missing COMMAND")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the command as described in the module docstring; never returns."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    grace_s, parent = 10.0, None
-    while argv and argv[0] in ("--grace", "--parent") and len(argv) >= 2:
-        if argv[0] == "--grace":
-            grace_s = float(argv[1])
-        else:
-            parent = int(argv[1])
-        argv = argv[2:]
-    if argv[:1] == ["--"]:
-        argv = argv[1:]
-    if not argv:
-        print("perfscope.process.keeper: missing COMMAND", file=sys.stderr)
-        os._exit(2)
+    args = _arguments(list(sys.argv[1:] if argv is None else argv))
+    argv, grace_s, parent = args.command, args.grace, args.parent
     for sig in _STOP_SIGNALS:
         signal.signal(sig, _on_stop)
     die_with_parent(signal.SIGTERM, parent)  # perfscope died before it was armed: start nothing
