@@ -19,6 +19,7 @@ from tracekit import analyze
 from perfscope import steptime
 from perfscope.runtime.config import KEYS
 from perfscope.record import answer
+from perfscope.record.schema import Facts
 from perfscope.record.answer import Answer, answer_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -107,13 +108,13 @@ def test_profile_json_keeps_the_scripts_prints_off_stdout(tmp_path):
 def test_the_advice_keys_follow_what_the_trace_showed(cls, mode, facts, first, absent):
     from perfscope.analysis.verdict import knobs_for
 
-    keys = knobs_for(cls, mode, facts)
+    keys = knobs_for(cls, mode, msgspec.convert(facts, Facts))
     assert keys[0] == first and absent not in keys
 
 
 def test_fsdp1_and_a_loader_at_its_cores_name_no_key():
     from perfscope.analysis.verdict import knobs_for
 
-    assert knobs_for("comm", "gpu", {"fsdp": 1}) == ()
-    assert knobs_for("io", "cpu", {"loader": {"num_workers": 8, "cores": 8}}) == ()
-    assert knobs_for("io", "cpu", {"loader": {"num_workers": 2, "cores": 8}})[0] == "num_workers"
+    assert knobs_for("comm", "gpu", Facts(fsdp=1)) == ()
+    assert knobs_for("io", "cpu", Facts(loader={"num_workers": 8, "cores": 8})) == ()
+    assert knobs_for("io", "cpu", Facts(loader={"num_workers": 2, "cores": 8}))[0] == "num_workers"

@@ -36,12 +36,12 @@ def test_top_kernels_and_launch_stats(tmp_path):
     assert top["tiny"]["mean_us"] == pytest.approx(5)
     assert top["gemm"]["share"] == pytest.approx(120 / 130)
     ls = d["launch_stats"]
-    assert ls["kernels"] == 4 and ls["short_kernels"] == 2  # the two 5 us kernels
+    assert ls.kernels == 4 and ls.short_kernels == 2  # the two 5 us kernels
     # delays as HTA defines them, from the end of the launch call: gemm's call [t0+1, t0+3) and
     # kernel at t0+10 -> 7 us; tiny's call [t0+3, t0+4) and kernel at t0+80 -> 76 us;
     # median of (7, 7, 76, 76) = 41.5
-    assert ls["median_launch_delay_us"] == pytest.approx(41.5)
-    assert ls["long_delay_kernels"] == 0
+    assert ls.median_launch_delay_us == pytest.approx(41.5)
+    assert ls.long_delay_kernels == 0
 
 
 def test_memcpy_by_kind_and_idle_histogram(tmp_path):
@@ -52,10 +52,10 @@ def test_memcpy_by_kind_and_idle_histogram(tmp_path):
     assert h2d["gb_per_s"] == pytest.approx(2e6 / 1e9 / 10e-6)  # 2 MB in 10 us = 200 GB/s
     # busy per step: [10,70) [80,85) [90,95); gaps [0,10) [70,80) [85,90) [95,100): 10,10,5,5 us
     hist = d["idle_gaps"]
-    assert hist["edges_us"][2] == 10.0
-    assert hist["count"][1] == 4  # [1, 10): the 5 us gaps, two per step
-    assert hist["count"][2] == 4  # [10, 100): the 10 us gaps
-    assert sum(hist["total_us"]) == pytest.approx(2 * 30)
+    assert hist.edges_us[2] == 10.0
+    assert hist.count[1] == 4  # [1, 10): the 5 us gaps, two per step
+    assert hist.count[2] == 4  # [10, 100): the 10 us gaps
+    assert sum(hist.total_us) == pytest.approx(2 * 30)
 
 
 def test_what_if_is_the_step_time_without_the_cost_removed_step_by_step(tmp_path):

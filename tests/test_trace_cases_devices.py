@@ -81,9 +81,9 @@ def test_kernels_of_one_cuda_graph_launch_are_not_late_launches(tmp_path):
     events += [kernel(f"graph_k{i}", 10 + 2 * i, 2, correlation=7) for i in range(50)]
     a = analyze(tmp_path, events)
     ls = a.details["launch_stats"]
-    assert ls["kernels"] == 50 and ls["graph_kernels"] == 50
+    assert ls.kernels == 50 and ls.graph_kernels == 50
     # 49 of them start 14..108 us after the call ended: without the graph rule, 49 late launches
-    assert ls["long_delay_kernels"] == 0 and ls["median_launch_delay_us"] is None
+    assert ls.long_delay_kernels == 0 and ls.median_launch_delay_us is None
     assert a.verdict.verdict == "launch-bound"
     assert "CUDA graphs (torch.compile" not in a.verdict.advice
     assert "CUDA graphs it already replays" in a.verdict.advice

@@ -147,7 +147,7 @@ def test_job_records_that_contradict_each_other_are_said(tmp_path):
 
 def test_comm_advice_of_a_job_over_nodes_puts_the_hierarchical_all_reduce_and_forecast_first(tmp_path):
     a = _job(tmp_path)
-    assert a.details["facts"]["job"]["nnodes"] == 2 and a.details["facts"]["p2p_comm_share"] == 0.0
+    assert a.details["facts"].job["nnodes"] == 2 and a.details["facts"].p2p_comm_share == 0.0
     advice = a.details["advice"]["comm"]
     assert advice.startswith("The job spans 2 nodes") and "hierarchical_allreduce" in advice
     assert "perfscope forecast" in advice and "bucket_cap_mb" in advice  # the usual knobs follow
@@ -165,7 +165,7 @@ def test_comm_advice_names_point_to_point_traffic_when_it_is_most_of_the_communi
                    *launch(NCCL_NEW, s + 1, s + 10, 2_000, correlation=10 * n + 1, stream=20),
                    *launch(kernel, s + 2, s + 2_010, 5_000, correlation=10 * n + 2, stream=20)]
     a = perfscope.analyze(write_trace(tmp_path / "t.json", events))
-    share = a.details["facts"]["p2p_comm_share"]
+    share = a.details["facts"].p2p_comm_share
     assert share == pytest.approx(5 / 7 if p2p else 0.0)
     advice = a.details["advice"]["comm"]
     assert advice.startswith("Most communication time is point-to-point") is p2p

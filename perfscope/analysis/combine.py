@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import msgspec
 import numpy as np
 import pandas as pd
 
@@ -26,6 +27,7 @@ from perfscope.analysis.provisional import SPIN_ADVICE_LINE, provisional_verdict
 from perfscope.analysis.rank_trace import RankTrace
 from perfscope.analysis.run_view import read_run_records
 from perfscope.analysis.summary import Analysis
+from perfscope.record.schema import Facts
 from perfscope.analysis.telemetry import step_columns, throttle_warning
 from perfscope.analysis.verdict import CLASSES, RunVerdict, classify, cost_fractions, no_verdict, run_verdict
 from perfscope.fileid import fingerprint
@@ -138,13 +140,13 @@ def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, commo
     basis = _verdict_basis(frame, counted)
     # The verdict's steps on the verdict's clock: every figure derived from them uses that clock.
     steps = frame.loc[basis] if counted.any() else waitfree(frame.loc[basis])
-    facts.update(_knob_facts(rank_traces, ranks, steps) if len(steps) else dict.fromkeys(KNOB_FACTS))
+    facts = msgspec.structs.replace(facts, **(_knob_facts(rank_traces, ranks, steps) if len(steps) else dict.fromkeys(KNOB_FACTS)))
     rv = _run_verdict(frame, costs, counted, steps, mode, facts, rank_traces, notes)
     if not counted.any() and basis.any() and not rv.provisional:
         # withheld where intra-op workers waited: no verdict, so no verdict's clock for the details
         basis = np.zeros(len(frame), dtype=bool)
         steps = frame.iloc[0:0]
-        facts.update(_knob_facts(rank_traces, ranks, frame.loc[frame["step_time_us"] > 0]))
+        facts = msgspec.structs.replace(facts, **_knob_facts(rank_traces, ranks, frame.loc[frame["step_time_us"] > 0]))
     scope, shown = _scope(frame, counted, basis)
     details = build_details(rank_traces, ranks, steps if len(steps) else frame.loc[shown], mode, facts, run_records)
     details["scope"] = scope
@@ -249,27 +251,26 @@ def p2p_comm_share(rank_traces: list[RankTrace]) -> float | None:
     return p2p / total if total > 0 else None
 
 
-def _job_facts(rank_traces: list[RankTrace], ranks: list[int]) -> dict:
+def _job_facts(rank_traces: list[RankTrace], ranks: list[int]) -> Facts:
     """What the advice and the forecast need of the job: CUDA graph replays, and what perfscope
-    profile recorded of DDP and the job's layout (:mod:`perfscope.record.job_facts`), in rank order."""
-    facts = {"cuda_graphs": any(rt.table.name_flag(is_graph_launch)[rt.table.kind == EventKind.RUNTIME].any()
-                                for rt in rank_traces)}
+    profile recorded of DDP and the job's layout (:mod:`perfscope.record.job_facts`), in rank order;
+    the knobs' what-ifs come later (:func:`_knob_facts`)."""
     by_rank = [rt for _, rt in sorted(zip(ranks, rank_traces), key=lambda p: p[0])]
-    facts["ddp"] = next((rt.table.ddp for rt in by_rank if rt.table.ddp), None)
-    facts["loader"] = next((rt.table.loader for rt in by_rank if rt.table.loader), None)
-    facts["job"] = next(({k: rt.table.node[k] for k in ("nnodes", "local_world_size")} for rt in by_rank if rt.table.node),
-                        None)
-    facts["no_tensor_cores"] = no_tensor_cores(rank_traces)
-    # channels_last is advice for convolutions only (a transformer's compute advice leaves it out)
-    facts["convolutions"] = any(rt.table.name_flag(is_convolution).any() for rt in rank_traces)
-    # FSDP's communication has FSDP's knobs, not DDP's buckets
-    facts["fsdp"] = max((v for v in (fsdp_version(rt.table.names) for rt in rank_traces) if v), default=None)
-    facts["p2p_comm_share"] = p2p_comm_share(rank_traces)
-    return facts
+    return Facts(
+        cuda_graphs=any(rt.table.name_flag(is_graph_launch)[rt.table.kind == EventKind.RUNTIME].any() for rt in rank_traces),
+        ddp=next((rt.table.ddp for rt in by_rank if rt.table.ddp), None),
+        loader=next((rt.table.loader for rt in by_rank if rt.table.loader), None),
+        job=next(({k: rt.table.node[k] for k in ("nnodes", "local_world_size")} for rt in by_rank if rt.table.node), None),
+        no_tensor_cores=no_tensor_cores(rank_traces),
+        # channels_last is advice for convolutions only (a transformer's compute advice leaves it out)
+        convolutions=any(rt.table.name_flag(is_convolution).any() for rt in rank_traces),
+        # FSDP's communication has FSDP's knobs, not DDP's buckets
+        fsdp=max((v for v in (fsdp_version(rt.table.names) for rt in rank_traces) if v), default=None),
+        p2p_comm_share=p2p_comm_share(rank_traces))
 
 
 def _run_verdict(frame: pd.DataFrame, costs: pd.DataFrame, counted: np.ndarray, steps: pd.DataFrame, mode: str,
-                 facts: dict, rank_traces: list[RankTrace], notes: list[str]) -> RunVerdict:
+                 facts: Facts, rank_traces: list[RankTrace], notes: list[str]) -> RunVerdict:
     """The run's verdict over the counted steps; else the provisional one over ``steps`` (the
     contended steps without their waits, :func:`waitfree`: its per-step verdicts and each step's
     wait-free time and shares go into ``frame``, its note into ``notes``); else none, with why."""

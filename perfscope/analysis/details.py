@@ -28,6 +28,7 @@ from perfscope.analysis.ranks import collective_skew, rank_rows
 from perfscope.analysis.steps import graph_launched
 from perfscope.analysis.verdict import CLASSES, advice_for, knobs_for
 from perfscope.analysis.waits import merge_waits, other_waits
+from perfscope.record.schema import Facts, IdleGaps, LaunchStats
 from perfscope.trace.kinds import GPU_KINDS, CopyKind, EventKind, copy_kind_of_names, is_pageable_copy
 
 if TYPE_CHECKING:
@@ -80,23 +81,19 @@ def _launch_delay_us(rt: RankTrace, kernel_rows: np.ndarray, graph: np.ndarray) 
     return np.where(graph, -1.0, delay)
 
 
-def _launch_stats(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> dict | None:
+def _launch_stats(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> LaunchStats | None:
     dur = np.concatenate([d for d, _, _ in parts]) if parts else np.zeros(0)
     delay = np.concatenate([x for _, x, _ in parts]) if parts else np.zeros(0)
     graph = np.concatenate([g for _, _, g in parts]) if parts else np.zeros(0, bool)
     if dur.size == 0:
         return None
     known = delay[delay >= 0]
-    return {
-        "kernels": int(dur.size),
-        "graph_kernels": int(graph.sum()),
-        "short_kernels": int((dur < SHORT_KERNEL_US).sum()),
-        "short_kernel_us": SHORT_KERNEL_US,
-        "median_launch_delay_us": float(np.median(known)) if known.size else None,
-        "p90_launch_delay_us": float(np.percentile(known, 90)) if known.size else None,
-        "long_delay_kernels": int((known > LONG_LAUNCH_DELAY_US).sum()),
-        "long_delay_us": LONG_LAUNCH_DELAY_US,
-    }
+    return LaunchStats(
+        kernels=int(dur.size), graph_kernels=int(graph.sum()), short_kernels=int((dur < SHORT_KERNEL_US).sum()),
+        short_kernel_us=SHORT_KERNEL_US,
+        median_launch_delay_us=float(np.median(known)) if known.size else None,
+        p90_launch_delay_us=float(np.percentile(known, 90)) if known.size else None,
+        long_delay_kernels=int((known > LONG_LAUNCH_DELAY_US).sum()), long_delay_us=LONG_LAUNCH_DELAY_US)
 
 
 def _memcpy(frames: list[pd.DataFrame]) -> list[dict]:
@@ -118,13 +115,13 @@ def _memcpy(frames: list[pd.DataFrame]) -> list[dict]:
     return sorted(out, key=lambda e: -e["total_us"])
 
 
-def _idle_histogram(gap_lengths_us: np.ndarray) -> dict:
+def _idle_histogram(gap_lengths_us: np.ndarray) -> IdleGaps:
     edges = np.array(IDLE_GAP_EDGES_US)
     which = np.digitize(gap_lengths_us, edges[1:-1])
     count = np.bincount(which, minlength=edges.size - 1)
     total = np.bincount(which, weights=gap_lengths_us, minlength=edges.size - 1)
-    return {"edges_us": [None if np.isinf(e) else float(e) for e in edges],
-            "count": count.astype(int).tolist(), "total_us": total.astype(float).tolist()}
+    return IdleGaps(edges_us=[None if np.isinf(e) else float(e) for e in edges],
+                    count=count.astype(int).tolist(), total_us=total.astype(float).tolist())
 
 
 def _idle_gaps_us(t, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -135,7 +132,7 @@ def _idle_gaps_us(t, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.DataFrame, mode: str,
-                  facts: dict | None = None, run_records: list | None = None) -> dict:
+                  facts: Facts | None = None, run_records: list | None = None) -> dict:
     """The ``details`` section of the summary.
 
     Args:
@@ -199,7 +196,7 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
         "memory": memory_view(rank_traces, ranks, frame),
         "trace_memory": trace_memory_view(rank_traces, ranks, frame),
         "run_steps": run_steps_view(rank_traces, ranks, run_records or [None] * len(rank_traces)),
-        "gpu_efficiency": gpu_efficiency(efficiency, caps, (facts or {}).get("no_tensor_cores")),
+        "gpu_efficiency": gpu_efficiency(efficiency, caps, facts.no_tensor_cores if facts is not None else None),
         "mfu": mfu_view(rank_traces, ranks, steptime.step_time_us(frame.to_dict("records")) if len(frame) else None,
                         mode, math_of_kernels(*joined(kernels))),
         "operators": operator_view(rank_traces, ranks, frame, mode),
@@ -213,5 +210,5 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
         "slowest_rank": slowest,
         "advice": {c: advice_for(c, mode, facts) for c in CLASSES},
         "knobs": {c: list(knobs_for(c, mode, facts)) for c in CLASSES},
-        "facts": dict(facts or {}),
+        "facts": facts if facts is not None else Facts(),
     }

@@ -21,6 +21,7 @@ import numpy as np
 from perfscope.trace.events import NO_FIGURE, SM_FILL_SCALE
 from perfscope.trace.kinds import EventKind
 from perfscope.trace.table import TraceTable
+from perfscope.record.schema import GpuEfficiency
 
 if TYPE_CHECKING:
     from perfscope.analysis.rank_trace import RankTrace
@@ -95,7 +96,7 @@ def no_tensor_cores(rank_traces: list[RankTrace]) -> float | None:
     return max(caps) if caps else None
 
 
-def gpu_efficiency(parts: list[dict], capabilities: list[float | None], no_tensor_cores: float | None) -> dict | None:
+def gpu_efficiency(parts: list[dict], capabilities: list[float | None], no_tensor_cores: float | None) -> GpuEfficiency | None:
     """``details.gpu_efficiency`` from each trace's :func:`kernel_sums`; None without kernels.
 
     Returns:
@@ -112,12 +113,11 @@ def gpu_efficiency(parts: list[dict], capabilities: list[float | None], no_tenso
     figured = total["figured_us"]
     cap = max((c for c in capabilities if c is not None), default=None)
     tc_share = total["tensor_core_us"] / total["kernel_us"]
-    return {
-        "kernel_us": total["kernel_us"], "window_us": total["window_us"],
-        "sm_efficiency": min(1.0, total["sm_busy_us"] / total["window_us"]) if figured and total["window_us"] > 0 else None,
-        "achieved_occupancy": total["occupancy_us"] / figured if figured else None,
-        "figured_share": figured / total["kernel_us"],
-        "tensor_core_share": tc_share, "tensor_core_kernels": total["tensor_core_kernels"],
-        "capability": cap,
-        "no_tensor_cores": no_tensor_cores is not None,
-    }
+    return GpuEfficiency(
+        kernel_us=total["kernel_us"], window_us=total["window_us"],
+        sm_efficiency=min(1.0, total["sm_busy_us"] / total["window_us"]) if figured and total["window_us"] > 0 else None,
+        achieved_occupancy=total["occupancy_us"] / figured if figured else None,
+        figured_share=figured / total["kernel_us"],
+        tensor_core_share=tc_share, tensor_core_kernels=total["tensor_core_kernels"],
+        capability=cap,
+        no_tensor_cores=no_tensor_cores is not None)

@@ -27,6 +27,7 @@ import pandas as pd
 
 from perfscope.analysis.intervals import locate, outermost
 from perfscope.analysis.what_ifs import removal
+from perfscope.record.schema import OptimizerStep
 from perfscope.trace.kinds import EventKind
 
 if TYPE_CHECKING:
@@ -125,7 +126,7 @@ def _rank_steps(rt: RankTrace, steps: np.ndarray) -> list[dict]:
     return list(out.values())
 
 
-def optimizer_step_cost(rank_traces: list[RankTrace], ranks: list[int], frame: pd.DataFrame) -> dict | None:
+def optimizer_step_cost(rank_traces: list[RankTrace], ranks: list[int], frame: pd.DataFrame) -> OptimizerStep | None:
     """The optimizer's step over the counted steps, with its what-if (module docstring).
 
     Args:
@@ -164,23 +165,22 @@ def optimizer_step_cost(rank_traces: list[RankTrace], ranks: list[int], frame: p
         work_keep=frame["work_keep"] if "work_keep" in frame.columns else 1.0)
     df = steps.merge(found, on=["rank", "step"], how="left").fillna({"optimizer_us": 0.0, "operators": 0})
     _, what_if = removal(df, df["optimizer_us"].to_numpy() * df["work_keep"].to_numpy(dtype=float))
-    return {"classes": sorted(c for c in classes if c), "implementation": impls.pop() if len(impls) == 1 else "mixed",
-            "closure": closure,
-            "operators_per_step": float(found["operators"].median()),
-            "optimizer_us_per_step": float(found["optimizer_us"].median()), **what_if}
+    return OptimizerStep(classes=sorted(c for c in classes if c), implementation=impls.pop() if len(impls) == 1 else "mixed",
+                         closure=closure, operators_per_step=float(found["operators"].median()),
+                         optimizer_us_per_step=float(found["optimizer_us"].median()), **what_if)
 
 
-def advice_line(cost: dict | None) -> str | None:
+def advice_line(cost: OptimizerStep | None) -> str | None:
     """The advice sentence for :func:`optimizer_step_cost`'s result: None unless a for-loop step
     of at least :data:`MIN_OPERATORS` operators takes :data:`MIN_SHARE` of the step or more."""
-    if not cost or cost.get("implementation") != "for-loop" or cost.get("share", 0.0) < MIN_SHARE:
+    if cost is None or cost.implementation != "for-loop" or (cost.share or 0.0) < MIN_SHARE:
         return None
-    if cost.get("operators_per_step", 0) < MIN_OPERATORS:
+    if (cost.operators_per_step or 0) < MIN_OPERATORS:
         return None
-    now, without = cost["step_time_us"] / 1000.0, cost["step_time_without_us"] / 1000.0
-    name = "/".join(cost["classes"]) or "the optimizer"
-    gain = f", about {cost['speedup']:.2f}x" if cost.get("speedup") else ""
-    return (f"Run the optimizer as one fused step: {name}'s step takes {cost['share']:.0%} of the step in its for-loop "
-            f"implementation ({cost['operators_per_step']:,.0f} operators a step). Set optimizer_impl: fused (or "
+    now, without = cost.step_time_us / 1000.0, cost.step_time_without_us / 1000.0
+    name = "/".join(cost.classes or []) or "the optimizer"
+    gain = f", about {cost.speedup:.2f}x" if cost.speedup else ""
+    return (f"Run the optimizer as one fused step: {name}'s step takes {cost.share:.0%} of the step in its for-loop "
+            f"implementation ({cost.operators_per_step:,.0f} operators a step). Set optimizer_impl: fused (or "
             f"foreach) in a --config file, or fused=True in its constructor: step time {now:.1f} ms -> at best "
             f"{without:.1f} ms{gain} (the step without its optimizer; the fused step keeps one pass over the tensors).")

@@ -29,6 +29,7 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
+from perfscope.record.schema import Facts
 from perfscope.analysis.verdict import CLASSES, COSTS, RunVerdict, classify, cost_fractions, run_verdict
 from perfscope.text import plural
 from perfscope.steptime import WORK_COLUMNS
@@ -79,7 +80,7 @@ def waitfree(rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def provisional_verdict(adjusted: pd.DataFrame, measured: pd.DataFrame, mode: str,
-                        facts: dict | None = None) -> tuple[RunVerdict, pd.Series] | None:
+                        facts: Facts | None = None) -> tuple[RunVerdict, pd.Series] | None:
     """The provisional verdict of the analysis frame's steps that waited for cores, with a known
     ``core_wait_us`` (the caller chooses them: ``combine`` in :mod:`perfscope.analysis.run`).
 
@@ -113,7 +114,7 @@ SPIN_ADVICE_LINE = ("Profile with one intra-op thread (torch.set_num_threads(1) 
                     "quieter machine.")
 
 
-def spin_verdict(adjusted: pd.DataFrame, mode: str, facts: dict | None = None) -> RunVerdict | None:
+def spin_verdict(adjusted: pd.DataFrame, mode: str, facts: Facts | None = None) -> RunVerdict | None:
     """The provisional verdict at the other end of what the steps' work may be, where intra-op
     workers waited for cores: each step's ``spin_bound_us`` (the most its training thread may have
     spun at the end of parallel operators, CPU time its own wait does not show) taken out of its

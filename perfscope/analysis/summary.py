@@ -10,6 +10,7 @@ import datetime as _dt
 import math
 from dataclasses import dataclass, field
 
+import msgspec
 import pandas as pd
 
 from perfscope import steptime
@@ -82,6 +83,9 @@ def _clean(value):
 
 
 def _clean_tree(value):
+    """JSON-safe data of a part of the record: its structs as objects of every field, in order."""
+    if isinstance(value, msgspec.Struct):
+        return {f.encode_name: _clean_tree(getattr(value, f.name)) for f in msgspec.structs.fields(value)}
     if isinstance(value, dict):
         return {k: _clean_tree(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):

@@ -11,6 +11,7 @@ import pandas as pd
 
 from perfscope.analysis.classify import VERDICTS, classify, cost_fractions  # noqa: F401 - re-exported
 from perfscope.classes import ADVICE, CLASSES, COSTS, KNOBS, THRESHOLDS  # noqa: F401 - the one table, re-exported
+from perfscope.record.schema import Facts
 
 # The launch advice for a run that already replays CUDA graphs: graphs are not a new idea to it.
 _LAUNCH_WITH_GRAPHS = ("Launch less often: a larger batch per step or gradient accumulation, capture more of the step "
@@ -35,18 +36,18 @@ CHANNELS_LAST_CLAUSE = {"gpu": ", channels_last for convolutions (channels_last:
                         "cpu": ", channels_last for convolutions"}
 
 
-def _loader_cores(facts: dict) -> tuple[int, int] | None:
+def _loader_cores(facts: Facts) -> tuple[int, int] | None:
     """``(num_workers, cores a rank)`` of the script's first DataLoader (``facts["loader"]``, what
     ``perfscope profile`` recorded; the node's cores are shared by its ranks), or None unknown."""
-    loader = facts.get("loader") or {}
+    loader = facts.loader or {}
     workers, cores = loader.get("num_workers"), loader.get("cores")
     if not (isinstance(workers, int) and isinstance(cores, int) and cores > 0):
         return None
-    ranks = (facts.get("job") or {}).get("local_world_size")
+    ranks = (facts.job or {}).get("local_world_size")
     return workers, (max(1, cores // ranks) if isinstance(ranks, int) and ranks > 0 else cores)
 
 
-def _io_advice(text: str, facts: dict) -> str:
+def _io_advice(text: str, facts: Facts) -> str:
     """The io advice fitted to the loader the script has: workers that already meet the
     process's cores cannot be helped by more."""
     found = _loader_cores(facts)
@@ -78,19 +79,18 @@ _FSDP_ADVICE = {
 }
 
 
-def _comm_case(facts: dict) -> str:
+def _comm_case(facts: Facts) -> str:
     """Which comm advice the job gets: ``fsdp1``, ``fsdp2``, ``p2p``, ``nodes`` or ``ddp``."""
-    fsdp = facts.get("fsdp")
-    if fsdp in _FSDP_ADVICE:
-        return f"fsdp{fsdp}"
-    share = facts.get("p2p_comm_share")
+    if facts.fsdp in _FSDP_ADVICE:
+        return f"fsdp{facts.fsdp}"
+    share = facts.p2p_comm_share
     if isinstance(share, (int, float)) and share >= P2P_SHARE:
         return "p2p"
-    nodes = (facts.get("job") or {}).get("nnodes")
+    nodes = (facts.job or {}).get("nnodes")
     return "nodes" if isinstance(nodes, int) and nodes > 1 else "ddp"
 
 
-def _comm_advice(text: str, facts: dict) -> str:
+def _comm_advice(text: str, facts: Facts) -> str:
     """The comm advice fitted to the job: FSDP's knobs for an FSDP job, point-to-point traffic,
     or a job over several nodes."""
     case = _comm_case(facts)
@@ -99,7 +99,7 @@ def _comm_advice(text: str, facts: dict) -> str:
     if case == "p2p":
         return _P2P_ADVICE
     if case == "nodes":
-        nodes = facts["job"]["nnodes"]
+        nodes = facts.job["nnodes"]
         return (f"The job spans {nodes} nodes, and the link between them is the slow one: turn on hierarchical_allreduce "
                 "(reduce within each node first, so one copy per node crosses the link; perfscope tune tries it) and run "
                 f"perfscope forecast on this output to see the step at other link speeds. Then: {text[0].lower()}{text[1:]}")
@@ -111,7 +111,7 @@ def _comm_advice(text: str, facts: dict) -> str:
 _COMM_KNOBS = {"fsdp2": ("reshard_after_forward",), "fsdp1": (), "p2p": ()}
 
 
-def knobs_for(cls: str, mode: str, facts: dict | None = None) -> tuple[str, ...]:
+def knobs_for(cls: str, mode: str, facts: Facts | None = None) -> tuple[str, ...]:
     """The configuration keys :func:`advice_for` names for a class, fitted to the same facts and
     in its order (the base lists are :data:`perfscope.classes.KNOBS`): the knob of a measured
     what-if (``fused_ops`` for window attention, ``optimizer_impl`` for a for-loop optimizer step)
@@ -125,7 +125,7 @@ def knobs_for(cls: str, mode: str, facts: dict | None = None) -> tuple[str, ...]
     Returns:
         Keys of :class:`perfscope.runtime.config.AccelConfig`; empty where the advice names none.
     """
-    facts = facts or {}
+    facts = facts or Facts()
     keys = list(KNOBS[(cls, mode)])
     if cls == "comm":
         case = _comm_case(facts)
@@ -137,9 +137,9 @@ def knobs_for(cls: str, mode: str, facts: dict | None = None) -> tuple[str, ...]
         found = _loader_cores(facts)
         if found is not None and found[0] >= found[1]:
             return ()
-    elif cls == "launch" and mode == "gpu" and facts.get("cuda_graphs"):
+    elif cls == "launch" and mode == "gpu" and facts.cuda_graphs:
         keys.remove("compile")
-    elif cls == "compute" and facts.get("convolutions") is False:
+    elif cls == "compute" and facts.convolutions is False:
         keys.remove("channels_last")
     if cls in ("launch", "compute"):
         first = [key for key, _ in _what_ifs(cls, mode, facts)]
@@ -147,7 +147,7 @@ def knobs_for(cls: str, mode: str, facts: dict | None = None) -> tuple[str, ...]
     return tuple(keys)
 
 
-def advice_for(cls: str, mode: str, facts: dict | None = None) -> str:
+def advice_for(cls: str, mode: str, facts: Facts | None = None) -> str:
     """The advice line of a class, fitted to what the trace showed.
 
     Args:
@@ -169,33 +169,34 @@ def advice_for(cls: str, mode: str, facts: dict | None = None) -> str:
             already meet the cores a rank has, turns it to the cost of each sample; ``fsdp`` (1 or
             2: the trace holds FSDP's ranges) makes the comm advice FSDP's knobs, not DDP's.
     """
-    text = _LAUNCH_WITH_GRAPHS if cls == "launch" and mode == "gpu" and (facts or {}).get("cuda_graphs") else ADVICE[(cls, mode)]
-    if cls == "compute" and (facts or {}).get("convolutions") is False:  # no convolution ran: no channels_last
+    facts = facts or Facts()
+    text = _LAUNCH_WITH_GRAPHS if cls == "launch" and mode == "gpu" and facts.cuda_graphs else ADVICE[(cls, mode)]
+    if cls == "compute" and facts.convolutions is False:  # no convolution ran: no channels_last
         text = text.replace(CHANNELS_LAST_CLAUSE[mode], "")
     if cls == "comm":
-        return _comm_advice(text, facts or {})
+        return _comm_advice(text, facts)
     if cls == "io":
-        return _io_advice(text, facts or {})
-    cap = (facts or {}).get("no_tensor_cores")
+        return _io_advice(text, facts)
+    cap = facts.no_tensor_cores
     if cls == "compute" and mode == "gpu" and cap:
         text = (f"No kernel ran on Tensor Cores, though this GPU has them (compute capability {cap:.1f}): its matmuls "
                 f"and convolutions ran on the slower fp32 units. {text}")
-    first = [line for _, line in _what_ifs(cls, mode, facts or {})] if cls in ("launch", "compute") else []
+    first = [line for _, line in _what_ifs(cls, mode, facts)] if cls in ("launch", "compute") else []
     return f"{' '.join(first)} Then: {text[0].lower()}{text[1:]}" if first else text
 
 
-def _what_ifs(cls: str, mode: str, facts: dict) -> list[tuple[str, str]]:
+def _what_ifs(cls: str, mode: str, facts: Facts) -> list[tuple[str, str]]:
     """``(configuration key, advice sentence)`` of the knobs whose what-if the profile measured, in
     this order: the fused window attention, the fused optimizer step, and on a GPU CUDA graphs
     (launch advice) and channels-last (compute advice); those that do not apply are left out."""
     from perfscope.analysis import optimizer_step, patterns, what_ifs
 
-    lines = [("fused_ops", patterns.advice_line(facts.get("window_attention"))),
-             ("optimizer_impl", optimizer_step.advice_line(facts.get("optimizer_step")))]
+    lines = [("fused_ops", patterns.advice_line(facts.window_attention)),
+             ("optimizer_impl", optimizer_step.advice_line(facts.optimizer_step))]
     if mode == "gpu" and cls == "launch":
-        lines.append(("compile", what_ifs.graphs_line(facts.get("graphs"), bool(facts.get("cuda_graphs")))))
+        lines.append(("compile", what_ifs.graphs_line(facts.graphs, bool(facts.cuda_graphs))))
     if mode == "gpu" and cls == "compute":
-        lines.append(("channels_last", what_ifs.transpose_line(facts.get("layout_transposes"))))
+        lines.append(("channels_last", what_ifs.transpose_line(facts.layout_transposes)))
     return [(key, line) for key, line in lines if line]
 
 
@@ -239,7 +240,7 @@ def no_verdict(reason: str, advice: str) -> RunVerdict:
 
 
 def run_verdict(verdicts: np.ndarray, costs: pd.DataFrame, step_time_us: np.ndarray, mode: str,
-                facts: dict | None = None) -> RunVerdict:
+                facts: Facts | None = None) -> RunVerdict:
     """Combine steps into the run's verdict.
 
     The run is judged on its total time, not on a vote of steps: with DataLoader workers, most

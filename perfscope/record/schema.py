@@ -797,6 +797,24 @@ class Facts(_Record):
     """`details.facts`: run facts the verdicts and the tools read, each null when not recorded."""
 
     cuda_graphs: Annotated[bool | None, Meta(description='kernels replayed from CUDA graphs')] = None
+    ddp: Annotated[dict[str, Any] | None, Meta(description=(
+        "*v2*: the first rank's DDP record: `bucket_bytes`, `gradient_bytes`, `bucket_cap_bytes`, "
+        "`comm_hook`, `world_size`, DDP's own `backward_compute_us`, `backward_comm_us`, "
+        '`backward_overlap_us`'))] = None
+    loader: Annotated[dict[str, Any] | None, Meta(description=(
+        '*v2*: the first DataLoader the script iterated (`perfscope profile`): `num_workers`, `prefetch_factor`, '
+        '`persistent_workers`, `pin_memory`, `batch_size`, and `cores` (the CPUs the process may run on)'))] = None
+    job: Annotated[dict[str, Any] | None, Meta(description='*v2*: `nnodes`, `local_world_size`')] = None
+    no_tensor_cores: Annotated[Number | None, Meta(description=(
+        '*v2*: the compute capability (7.0 or more) of a GPU whose kernels include none that runs on Tensor '
+        'Cores; null otherwise'))] = None
+    convolutions: Annotated[bool | None, Meta(description=(
+        '*v2*: a convolution (operator or kernel) ran: the compute advice names channels_last only then'))] = None
+    fsdp: Annotated[int | None, Meta(description=(
+        '*v2*: `2` where the trace holds FSDP2\'s ranges (`FSDP::...`, fully_shard), `1` for FSDP1\'s '
+        '(`FullyShardedDataParallel.`...): the comm advice names FSDP\'s knobs'))] = None
+    p2p_comm_share: Annotated[Share | None, Meta(description=(
+        '*v2*: the share of communication time in send/recv and all-to-all operations; null without any'))] = None
     window_attention: Annotated[Any, Meta(description='a window-attention model (Swin) was seen')] = None
     optimizer_step: Annotated[OptimizerStep | None, Meta(description=(
         "*v2*: the optimizer's step, where the trace marks it"))] = None
@@ -806,24 +824,6 @@ class Facts(_Record):
     layout_transposes: Annotated[dict[str, Number] | None, Meta(description=(
         "*v2*: cuDNN's NCHW/NHWC transpose kernels in the verdict's steps: `kernels_per_step`, "
         "`transpose_us_per_step`, `share`, `step_time_us`, `step_time_without_us`, `speedup`; null without any"))] = None
-    ddp: Annotated[dict[str, Any] | None, Meta(description=(
-        "*v2*: the first rank's DDP record: `bucket_bytes`, `gradient_bytes`, `bucket_cap_bytes`, "
-        "`comm_hook`, `world_size`, DDP's own `backward_compute_us`, `backward_comm_us`, "
-        '`backward_overlap_us`'))] = None
-    job: Annotated[dict[str, Any] | None, Meta(description='*v2*: `nnodes`, `local_world_size`')] = None
-    p2p_comm_share: Annotated[Share | None, Meta(description=(
-        '*v2*: the share of communication time in send/recv and all-to-all operations; null without any'))] = None
-    loader: Annotated[dict[str, Any] | None, Meta(description=(
-        '*v2*: the first DataLoader the script iterated (`perfscope profile`): `num_workers`, `prefetch_factor`, '
-        '`persistent_workers`, `pin_memory`, `batch_size`, and `cores` (the CPUs the process may run on)'))] = None
-    fsdp: Annotated[int | None, Meta(description=(
-        '*v2*: `2` where the trace holds FSDP2\'s ranges (`FSDP::...`, fully_shard), `1` for FSDP1\'s '
-        '(`FullyShardedDataParallel.`...): the comm advice names FSDP\'s knobs'))] = None
-    convolutions: Annotated[bool | None, Meta(description=(
-        '*v2*: a convolution (operator or kernel) ran: the compute advice names channels_last only then'))] = None
-    no_tensor_cores: Annotated[Number | None, Meta(description=(
-        '*v2*: the compute capability (7.0 or more) of a GPU whose kernels include none that runs on Tensor '
-        'Cores; null otherwise'))] = None
 
 
 class Cost(_Record):
