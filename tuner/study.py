@@ -221,8 +221,9 @@ class TuningStudy:
         with warnings.catch_warnings():  # "experimental" since Optuna 2.9
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             optuna.storages.fail_stale_trials(self.study)
+        # failed meanwhile with neither a failure of ours nor an error Optuna caught: the heartbeat check's
         return sorted(t.number for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-                      if t.number in running and not t.user_attrs.get("failure"))
+                      if t.number in running and not t.user_attrs.get("failure") and "fail_reason" not in t.system_attrs)
 
     def settle_running_trials(self, *, say=print, clock=time.monotonic, sleep=time.sleep) -> list[int]:
         """At the end of this worker's search: fail the trials of workers that died, also those
