@@ -18,7 +18,7 @@ from perfscope.version import __version__
 
 if TYPE_CHECKING:
     from perfscope.record.schema import Run
-    from perfscope.record.tune_schema import Trial, TuneRecord
+    from perfscope.record.tune_schema import Baseline, Recommendation, Trial, TuneRecord
     from perfscope.record.view import Record
 
 # Whole-run steps kept as step metrics: every k-th step beyond this many (a long run's curve,
@@ -185,16 +185,13 @@ def tune_export(folder: Path, data: dict | TuneRecord) -> RunExport:
                        ("cost_per_1000_best_usd", cost.best)):
         _put(scalars, key, value)
     name = f"tune-{Path(record.script or folder.name).stem}"
-    return RunExport(name=name, params=params, tags=_tune_tags(record), summary=scalars,
+    return RunExport(name=name, params=params, tags=_tune_tags(record, rec, baseline), summary=scalars,
                      artifacts=_files(folder, "tune.json", "report.html", "best.yaml"),
                      children=[_trial_export(t) for t in record.trials or []])
 
 
-def _tune_tags(record: TuneRecord) -> dict[str, str]:
+def _tune_tags(record: TuneRecord, rec: Recommendation, baseline: Baseline) -> dict[str, str]:
     """What the tune concluded: the recommendation, what decided it, the baseline's verdict."""
-    from perfscope.record.tune_schema import Baseline, Recommendation
-
-    rec, baseline = record.recommendation or Recommendation(), record.baseline or Baseline()
     return {"perfscope.recommendation": rec.status or "none", "perfscope.decided_by": record.decided_by or "none",
             "perfscope.verdict": baseline.verdict or "none",
             "perfscope.version": record.perfscope_version or __version__, "perfscope.command": "tune"}
