@@ -214,7 +214,7 @@ def test_a_file_that_cannot_be_read_is_named_and_left_out_of_a_directory(tmp_pat
     (d / "rank9.json").symlink_to("/proc/self/mem")  # reading it fails with an I/O error
     a = analyze_files(sorted(d.iterdir()), skip_unreadable=True, jobs=jobs)
     (skipped,) = a.skipped
-    assert skipped["reason"].startswith(f"{d / 'rank9.json'}: cannot be read (")
+    assert skipped.reason.startswith(f"{d / 'rank9.json'}: cannot be read (")
     assert len(a.traces) == 1
     with pytest.raises(TraceFormatError, match="rank9.json: cannot be read"):
         analyze_files([d / "rank9.json"], jobs=jobs)

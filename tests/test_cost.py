@@ -22,23 +22,23 @@ EVAL_TRACES = ROOT / "evals" / "traces"
 def test_a_gpu_step_costs_its_time_at_the_price_of_every_device():
     c = cost_view(price_per_hour=3.6, step_time_us=100_000.0, shares={"io": 0.25, "launch": 0.1, "other": 0.05,
                   "comm": 0.0, "compute": 0.6}, mode="gpu", world_size=8, nnodes=2, batch_size=32, run_seconds=7200.0)
-    assert c["per_step"] == pytest.approx(0.1 / 3600 * 3.6 * 8)  # 8 GPUs, not 2 machines
-    assert c["per_1000_samples"] == pytest.approx(c["per_step"] * 1000 / (32 * 8))
-    assert c["per_run"] == pytest.approx(2 * 3.6 * 8)
-    assert c["shares"] == pytest.approx({"io": 0.25 * c["per_step"], "comm": 0.0, "launch": 0.1 * c["per_step"],
-                                         "other": 0.05 * c["per_step"]})
-    assert (c["unit"], c["devices"]) == ("GPU", 8)
+    assert c.per_step == pytest.approx(0.1 / 3600 * 3.6 * 8)  # 8 GPUs, not 2 machines
+    assert c.per_1000_samples == pytest.approx(c.per_step * 1000 / (32 * 8))
+    assert c.per_run == pytest.approx(2 * 3.6 * 8)
+    assert c.shares == pytest.approx({"io": 0.25 * c.per_step, "comm": 0.0, "launch": 0.1 * c.per_step,
+                                  "other": 0.05 * c.per_step})
+    assert (c.unit, c.devices) == ("GPU", 8)
 
 
 def test_a_cpu_run_is_priced_per_machine_and_unknowns_are_null_with_their_reason():
     c = cost_view(price_per_hour=1.0, step_time_us=3600.0, shares=None, mode="cpu", world_size=4, nnodes=2,
                   batch_size=None, run_seconds=None)
-    assert (c["unit"], c["devices"]) == ("machine", 2) and c["per_step"] == pytest.approx(2e-6)
-    assert c["per_1000_samples"] is None and "batch size" in c["per_1000_samples_why"]
-    assert c["per_run"] is None and "whole-run record" in c["per_run_why"]
+    assert (c.unit, c.devices) == ("machine", 2) and c.per_step == pytest.approx(2e-6)
+    assert c.per_1000_samples is None and "batch size" in c.per_1000_samples_why
+    assert c.per_run is None and "whole-run record" in c.per_run_why
     none = cost_view(price_per_hour=1.0, step_time_us=None, shares=None, mode="gpu", world_size=1, nnodes=1,
                      batch_size=8, run_seconds=None)
-    assert none["per_step"] is None and none["per_step_why"] == "no step was counted"  # never 0
+    assert none.per_step is None and none.per_step_why == "no step was counted"  # never 0
     assert cost_view(price_per_hour=None, step_time_us=1.0, shares=None, mode="gpu", world_size=1, nnodes=1,
                      batch_size=None, run_seconds=None) is None
 

@@ -31,11 +31,11 @@ def two_steps(tmp_path, name="t.json", rank=None, k_dur=60):
 
 def test_top_kernels_and_launch_stats(tmp_path):
     d = perfscope.analyze(two_steps(tmp_path)).details
-    top = {k["name"]: k for k in d["top_kernels"]}
-    assert top["gemm"]["count"] == 2 and top["gemm"]["total_us"] == pytest.approx(120)
-    assert top["tiny"]["mean_us"] == pytest.approx(5)
-    assert top["gemm"]["share"] == pytest.approx(120 / 130)
-    ls = d["launch_stats"]
+    top = {k.name: k for k in d.top_kernels}
+    assert top["gemm"].count == 2 and top["gemm"].total_us == pytest.approx(120)
+    assert top["tiny"].mean_us == pytest.approx(5)
+    assert top["gemm"].share == pytest.approx(120 / 130)
+    ls = d.launch_stats
     assert ls.kernels == 4 and ls.short_kernels == 2  # the two 5 us kernels
     # delays as HTA defines them, from the end of the launch call: gemm's call [t0+1, t0+3) and
     # kernel at t0+10 -> 7 us; tiny's call [t0+3, t0+4) and kernel at t0+80 -> 76 us;
@@ -46,12 +46,12 @@ def test_top_kernels_and_launch_stats(tmp_path):
 
 def test_memcpy_by_kind_and_idle_histogram(tmp_path):
     d = perfscope.analyze(two_steps(tmp_path)).details
-    (h2d,) = d["memcpy"]
-    assert (h2d["direction"], h2d["pageable"], h2d["count"]) == ("HtoD", False, 2)
-    assert h2d["bytes"] == 2_000_000
-    assert h2d["gb_per_s"] == pytest.approx(2e6 / 1e9 / 10e-6)  # 2 MB in 10 us = 200 GB/s
+    (h2d,) = d.memcpy
+    assert (h2d.direction, h2d.pageable, h2d.count) == ("HtoD", False, 2)
+    assert h2d.bytes == 2_000_000
+    assert h2d.gb_per_s == pytest.approx(2e6 / 1e9 / 10e-6)  # 2 MB in 10 us = 200 GB/s
     # busy per step: [10,70) [80,85) [90,95); gaps [0,10) [70,80) [85,90) [95,100): 10,10,5,5 us
-    hist = d["idle_gaps"]
+    hist = d.idle_gaps
     assert hist.edges_us[2] == 10.0
     assert hist.count[1] == 4  # [1, 10): the 5 us gaps, two per step
     assert hist.count[2] == 4  # [10, 100): the 10 us gaps
@@ -62,11 +62,11 @@ def test_what_if_is_the_step_time_without_the_cost_removed_step_by_step(tmp_path
     a = perfscope.analyze(two_steps(tmp_path))
     steps = a.steps[a.steps["counted"]]
     launch_cost = (steps["launch_cost_frac"] * steps["step_time_us"]).mean()
-    entry = {e["class"]: e for e in a.details["what_if"]}["launch"]
-    assert entry["step_time_us"] == pytest.approx(100)
-    assert entry["step_time_without_us"] == pytest.approx(100 - launch_cost)
-    assert entry["saved_us_per_step"] == pytest.approx(launch_cost)
-    assert entry["speedup"] == pytest.approx(100 / (100 - launch_cost))
+    entry = {e.class_: e for e in a.details.what_if}["launch"]
+    assert entry.step_time_us == pytest.approx(100)
+    assert entry.step_time_without_us == pytest.approx(100 - launch_cost)
+    assert entry.saved_us_per_step == pytest.approx(launch_cost)
+    assert entry.speedup == pytest.approx(100 / (100 - launch_cost))
 
 
 def test_ranks_and_the_slowest(tmp_path):
@@ -74,9 +74,9 @@ def test_ranks_and_the_slowest(tmp_path):
     two_steps(tmp_path / "d", "rank0.json", rank=0, k_dur=40)
     two_steps(tmp_path / "d", "rank1.json", rank=1, k_dur=60)
     d = perfscope.analyze(tmp_path / "d").details
-    assert d["slowest_rank"] == 1
-    by_rank = {r["rank"]: r for r in d["ranks"]}
+    assert d.slowest_rank == 1
+    by_rank = {r.rank: r for r in d.ranks}
     # compute (kernels) per step: rank 0: 40 + 5 = 45, rank 1: 60 + 5 = 65 -> rank 0 waits 20
-    assert by_rank[0]["median_compute_us"] == pytest.approx(45)
-    assert by_rank[0]["wait_for_slowest_us"] == pytest.approx(20)
-    assert by_rank[1]["wait_for_slowest_us"] == pytest.approx(0)
+    assert by_rank[0].median_compute_us == pytest.approx(45)
+    assert by_rank[0].wait_for_slowest_us == pytest.approx(20)
+    assert by_rank[1].wait_for_slowest_us == pytest.approx(0)

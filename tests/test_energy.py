@@ -13,6 +13,7 @@ import torch
 
 import perfscope
 from perfscope.analysis.cost import energy_view
+from perfscope.record.schema import TraceEntry
 from perfscope.collect.energy import EnergyMeter, EnergyProbe, EnergyUnavailable, NvmlMeter, RaplMeter
 from perfscope.collect.host import HostStepRecorder
 
@@ -153,15 +154,15 @@ def test_a_probe_without_a_counter_records_why_and_null_joules():
 
 def test_the_job_sums_its_gpus_and_counts_each_machine_once():
     rows = [{"rank": r, "host_energy_j": j} for r, j in ((0, 10.0), (0, 12.0), (1, 20.0), (1, 20.0))]
-    gpus = [{"rank": r, "energy": {"source": "NVML", "unit": "GPU", "machine": "a"}} for r in (0, 1)]
+    gpus = [TraceEntry(rank=r, energy={"source": "NVML", "unit": "GPU", "machine": "a"}) for r in (0, 1)]
     e = energy_view(rows, gpus, world_size=2, batch_size=8)
-    assert e["per_step_j"] == pytest.approx(11.0 + 20.0) and e["counters"] == 2
-    assert e["per_1000_samples_j"] == pytest.approx(31.0 * 1000 / 16)
-    one_machine = [{"rank": r, "energy": {"source": "RAPL", "unit": "machine", "machine": "a"}} for r in (0, 1)]
-    assert energy_view(rows, one_machine, world_size=2, batch_size=None)["per_step_j"] == pytest.approx(11.0)
-    none = energy_view(rows, [{"rank": 0, "energy": {"why": "no RAPL package"}}], world_size=1, batch_size=None)
-    assert none["per_step_j"] is None and none["why"] == "no RAPL package"
-    assert energy_view(rows, [{"rank": 0, "energy": {}}], world_size=1, batch_size=None) is None  # no host record
+    assert e.per_step_j == pytest.approx(11.0 + 20.0) and e.counters == 2
+    assert e.per_1000_samples_j == pytest.approx(31.0 * 1000 / 16)
+    one_machine = [TraceEntry(rank=r, energy={"source": "RAPL", "unit": "machine", "machine": "a"}) for r in (0, 1)]
+    assert energy_view(rows, one_machine, world_size=2, batch_size=None).per_step_j == pytest.approx(11.0)
+    none = energy_view(rows, [TraceEntry(rank=0, energy={"why": "no RAPL package"})], world_size=1, batch_size=None)
+    assert none.per_step_j is None and none.why == "no RAPL package"
+    assert energy_view(rows, [TraceEntry(rank=0, energy={})], world_size=1, batch_size=None) is None  # no host record
 
 
 TRAIN_BUMPING = '''

@@ -30,34 +30,34 @@ def _analyze(tmp_path, kernels, device):
 def test_sm_efficiency_occupancy_and_tensor_core_share_by_hand(tmp_path):
     a = _analyze(tmp_path, [_kernel("ampere_sgemm_128x64_nn", 1010, 1100, 400, 1, 0.5, 25),
                             _kernel("cutlass_80_tensorop_s1688gemm_64x64_32x6_tn", 1020, 1600, 200, 2, 2.0, 50)], A100)
-    e = a.details["gpu_efficiency"]
+    e = a.details.gpu_efficiency
     assert e.kernel_us == 600 and e.window_us == 1000
     assert e.sm_efficiency == pytest.approx((400 * 0.5 + 200 * 1.0) / 1000)  # blocks per SM capped at 1
     assert e.achieved_occupancy == pytest.approx((400 * 0.25 + 200 * 0.50) / 600)
     assert e.tensor_core_share == pytest.approx(200 / 600) and e.tensor_core_kernels == 1
     assert e.figured_share == 1.0 and e.capability == 8.0 and e.no_tensor_cores is False
-    assert a.details["facts"].no_tensor_cores is None
-    assert not a.details["advice"]["compute"].startswith("No kernel ran on Tensor Cores")
+    assert a.details.facts.no_tensor_cores is None
+    assert not a.details.advice.compute.startswith("No kernel ran on Tensor Cores")
 
 
 def test_a_volta_run_without_tensor_core_kernels_is_told_so(tmp_path):
     a = _analyze(tmp_path, [_kernel("volta_sgemm_64x64_nt", 1010, 1100, 700, 1, 1.5, 40),
                             _kernel("void at::native::vectorized_elementwise_kernel<4>", 1020, 1800, 100, 2)], V100)
-    e = a.details["gpu_efficiency"]
+    e = a.details.gpu_efficiency
     assert e.tensor_core_share == 0 and e.no_tensor_cores is True and e.capability == 7.0
     assert e.figured_share == pytest.approx(700 / 800)  # the second kernel has no launch figures
     assert e.achieved_occupancy == pytest.approx(0.40)  # over the kernels that have them
     assert e.sm_efficiency == pytest.approx(700 / 1000)
-    assert a.details["facts"].no_tensor_cores == 7.0
-    assert a.details["advice"]["compute"].startswith("No kernel ran on Tensor Cores, though this GPU has them "
+    assert a.details.facts.no_tensor_cores == 7.0
+    assert a.details.advice.compute.startswith("No kernel ran on Tensor Cores, though this GPU has them "
                                                      "(compute capability 7.0)")
 
 
 def test_rocm_devices_are_not_judged_by_cuda_capability(tmp_path):
     a = _analyze(tmp_path, [_kernel("Cijk_Ailk_Bljk_SB_MT64x64", 1010, 1100, 400, 1)], MI250)
-    e = a.details["gpu_efficiency"]
+    e = a.details.gpu_efficiency
     assert e.capability is None and e.no_tensor_cores is False and e.sm_efficiency is None
-    assert a.details["facts"].no_tensor_cores is None
+    assert a.details.facts.no_tensor_cores is None
 
 
 @pytest.mark.parametrize("name, tensor_cores", [
@@ -75,11 +75,11 @@ def test_tensor_core_kernels_by_name(name, tensor_cores):
 
 def test_real_traces(shared_traces):
     v100 = perfscope.analyze(shared_traces / "tb_plugin" / "resnet50_num_workers_4" / "worker0.1623212756351.pt.trace.json.gz")
-    e = v100.details["gpu_efficiency"]
+    e = v100.details.gpu_efficiency
     # fp32 ResNet-50 on a V100: cuDNN's and cuBLAS's fp32 kernels only
     assert e.no_tensor_cores is True and e.figured_share == 1.0
     assert 0 < e.sm_efficiency <= 1 and 0 < e.achieved_occupancy <= 1
     a100 = perfscope.analyze(shared_traces / "hta" / "a100_rank3_of8_train.json.gz")
-    e = a100.details["gpu_efficiency"]
+    e = a100.details.gpu_efficiency
     assert e.capability == 8.0 and e.tensor_core_kernels > 0 and 0 < e.tensor_core_share < 1
     assert e.no_tensor_cores is False

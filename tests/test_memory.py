@@ -107,7 +107,7 @@ def record(reserved_gib, allocated_gib=None, capacity_gib=80, n=4):
 
 def test_device_memory_view_peak_capacity_and_headroom(tmp_path):
     a = analyze(tmp_path, gpu_steps(), **record(40))
-    m = a.details["memory"]
+    m = a.details.memory
     assert m["kind"] == "device" and m["peak_bytes"] == 40 * GIB
     assert m["capacity_bytes"] == 80 * GIB and m["headroom_share"] == pytest.approx(0.5)
     assert not m["near_limit"]
@@ -121,7 +121,7 @@ def test_device_memory_view_peak_capacity_and_headroom(tmp_path):
 
 def test_a_run_near_its_memory_limit_is_flagged(tmp_path):
     a = analyze(tmp_path, gpu_steps(), **record(76))
-    assert a.details["memory"]["near_limit"]
+    assert a.details.memory["near_limit"]
     assert any("device memory is near its limit" in w and "5% headroom" in w for w in a.warnings)
 
 
@@ -129,15 +129,15 @@ def test_capacity_from_the_trace_device_properties_when_not_recorded(tmp_path):
     meta = record(20)
     del meta[HOST_STEPS_KEY]["memory"]
     meta["deviceProperties"] = [{"id": 0, "name": "NVIDIA A100", "totalGlobalMem": 40 * GIB}]
-    m = analyze(tmp_path, gpu_steps(), **meta).details["memory"]
+    m = analyze(tmp_path, gpu_steps(), **meta).details.memory
     assert m["capacity_bytes"] == 40 * GIB and m["headroom_share"] == pytest.approx(0.5)
 
 
 def test_no_memory_record_no_view(tmp_path):
     a = analyze(tmp_path, gpu_steps())
-    assert a.details["memory"] is None
+    assert a.details.memory is None
     events = [step(1, 0, 1000), kernel("k", 10, 10)]
-    assert analyze(tmp_path, events, name="t2.json").details["memory"] is None
+    assert analyze(tmp_path, events, name="t2.json").details.memory is None
 
 
 def test_host_memory_of_ranks_on_one_machine_is_summed(tmp_path):
@@ -154,7 +154,7 @@ def test_host_memory_of_ranks_on_one_machine_is_summed(tmp_path):
         write_trace(tmp_path / "d" / f"rank{rank}.json", events, host_name="node-a",
                     distributedInfo={"backend": "gloo", "rank": rank, "world_size": 2},
                     **{HOST_STEPS_KEY: {"version": 1, "steps": steps, "memory": {"host_total_bytes": 8 * GIB}}})
-    m = perfscope.analyze(tmp_path / "d").details["memory"]
+    m = perfscope.analyze(tmp_path / "d").details.memory
     assert m["kind"] == "host" and m["peak_bytes"] == 4 * GIB
     assert [r["headroom_bytes"] for r in m["ranks"]] == [1 * GIB, 1 * GIB]  # 8 - (3 + 4)
     assert m["near_limit"] is False and m["headroom_share"] == pytest.approx(0.125)
@@ -165,7 +165,7 @@ def test_peaks_above_the_capacity_are_said_and_the_summary_stays_readable(tmp_pa
     from perfscope.record import load_summary, write_summary
 
     a = analyze(tmp_path, gpu_steps(), **record(90, allocated_gib=85, capacity_gib=80))
-    m = a.details["memory"]
+    m = a.details.memory
     assert m["ranks"][0]["capacity_bytes"] is None and m["headroom_share"] is None
     assert any("above the device's capacity" in w for w in a.warnings)
     write_summary(a.summary(), tmp_path / "s.json")
@@ -183,7 +183,7 @@ def test_peaks_above_the_capacity_are_said_and_the_summary_stays_readable(tmp_pa
                     distributedInfo={"backend": "gloo", "rank": rank, "world_size": 2},
                     **{HOST_STEPS_KEY: {"version": 1, "steps": steps, "memory": {"host_total_bytes": 8 * GIB}}})
     b = perfscope.analyze(tmp_path / "d")
-    assert b.details["memory"]["headroom_bytes"] == -4 * GIB
+    assert b.details.memory["headroom_bytes"] == -4 * GIB
     assert any("add up to 4.00 GiB more than its 8.0 GiB" in w for w in b.warnings)
     write_summary(b.summary(), tmp_path / "b.json")
     load_summary(tmp_path / "b.json")

@@ -69,15 +69,15 @@ def test_a_two_node_profile_is_analyzed_by_node_with_the_hierarchical_hooks_comm
 
     a = perfscope.analyze(tmp_path / "job")  # every node's traces, gathered under one folder
     assert a.verdict.verdict == "comm-bound"
-    nodes = a.details["nodes"]
-    assert nodes["source"] == "perfscope" and [n["ranks"] for n in nodes["nodes"]] == [[0, 1], [2, 3]]
-    link = nodes["link"]
-    assert link["algorithm"] == "hierarchical" and link["comm_hook"] == "hierarchical_allreduce_hook"
+    nodes = a.details.nodes
+    assert nodes.source == "perfscope" and [n.ranks for n in nodes.nodes] == [[0, 1], [2, 3]]
+    link = nodes.link
+    assert link.algorithm == "hierarchical" and link.comm_hook == "hierarchical_allreduce_hook"
     # 2(N-1)/N * S through each node's link, carried at no more than the shaped rate
-    assert link["inter_node_bytes_per_step"] == pytest.approx(link["gradient_bytes"])
-    assert all(0 < r <= 200e6 * 1.05 for r in link["achieved_bits_per_s"].values()), link
-    groups = nodes["process_groups"]
-    assert groups["intra_node"] >= 2 and groups["inter_node"] >= 2, groups  # the hook's subgroups
+    assert link.inter_node_bytes_per_step == pytest.approx(link.gradient_bytes)
+    assert all(0 < r <= 200e6 * 1.05 for r in link.achieved_bits_per_s.values()), link
+    groups = nodes.process_groups
+    assert groups.intra_node >= 2 and groups.inter_node >= 2, groups  # the hook's subgroups
 
 
 @pytest.mark.slow

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gzip
 import json
 
+import msgspec
 import pytest
 
 from tracegen import cpu_op, event, kernel, launch, runtime, step, write_trace
@@ -15,7 +16,7 @@ from perfscope.analysis.nesting import innermost, parents
 
 
 def _rows(analysis) -> dict:
-    return {r["name"]: r for r in analysis.details["operators"]["rows"]}
+    return {r["name"]: r for r in msgspec.to_builtins(analysis.details.operators)["rows"]}
 
 
 def test_self_and_device_time_follow_the_nesting_on_every_thread(tmp_path):
@@ -30,7 +31,7 @@ def test_self_and_device_time_follow_the_nesting_on_every_thread(tmp_path):
         *launch("orphan", 1800, 1850, 20, 3),  # launched outside any operator: no one's
     ]
     a = perfscope.analyze(write_trace(tmp_path / "t.json", events))
-    view = a.details["operators"]
+    view = msgspec.to_builtins(a.details.operators)
     rows = _rows(a)
     assert view["operators"] == 4 and view["calls"] == 4 and view["with_shapes"] is True
     # linear [1100,1500) holds addmm [1150,1450), which holds empty [1160,1170) and the launch at 1200
@@ -49,7 +50,7 @@ def test_self_and_device_time_follow_the_nesting_on_every_thread(tmp_path):
 def test_a_cpu_run_ranks_by_host_self_time_and_damaged_nesting_is_no_parent(tmp_path):
     events = [step(1, 1000, 1000), cpu_op("aten::a", 1100, 100), cpu_op("aten::b", 1150, 200),  # b overlaps a
               cpu_op("aten::c", 1400, 300), cpu_op("aten::d", 1450, 50)]
-    view = perfscope.analyze(write_trace(tmp_path / "t.json", events)).details["operators"]
+    view = msgspec.to_builtins(perfscope.analyze(write_trace(tmp_path / "t.json", events)).details.operators)
     rows = {r["name"]: r for r in view["rows"]}
     assert rows["aten::a"]["host_self_us"] == 100 and rows["aten::b"]["host_self_us"] == 200
     assert rows["aten::c"]["host_self_us"] == 250 and rows["aten::d"]["host_self_us"] == 50
@@ -79,7 +80,7 @@ def test_operator_steps_are_summed_over_the_counted_steps_only(tmp_path):
 def test_a_real_trace_keeps_its_invariants(shared_traces):
     path = shared_traces / "tb_plugin" / "resnet50_num_workers_0" / "worker0.1623143089861.pt.trace.json.gz"
     a = perfscope.analyze(path)
-    view = a.details["operators"]
+    view = msgspec.to_builtins(a.details.operators)
     assert view["with_shapes"] and len(view["rows"]) == 30 and view["skipped"] == 0
     for r in view["rows"]:
         assert 0 <= r["host_self_us"] <= r["host_us"] + 1e-6 and 0 <= r["device_self_us"] <= r["device_us"] + 1e-6
@@ -100,7 +101,7 @@ def test_a_redispatch_to_the_same_operator_counts_once_as_key_averages(tmp_path)
     events = [step(1, 0, 1000), cpu_op("aten::add", 10, 100), cpu_op("aten::add", 20, 60),
               cpu_op("aten::to", 200, 300), cpu_op("aten::to", 210, 50), cpu_op("aten::to", 300, 50)]
     a = perfscope.analyze(write_trace(tmp_path / "t.json", events))
-    rows = {r["name"]: r for r in a.details["operators"]["rows"]}
+    rows = {r["name"]: r for r in msgspec.to_builtins(a.details.operators)["rows"]}
     assert rows["aten::add"]["calls"] == 1
     assert rows["aten::add"]["host_us"] == pytest.approx(100) and rows["aten::add"]["host_self_us"] == pytest.approx(100)
     assert rows["aten::to"]["calls"] == 3 and rows["aten::to"]["host_self_us"] == pytest.approx(300)

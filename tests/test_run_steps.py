@@ -9,13 +9,12 @@ import subprocess
 import sys
 from pathlib import Path
 
-import msgspec
 import pytest
 
 from perfscope.analysis import run_view
 from perfscope.analysis.run_view import memory_creep, periodic, rank_run_view, run_findings, slow_steps, window_view
 from perfscope.collect import run_timer
-from perfscope.record.schema import RunSteps
+from perfscope.record.schema import RunPeriodic, RunSlowStep
 from perfscope.record.run_steps import (
     RunStep, decode_run_steps, encode_run_step, read_run_steps, run_steps_path,
 )
@@ -23,11 +22,6 @@ from perfscope.record.run_steps import (
 from conftest import HANG_TIMEOUT_S, on_one_core  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def as_record(view: dict) -> RunSteps:
-    """A view as the record holds it (``details.run_steps[]``), as the console and report read it."""
-    return msgspec.convert(view, RunSteps)
 
 
 def steps(seconds: list[float], **kw) -> list[RunStep]:
@@ -140,36 +134,36 @@ def test_slow_steps_at_one_interval_are_periodic_even_with_a_stray_one():
         seconds[n - 1], other[n - 1] = 0.060, 0.050
     seconds[44] = 0.040  # one stray slow step (step 45, in forward)
     view = rank_run_view(steps(seconds, other=other), window=[])
-    slow = view["slow_steps"]
-    assert {r["step"] for r in slow} == {10, 30, 45, 50, 70, 90} and view["slow_count"] == 6
-    assert view["periodic"] == {"every": 20, "steps": [10, 30, 50, 70, 90], "phase": "other"}
-    assert any("a slow step every 20 steps (10, 30, 50, 70, 90), mostly in other" in f for f in run_findings(as_record(view)))
-    assert view["startup_s"] == pytest.approx(0.7)  # the first two steps: start-up, not slow steps
-    assert periodic([{"step": n, "phase": "forward"} for n in (5, 9, 40, 41, 66)]) is None
+    slow = view.slow_steps
+    assert {r.step for r in slow} == {10, 30, 45, 50, 70, 90} and view.slow_count == 6
+    assert view.periodic == RunPeriodic(every=20, steps=[10, 30, 50, 70, 90], phase="other")
+    assert any("a slow step every 20 steps (10, 30, 50, 70, 90), mostly in other" in f for f in run_findings(view))
+    assert view.startup_s == pytest.approx(0.7)  # the first two steps: start-up, not slow steps
+    assert periodic([RunSlowStep(step=n, phase="forward") for n in (5, 9, 40, 41, 66)]) is None
 
 
 def test_a_periodic_task_is_found_among_many_short_stray_slow_steps():
     import numpy as np
 
     rng = np.random.default_rng(1)
-    stray = [{"step": int(n), "phase": "forward", "extra_s": 0.004, "seconds": 0.005}
+    stray = [RunSlowStep(step=int(n), phase="forward", extra_s=0.004, seconds=0.005)
              for n in rng.choice(np.arange(3, 400), size=40, replace=False) if n % 50]
-    task = [{"step": n, "phase": "other", "extra_s": 0.5, "seconds": 0.501} for n in range(50, 400, 50)]
+    task = [RunSlowStep(step=n, phase="other", extra_s=0.5, seconds=0.501) for n in range(50, 400, 50)]
     found = periodic(stray + task)
-    assert found is not None and found["every"] == 50 and found["phase"] == "other"
-    assert found["steps"] == list(range(50, 400, 50))
+    assert found is not None and found.every == 50 and found.phase == "other"
+    assert found.steps == list(range(50, 400, 50))
     assert periodic(stray) is None  # the strays alone: no period holds half of their time
 
 
 def test_strays_between_a_periodic_tasks_steps_do_not_halve_its_interval():
     # seen on a busy machine: a task every 12 steps, and short strays that fell halfway between
     # its steps filled the slots of a period of 6
-    task = [{"step": n, "phase": "other", "extra_s": 0.25, "seconds": 0.26} for n in range(13, 98, 12)]
-    stray = [{"step": n, "phase": "forward", "extra_s": 0.004, "seconds": 0.005} for n in (7, 19, 31, 43, 55, 4, 28, 60)]
-    assert periodic(task + stray) == {"every": 12, "steps": list(range(13, 98, 12)), "phase": "other"}
+    task = [RunSlowStep(step=n, phase="other", extra_s=0.25, seconds=0.26) for n in range(13, 98, 12)]
+    stray = [RunSlowStep(step=n, phase="forward", extra_s=0.004, seconds=0.005) for n in (7, 19, 31, 43, 55, 4, 28, 60)]
+    assert periodic(task + stray) == RunPeriodic(every=12, steps=list(range(13, 98, 12)), phase="other")
     # a genuine shorter period, its time spread evenly, keeps its interval
-    every6 = [{"step": n, "phase": "other", "extra_s": 0.25, "seconds": 0.26} for n in range(7, 98, 6)]
-    assert periodic(every6 + stray[5:])["every"] == 6
+    every6 = [RunSlowStep(step=n, phase="other", extra_s=0.25, seconds=0.26) for n in range(7, 98, 6)]
+    assert periodic(every6 + stray[5:]).every == 6
 
 
 def test_noise_alone_makes_no_slow_step():
@@ -184,14 +178,14 @@ def test_memory_that_keeps_growing_is_creep_and_a_flat_level_is_not():
     n = 60
     growing = steps([0.05] * n, rss=[(1 << 30) + k * (4 << 20) for k in range(n)])
     (creep,) = memory_creep(growing)
-    assert creep["memory"] == "rss" and creep["bytes_per_step"] == pytest.approx(4 << 20)
-    assert creep["growth_bytes"] == pytest.approx((n - 3) * (4 << 20)) and creep["first_step"] == 3
+    assert creep.memory == "rss" and creep.bytes_per_step == pytest.approx(4 << 20)
+    assert creep.growth_bytes == pytest.approx((n - 3) * (4 << 20)) and creep.first_step == 3
     flat = steps([0.05] * n, rss=[(1 << 30) + (k % 3) * (8 << 20) for k in range(n)])
     assert memory_creep(flat) == []
     small = steps([0.05] * n, device_allocated=[(8 << 30) + k * 1024 for k in range(n)])  # 60 KiB in all
     assert memory_creep(small) == []
     view = rank_run_view(growing, window=[])
-    assert any(f.startswith("memory creep: host memory (resident set) grew 228 MiB") for f in run_findings(as_record(view)))
+    assert any(f.startswith("memory creep: host memory (resident set) grew 228 MiB") for f in run_findings(view))
 
 
 def test_the_window_is_compared_with_the_untraced_steps_only():
@@ -201,23 +195,23 @@ def test_the_window_is_compared_with_the_untraced_steps_only():
         traced[n - 1] = True  # warm-up 9-10, window 11-15
     record = steps(seconds, traced=traced)
     w = window_view(record, window=range(11, 16))
-    assert (w["first"], w["last"], w["steps"]) == (11, 15, 5)
-    assert w["ratio"] == pytest.approx(1.3) and w["representative"] is False and w["percentile"] == 1.0
+    assert (w.first, w.last, w.steps) == (11, 15, 5)
+    assert w.ratio == pytest.approx(1.3) and w.representative is False and w.percentile == 1.0
     view = rank_run_view(record, window=range(11, 16))
-    assert view["steady_untraced"] and view["steady_steps"] == 26 and view["traced_steps"] == 7
-    assert view["median_s"] == pytest.approx(0.010)
+    assert view.steady_untraced and view.steady_steps == 26 and view.traced_steps == 7
+    assert view.median_s == pytest.approx(0.010)
     # a run perfscope ended with its window has nothing to compare it with
     short = steps([0.3, 0.2, 0.010] + [0.013] * 7, traced=[False] * 3 + [True] * 7)  # the default schedule
     ended = rank_run_view(short, window=range(6, 11))
-    assert ended["window"]["ratio"] is None and not ended["steady_untraced"]
-    assert "`--max-steps 0`" in run_findings(as_record(ended))[0]
+    assert ended.window.ratio is None and not ended.steady_untraced
+    assert "`--max-steps 0`" in run_findings(ended)[0]
 
 
 def test_a_long_run_keeps_a_bounded_curve_and_an_even_sample():
     record = steps([0.01] * 5000)
     view = rank_run_view(record, window=[])
-    assert len(view["curve"]) == run_view.CURVE_POINTS
-    assert len(view["sample_s"]) <= run_view.SAMPLE_STEPS and len(view["sample_s"]) > run_view.SAMPLE_STEPS // 2  # one stride
+    assert len(view.curve) == run_view.CURVE_POINTS
+    assert len(view.sample_s) <= run_view.SAMPLE_STEPS and len(view.sample_s) > run_view.SAMPLE_STEPS // 2  # one stride
 
 
 # ----------------------------------------------------------------------------- end to end
@@ -307,10 +301,10 @@ def test_a_malformed_line_is_counted_and_named_and_the_whole_run_view_kept(tmp_p
     lines[7] = b'[8,"hand-edited",0.01]\n'
     (tmp_path / "rank0.run.jsonl").write_bytes(b"".join(lines) + lines[0][:6])  # and a torn last line
     a = perfscope.analyze(trace)
-    (view,) = a.details["run_steps"]
-    assert view["steps"] == 39
-    (entry,) = [e for e in a.traces[0]["data_quality"] if e["reason"] == run_view.MALFORMED_LINES]
-    assert (entry["action"], entry["count"], entry["unit"], entry["examples"]) == (
+    (view,) = a.details.run_steps
+    assert view.steps == 39
+    (entry,) = [e for e in a.traces[0].data_quality if e.reason == run_view.MALFORMED_LINES]
+    assert (entry.action, entry.count, entry.unit, entry.examples) == (
         "dropped", 2, "line", {"rank0.run.jsonl": 2})
     assert any(w.startswith("rank0.pt.trace.json: 2 lines dropped: torn or malformed lines") for w in a.warnings)
 

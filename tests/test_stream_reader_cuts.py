@@ -328,8 +328,8 @@ def test_a_huge_number_in_a_field_not_read_of_copied_events(tmp_path, number):
     for b in (None, 1):
         new = new_read(path, batch_bytes=b) if b else new_read(path)
         assert isinstance(new, TraceTable), f"batch_bytes={b}: {describe(new)}"
-        assert [e.to_dict() for e in new.quality.entries if e.action != "repaired"] == \
-            [e.to_dict() for e in old.quality.entries if e.action != "repaired"]
+        assert [e.to_record() for e in new.quality.entries if e.action != "repaired"] == \
+            [e.to_record() for e in old.quality.entries if e.action != "repaired"]
 
 
 @pytest.mark.parametrize("field", ["ts", "dur", "pid", "tid", "device", "stream", "correlation", "bytes", "External id",

@@ -253,9 +253,9 @@ def test_durations_summed_past_int32_are_not_wrapped(tmp_path, kernel_s, want):
     table = read_table(path)
     assert table.dur_ns.dtype == want
     a = perfscope.analyze(path)
-    top = a.details["top_kernels"][0]
-    assert top["name"] == "gemm_long" and top["count"] == 4
-    assert top["total_us"] == pytest.approx(4 * kernel_us)
+    top = a.details.top_kernels[0]
+    assert top.name == "gemm_long" and top.count == 4
+    assert top.total_us == pytest.approx(4 * kernel_us)
     assert a.steps["compute_us"].sum() == pytest.approx(4 * kernel_us)
 
 
@@ -273,8 +273,8 @@ def test_copy_bytes_summed_past_int32_are_not_wrapped(tmp_path):
             events.append(copy)
     path = write_trace(tmp_path / "copies.json", events)
     assert read_table(path).copy_bytes.dtype == np.int32
-    (h2d,) = perfscope.analyze(path).details["memcpy"]
-    assert h2d["count"] == 6 and h2d["bytes"] == 6 * 2**30
+    (h2d,) = perfscope.analyze(path).details.memcpy
+    assert h2d.count == 6 and h2d.bytes == 6 * 2**30
 
 
 def test_gzip_trace_gives_the_same_compact_table(tmp_path):
@@ -338,10 +338,10 @@ def test_what_the_gpu_waited_on_does_not_depend_on_the_chunk(monkeypatch, shared
     trace, and the launches that follow a stream wait are those of the formulation over every
     runtime row (the real traces show no cross-stream wait: test_trace_cases_waits has one)."""
     path = shared_traces / "hta" / "a100_rank3_of8_train.json.gz"
-    whole = perfscope.analysis.run.analyze(path).details["other_waits"]
+    whole = perfscope.analysis.run.analyze(path).details.other_waits
     monkeypatch.setattr(chunked, "CHUNK_ROWS", 4093)
-    assert perfscope.analysis.run.analyze(path).details["other_waits"] == whole
-    assert whole["other_idle_us"] > 0
+    assert perfscope.analysis.run.analyze(path).details.other_waits == whole
+    assert whole.other_idle_us > 0
     t = read_table(path)
     rt_rows = np.flatnonzero(t.kind == EventKind.RUNTIME)
     wait, work = t.name_flag(is_stream_wait)[rt_rows], t.name_flag(is_gpu_work_call)[rt_rows]

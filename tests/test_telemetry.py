@@ -17,7 +17,7 @@ from perfscope.collect.telemetry import (
 )
 from perfscope.console import format_summary
 from perfscope.record.host_steps import HOST_STEPS_KEY
-from perfscope.record.telemetry_format import FIELDS, TELEMETRY_KEY, parse
+from perfscope.record.telemetry_format import FIELDS, TELEMETRY_KEY, TelemetryRecord, parse
 
 
 class FakeSource(DeviceSource):
@@ -87,11 +87,11 @@ def test_sampler_records_samples_on_its_clock():
     assert [r[0] for r in rec["samples"]] == [1_000, 1_100]
     assert [r[2] for r in rec["samples"]] == [10, 90] and rec["samples"][1][8] == 0x40
     parsed, problems = parse(rec)
-    assert problems == [] and parsed["samples"][1]["reasons"] == 0x40
-    assert rec["averaging_s"] == 0.0 and parsed["averaging_s"] == 0.0  # the source's: the fake reads what is now
+    assert problems == [] and parsed.samples[1]["reasons"] == 0x40
+    assert rec["averaging_s"] == 0.0 and parsed.averaging_s == 0.0  # the source's: the fake reads what is now
     assert NvmlSource.averaging_s == 1.0
     # a record from before the field: as its source averages (NVML up to a second)
-    assert parse({k: v for k, v in rec.items() if k != "averaging_s"} | {"source": "NVML"})[0]["averaging_s"] == 1.0
+    assert parse({k: v for k, v in rec.items() if k != "averaging_s"} | {"source": "NVML"})[0].averaging_s == 1.0
 
 
 def test_sampler_backs_off_when_reading_costs_over_one_percent():
@@ -125,13 +125,13 @@ def test_unusable_samples_are_counted():
     r = rec.record()
     r["samples"] += [["x"] * len(FIELDS), [1, 5] + [0] * (len(FIELDS) - 2)]  # bad time; no device 5
     parsed, problems = parse(r)
-    assert len(parsed["samples"]) == 1 and problems == [
+    assert len(parsed.samples) == 1 and problems == [
         "2 telemetry samples are unusable (a value out of its range, or of the wrong type)"]
-    assert parse({"version": 1, "skipped": "no GPU"})[0] == {"skipped": "no GPU"}
-    assert "not one this perfscope reads" in parse([1, 2])[0]["skipped"]
+    assert parse({"version": 1, "skipped": "no GPU"})[0] == TelemetryRecord(skipped="no GPU")
+    assert "not one this perfscope reads" in parse([1, 2])[0].skipped
     r["samples"] = [r["samples"][0][:2] + [1_000_000] + r["samples"][0][3:],  # utilisation beyond 100%
                     r["samples"][0][:8] + [-1, 60]]  # a negative reasons mask
-    assert parse(r)[0]["samples"] == []
+    assert parse(r)[0].samples == []
 
 
 BASE_NS = 1_790_000_000_000_000_000  # the trace's baseTimeNanoseconds
@@ -172,7 +172,7 @@ def test_samples_align_to_the_step_windows_through_the_host_record(tmp_path):
     assert rows.loc[1, "gpu_util_pct"] == pytest.approx(20) and rows.loc[4, "gpu_util_pct"] == pytest.approx(80)
     assert (rows["telemetry_samples"] == 4).all()
     assert rows.loc[2, "power_w"] == pytest.approx(300)
-    t = a.details["telemetry"]
+    t = a.details.telemetry
     assert t["alignment"] == [{"rank": 0, "offset_us": pytest.approx(SKEW_NS / 1000), "source": "step starts"}]
     counted = rows[rows["counted"]]
     assert t["gpu_util_pct"] == pytest.approx(counted["gpu_util_pct"].mean())
@@ -182,14 +182,14 @@ def test_samples_align_to_the_step_windows_through_the_host_record(tmp_path):
 
 def test_without_a_host_record_the_clocks_are_taken_as_they_are(tmp_path):
     a = traced(tmp_path, [20, 40, 60, 80], host=False)
-    assert a.details["telemetry"]["alignment"][0]["source"] == "clocks"
+    assert a.details.telemetry["alignment"][0]["source"] == "clocks"
     # 3 ms of skew moves every sample three steps early: only the last step's samples fall in step 1
     assert a.steps.set_index("step").loc[1, "gpu_util_pct"] == pytest.approx(80)
 
 
 def test_throttling_is_called_out(tmp_path):
     a = traced(tmp_path, [90, 90, 90, 90], reasons={1: 0x40, 2: 0x4})
-    t = a.details["telemetry"]
+    t = a.details.telemetry
     assert t["throttle"]["thermal (hardware)"] > 0 and t["throttle"]["power cap (software)"] > 0
     assert t["sm_clock_mhz"]["min"] == 1400
     (w,) = [w for w in a.warnings if "throttled" in w]
@@ -200,13 +200,13 @@ def test_a_run_without_a_gpu_says_why(tmp_path):
     events = [step(1, 0, 1000), cpu_op("aten::addmm", 10, 900)]
     a = analyze(tmp_path, events, **{TELEMETRY_KEY: {"version": 1, "skipped": "no CUDA device: the script did "
                                                                                "not use one"}})
-    assert a.details["telemetry"] == {"skipped": "no CUDA device: the script did not use one"}
+    assert a.details.telemetry == {"skipped": "no CUDA device: the script did not use one"}
     assert "gpu_util_pct" not in a.steps
 
 
 def test_samples_outside_every_counted_step_say_so(tmp_path):
     a = traced(tmp_path, [20, 40, 60, 80], shift_ns=10**12)  # a quarter of an hour after the trace
-    t = a.details["telemetry"]
+    t = a.details.telemetry
     assert t["skipped"].startswith("16 telemetry samples, none inside the counted steps")
     assert "gpu telemetry: not sampled (16 telemetry samples, none inside" in format_summary(a.summary())
 
@@ -218,7 +218,7 @@ def test_readings_that_reach_back_before_the_window_are_not_taken_for_it(tmp_pat
     assert rows.loc[1, "gpu_util_pct"] != rows.loc[1, "gpu_util_pct"]  # NaN: no settled sample in step 1
     assert rows.loc[2, "gpu_util_pct"] == pytest.approx(40) and rows.loc[4, "gpu_util_pct"] == pytest.approx(80)
     assert rows.loc[1, "sm_clock_mhz"] == 1980  # clocks are read as they are now: every sample
-    t = a.details["telemetry"]
+    t = a.details.telemetry
     assert t["samples"] == 16 and t["settled_samples"] == 10 and t["unsettled"] is None
     assert t["gpu_util_pct"] == pytest.approx((2 * 40 + 4 * 60 + 4 * 80) / 10)
     line = [x for x in format_summary(a.summary()).splitlines() if x.startswith("gpu:")][0]
@@ -226,12 +226,12 @@ def test_readings_that_reach_back_before_the_window_are_not_taken_for_it(tmp_pat
     # a window longer than the averaging whose samples stopped early: said as such, not as a short window
     (tmp_path / "early").mkdir()
     early = traced(tmp_path / "early", [20, 40, 60, 80], averaging_s=0.0039)
-    assert early.details["telemetry"]["unsettled"].startswith("no sample of the counted steps was taken 0.0039 s or more")
+    assert early.details.telemetry["unsettled"].startswith("no sample of the counted steps was taken 0.0039 s or more")
 
 
 def test_a_window_shorter_than_nvmls_averaging_gets_no_utilisation(tmp_path):
     a = traced(tmp_path, [20, 40, 60, 80], averaging_s=None)  # NVML's second, 4 ms of steps
-    t = a.details["telemetry"]
+    t = a.details.telemetry
     assert t["gpu_util_pct"] is None and t["power_w"]["mean"] is None and t["settled_samples"] == 0
     assert t["unsettled"].startswith("the profiled steps span 4 ms, no more than the 1 s over which NVML averages")
     assert t["sm_clock_mhz"]["min"] == 1980

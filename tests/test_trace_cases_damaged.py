@@ -49,7 +49,7 @@ def test_truncated_json_keeps_complete_events(tmp_path):
     path = tmp_path / "cut.json"
     path.write_bytes(data[:last + 3])
     a = perfscope.analyze(path)
-    assert a.traces[0]["events"] == 8  # the last event is lost
+    assert a.traces[0].events == 8  # the last event is lost
     assert any("truncated" in w for w in a.warnings)
     assert list(a.steps["step"]) == [1, 2, 3]
     assert a.steps.iloc[0]["operator_us"] == pytest.approx(85)  # 80 + 5
@@ -63,7 +63,7 @@ def test_truncated_gzip_keeps_complete_events(tmp_path):
     path.write_bytes(data[: len(data) * 3 // 5])
     a = perfscope.analyze(path)
     assert any("truncated" in w for w in a.warnings)
-    assert 0 < a.traces[0]["events"] < len(events)
+    assert 0 < a.traces[0].events < len(events)
     check_partition(a.steps)
 
 
@@ -93,8 +93,8 @@ def test_event_without_a_usable_time_is_dropped_and_counted(tmp_path, bad):
     row = only_row(a)
     assert row["step_time_us"] == pytest.approx(100)
     assert row["compute_us"] == pytest.approx(30)
-    (entry,) = [e for e in a.traces[0]["data_quality"] if e["action"] == "dropped"]
-    assert entry["count"] == 1 and entry["examples"] == {"aten::mm": 1}
+    (entry,) = [e for e in a.traces[0].data_quality if e.action == "dropped"]
+    assert entry.count == 1 and entry.examples == {"aten::mm": 1}
     assert any("1 event dropped: missing, non-numeric or out-of-range ts or dur" in w for w in a.warnings)
 
 

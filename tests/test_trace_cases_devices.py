@@ -80,14 +80,14 @@ def test_kernels_of_one_cuda_graph_launch_are_not_late_launches(tmp_path):
               runtime("cudaGraphLaunch", 1, 5, correlation=7)]
     events += [kernel(f"graph_k{i}", 10 + 2 * i, 2, correlation=7) for i in range(50)]
     a = analyze(tmp_path, events)
-    ls = a.details["launch_stats"]
+    ls = a.details.launch_stats
     assert ls.kernels == 50 and ls.graph_kernels == 50
     # 49 of them start 14..108 us after the call ended: without the graph rule, 49 late launches
     assert ls.long_delay_kernels == 0 and ls.median_launch_delay_us is None
     assert a.verdict.verdict == "launch-bound"
     assert "CUDA graphs (torch.compile" not in a.verdict.advice
     assert "CUDA graphs it already replays" in a.verdict.advice
-    assert a.details["advice"]["launch"] == a.verdict.advice
+    assert a.details.advice.launch == a.verdict.advice
 
 
 def test_a_run_without_graphs_is_told_about_them(tmp_path):
@@ -130,8 +130,8 @@ def test_an_mtia_event_wait_is_the_device_waiting_as_a_cuda_sync_event_is(tmp_pa
     row = only_row(a)
     assert row["kernel_count"] == 2 and row["compute_us"] == pytest.approx(500)
     assert row["gpu_busy_us"] == pytest.approx(500)
-    waits = a.details["other_waits"]["causes"]["cross-stream wait"]
-    assert waits["us"] == pytest.approx(300)
+    waits = a.details.other_waits.causes["cross-stream wait"]
+    assert waits.us == pytest.approx(300)
 
 
 def test_kernels_perfscope_dropped_as_corrupt_are_not_blamed_on_the_profiler(tmp_path):

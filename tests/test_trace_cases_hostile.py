@@ -70,7 +70,7 @@ def test_truncation_inside_an_event_with_many_braces_is_recovered(tmp_path):
     path = tmp_path / "t.json"
     path.write_bytes(data[: data.rfind(b"\n  ]")] + tail)
     a = perfscope.analyze(path)
-    assert a.traces[0]["events"] == 4 and list(a.steps["step"]) == [1, 2]
+    assert a.traces[0].events == 4 and list(a.steps["step"]) == [1, 2]
     assert any("1 file truncated" in w for w in a.warnings)
 
 

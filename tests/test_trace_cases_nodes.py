@@ -49,29 +49,29 @@ def _job(tmp_path, *, clock_us=0, slow=(3,), **kw):
 
 
 def test_ranks_are_grouped_by_node_and_a_node_slow_as_a_whole_named(tmp_path):
-    nodes = _job(tmp_path, slow=(2, 3)).details["nodes"]
-    assert nodes["source"] == "perfscope" and nodes["count"] == 2
-    assert [n["ranks"] for n in nodes["nodes"]] == [[0, 1], [2, 3]]
-    assert [n["clock_offset_us"] for n in nodes["nodes"]] == [0.0, 0.0]
-    assert nodes["straggler_node"]["node"] == 1 and nodes["straggler_node"]["basis"] == "arrival"
-    assert nodes["nodes"][1]["median_late_us"] == pytest.approx(3000)
+    nodes = _job(tmp_path, slow=(2, 3)).details.nodes
+    assert nodes.source == "perfscope" and nodes.count == 2
+    assert [n.ranks for n in nodes.nodes] == [[0, 1], [2, 3]]
+    assert [n.clock_offset_us for n in nodes.nodes] == [0.0, 0.0]
+    assert nodes.straggler_node.node == 1 and nodes.straggler_node.basis == "arrival"
+    assert nodes.nodes[1].median_late_us == pytest.approx(3000)
 
 
 def test_one_slow_rank_is_the_straggler_but_not_its_whole_node(tmp_path):
     a = _job(tmp_path)  # rank 3 alone is late; rank 2, on the same node, is not
-    assert a.details["straggler"]["rank"] == 3
-    assert a.details["nodes"]["straggler_node"] is None
+    assert a.details.straggler.rank == 3
+    assert a.details.nodes.straggler_node is None
 
 
 def test_collectives_of_subgroups_not_named_in_the_trace_are_not_paired_across_ranks(tmp_path):
     # PGS lists subgroups; the NCCL kernels carry no group: the k-th all-reduce of rank 0 and of
     # rank 2 may be different groups' collectives, so no lateness, no straggler, and a note says why.
     a = _job(tmp_path, with_groups=True)
-    pg = a.details["nodes"]["process_groups"]
-    assert (pg["intra_node"], pg["inter_node"]) == (2, 3)
-    assert [g["span"] for g in pg["groups"]] == ["inter-node", "intra-node", "intra-node", "inter-node", "inter-node"]
-    assert a.details["straggler"] is None and a.details["collectives_matched"] == 0
-    assert "process group(s) smaller than the world" in a.details["collectives_unmatched_reason"]
+    pg = a.details.nodes.process_groups
+    assert (pg.intra_node, pg.inter_node) == (2, 3)
+    assert [g.span for g in pg.groups] == ["inter-node", "intra-node", "intra-node", "inter-node", "inter-node"]
+    assert a.details.straggler is None and a.details.collectives_matched == 0
+    assert "process group(s) smaller than the world" in a.details.collectives_unmatched_reason
     assert any("ranks are not compared at their collectives" in n for n in a.notes)
 
 
@@ -79,10 +79,10 @@ def test_a_node_clock_that_runs_ahead_is_found_and_taken_out(tmp_path):
     # Node 1's clock is 40 ms ahead: on raw times its ranks would arrive 40 ms late (or, with the
     # ends 40 ms apart, no rank would overlap another in a collective).
     a = _job(tmp_path, clock_us=40_000)
-    nodes = a.details["nodes"]
-    assert nodes["nodes"][1]["clock_offset_us"] == pytest.approx(40_000, abs=1)
-    assert a.details["clocks_agree"] is True
-    assert a.details["straggler"]["rank"] == 3 and a.details["straggler"]["median_late_us"] == pytest.approx(3000, abs=1)
+    nodes = a.details.nodes
+    assert nodes.nodes[1].clock_offset_us == pytest.approx(40_000, abs=1)
+    assert a.details.clocks_agree is True
+    assert a.details.straggler.rank == 3 and a.details.straggler.median_late_us == pytest.approx(3000, abs=1)
 
 
 def test_distinct_host_names_tell_nodes_apart_without_perfscopes_record(tmp_path):
@@ -90,9 +90,9 @@ def test_distinct_host_names_tell_nodes_apart_without_perfscopes_record(tmp_path
     d.mkdir()
     for r in range(4):
         _rank(d / f"rank{r}.json", r, 3_000, record=False, host=f"gpu-node-{7 - r // 2}")
-    nodes = perfscope.analyze(d).details["nodes"]
-    assert nodes["source"] == "host name"
-    assert [(n["node"], n["host"], n["ranks"]) for n in nodes["nodes"]] == [(0, "gpu-node-7", [0, 1]),
+    nodes = perfscope.analyze(d).details.nodes
+    assert nodes.source == "host name"
+    assert [(n.node, n.host, n.ranks) for n in nodes.nodes] == [(0, "gpu-node-7", [0, 1]),
                                                                             (1, "gpu-node-6", [2, 3])]
 
 
@@ -101,7 +101,7 @@ def test_one_host_and_no_record_is_no_node_view(tmp_path):
     d.mkdir()
     for r in range(4):
         _rank(d / f"rank{r}.json", r, 3_000, record=False, host="vm")
-    assert perfscope.analyze(d).details["nodes"] is None
+    assert perfscope.analyze(d).details.nodes is None
 
 
 def test_a_job_record_that_is_not_one_is_named_and_ignored(tmp_path):
@@ -147,8 +147,8 @@ def test_job_records_that_contradict_each_other_are_said(tmp_path):
 
 def test_comm_advice_of_a_job_over_nodes_puts_the_hierarchical_all_reduce_and_forecast_first(tmp_path):
     a = _job(tmp_path)
-    assert a.details["facts"].job["nnodes"] == 2 and a.details["facts"].p2p_comm_share == 0.0
-    advice = a.details["advice"]["comm"]
+    assert a.details.facts.job["nnodes"] == 2 and a.details.facts.p2p_comm_share == 0.0
+    advice = a.details.advice.comm
     assert advice.startswith("The job spans 2 nodes") and "hierarchical_allreduce" in advice
     assert "perfscope forecast" in advice and "bucket_cap_mb" in advice  # the usual knobs follow
 
@@ -165,9 +165,9 @@ def test_comm_advice_names_point_to_point_traffic_when_it_is_most_of_the_communi
                    *launch(NCCL_NEW, s + 1, s + 10, 2_000, correlation=10 * n + 1, stream=20),
                    *launch(kernel, s + 2, s + 2_010, 5_000, correlation=10 * n + 2, stream=20)]
     a = perfscope.analyze(write_trace(tmp_path / "t.json", events))
-    share = a.details["facts"].p2p_comm_share
+    share = a.details.facts.p2p_comm_share
     assert share == pytest.approx(5 / 7 if p2p else 0.0)
-    advice = a.details["advice"]["comm"]
+    advice = a.details.advice.comm
     assert advice.startswith("Most communication time is point-to-point") is p2p
     assert ("bucket_cap_mb" in advice) is not p2p
 

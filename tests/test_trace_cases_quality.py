@@ -56,7 +56,7 @@ def test_negative_absurd_and_zeroed_events_are_not_counted_as_work(tmp_path):
     assert _entry(a, "negative duration", "dropped")["examples"] == {"aten::negative": 1}
     assert _entry(a, "duration longer than a day", "dropped")["examples"] == {"aten::absurd": 1}
     assert _entry(a, "ts and dur both 0", "set aside")["count"] == 1
-    assert a.traces[0]["events"] == 2  # the step marker and aten::mm
+    assert a.traces[0].events == 2  # the step marker and aten::mm
 
 
 @pytest.mark.parametrize("gpu", [False, True], ids=["cpu", "gpu"])
@@ -126,7 +126,7 @@ def test_zero_duration_copies_are_counted_but_not_in_the_bandwidth(tmp_path):
         c["args"]["bytes"] = 1_000_000
     events = [step(1, 0, 100), runtime("cudaMemcpyAsync", 1, 1, correlation=1),
               runtime("cudaMemcpyAsync", 25, 1, correlation=2), c1, c2]
-    (h2d,) = analyze(tmp_path, events).details["memcpy"]
-    assert h2d["count"] == 2 and h2d["zero_duration"] == 1
-    assert h2d["bytes"] == 2_000_000
-    assert h2d["gb_per_s"] == pytest.approx(1e6 / 1e9 / 10e-6)  # 1 MB in 10 us = 100 GB/s, not 200
+    (h2d,) = analyze(tmp_path, events).details.memcpy
+    assert h2d.count == 2 and h2d.zero_duration == 1
+    assert h2d.bytes == 2_000_000
+    assert h2d.gb_per_s == pytest.approx(1e6 / 1e9 / 10e-6)  # 1 MB in 10 us = 100 GB/s, not 200

@@ -42,14 +42,14 @@ def test_ranks_are_compared_on_base_time_plus_ts(tmp_path):
     _rank(d / "rank0.json", 0, BASE, 3_000)
     _rank(d / "rank1.json", 1, BASE + 5_000_000, 6_000, shift_us=-5_000)  # the same absolute times
     a = perfscope.analyze(d)
-    st = a.details["straggler"]
+    st = a.details.straggler
     # per step: rank 0 arrives at s+3010, rank 1 at s+6010 (absolute): rank 1 is 3000 us late
-    assert st["rank"] == 1 and st["steps_last"] == 2 and st["steps"] == 2
-    assert st["median_late_us"] == pytest.approx(3000)
+    assert st.rank == 1 and st.steps_last == 2 and st.steps == 2
+    assert st.median_late_us == pytest.approx(3000)
     # rank 0's all-reduce lasts 9000 - 3010 = 5990 us, rank 1's 2990: rank 0 waits 3000 us in it
-    assert st["median_others_wait_us"] == pytest.approx(3000)
-    rows = {r["rank"]: r for r in a.details["ranks"]}
-    assert rows[0]["median_collective_wait_us"] == pytest.approx(3000) and rows[1]["median_late_us"] == pytest.approx(3000)
+    assert st.median_others_wait_us == pytest.approx(3000)
+    rows = {r.rank: r for r in a.details.ranks}
+    assert rows[0].median_collective_wait_us == pytest.approx(3000) and rows[1].median_late_us == pytest.approx(3000)
     s = a.summary()
     assert s["details"]["straggler"]["rank"] == 1
     from perfscope.reports import render_report
@@ -82,7 +82,7 @@ def test_a_rank_taken_from_the_file_name_is_said(tmp_path):
     for r in (0, 1):
         write_trace(d / f"rank{r}.json", [step(1, 0, 100), cpu_op("aten::mm", 0, 90)])
     a = perfscope.analyze(d)
-    assert sorted(t["rank"] for t in a.traces) == [0, 1]
+    assert sorted(t.rank for t in a.traces) == [0, 1]
     assert any("rank0.json: no usable rank in distributedInfo; rank 0 taken from the file name" in w for w in a.warnings)
 
 
@@ -94,7 +94,7 @@ def test_a_rank_that_is_not_a_rank_is_refused(tmp_path, rank, why):
                        distributedInfo={"rank": rank, "world_size": 2})
     a = perfscope.analyze(path)
     assert any(w.startswith("worker.json: distributedInfo.rank") and str(rank) in w and why in w for w in a.warnings)
-    assert a.traces[0]["rank"] == 0  # no rank: numbered among the traces analyzed
+    assert a.traces[0].rank == 0  # no rank: numbered among the traces analyzed
 
 
 def test_a_rank_less_distributed_info_is_warned_about_not_read_as_rank_0(tmp_path):
@@ -107,7 +107,7 @@ def test_a_rank_less_distributed_info_is_warned_about_not_read_as_rank_0(tmp_pat
     one = perfscope.analyze(write_trace(tmp_path / "one.json", events, distributedInfo={"world_size": 1}))
     named = perfscope.analyze(write_trace(tmp_path / "rank3.json", events, distributedInfo={"world_size": 8}))
     assert not [w for w in one.warnings + named.warnings if "no rank" in w]
-    assert named.traces[0]["rank"] == 3
+    assert named.traces[0].rank == 3
 
 
 def test_values_past_64_bits_and_odd_shapes_are_refused_not_fatal(tmp_path):
@@ -126,7 +126,7 @@ def test_values_past_64_bits_and_odd_shapes_are_refused_not_fatal(tmp_path):
     assert row["launch_wait_us"] + row["kernel_wait_us"] + row["other_idle_us"] == pytest.approx(70)
     # the u64 correlation still links the launch to its kernel: the gap [0, 20) is host wait until 12
     assert row["launch_wait_us"] == pytest.approx(12 + 50)
-    assert a.traces[0]["devices"] == []
+    assert a.traces[0].devices == []
     assert any("deviceProperties entries (or their names) are not what the format says" in w for w in a.warnings)
 
 
@@ -138,9 +138,9 @@ def test_one_bad_file_does_not_stop_a_directory(tmp_path):
     (d / "rank1.json").write_bytes(bad)
     col = bad.index(b"@") + 1
     a = perfscope.analyze(d)
-    assert [t["rank"] for t in a.traces] == [0]
+    assert [t.rank for t in a.traces] == [0]
     (skipped,) = a.skipped
-    assert skipped["damaged"] and f"rank1.json:1:{col}: invalid JSON that cannot be repaired" in skipped["reason"]
+    assert skipped.damaged and f"rank1.json:1:{col}: invalid JSON that cannot be repaired" in skipped.reason
     assert any(w.startswith("skipped ") and "rank1.json" in w for w in a.warnings)
 
 
@@ -160,9 +160,9 @@ def test_a_file_that_breaks_perfscope_is_skipped_in_a_directory_and_named(tmp_pa
 
     monkeypatch.setattr(rank, "read_table", read)
     a = perfscope.analyze(d)
-    assert [t["rank"] for t in a.traces] == [0]
+    assert [t.rank for t in a.traces] == [0]
     (skipped,) = a.skipped
-    assert skipped["damaged"] and "internal error: OverflowError: simulated; please report it" in skipped["reason"]
+    assert skipped.damaged and "internal error: OverflowError: simulated; please report it" in skipped.reason
     with pytest.raises(OverflowError):  # a single file is not skipped: the error reaches the caller
         perfscope.analyze(d / "rank1.json")
 
@@ -176,12 +176,12 @@ def test_clocks_that_disagree_give_the_straggler_from_collective_waits(tmp_path)
     _rank(d / "rank0.json", 0, BASE, 3_000)
     _rank(d / "rank1.json", 1, None, 6_000)  # no baseTimeNanoseconds
     a = perfscope.analyze(d)
-    st = a.details["straggler"]
-    assert a.details["clocks_agree"] is False
-    assert st["rank"] == 1 and st["basis"] == "collective waits" and st["median_late_us"] is None
-    assert st["median_others_wait_us"] == pytest.approx(3000)  # 5990 - 2990
+    st = a.details.straggler
+    assert a.details.clocks_agree is False
+    assert st.rank == 1 and st.basis == "collective waits" and st.median_late_us is None
+    assert st.median_others_wait_us == pytest.approx(3000)  # 5990 - 2990
     assert any("clocks do not agree" in w for w in a.warnings)
-    assert all(r["median_late_us"] is None for r in a.details["ranks"])
+    assert all(r.median_late_us is None for r in a.details.ranks)
 
 
 def test_a_rank_missing_from_the_job_is_noted(tmp_path):
@@ -210,7 +210,7 @@ def test_a_file_name_that_contradicts_distributed_info_is_said(tmp_path):
     path = write_trace(tmp_path / "rank0.json", [step(1, 0, 100), cpu_op("aten::mm", 0, 90)],
                        distributedInfo={"rank": 1, "world_size": 2})
     a = perfscope.analyze(path)
-    assert a.traces[0]["rank"] == 1
+    assert a.traces[0].rank == 1
     assert any("the file name says rank 0, distributedInfo says rank 1; used distributedInfo" in w for w in a.warnings)
 
 
@@ -221,8 +221,8 @@ def test_no_straggler_when_the_last_rank_changes_from_step_to_step(tmp_path):
     _rank(d / "rank0.json", 0, BASE, (6_000, 3_000))
     _rank(d / "rank1.json", 1, BASE, (3_000, 6_000))
     det = perfscope.analyze(d).details
-    assert det["straggler"] is None
-    assert det["last_counts"] == {"0": 1, "1": 1}
+    assert det.straggler is None
+    assert det.last_counts == {"0": 1, "1": 1}
 
 
 def test_two_windows_of_one_worker_are_said(tmp_path):

@@ -28,7 +28,7 @@ def _write(tmp_path, data: bytes, name="t.json"):
 
 
 def _quality(a, action=None):
-    return [e for e in a.traces[0]["data_quality"] if action is None or e["action"] == action]
+    return [e for e in a.traces[0].data_quality if action is None or e.action == action]
 
 
 def test_unquoted_na_value_is_read_as_null_and_every_event_kept(tmp_path):
@@ -37,10 +37,10 @@ def test_unquoted_na_value_is_read_as_null_and_every_event_kept(tmp_path):
     a = perfscope.analyze(_write(tmp_path, data))
     row = only_row(a)
     assert row["mode"] == "gpu"  # not a CPU-only analysis of half the file
-    assert a.traces[0]["events"] == 5
+    assert a.traces[0].events == 5
     assert row["compute_us"] == pytest.approx(70)  # 60 + 10
     (entry,) = _quality(a, "repaired")
-    assert entry["count"] == 1 and entry["unit"] == "value"
+    assert entry.count == 1 and entry.unit == "value"
     assert any(w.startswith("t.json: 1 value repaired: N/A, NaN, Infinity or a number too large") for w in a.warnings)
     assert not any("truncated" in w for w in a.warnings)
 
@@ -57,7 +57,7 @@ def test_windows_paths_with_single_backslashes_keep_their_literal_names(tmp_path
     table = a.tables[next(iter(a.tables))]
     assert set(names) <= set(table.names)
     (entry,) = _quality(a, "repaired")
-    assert entry["count"] == 2 and "backslashes" in entry["reason"]
+    assert entry.count == 2 and "backslashes" in entry.reason
 
 
 def test_raw_control_characters_in_names_are_kept_with_the_name(tmp_path):
@@ -66,16 +66,16 @@ def test_raw_control_characters_in_names_are_kept_with_the_name(tmp_path):
     table = a.tables[next(iter(a.tables))]
     assert "ge\x01m\tm" in set(table.names)
     assert only_row(a)["compute_us"] == pytest.approx(70)
-    assert _quality(a, "repaired")[0]["reason"].startswith("raw control characters")
+    assert _quality(a, "repaired")[0].reason.startswith("raw control characters")
 
 
 def test_latin1_bytes_in_a_kernel_name_are_read_as_latin1(tmp_path):
     data = trace_bytes(_gpu_events()).replace(b'"name": "k2"', b'"name": "k2 10\xb5s"', 1)
     a = perfscope.analyze(_write(tmp_path, data))
     assert "k2 10µs" in set(a.tables[next(iter(a.tables))].names)
-    assert a.details["top_kernels"][1]["name"] == "k2 10µs"
+    assert a.details.top_kernels[1].name == "k2 10µs"
     (entry,) = _quality(a, "repaired")
-    assert entry["count"] == 1 and entry["examples"] == {"k2 10µs": 1}  # the string, as repaired
+    assert entry.count == 1 and entry.examples == {"k2 10µs": 1}  # the string, as repaired
 
 
 def test_non_standard_numbers_keep_the_header(tmp_path):
@@ -90,10 +90,10 @@ def test_non_standard_numbers_keep_the_header(tmp_path):
     assert "NaN" in text and "Infinity" in text
     a = perfscope.analyze(_write(tmp_path, text.encode()))
     t = a.traces[0]
-    assert t["rank"] == 3 and t["world_size"] == 8 and t["devices"] == ["NVIDIA A100"]
-    assert t["base_time_ns"] == 1_700_000_000_000_000_000
+    assert t.rank == 3 and t.world_size == 8 and t.devices == ["NVIDIA A100"]
+    assert t.base_time_ns == 1_700_000_000_000_000_000
     dropped = _quality(a, "dropped")
-    assert dropped[0]["examples"] == {"aten::nan": 1}  # its dur became null: no usable time
+    assert dropped[0].examples == {"aten::nan": 1}  # its dur became null: no usable time
 
 
 def test_values_nested_past_the_decoder_depth_drop_that_event_only(tmp_path):
@@ -102,10 +102,10 @@ def test_values_nested_past_the_decoder_depth_drop_that_event_only(tmp_path):
            + "[" * 1500 + "]" * 1500 + "}}"
     text = text.replace('  "traceEvents": [\n', '  "traceEvents": [\n  ' + deep + ",\n")
     a = perfscope.analyze(_write(tmp_path, text.encode()))
-    assert a.traces[0]["rank"] == 1  # the header survives
-    assert a.traces[0]["events"] == 5
+    assert a.traces[0].rank == 1  # the header survives
+    assert a.traces[0].events == 5
     (entry,) = _quality(a, "dropped")
-    assert entry["count"] == 1 and "nested deeper" in entry["reason"]
+    assert entry.count == 1 and "nested deeper" in entry.reason
     assert not any("truncated" in w for w in a.warnings)
 
 
@@ -162,7 +162,7 @@ def test_a_gzip_stream_corrupt_in_the_middle_keeps_what_precedes_it(tmp_path):
     except TraceFormatError as e:  # acceptable only as a clear one-line error
         assert "t.json.gz" in str(e)
         return
-    assert 0 < a.traces[0]["events"] < 3 * 2000
+    assert 0 < a.traces[0].events < 3 * 2000
     assert any("gzip" in w for w in a.warnings) and any("truncated" in w for w in a.warnings)
 
 
@@ -193,9 +193,9 @@ def test_names_with_unescaped_quotes_are_read_literally_and_counted(tmp_path):
     a = perfscope.analyze(_write(tmp_path, data))
     table = a.tables[next(iter(a.tables))]
     assert set(QUOTED_NAMES) <= set(table.names)
-    assert a.traces[0]["events"] == 5 + len(QUOTED_NAMES)
-    (entry,) = [e for e in _quality(a, "repaired") if "double quotes" in e["reason"]]
-    assert entry["count"] == len(QUOTED_NAMES) and entry["unit"] == "string"
+    assert a.traces[0].events == 5 + len(QUOTED_NAMES)
+    (entry,) = [e for e in _quality(a, "repaired") if "double quotes" in e.reason]
+    assert entry.count == len(QUOTED_NAMES) and entry.unit == "string"
     assert any("strings repaired: double quotes inside a name" in w for w in a.warnings)
 
 
@@ -204,8 +204,8 @@ def test_a_line_of_sound_pairs_is_not_taken_for_a_quoted_name(tmp_path):
     data = trace_bytes(_gpu_events()).replace(b'"correlation": 1}', b'"correlation": 1, "bw": N/A}', 1)
     data = data.replace(b'  "traceEvents": [\n', b'  "a": "x", "b": "y",\n  "traceEvents": [\n', 1)
     a = perfscope.analyze(_write(tmp_path, data))
-    assert not [e for e in _quality(a) if "double quotes" in e["reason"]]
-    assert a.traces[0]["events"] == 5
+    assert not [e for e in _quality(a) if "double quotes" in e.reason]
+    assert a.traces[0].events == 5
 
 
 def test_damage_after_a_quote_repair_is_placed_in_the_original_file(tmp_path):
@@ -232,4 +232,4 @@ def test_a_profile_with_a_quoted_record_function_name_is_analyzed(tmp_path):
     a = perfscope.analyze(path)
     table = a.tables[next(iter(a.tables))]
     assert {'load "batch"', 'end"'} <= set(table.names)
-    assert [e for e in _quality(a, "repaired") if "double quotes" in e["reason"]][0]["count"] == 2
+    assert [e for e in _quality(a, "repaired") if "double quotes" in e.reason][0].count == 2

@@ -42,14 +42,14 @@ def test_other_as_the_largest_share_is_said_with_what_the_gpu_waited_on(tmp_path
     assert row["exposed_comm_us"] == pytest.approx(140)
     assert a.verdict.verdict == "comm-bound"  # the largest cause a knob removes
     assert a.verdict.other_largest
-    waits = a.details["other_waits"]
-    assert waits["other_idle_us"] == pytest.approx(660)
+    waits = a.details.other_waits
+    assert waits.other_idle_us == pytest.approx(660)
     # the sync call [30, 700) covers [100, 700) of the other idle [100, 760): 600 us
-    assert waits["causes"]["host synchronisation"]["us"] == pytest.approx(600)
-    assert waits["causes"]["host synchronisation"]["calls"] == {"cudaStreamSynchronize": pytest.approx(600)}
+    assert waits.causes["host synchronisation"].us == pytest.approx(600)
+    assert waits.causes["host synchronisation"].calls == {"cudaStreamSynchronize": pytest.approx(600)}
     # the rest, [700, 760), ends when the all-reduce launched right after cudaStreamWaitEvent starts
-    assert waits["causes"]["cross-stream wait"]["us"] == pytest.approx(60)
-    assert waits["causes"]["not shown in the trace"]["us"] == pytest.approx(0)
+    assert waits.causes["cross-stream wait"].us == pytest.approx(60)
+    assert waits.causes["not shown in the trace"].us == pytest.approx(0)
     s = a.summary()
     text = format_summary(s)
     assert "largest share: other 66%" in text

@@ -79,7 +79,7 @@ def test_damage_is_never_silent(tmp_path, seed):
         except Exception as e:  # noqa: BLE001 - the point: nothing else may escape
             pytest.fail(f"{kind} damage at seed {seed} #{k} ended in {type(e).__name__}: {e}")
         assert any(path.name in w for w in a.warnings), (kind, a.warnings)
-        assert a.traces[0]["data_quality"], kind
+        assert a.traces[0].data_quality, kind
     assert tried > 100  # most mutants are damaged JSON
 
 

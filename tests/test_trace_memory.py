@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 
+import msgspec
 import numpy as np
 import pytest
 from tracegen import HOST_PID, MAIN_TID, cpu_op, step, write_trace
@@ -42,50 +43,50 @@ def _events(with_totals: bool):
 def _view(tmp_path, with_totals=True):
     analysis = perfscope.analyze(write_trace(tmp_path / "trace.json", _events(with_totals)))
     assert sorted(analysis.steps["step"].tolist()) == [1, 2, 3]
-    (trace,) = analysis.details["trace_memory"]
-    return {d["device"]: d for d in trace["devices"]}, trace
+    (trace,) = analysis.details.trace_memory
+    return {d.device: d for d in trace.devices}, trace
 
 
 def test_levels_peaks_growth_and_charged_operators_by_hand(tmp_path):
     devices, trace = _view(tmp_path)
     assert [d for d in devices] == ["cuda:0", "cpu"]  # most bytes allocated first: 1000 > 360
     cpu, cuda = devices["cpu"], devices["cuda:0"]
-    assert cpu["relative"] is False and cpu["peak_reserved_bytes"] is None  # the CPU allocator keeps no reserve
-    assert cpu["since_profiler_start"] is True and cuda["since_profiler_start"] is False
+    assert cpu.relative is False and cpu.peak_reserved_bytes is None  # the CPU allocator keeps no reserve
+    assert cpu.since_profiler_start is True and cuda.since_profiler_start is False
     from perfscope.console_views import trace_memory_line
     from perfscope.record.view import record_of
 
-    only_cpu = {"details": {"trace_memory": [{**trace, "devices": [cpu]}]}}
+    only_cpu = {"details": {"trace_memory": [msgspec.to_builtins(msgspec.structs.replace(trace, devices=[cpu]))]}}
     assert "since the profiler started (its count, not the process's memory)" in trace_memory_line(record_of(only_cpu))
-    assert (cpu["events"], cpu["allocations"], cpu["allocated_bytes"]) == (6, 4, 360)
-    assert cpu["peak_allocated_bytes"] == 250 and cpu["growth_bytes"] == 210  # 210 at the end, 0 before
-    assert cpu["steps"] == [
+    assert (cpu.events, cpu.allocations, cpu.allocated_bytes) == (6, 4, 360)
+    assert cpu.peak_allocated_bytes == 250 and cpu.growth_bytes == 210  # 210 at the end, 0 before
+    assert msgspec.to_builtins(cpu.steps) == [
         {"step": 1, "peak_allocated_bytes": 100, "growth_bytes": 0, "allocations": 1},
         {"step": 2, "peak_allocated_bytes": 200, "growth_bytes": 200, "allocations": 1},
         {"step": 3, "peak_allocated_bytes": 250, "growth_bytes": 10, "allocations": 2},  # 200 -> 210
     ]
     # charged to aten::mm, not the aten::empty that only provided the memory
-    assert [(o["name"], o["allocations"], o["bytes"]) for o in cpu["top_operators"]] == [
+    assert [(o.name, o.allocations, o.bytes) for o in cpu.top_operators] == [
         ("aten::mm", 3, 350), ("(outside any operator)", 1, 10)]
-    assert cpu["top_operators"][0]["share"] == pytest.approx(350 / 360)
-    curve = np.array([[p[0], p[1]] for p in cpu["curve"]])
+    assert cpu.top_operators[0].share == pytest.approx(350 / 360)
+    curve = np.array([[p[0], p[1]] for p in cpu.curve])
     assert curve[0].tolist() == [0.0, 0.0] and curve[-1].tolist() == [3.0, 210.0]  # 3 steps of 1 ms
     assert curve[:, 1].max() == 250 and (np.diff(curve[:, 0]) >= 0).all()  # no peak averaged away
-    assert cuda["peak_allocated_bytes"] == 1000 and cuda["peak_reserved_bytes"] == 2048
-    assert [s["peak_allocated_bytes"] for s in cuda["steps"]] == [1000, 0, 0]
-    assert all(p[2] == 2048 for p in cuda["curve"][1:])
+    assert cuda.peak_allocated_bytes == 1000 and cuda.peak_reserved_bytes == 2048
+    assert [s.peak_allocated_bytes for s in cuda.steps] == [1000, 0, 0]
+    assert all(p[2] == 2048 for p in cuda.curve[1:])
 
 
 def test_a_trace_without_allocator_totals_gives_changes_since_its_first_instant(tmp_path):
     devices, _ = _view(tmp_path, with_totals=False)
     cpu = devices["cpu"]
-    assert cpu["relative"] is True and cpu["peak_allocated_bytes"] == 250 and cpu["growth_bytes"] == 210
-    assert cpu["peak_reserved_bytes"] is None
+    assert cpu.relative is True and cpu.peak_allocated_bytes == 250 and cpu.growth_bytes == 210
+    assert cpu.peak_reserved_bytes is None
 
 
 def test_no_allocator_instants_no_section(tmp_path):
     events = [e for e in _events(True) if e["ph"] == "X"]
-    assert perfscope.analyze(write_trace(tmp_path / "t.json", events)).details["trace_memory"] is None
+    assert perfscope.analyze(write_trace(tmp_path / "t.json", events)).details.trace_memory is None
 
 
 def test_bad_instants_are_left_out_and_the_rest_read(tmp_path):
@@ -94,8 +95,8 @@ def test_bad_instants_are_left_out_and_the_rest_read(tmp_path):
         {"ph": "i", "name": "[memory]", "pid": HOST_PID, "tid": MAIN_TID, "ts": "x", "args": {"Bytes": 5}},
         {"ph": "i", "name": "[memory]", "pid": HOST_PID, "tid": MAIN_TID, "ts": 3960, "args": None}]
     analysis = perfscope.analyze(write_trace(tmp_path / "t.json", events))
-    cpu = {d["device"]: d for d in analysis.details["trace_memory"][0]["devices"]}["cpu"]
-    assert cpu["events"] == 6 and cpu["peak_allocated_bytes"] == 250
+    cpu = {d.device: d for d in analysis.details.trace_memory[0].devices}["cpu"]
+    assert cpu.events == 6 and cpu.peak_allocated_bytes == 250
 
 
 def test_the_summary_holds_it_and_the_report_and_console_show_it(tmp_path):
@@ -124,17 +125,17 @@ def test_a_real_2021_trace_agrees_with_its_own_running_sum(shared_traces):
     spans = {int(e["name"].split("#")[1]): (e["ts"], e["ts"] + e["dur"]) for e in events
              if e.get("ph") == "X" and str(e.get("name", "")).startswith("ProfilerStep#")}
     analysis = perfscope.analyze(path)
-    cuda = {d["device"]: d for d in analysis.details["trace_memory"][0]["devices"]}["cuda:0"]
-    assert cuda["relative"] is True and cuda["events"] > 0
-    for row in cuda["steps"]:
-        a, b = spans[row["step"]]
+    cuda = {d.device: d for d in analysis.details.trace_memory[0].devices}["cuda:0"]
+    assert cuda.relative is True and cuda.events > 0
+    for row in cuda.steps:
+        a, b = spans[row.step]
         inside = level[(ts >= a) & (ts < b)]  # the step's CPU range lies inside its window
-        assert inside.max() <= row["peak_allocated_bytes"] <= level.max()
-    assert cuda["peak_allocated_bytes"] == max(r["peak_allocated_bytes"] for r in cuda["steps"])
-    assert cuda["growth_bytes"] == sum(r["growth_bytes"] for r in cuda["steps"])  # the steps are contiguous
-    names = [o["name"] for o in cuda["top_operators"]]
+        assert inside.max() <= row.peak_allocated_bytes <= level.max()
+    assert cuda.peak_allocated_bytes == max(r.peak_allocated_bytes for r in cuda.steps)
+    assert cuda.growth_bytes == sum(r.growth_bytes for r in cuda.steps)  # the steps are contiguous
+    names = [o.name for o in cuda.top_operators]
     assert names and not set(names) & {"aten::empty", "aten::empty_strided"}
-    assert sum(o["bytes"] for o in cuda["top_operators"]) <= cuda["allocated_bytes"]
+    assert sum(o.bytes for o in cuda.top_operators) <= cuda.allocated_bytes
 
 
 SCRIPT = """
@@ -162,7 +163,7 @@ def test_a_cpu_trace_recorded_here_has_allocator_totals_and_shows_the_growth(tmp
     events = json.loads(path.read_text())["traceEvents"]
     totals = [e["args"]["Total Allocated"] for e in events if e.get("name") == "[memory]"]
     analysis = perfscope.analyze(path)
-    cpu = {d["device"]: d for d in analysis.details["trace_memory"][0]["devices"]}["cpu"]
-    assert cpu["relative"] is False and cpu["peak_allocated_bytes"] <= max(totals)
-    grown = [r["growth_bytes"] for r in cpu["steps"]]
+    cpu = {d.device: d for d in analysis.details.trace_memory[0].devices}["cpu"]
+    assert cpu.relative is False and cpu.peak_allocated_bytes <= max(totals)
+    grown = [r.growth_bytes for r in cpu.steps]
     assert all(g >= 1 << 18 for g in grown), grown  # each step keeps at least its 256 KiB tensor

@@ -118,7 +118,7 @@ def test_a_merged_view_under_any_name_is_left_out_and_inputs_are_never_overwritt
     assert "one of the inputs" in r.stderr and files[0].read_bytes() == before
     assert run_cli(tmp_path, "merge", tmp_path, "--out", tmp_path / "all.json.gz").returncode == 0
     a = perfscope.analyze(tmp_path)
-    assert a.ranks_analyzed == 2 and any("merged by perfscope merge" in s["reason"] for s in a.skipped)
+    assert a.ranks_analyzed == 2 and any("merged by perfscope merge" in s.reason for s in a.skipped)
     again = run_cli(tmp_path, "merge", tmp_path)
     assert again.returncode == 0, again.stderr
     assert "left out all.json.gz: a view merged earlier" in again.stdout

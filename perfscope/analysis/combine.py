@@ -27,7 +27,7 @@ from perfscope.analysis.provisional import SPIN_ADVICE_LINE, provisional_verdict
 from perfscope.analysis.rank_trace import RankTrace
 from perfscope.analysis.run_view import read_run_records
 from perfscope.analysis.summary import Analysis
-from perfscope.record.schema import Facts
+from perfscope.record.schema import Details, DistributedInfo, Facts, MemoryCapacity, TraceEntry
 from perfscope.analysis.telemetry import step_columns, throttle_warning
 from perfscope.analysis.verdict import CLASSES, RunVerdict, classify, cost_fractions, no_verdict, run_verdict
 from perfscope.fileid import fingerprint
@@ -53,30 +53,24 @@ def _with_fractions(metrics: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([metrics, pd.DataFrame(fracs, index=metrics.index)], axis=1)
 
 
-def _trace_facts(rt: RankTrace, rank: int) -> dict:
+def _trace_facts(rt: RankTrace, rank: int) -> TraceEntry:
+    """The record's ``traces[]`` entry of one analyzed trace."""
     t = rt.table
-    return {
+    return TraceEntry(
         # absolute: a report rendered later from another directory still finds the file
-        "path": str(Path(t.path).absolute()) if t.path else None,
-        "fingerprint": fingerprint(t.path) if t.path else None,
-        "worker": t.worker,
-        "rank": rank,
-        "rank_source": t.rank_source,
-        "world_size": t.world_size,
-        "mode": rt.mode,
-        "events": t.n_events,
-        "has_step_markers": rt.has_markers,
-        "truncated": t.truncated,
-        "devices": [d.get("name") for d in t.device_properties if isinstance(d.get("name"), str)],
-        "distributed_info": {k: v for k, v in t.distributed_info.items()
-                             if k in ("backend", "rank", "world_size", "nccl_version") and isinstance(v, (str, int, float))},
-        "base_time_ns": t.base_time_ns,
-        "host_steps_recorded": len(t.host_steps),
-        "memory_capacity": dict(t.memory_capacity),
-        "energy": dict(t.energy),
-        "warnings": t.warnings + rt.warnings,
-        "data_quality": rt.quality.to_list(),
-    }
+        path=str(Path(t.path).absolute()) if t.path else None,
+        fingerprint=fingerprint(t.path) if t.path else None,
+        worker=t.worker, rank=rank, rank_source=t.rank_source, world_size=t.world_size, mode=rt.mode,
+        events=t.n_events, has_step_markers=rt.has_markers, truncated=t.truncated,
+        devices=[d.get("name") for d in t.device_properties if isinstance(d.get("name"), str)],
+        distributed_info=DistributedInfo(**{k: v for k, v in t.distributed_info.items() if k in _DISTRIBUTED_INFO
+                                            and isinstance(v, (str, int, float))}),
+        base_time_ns=t.base_time_ns, host_steps_recorded=len(t.host_steps),
+        memory_capacity=MemoryCapacity(**t.memory_capacity), energy=dict(t.energy),
+        warnings=t.warnings + rt.warnings, data_quality=rt.quality.to_list())
+
+
+_DISTRIBUTED_INFO = frozenset(f.name for f in msgspec.structs.fields(DistributedInfo))
 
 
 HOST_COLUMNS = {"wall_us": "host_wall_us", "thread_cpu_us": "host_thread_cpu_us",
@@ -149,10 +143,10 @@ def combine(rank_traces: list[RankTrace], run_info: dict | None = None, *, commo
         facts = msgspec.structs.replace(facts, **_knob_facts(rank_traces, ranks, frame.loc[frame["step_time_us"] > 0]))
     scope, shown = _scope(frame, counted, basis)
     details = build_details(rank_traces, ranks, steps if len(steps) else frame.loc[shown], mode, facts, run_records)
-    details["scope"] = scope
+    details.scope = scope
     # who held the cores, where the verdict's steps waited for them
     contended = frame["status"].eq(ev.HOST_CONTENDED).to_numpy()
-    details["host_cpu"] = cpu_sources(frame.loc[contended if contended.any() else basis])
+    details.host_cpu = cpu_sources(frame.loc[contended if contended.any() else basis])
     _detail_findings(details, notes, warnings)
     traces = [_trace_facts(rt, r) for rt, r in zip(rank_traces, ranks)]
     tables, timelines = _by_path(rank_traces)
@@ -307,16 +301,17 @@ def _main_thread_operators(rank_traces: list[RankTrace], ranks: list[int], frame
     return out
 
 
-def _detail_findings(details: dict, notes: list[str], warnings: list[str]) -> None:
+def _detail_findings(details: Details, notes: list[str], warnings: list[str]) -> None:
     """The run-level details' problems, as warnings and notes."""
-    warnings.extend((details.get("nodes") or {}).get("problems") or [])
-    warnings.extend(memory_warnings(details.get("memory")))
-    if throttle_warning(details.get("telemetry")):
-        warnings.append(throttle_warning(details["telemetry"]))
-    if details.get("collectives_unmatched_reason"):
+    warnings.extend(details.nodes.problems if details.nodes else [])
+    warnings.extend(memory_warnings(details.memory))
+    throttled = throttle_warning(details.telemetry)
+    if throttled:
+        warnings.append(throttled)
+    if details.collectives_unmatched_reason:
         notes.append(f"ranks are not compared at their collectives (no lateness, no straggler from arrivals): "
-                     f"{details['collectives_unmatched_reason']}")
-    if details.get("clocks_agree") is False:
+                     f"{details.collectives_unmatched_reason}")
+    if details.clocks_agree is False:
         warnings.append("the ranks' clocks do not agree (in most collectives a rank seems to arrive after another has "
                         "finished: a trace without its base time, or node clocks apart): arrivals are not compared, the "
                         "straggler is the rank that waits least in collectives")

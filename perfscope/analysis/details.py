@@ -28,7 +28,7 @@ from perfscope.analysis.ranks import collective_skew, rank_rows
 from perfscope.analysis.steps import graph_launched
 from perfscope.analysis.verdict import CLASSES, advice_for, knobs_for
 from perfscope.analysis.waits import merge_waits, other_waits
-from perfscope.record.schema import Facts, IdleGaps, LaunchStats
+from perfscope.record.schema import Advice, Details, Facts, IdleGaps, LaunchStats, MemcpyRow, TopRow, WhatIf
 from perfscope.trace.kinds import GPU_KINDS, CopyKind, EventKind, copy_kind_of_names, is_pageable_copy
 
 if TYPE_CHECKING:
@@ -41,24 +41,27 @@ IDLE_GAP_EDGES_US = (0.0, 1.0, 10.0, 100.0, 1_000.0, 10_000.0, 100_000.0, np.inf
 _DIRECTION = {CopyKind.HTOD: "HtoD", CopyKind.DTOH: "DtoH", CopyKind.DTOD: "DtoD", CopyKind.PTOP: "PtoP", CopyKind.OTHER: "other"}
 
 
-def what_if(frame: pd.DataFrame) -> list[dict]:
-    """Upper bounds of the gain from removing each removable cause (:func:`perfscope.steptime.what_if`).
+def what_if(frame: pd.DataFrame) -> list[WhatIf]:
+    """Upper bounds of the gain from removing each removable cause (:func:`perfscope.steptime.what_if`,
+    the rule the report shares).
 
     Args:
         frame: Counted steps with ``rank``, ``step``, ``step_time_us`` and ``<class>_cost_frac``.
     """
-    return steptime.what_if(frame.to_dict(orient="records"))
+    return [WhatIf(class_=w["class"], step_time_us=w["step_time_us"], step_time_without_us=w["step_time_without_us"],
+                   saved_us_per_step=w["saved_us_per_step"], speedup=w["speedup"])
+            for w in steptime.what_if(frame.to_dict(orient="records"))]
 
 
-def _top(names: np.ndarray, durations_us: np.ndarray) -> list[dict]:
+def _top(names: np.ndarray, durations_us: np.ndarray) -> list[TopRow]:
     if names.size == 0:
         return []
     df = pd.DataFrame({"name": names, "dur": durations_us})
     g = df.groupby("name", sort=False)["dur"].agg(["count", "sum"]).sort_values("sum", ascending=False)
     total = float(df["dur"].sum()) or 1.0
     return [
-        {"name": str(n), "count": int(r["count"]), "total_us": float(r["sum"]),
-         "mean_us": float(r["sum"]) / int(r["count"]), "share": float(r["sum"]) / total}
+        TopRow(name=str(n), count=int(r["count"]), total_us=float(r["sum"]),
+               mean_us=float(r["sum"]) / int(r["count"]), share=float(r["sum"]) / total)
         for n, r in g.head(TOP_N).iterrows()
     ]
 
@@ -96,7 +99,7 @@ def _launch_stats(parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> Lau
         long_delay_kernels=int((known > LONG_LAUNCH_DELAY_US).sum()), long_delay_us=LONG_LAUNCH_DELAY_US)
 
 
-def _memcpy(frames: list[pd.DataFrame]) -> list[dict]:
+def _memcpy(frames: list[pd.DataFrame]) -> list[MemcpyRow]:
     """Copies per direction and memory kind; bandwidth from copies that took time and say how many
     bytes they moved (a zero-duration copy is counted, never divided by)."""
     if not frames:
@@ -106,13 +109,13 @@ def _memcpy(frames: list[pd.DataFrame]) -> list[dict]:
     for (direction, pageable), g in df.groupby(["direction", "pageable"], sort=True):
         timed = g[(g["bytes"] >= 0) & (g["dur_us"] > 0)]
         known = g[g["bytes"] >= 0]
-        seconds = timed["dur_us"].sum() / 1e6
+        seconds = float(timed["dur_us"].sum()) / 1e6
         timed_bytes = int(timed["bytes"].sum())
-        out.append({"direction": direction, "pageable": bool(pageable), "count": int(len(g)),
-                    "zero_duration": int((g["dur_us"] <= 0).sum()),
-                    "total_us": float(g["dur_us"].sum()), "bytes": int(known["bytes"].sum()) if len(known) else None,
-                    "gb_per_s": timed_bytes / 1e9 / seconds if timed_bytes and seconds > 0 else None})
-    return sorted(out, key=lambda e: -e["total_us"])
+        out.append(MemcpyRow(
+            direction=direction, pageable=bool(pageable), count=int(len(g)), zero_duration=int((g["dur_us"] <= 0).sum()),
+            total_us=float(g["dur_us"].sum()), bytes=int(known["bytes"].sum()) if len(known) else None,
+            gb_per_s=timed_bytes / 1e9 / seconds if timed_bytes and seconds > 0 else None))
+    return sorted(out, key=lambda e: -e.total_us)
 
 
 def _idle_histogram(gap_lengths_us: np.ndarray) -> IdleGaps:
@@ -132,8 +135,9 @@ def _idle_gaps_us(t, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
 
 
 def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.DataFrame, mode: str,
-                  facts: Facts | None = None, run_records: list | None = None) -> dict:
-    """The ``details`` section of the summary.
+                  facts: Facts | None = None, run_records: list | None = None) -> Details:
+    """The ``details`` section of the summary, without what :func:`perfscope.analysis.combine.combine`
+    (``scope``, ``host_cpu``) and the summary (``cost``, ``energy``) add.
 
     Args:
         rank_traces: Every analyzed trace.
@@ -182,33 +186,32 @@ def build_details(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
     skew = collective_skew(rank_traces, ranks, frame, nodes, subgroup_count(rank_traces))
     rows, slowest = rank_rows(frame, mode, skew) if len(frame) else ([], None)
     straggler = skew["straggler"]
-    return {
-        "what_if": what_if(frame),
-        "top_kernels": _top(*joined(kernels)),
-        "top_operators": _top(*joined(operators)),
-        "launch_stats": _launch_stats(launch_parts),
-        "memcpy": _memcpy(copies),
-        "idle_gaps": _idle_histogram(np.concatenate(idle)) if idle else None,
-        "other_waits": merge_waits(waits),
-        "ranks": rows,
-        "straggler": straggler,
-        "nodes": node_view(rank_traces, ranks, nodes, node_source, rows, skew),
-        "memory": memory_view(rank_traces, ranks, frame),
-        "trace_memory": trace_memory_view(rank_traces, ranks, frame),
-        "run_steps": run_steps_view(rank_traces, ranks, run_records or [None] * len(rank_traces)),
-        "gpu_efficiency": gpu_efficiency(efficiency, caps, facts.no_tensor_cores if facts is not None else None),
-        "mfu": mfu_view(rank_traces, ranks, steptime.step_time_us(frame.to_dict("records")) if len(frame) else None,
-                        mode, math_of_kernels(*joined(kernels))),
-        "operators": operator_view(rank_traces, ranks, frame, mode),
-        "modules": module_view(rank_traces, ranks, frame, mode),
-        "telemetry": telemetry_view(rank_traces, ranks, frame),
-        "collectives_matched": skew["matched"],
-        "collectives_unmatched": skew["unmatched"],
-        "collectives_unmatched_reason": skew.get("why_unmatched"),
-        "clocks_agree": skew["clocks_agree"],
-        "last_counts": skew["last_counts"],
-        "slowest_rank": slowest,
-        "advice": {c: advice_for(c, mode, facts) for c in CLASSES},
-        "knobs": {c: list(knobs_for(c, mode, facts)) for c in CLASSES},
-        "facts": facts if facts is not None else Facts(),
-    }
+    return Details(
+        what_if=what_if(frame),
+        top_kernels=_top(*joined(kernels)),
+        top_operators=_top(*joined(operators)),
+        launch_stats=_launch_stats(launch_parts),
+        memcpy=_memcpy(copies),
+        idle_gaps=_idle_histogram(np.concatenate(idle)) if idle else None,
+        other_waits=merge_waits(waits),
+        ranks=rows,
+        straggler=straggler,
+        nodes=node_view(rank_traces, ranks, nodes, node_source, rows, skew),
+        memory=memory_view(rank_traces, ranks, frame),
+        trace_memory=trace_memory_view(rank_traces, ranks, frame),
+        run_steps=run_steps_view(rank_traces, ranks, run_records or [None] * len(rank_traces)),
+        gpu_efficiency=gpu_efficiency(efficiency, caps, facts.no_tensor_cores if facts is not None else None),
+        mfu=mfu_view(rank_traces, ranks, steptime.step_time_us(frame.to_dict("records")) if len(frame) else None,
+                     mode, math_of_kernels(*joined(kernels))),
+        operators=operator_view(rank_traces, ranks, frame, mode),
+        modules=module_view(rank_traces, ranks, frame, mode),
+        telemetry=telemetry_view(rank_traces, ranks, frame),
+        collectives_matched=skew["matched"],
+        collectives_unmatched=skew["unmatched"],
+        collectives_unmatched_reason=skew.get("why_unmatched"),
+        clocks_agree=skew["clocks_agree"],
+        last_counts=skew["last_counts"],
+        slowest_rank=slowest,
+        advice=Advice(**{c: advice_for(c, mode, facts) for c in CLASSES}),
+        knobs={c: list(knobs_for(c, mode, facts)) for c in CLASSES},
+        facts=facts if facts is not None else Facts())

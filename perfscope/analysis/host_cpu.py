@@ -19,20 +19,18 @@ step's split is coarse; summed over the window it is not.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-if TYPE_CHECKING:
-    from perfscope.record.schema import HostCpu
+from perfscope.record.schema import HostCpu
 
 # The job is the cause when its own processes used at least as much of the cores as everything
 # else, and at least this share of them: below it, nothing of the job's oversubscribes anything.
 JOB_SHARE = 0.5
 
 
-def cpu_sources(rows: pd.DataFrame) -> dict | None:
+def cpu_sources(rows: pd.DataFrame) -> HostCpu | None:
     """The split of the cores over ``rows`` (frame rows with the ``host_*`` columns).
 
     Returns:
@@ -53,8 +51,8 @@ def cpu_sources(rows: pd.DataFrame) -> dict | None:
     others = max(float(have["host_machine_busy_us"].sum()) - main - workers, 0.0)
     job = main + workers
     cause = "this job" if job >= others and job >= JOB_SHARE * capacity else "other processes"
-    return {"cores": int(np.median(have["host_cores"])), "training_process": min(main / capacity, 1.0),
-            "workers": min(workers / capacity, 1.0), "others": min(others / capacity, 1.0), "cause": cause}
+    return HostCpu(cores=int(np.median(have["host_cores"])), training_process=min(main / capacity, 1.0),
+                   workers=min(workers / capacity, 1.0), others=min(others / capacity, 1.0), cause=cause)
 
 
 def sources_line(split: HostCpu) -> str:

@@ -18,13 +18,11 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from typing import TYPE_CHECKING
 
 import numpy as np
 import orjson
 
-if TYPE_CHECKING:
-    from perfscope.record.schema import Mfu
+from perfscope.record.schema import Mfu, MfuOperator
 
 # --- FLOPs from operator shapes ------------------------------------------------------------------
 
@@ -263,7 +261,7 @@ def _peak(mode: str, device: str | None, math_mode: str, cpu) -> tuple[float | N
     return found[0], math_mode, found[1], None
 
 
-def mfu_view(rank_traces, ranks: list[int], step_time_us: float | None, mode: str, kernel_math: str | None) -> dict | None:
+def mfu_view(rank_traces, ranks: list[int], step_time_us: float | None, mode: str, kernel_math: str | None) -> Mfu | None:
     """``details.mfu``: FLOPs per step, achieved rate, peak and utilisation, with assumptions.
 
     Args:
@@ -287,7 +285,7 @@ def mfu_view(rank_traces, ranks: list[int], step_time_us: float | None, mode: st
         return None
     flops = float(np.mean(per_rank))
     total = sum(by_op.values()) or 1.0
-    top = [{"name": k, "flops": float(v) / len(per_rank), "share": float(v) / total} for k, v in by_op.most_common(8)]
+    top = [MfuOperator(name=k, flops=float(v) / len(per_rank), share=float(v) / total) for k, v in by_op.most_common(8)]
     math_mode, assumptions = _math_and_notes(found, kernel_math, mode)
     device = found["devices"].most_common(1)[0][0] if found["devices"] else None
     peak, peak_math, notes, why = _peak(mode, device, math_mode, found["cpu"])
@@ -295,13 +293,10 @@ def mfu_view(rank_traces, ranks: list[int], step_time_us: float | None, mode: st
     achieved = flops / seconds / 1e12 if seconds else None
     if seconds is None:
         why = why or "no step time: no counted step"
-    return {
-        "flops_per_step": flops, "source": found["source"], "counted_step": found["step"], "ranks": len(per_rank),
-        "top_operators": top, "math": math_mode, "device": device, "step_time_s": seconds,
-        "achieved_tflops": achieved, "peak_tflops": peak, "peak_math": peak_math,
-        "mfu": achieved / peak if achieved is not None and peak else None, "why": None if peak and achieved else why,
-        "assumptions": assumptions + notes,
-    }
+    return Mfu(flops_per_step=flops, source=found["source"], counted_step=found["step"], ranks=len(per_rank),
+               top_operators=top, math=math_mode, device=device, step_time_s=seconds, achieved_tflops=achieved,
+               peak_tflops=peak, peak_math=peak_math, mfu=achieved / peak if achieved is not None and peak else None,
+               why=None if peak and achieved else why, assumptions=assumptions + notes)
 
 
 def mfu_line(view: Mfu) -> str:

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.analysis.operator_view import nested_steps
+from perfscope.record.schema import ModuleRow, Modules
 from perfscope.trace.kinds import EventKind
 
 PREFIX = "nn.Module: "
@@ -45,7 +46,7 @@ def _tree_key(module: str) -> list:
     return [(0, int(part), "") if part.isdigit() else (1, 0, part) for part in path.split(".")]
 
 
-def module_view(rank_traces, ranks: list[int], frame: pd.DataFrame, mode: str) -> dict | None:
+def module_view(rank_traces, ranks: list[int], frame: pd.DataFrame, mode: str) -> Modules | None:
     """``details.modules``: time per module over the counted steps of every trace.
 
     Args:
@@ -77,8 +78,8 @@ def module_view(rank_traces, ranks: list[int], frame: pd.DataFrame, mode: str) -
     for name, r in by.sort_values(key, ascending=False).head(TOP_MODULES).iterrows():
         module = str(name)[len(PREFIX):]
         path = module.split(" (", 1)[0]
-        rows.append({"module": module, "depth": path.count("."), "calls": int(r["calls"]),
-                     **{c: float(r[c]) for c in _COLUMNS[1:]}})
-    rows.sort(key=lambda r: _tree_key(r["module"]))  # each module under its parent, as the model nests them
-    source = "perfscope" if any(" (" in r["module"] for r in rows) else "with_stack"
-    return {"rows": rows, "modules": int(len(by)), "source": source}
+        rows.append(ModuleRow(module=module, depth=path.count("."), calls=int(r["calls"]),
+                              **{c: float(r[c]) for c in _COLUMNS[1:]}))
+    rows.sort(key=lambda r: _tree_key(r.module))  # each module under its parent, as the model nests them
+    source = "perfscope" if any(" (" in r.module for r in rows) else "with_stack"
+    return Modules(rows=rows, modules=int(len(by)), source=source)

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from perfscope.record.schema import Link, NodeRow, Nodes, ProcessGroup, ProcessGroups, RankRow, Straggler, StragglerNode
+
 if TYPE_CHECKING:
     from perfscope.analysis.rank_trace import RankTrace
 
@@ -106,7 +108,7 @@ def subgroup_count(rank_traces: list[RankTrace]) -> int:
     return len(seen)
 
 
-def process_groups(rank_traces: list[RankTrace], nodes: dict[int, int]) -> dict:
+def process_groups(rank_traces: list[RankTrace], nodes: dict[int, int]) -> ProcessGroups:
     """The job's process groups (from any trace's ``pg_config``) as inside one node or across."""
     seen: dict[str, dict] = {}
     for rt in rank_traces:
@@ -116,16 +118,15 @@ def process_groups(rank_traces: list[RankTrace], nodes: dict[int, int]) -> dict:
                 continue
             on = {nodes.get(r) for r in ranks}
             span = "unknown" if None in on else ("intra-node" if len(on) == 1 else "inter-node")
-            seen.setdefault(str(pg.get("pg_name")), {"name": str(pg.get("pg_name"))[:80],
-                                                     "desc": str(pg.get("pg_desc", ""))[:80],
-                                                     "size": len(ranks), "span": span})
+            seen.setdefault(str(pg.get("pg_name")), ProcessGroup(
+                name=str(pg.get("pg_name"))[:80], desc=str(pg.get("pg_desc", ""))[:80], size=len(ranks), span=span))
     groups = list(seen.values())
-    return {"groups": groups[:64], "intra_node": sum(g["span"] == "intra-node" for g in groups),
-            "inter_node": sum(g["span"] == "inter-node" for g in groups)}
+    return ProcessGroups(groups=groups[:64], intra_node=sum(g.span == "intra-node" for g in groups),
+                         inter_node=sum(g.span == "inter-node" for g in groups))
 
 
 def node_view(rank_traces: list[RankTrace], ranks: list[int], nodes: dict[int, int], source: str | None,
-              rows: list[dict], skew: dict) -> dict | None:
+              rows: list[RankRow], skew: dict) -> Nodes | None:
     """The ``details.nodes`` entry of the summary (``docs/metrics.md``), or None for one node.
 
     Args:
@@ -136,31 +137,31 @@ def node_view(rank_traces: list[RankTrace], ranks: list[int], nodes: dict[int, i
     """
     if not nodes:
         return None
-    by_rank = {r["rank"]: r for r in rows}
+    by_rank = {r.rank: r for r in rows}
     hosts = {r: rt.table.host for rt, r in zip(rank_traces, ranks)}
     offsets = skew.get("node_offsets_ns") or {}
     out = [_node_row(node, [r for r in sorted(nodes) if nodes[r] == node], by_rank, hosts, offsets.get(node, 0.0))
            for node in sorted(set(nodes.values()))]
-    slow = _slow_node(skew.get("straggler"), nodes, by_rank)
-    return {"source": source, "count": len(out), "nodes": out, "straggler_node": slow,
-            "problems": _contradictions(rank_traces, ranks, nodes) if source == "perfscope" else [],
-            "process_groups": process_groups(rank_traces, nodes), "link": link_use(rank_traces, nodes, out)}
+    slow = _slow_node(skew["straggler"], nodes, by_rank)
+    return Nodes(source=source, count=len(out), nodes=out, straggler_node=slow,
+                 problems=_contradictions(rank_traces, ranks, nodes) if source == "perfscope" else [],
+                 process_groups=process_groups(rank_traces, nodes), link=link_use(rank_traces, nodes, out))
 
 
-def _node_row(node: int, its_ranks: list[int], by_rank: dict[int, dict], hosts: dict, offset_ns: float) -> dict:
+def _node_row(node: int, its_ranks: list[int], by_rank: dict[int, RankRow], hosts: dict, offset_ns: float) -> NodeRow:
     """A node's row: its host and ranks, the medians of its ranks' step and communication times
     and collective waits, its latest rank's lateness, and its clock's offset (µs)."""
     mine = [by_rank[r] for r in its_ranks if r in by_rank]
 
     def median(key: str) -> float | None:
-        values = [r[key] for r in mine if r[key] is not None]
+        values = [getattr(r, key) for r in mine if getattr(r, key) is not None]
         return float(np.median(values)) if values else None
 
-    late = [r["median_late_us"] for r in mine if r["median_late_us"] is not None]
-    return {"node": node, "host": hosts.get(its_ranks[0]) if its_ranks else None, "ranks": [r["rank"] for r in mine],
-            "median_step_time_us": median("median_step_time_us"), "median_comm_us": median("median_comm_us"),
-            "median_late_us": max(late) if late else None,
-            "median_collective_wait_us": median("median_collective_wait_us"), "clock_offset_us": offset_ns / _NS_PER_US}
+    late = [r.median_late_us for r in mine if r.median_late_us is not None]
+    return NodeRow(node=node, host=hosts.get(its_ranks[0]) if its_ranks else None, ranks=[r.rank for r in mine],
+                   median_step_time_us=median("median_step_time_us"), median_comm_us=median("median_comm_us"),
+                   median_late_us=max(late) if late else None,
+                   median_collective_wait_us=median("median_collective_wait_us"), clock_offset_us=offset_ns / _NS_PER_US)
 
 
 def _contradictions(rank_traces: list[RankTrace], ranks: list[int], nodes: dict[int, int]) -> list[str]:
@@ -180,22 +181,22 @@ def _contradictions(rank_traces: list[RankTrace], ranks: list[int], nodes: dict[
     return out
 
 
-def _slow_node(straggler: dict | None, nodes: dict[int, int], by_rank: dict[int, dict]) -> dict | None:
+def _slow_node(straggler: Straggler | None, nodes: dict[int, int], by_rank: dict[int, RankRow]) -> StragglerNode | None:
     """The node the others wait for: the straggler's node, when every one of its ranks arrives
     later (median lateness per step) than every rank of every other node -- a node slow as a whole
     (a busy or throttled host, a slow NIC), not one slow rank on it. None otherwise."""
-    if straggler is None or straggler.get("basis") != "arrival":
+    if straggler is None or straggler.basis != "arrival":
         return None
-    node = nodes.get(straggler["rank"])
-    late = {r: by_rank[r]["median_late_us"] for r in nodes if r in by_rank and by_rank[r]["median_late_us"] is not None}
+    node = nodes.get(straggler.rank)
+    late = {r: by_rank[r].median_late_us for r in nodes if r in by_rank and by_rank[r].median_late_us is not None}
     mine = [v for r, v in late.items() if nodes[r] == node]
     others = [v for r, v in late.items() if nodes[r] != node]
     if node is None or not mine or not others or min(mine) <= max(others):
         return None
-    return {"node": node, "rank": straggler["rank"], "basis": straggler["basis"]}
+    return StragglerNode(node=node, rank=straggler.rank, basis=straggler.basis)
 
 
-def link_use(rank_traces: list[RankTrace], nodes: dict[int, int], node_rows: list[dict]) -> dict | None:
+def link_use(rank_traces: list[RankTrace], nodes: dict[int, int], node_rows: list[NodeRow]) -> Link | None:
     """What the gradients' all-reduce puts on each node's link per step, and the rate that implies.
 
     From the first DDP record (:mod:`perfscope.record.job_facts`) with ``S`` gradient bytes, ``N`` nodes
@@ -212,10 +213,9 @@ def link_use(rank_traces: list[RankTrace], nodes: dict[int, int], node_rows: lis
     hierarchical = "hierarchical" in (ddp.get("comm_hook") or "")
     size = ddp["gradient_bytes"]
     per_node = (2 * (n - 1) / n if hierarchical else 2 * (n * g - 1) / (n * g)) * size
-    rates = {row["node"]: per_node * 8 / (row["median_comm_us"] / 1e6)
-             for row in node_rows if row.get("median_comm_us")}
+    rates = {row.node: per_node * 8 / (row.median_comm_us / 1e6) for row in node_rows if row.median_comm_us}
     rates = {k: v for k, v in rates.items() if v <= MAX_BITS_PER_S}  # beyond, the times are not a link's
     slowest = min(rates, key=rates.get) if rates else None
-    return {"gradient_bytes": size, "buckets": len(ddp["bucket_bytes"]), "comm_hook": ddp.get("comm_hook"),
-            "algorithm": "hierarchical" if hierarchical else "flat ring", "inter_node_bytes_per_step": per_node,
-            "achieved_bits_per_s": {str(k): v for k, v in rates.items()}, "slowest_link_node": slowest}
+    return Link(gradient_bytes=size, buckets=len(ddp["bucket_bytes"]), comm_hook=ddp.get("comm_hook"),
+                algorithm="hierarchical" if hierarchical else "flat ring", inter_node_bytes_per_step=per_node,
+                achieved_bits_per_s={str(k): v for k, v in rates.items()}, slowest_link_node=slowest)

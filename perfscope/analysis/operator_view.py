@@ -25,6 +25,7 @@ import pandas as pd
 
 from perfscope.analysis.nesting import MAX_SWEPT, by_start, innermost, parents
 from perfscope.analysis.steps import Launches, StepWindows
+from perfscope.record.schema import OperatorRow, Operators, OperatorShape
 from perfscope.trace.kinds import EventKind
 from perfscope.trace.table import TraceTable
 
@@ -134,7 +135,7 @@ def _figures(r) -> dict:
     return {"calls": int(r["calls"]), **{c: float(r[c]) for c in _COLUMNS}}
 
 
-def _rows(frame: pd.DataFrame, gpu: bool) -> list[dict]:
+def _rows(frame: pd.DataFrame, gpu: bool) -> list[OperatorRow]:
     """The :data:`TOP_OPERATORS` names with most self time, each with its top input shapes."""
     pairs = frame.groupby(["name", "shape"], sort=False)[["calls", *_COLUMNS]].sum()  # few: one per name and shape
     names = pairs.groupby(level="name", sort=False).sum()
@@ -144,12 +145,12 @@ def _rows(frame: pd.DataFrame, gpu: bool) -> list[dict]:
     for name, r in names.sort_values(key, ascending=False).head(TOP_OPERATORS).iterrows():
         shapes = pairs.loc[name]
         shapes = shapes[shapes.index != ""].sort_values(key, ascending=False).head(TOP_SHAPES)
-        out.append({"name": str(name), **_figures(r),
-                    "shapes": [{"input_dims": str(k), **_figures(v)} for k, v in shapes.iterrows()]})
+        out.append(OperatorRow(name=str(name), **_figures(r),
+                               shapes=[OperatorShape(input_dims=str(k), **_figures(v)) for k, v in shapes.iterrows()]))
     return out
 
 
-def operator_view(rank_traces: list[RankTrace], ranks: list[int], frame: pd.DataFrame, mode: str) -> dict | None:
+def operator_view(rank_traces: list[RankTrace], ranks: list[int], frame: pd.DataFrame, mode: str) -> Operators | None:
     """``details.operators``: the operators of the counted steps of every trace, by name.
 
     Args:
@@ -177,7 +178,6 @@ def operator_view(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Data
             frames.append(rt.operators[rt.operators["step"].isin(counted)])
     ops = pd.concat(frames, ignore_index=True) if frames else None
     if ops is None or not len(ops):
-        return None if not skipped else {"rows": [], "operators": 0, "calls": 0, "with_shapes": False,
-                                         "skipped": skipped}
-    return {"rows": _rows(ops, mode == "gpu"), "operators": int(ops["name"].nunique()), "calls": int(ops["calls"].sum()),
-            "with_shapes": bool((ops["shape"] != "").any()), "skipped": skipped}
+        return None if not skipped else Operators(rows=[], operators=0, calls=0, with_shapes=False, skipped=skipped)
+    return Operators(rows=_rows(ops, mode == "gpu"), operators=int(ops["name"].nunique()), calls=int(ops["calls"].sum()),
+                     with_shapes=bool((ops["shape"] != "").any()), skipped=skipped)

@@ -37,6 +37,7 @@ import pandas as pd
 from perfscope import steptime
 from perfscope.analysis.intervals import locate
 from perfscope.analysis.nodes import node_offsets_ns
+from perfscope.record.schema import RankRow, Straggler
 from perfscope.trace.kinds import EventKind, is_collective_range, is_comm_kernel
 
 if TYPE_CHECKING:
@@ -146,14 +147,10 @@ def collective_skew(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Da
                 "clocks_agree": clocks_agree, "last_counts": last_counts, "node_offsets_ns": offsets}
     mine = per[per["rank"] == best]
     others = per[per["rank"] != best]
-    straggler = {
-        "rank": int(best),
-        "basis": "arrival" if clocks_agree else "collective waits",
-        "steps_last": int(times[best]),
-        "steps": n_steps,
-        "median_late_us": float(mine["late_us"].median()) if clocks_agree else None,
-        "median_others_wait_us": float(others.groupby("step")["wait_us"].median().median()) if len(others) else 0.0,
-    }
+    straggler = Straggler(
+        rank=int(best), basis="arrival" if clocks_agree else "collective waits", steps_last=int(times[best]),
+        steps=n_steps, median_late_us=float(mine["late_us"].median()) if clocks_agree else None,
+        median_others_wait_us=float(others.groupby("step")["wait_us"].median().median()) if len(others) else 0.0)
     return {"per_rank_step": per, "straggler": straggler, "matched": int(g.ngroups), "unmatched": unmatched,
             "clocks_agree": clocks_agree, "last_counts": last_counts, "node_offsets_ns": offsets}
 
@@ -168,7 +165,7 @@ def _clocks_agree(matched: pd.DataFrame, key: list[str]) -> bool:
     return bool((last_arrival <= first_end + slack).mean() >= 0.5)
 
 
-def rank_rows(frame: pd.DataFrame, mode: str, skew: dict) -> tuple[list[dict], int | None]:
+def rank_rows(frame: pd.DataFrame, mode: str, skew: dict) -> tuple[list[RankRow], int | None]:
     """Per rank: median step, compute and communication time; the compute-based estimate of the
     wait for the slowest rank (``wait_for_slowest_us``: per step, the largest compute time of any
     rank minus this rank's); and the measured median arrival lateness and collective wait per
@@ -183,13 +180,11 @@ def rank_rows(frame: pd.DataFrame, mode: str, skew: dict) -> tuple[list[dict], i
     rows = []
     for rank, g in frame.groupby("rank", sort=True):
         mine = per[per["rank"] == rank]
-        rows.append({
-            "rank": int(rank),
-            "median_step_time_us": float(g["step_time_us"].median()),
-            "median_compute_us": float(g[compute].median()),
-            "median_comm_us": float(g["comm_us"].median()) if "comm_us" in g else 0.0,
-            "wait_for_slowest_us": float(g["_wait"].median()),
-            "median_late_us": float(mine["late_us"].median()) if len(mine) and mine["late_us"].notna().any() else None,
-            "median_collective_wait_us": float(mine["wait_us"].median()) if len(mine) else None,
-        })
-    return rows, steptime.slowest_rank(rows)
+        rows.append(RankRow(
+            rank=int(rank), median_step_time_us=float(g["step_time_us"].median()),
+            median_compute_us=float(g[compute].median()),
+            median_comm_us=float(g["comm_us"].median()) if "comm_us" in g else 0.0,
+            wait_for_slowest_us=float(g["_wait"].median()),
+            median_late_us=float(mine["late_us"].median()) if len(mine) and mine["late_us"].notna().any() else None,
+            median_collective_wait_us=float(mine["wait_us"].median()) if len(mine) else None))
+    return rows, steptime.slowest_rank({"rank": r.rank, "median_compute_us": r.median_compute_us} for r in rows)

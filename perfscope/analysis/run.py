@@ -12,6 +12,7 @@ from perfscope.analysis.combine import combine
 from perfscope.analysis.summary import Analysis
 from perfscope.analysis.rank import FileItem, RankTrace, analyze_as, analyze_file, analyze_table, load_table  # noqa: F401 (API)
 from perfscope.errors import TraceFormatError
+from perfscope.record.schema import Skipped
 from perfscope.trace import TraceTable, find_trace_files
 from perfscope.trace.decode import TraceDamagedError
 
@@ -131,10 +132,10 @@ def analyze_files(
         if own:
             executor.close()
     if not rank_traces:
-        first = skipped[0]["reason"]
+        first = skipped[0].reason
         raise TraceFormatError(first if len(skipped) == 1 else f"no readable trace among {len(files)} files ({first}, ...)")
     analysis = combine(rank_traces, run_info, common_steps_only=common_steps_only)
-    analysis.warnings[:0] = [f"skipped {s['reason']}" for s in skipped]
+    analysis.warnings[:0] = [f"skipped {s.reason}" for s in skipped]
     analysis.skipped = skipped
     return analysis
 
@@ -163,7 +164,7 @@ def _run_files(files, executor, skip_unreadable: bool, progress, own: bool = Fal
             close()
 
 
-def _collect(files, results, skip_unreadable: bool, progress) -> tuple[list[RankTrace], list[dict]]:
+def _collect(files, results, skip_unreadable: bool, progress) -> tuple[list[RankTrace], list[Skipped]]:
     rank_traces, skipped = [], []
     for f, (status, value) in zip(files, results):
         if progress is not None:
@@ -174,9 +175,8 @@ def _collect(files, results, skip_unreadable: bool, progress) -> tuple[list[Rank
         if not skip_unreadable:
             raise value
         if isinstance(value, TraceFormatError):
-            skipped.append({"path": str(f), "reason": str(value), "damaged": isinstance(value, TraceDamagedError)})
+            skipped.append(Skipped(path=str(f), reason=str(value), damaged=isinstance(value, TraceDamagedError)))
         else:
-            skipped.append({"path": str(f), "damaged": True,
-                            "reason": f"{f}: could not be read (internal error: {type(value).__name__}: {value}; "
-                                      "please report it)"})
+            skipped.append(Skipped(path=str(f), reason=f"{f}: could not be read (internal error: {type(value).__name__}: "
+                                                       f"{value}; please report it)", damaged=True))
     return rank_traces, skipped

@@ -12,15 +12,12 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from perfscope.record.run_steps import RunRecord, RunStep, read_run_steps
+from perfscope.record.schema import RunCreep, RunPeriodic, RunPhase, RunSlowStep, RunSteps, RunWindow
 from perfscope.trace.quality import DROPPED, NOT_READ, DataQuality
-
-if TYPE_CHECKING:
-    from perfscope.record.schema import RunSteps, RunWindow
 
 PHASES = ("input", "forward", "backward", "optimizer", "other")
 # The first steps of a run build caches, autotune, compile and fill the DataLoader's queues: they
@@ -91,7 +88,7 @@ def phase_seconds(steps: Sequence[RunStep]) -> dict[str, np.ndarray]:
             "other": np.array([s.other for s in steps])}
 
 
-def slow_steps(steps: Sequence[RunStep]) -> tuple[list[dict], float]:
+def slow_steps(steps: Sequence[RunStep]) -> tuple[list[RunSlowStep], float]:
     """The steady steps that took much longer than the run's pace, slowest first, and the
     threshold (seconds) they passed (:data:`SLOW_RATIO`, :data:`SLOW_MADS`, :data:`SLOW_MIN_EXTRA_S`).
 
@@ -111,9 +108,9 @@ def slow_steps(steps: Sequence[RunStep]) -> tuple[list[dict], float]:
     for i in np.flatnonzero(seconds > threshold):
         extra = {p: float(phases[p][i]) - medians[p] for p in PHASES}
         phase = max(extra, key=extra.get)
-        out.append({"step": steady[i].step, "seconds": float(seconds[i]), "ratio": float(seconds[i]) / median if median else None,
-                    "phase": phase, "extra_s": extra[phase]})
-    out.sort(key=lambda r: -r["seconds"])
+        out.append(RunSlowStep(step=steady[i].step, seconds=float(seconds[i]),
+                               ratio=float(seconds[i]) / median if median else None, phase=phase, extra_s=extra[phase]))
+    out.sort(key=lambda r: -r.seconds)
     return out, threshold
 
 
@@ -139,8 +136,8 @@ def _best_progression(extra: dict[int, float]) -> list[int]:
     return best
 
 
-def periodic(slow: list[dict]) -> dict | None:
-    """``{"every": steps, "steps": [...], "phase": ...}`` when the slow steps' time comes mostly at
+def periodic(slow: list[RunSlowStep]) -> RunPeriodic | None:
+    """The period (``every`` steps, ``steps``, ``phase``) when the slow steps' time comes mostly at
     one interval, else None.
 
     The candidate sets are the slow steps spaced by one number of steps (the gaps between any two
@@ -154,18 +151,17 @@ def periodic(slow: list[dict]) -> dict | None:
     """
     if len(slow) < PERIODIC_MIN:
         return None
-    extra = {int(r["step"]): max(float(r.get("extra_s") or 0.0), 0.0) or float(r.get("seconds") or 0.0)
-             for r in slow[:1000]}
+    extra = {int(r.step): max(float(r.extra_s or 0.0), 0.0) or float(r.seconds or 0.0) for r in slow[:1000]}
     best = _best_progression(extra)
     if not best:
         return None
     every = min(b - a for a, b in zip(best, best[1:]))
     members = set(best)
-    phase = Counter(r["phase"] for r in slow if r["step"] in members).most_common(1)[0][0]
-    return {"every": every, "steps": best[:MAX_SLOW_LISTED], "phase": phase}
+    phase = Counter(r.phase for r in slow if r.step in members).most_common(1)[0][0]
+    return RunPeriodic(every=every, steps=best[:MAX_SLOW_LISTED], phase=phase)
 
 
-def memory_creep(steps: Sequence[RunStep]) -> list[dict]:
+def memory_creep(steps: Sequence[RunStep]) -> list[RunCreep]:
     """Memory that keeps growing over the steps after start-up that the profiler did not trace, per
     kind read (``rss``, ``device_allocated``).
 
@@ -191,13 +187,13 @@ def memory_creep(steps: Sequence[RunStep]) -> list[dict]:
         level = float(np.median(y))
         if low <= 0 or growth < max(CREEP_MIN_BYTES, CREEP_MIN_SHARE * level):
             continue
-        out.append({"memory": kind, "bytes_per_step": float(slope), "growth_bytes": float(growth),
-                    "from_bytes": float(intercept + slope * x[0]), "to_bytes": float(intercept + slope * x[-1]),
-                    "first_step": int(x[0]), "last_step": int(x[-1])})
+        out.append(RunCreep(memory=kind, bytes_per_step=float(slope), growth_bytes=float(growth),
+                            from_bytes=float(intercept + slope * x[0]), to_bytes=float(intercept + slope * x[-1]),
+                            first_step=int(x[0]), last_step=int(x[-1])))
     return out
 
 
-def window_view(steps: Sequence[RunStep], window: Sequence[int]) -> dict | None:
+def window_view(steps: Sequence[RunStep], window: Sequence[int]) -> RunWindow | None:
     """How the profiled window's steps compare with the whole run's steady steps.
 
     ``first``/``last``/``steps`` (the window's recorded step numbers found in the record),
@@ -211,13 +207,12 @@ def window_view(steps: Sequence[RunStep], window: Sequence[int]) -> dict | None:
         return None
     median = float(np.median(inside))
     found = sorted(s.step for s in steps if s.step in wanted)
-    out = {"first": found[0], "last": found[-1], "steps": len(found), "median_s": median, "ratio": None,
-           "percentile": None, "representative": None}
+    out = RunWindow(first=found[0], last=found[-1], steps=len(found), median_s=median)
     run = np.array([s.own for s in _untraced(steps)])
     if len(run) >= MIN_UNTRACED and float(np.median(run)) > 0:
-        ratio = median / float(np.median(run))
-        out.update(ratio=ratio, percentile=float(np.mean(run < median)),
-                   representative=abs(ratio - 1.0) <= REPRESENTATIVE_SHARE)
+        out.ratio = median / float(np.median(run))
+        out.percentile = float(np.mean(run < median))
+        out.representative = abs(out.ratio - 1.0) <= REPRESENTATIVE_SHARE
     return out
 
 
@@ -243,12 +238,14 @@ def curve(steps: Sequence[RunStep]) -> list[list]:
     return out
 
 
-def rank_run_view(steps: Sequence[RunStep], window: Sequence[int]) -> dict | None:
+def rank_run_view(steps: Sequence[RunStep], window: Sequence[int], *, rank: int | None = None,
+                  worker: str | None = None) -> RunSteps | None:
     """``details.run_steps[]`` of one rank (``docs/summary.md``); None for an empty record.
 
     Args:
         steps: The rank's record, in step order.
         window: The step numbers its trace holds (the profiled window).
+        rank, worker: The trace's rank and worker name.
     """
     if not steps:
         return None
@@ -257,33 +254,22 @@ def rank_run_view(steps: Sequence[RunStep], window: Sequence[int]) -> dict | Non
     phases, shares = phase_seconds(steady), phase_shares(steady)
     slow, threshold = slow_steps(steps)
     start = steps[:STARTUP_STEPS] if len(steps) > STARTUP_STEPS else []
-    return {
-        "steps": len(steps),
-        "first_step": steps[0].step,
-        "last_step": steps[-1].step,
-        "truncated": steps[-1].last,
-        "total_s": float(sum(s.seconds for s in steps)),
-        "startup_s": float(sum(s.seconds for s in start)),
-        "traced_steps": sum(1 for s in steps if s.traced),
-        "steady_steps": len(steady),
-        "steady_untraced": len(steady) == len(_untraced(steps)) and not any(s.traced for s in steady),
-        "profiler_s": float(sum(s.profiler for s in steps)),
-        "own_cost_us": _own_cost_us(steps),
-        "median_s": float(np.median(seconds)),
-        "mean_s": float(seconds.mean()),
-        "p90_s": float(np.percentile(seconds, 90)),
-        "max_s": float(seconds.max()),
-        "phases": {p: {"median_s": float(np.median(v)), "share": shares[p] if shares else None}
-                   for p, v in phases.items()},
-        "window": window_view(steps, window),
-        "slow_threshold_s": threshold if np.isfinite(threshold) else None,
-        "slow_steps": slow[:MAX_SLOW_LISTED],
-        "slow_count": len(slow),
-        "periodic": periodic(slow),
-        "memory_creep": memory_creep(steps),
-        "curve": curve(steps),
-        "sample_s": [float(v) for v in seconds[:: max(1, -(-len(seconds) // SAMPLE_STEPS))]],
-    }
+    return RunSteps(
+        rank=rank, worker=worker, steps=len(steps), first_step=steps[0].step, last_step=steps[-1].step,
+        truncated=steps[-1].last, total_s=float(sum(s.seconds for s in steps)),
+        startup_s=float(sum(s.seconds for s in start)), traced_steps=sum(1 for s in steps if s.traced),
+        steady_steps=len(steady),
+        steady_untraced=len(steady) == len(_untraced(steps)) and not any(s.traced for s in steady),
+        profiler_s=float(sum(s.profiler for s in steps)), own_cost_us=_own_cost_us(steps),
+        median_s=float(np.median(seconds)), mean_s=float(seconds.mean()), p90_s=float(np.percentile(seconds, 90)),
+        max_s=float(seconds.max()),
+        phases={p: RunPhase(median_s=float(np.median(v)), share=shares[p] if shares else None)
+                for p, v in phases.items()},
+        window=window_view(steps, window),
+        slow_threshold_s=threshold if np.isfinite(threshold) else None,
+        slow_steps=slow[:MAX_SLOW_LISTED], slow_count=len(slow), periodic=periodic(slow),
+        memory_creep=memory_creep(steps), curve=curve(steps),
+        sample_s=[float(v) for v in seconds[:: max(1, -(-len(seconds) // SAMPLE_STEPS))]])
 
 
 MALFORMED_LINES = "torn or malformed lines of the whole-run record (*.run.jsonl), left out"
@@ -315,7 +301,7 @@ def read_run_records(rank_traces) -> list[RunRecord | None]:
     return out
 
 
-def run_steps_view(rank_traces, ranks: list[int], records: list[RunRecord | None]) -> list[dict] | None:
+def run_steps_view(rank_traces, ranks: list[int], records: list[RunRecord | None]) -> list[RunSteps] | None:
     """``details.run_steps``: per trace with a whole-run record beside it, :func:`rank_run_view`
     with ``rank`` and ``worker``; None when no trace has one.
 
@@ -327,9 +313,9 @@ def run_steps_view(rank_traces, ranks: list[int], records: list[RunRecord | None
     out = []
     for rt, rank, record in zip(rank_traces, ranks, records):
         steps = record.steps if record is not None else None
-        view = rank_run_view(steps or [], [int(s) for s in rt.steps])
+        view = rank_run_view(steps or [], [int(s) for s in rt.steps], rank=rank, worker=rt.table.worker)
         if view is not None:
-            out.append({"rank": rank, "worker": rt.table.worker, **view})
+            out.append(view)
     return out or None
 
 

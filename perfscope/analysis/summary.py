@@ -16,7 +16,7 @@ import pandas as pd
 from perfscope import steptime
 from perfscope.analysis.cost import cost_view, energy_view
 from perfscope.analysis.verdict import RunVerdict
-from perfscope.record.schema import SCHEMA, SCHEMA_VERSION
+from perfscope.record.schema import SCHEMA, SCHEMA_VERSION, Details, QualityEntry, Skipped, TraceEntry
 
 
 @dataclass(kw_only=True)
@@ -32,11 +32,12 @@ class Analysis:
             when no step has the evidence for one; ``reason`` says why).
         mode: ``"gpu"`` or ``"cpu"``.
         traces: Per-file facts (path, worker, rank, mode, events, markers, devices, warnings,
-            data quality).
+            data quality), as the record's ``traces[]`` entries.
         notes: Statements about how the traces were read (no step markers, steps not counted).
         warnings: Problems that did not stop the analysis (repairs, dropped events...).
         run_info: Metadata of the profiled run when perfscope recorded it, else ``{}``.
-        details: Run-level detail for the report (:func:`perfscope.analysis.details.build_details`).
+        details: Run-level detail for the report (:func:`perfscope.analysis.details.build_details`),
+            as the record's struct; its ``cost`` and ``energy`` come with the summary.
         skipped: Files of a directory that could not be read: ``path``, ``reason`` and ``damaged``
             (a trace that holds damage, as opposed to a file that is no trace).
         tables: The trace tables analyzed, by resolved file path, so the report's timeline
@@ -48,12 +49,12 @@ class Analysis:
     steps: pd.DataFrame
     verdict: RunVerdict
     mode: str
-    traces: list[dict]
+    traces: list[TraceEntry]
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     run_info: dict = field(default_factory=dict)
-    details: dict = field(default_factory=dict)
-    skipped: list[dict] = field(default_factory=list)
+    details: Details = field(default_factory=Details)
+    skipped: list[Skipped] = field(default_factory=list)
     tables: dict = field(default_factory=dict, repr=False)
     timelines: dict = field(default_factory=dict, repr=False)
 
@@ -65,7 +66,7 @@ class Analysis:
     @property
     def world_size(self) -> int:
         """The job's world size as the traces record it (``distributedInfo``), else the ranks analyzed."""
-        recorded = [t["world_size"] for t in self.traces if isinstance(t.get("world_size"), int)]
+        recorded = [t.world_size for t in self.traces if isinstance(t.world_size, int)]
         return max(recorded) if recorded else self.ranks_analyzed
 
     def summary(self) -> dict:
@@ -83,9 +84,12 @@ def _clean(value):
 
 
 def _clean_tree(value):
-    """JSON-safe data of a part of the record: its structs as objects of every field, in order."""
+    """JSON-safe data of a part of the record: its structs as objects of every field, in order (a
+    sparse struct's, ``omit_defaults``, without the fields it lacks), as msgspec encodes them."""
     if isinstance(value, msgspec.Struct):
-        return {f.encode_name: _clean_tree(getattr(value, f.name)) for f in msgspec.structs.fields(value)}
+        sparse = value.__struct_config__.omit_defaults
+        return {f.encode_name: _clean_tree(getattr(value, f.name)) for f in msgspec.structs.fields(value)
+                if not (sparse and getattr(value, f.name) is None)}
     if isinstance(value, dict):
         return {k: _clean_tree(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -107,17 +111,18 @@ def build_summary(analysis: Analysis) -> dict:
     # the counted steps, or those a provisional verdict classified (without their waits for a core)
     counted_rows = steptime.verdict_rows(steps, v.provisional)
     representative = steptime.representative_step(counted_rows)
-    devices = sorted({d for t in analysis.traces for d in t["devices"] if d})
+    devices = sorted({d for t in analysis.traces for d in t.devices if d})
     run = dict(analysis.run_info)
     run.setdefault("world_size", analysis.world_size)
     run["ranks_analyzed"] = analysis.ranks_analyzed
     run.setdefault("devices", devices)
     step_time = steptime.step_time_us(counted_rows)
-    details = _clean_tree(analysis.details)
-    details["cost"] = _cost(analysis, run, step_time, details)
+    d = analysis.details
     # the verdict's steps; where none has a reading (no verdict, a busy machine's withheld steps), every step's
     read = [r for r in counted_rows if r.get("host_energy_j") is not None] or steps
-    details["energy"] = energy_view(read, analysis.traces, int(run["world_size"]), _batch_size(details))
+    details = _clean_tree(msgspec.structs.replace(
+        d, cost=_cost(analysis, run, step_time, d),
+        energy=energy_view(read, analysis.traces, int(run["world_size"]), _batch_size(d))))
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -145,45 +150,45 @@ def build_summary(analysis: Analysis) -> dict:
             "representative_step": _clean(representative),
         },
         "details": details,
-        "data_quality": merged_quality(analysis.traces),
+        "data_quality": _clean_tree(merged_quality(analysis.traces)),
         "traces": _clean_tree(analysis.traces),
-        "skipped": analysis.skipped,
+        "skipped": _clean_tree(analysis.skipped),
         "notes": analysis.notes,
         "warnings": analysis.warnings,
         "steps": steps,
     }
 
 
-def _cost(analysis, run: dict, step_time: float | None, details: dict) -> dict | None:
+def _cost(analysis, run: dict, step_time: float | None, details: Details) -> dict | None:
     """``details.cost`` (:func:`perfscope.analysis.cost.cost_view`) at the run's price, if given."""
     price = run.get("price_per_hour")
     if price is None:
         return None
-    job = (details.get("facts") or {}).get("job") or {}
-    runs = [r["total_s"] for r in details.get("run_steps") or [] if r.get("total_s")]
+    job = details.facts.job or {}
+    runs = [r.total_s for r in details.run_steps or [] if r.total_s]
     return cost_view(price_per_hour=float(price), step_time_us=step_time, shares=analysis.verdict.fractions,
                      mode=analysis.mode, world_size=int(run["world_size"]), nnodes=int(job.get("nnodes") or 1),
                      batch_size=_batch_size(details), run_seconds=max(runs) if runs else None)
 
 
-def _batch_size(details: dict) -> int | None:
+def _batch_size(details: Details) -> int | None:
     """Samples a rank's step takes: the first DataLoader's batch size ``perfscope profile`` recorded."""
-    batch = ((details.get("facts") or {}).get("loader") or {}).get("batch_size")
+    batch = (details.facts.loader or {}).get("batch_size")
     return batch if isinstance(batch, int) and batch > 0 else None
 
 
-def merged_quality(traces: list[dict]) -> list[dict]:
+def merged_quality(traces: list[TraceEntry]) -> list[QualityEntry]:
     """The data-quality entries of every trace, summed by (action, reason, unit); examples merged."""
-    merged: dict = {}
+    merged: dict[tuple, QualityEntry] = {}
     for t in traces:
-        for e in t.get("data_quality") or []:
-            key = (e["action"], e["reason"], e.get("unit", "event"))
-            m = merged.setdefault(key, {"action": key[0], "reason": key[1], "unit": key[2], "count": 0,
-                                        "traces": 0, "examples": {}})
-            m["count"] += int(e["count"])
-            m["traces"] += 1
-            for name, n in (e.get("examples") or {}).items():
-                m["examples"][name] = m["examples"].get(name, 0) + int(n)
+        for e in t.data_quality or []:
+            key = (e.action, e.reason, e.unit or "event")
+            m = merged.setdefault(key, QualityEntry(action=key[0], reason=key[1], unit=key[2], count=0, traces=0,
+                                                    examples={}))
+            m.count += int(e.count)
+            m.traces += 1
+            for name, n in (e.examples or {}).items():
+                m.examples[name] = m.examples.get(name, 0) + int(n)
     for m in merged.values():
-        m["examples"] = dict(sorted(m["examples"].items(), key=lambda kv: -kv[1])[:5])
+        m.examples = dict(sorted(m.examples.items(), key=lambda kv: -kv[1])[:5])
     return list(merged.values())

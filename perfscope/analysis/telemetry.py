@@ -55,9 +55,9 @@ def aligned_samples(t: TraceTable, w: StepWindows) -> pd.DataFrame | None:
     ``ts_ns``, their time on the trace's relative clock (as the step windows), and ``window``, the
     index of the step window holding each (-1: none); None without samples."""
     rec = t.telemetry
-    if not rec or not rec.get("samples"):
+    if rec is None or not rec.samples:
         return None
-    df = pd.DataFrame(rec["samples"])
+    df = pd.DataFrame(rec.samples)
     offset, _ = clock_offset_ns(t, w)
     df["ts_ns"] = df["unix_ns"].astype("int64") + offset - int(t.absolute_ns(0))
     order = np.argsort(w.start, kind="stable")  # windows tile the run: disjoint once sorted
@@ -70,7 +70,7 @@ def aligned_samples(t: TraceTable, w: StepWindows) -> pd.DataFrame | None:
 
 def averaging_s(t: TraceTable) -> float:
     """How far back (s) a sample's utilisation and power reach, as the record says."""
-    return float((t.telemetry or {}).get("averaging_s") or 0.0)
+    return t.telemetry.averaging_s if t.telemetry is not None else 0.0
 
 
 def step_columns(rt: RankTrace) -> pd.DataFrame | None:
@@ -117,7 +117,8 @@ def telemetry_view(rank_traces: list[RankTrace], ranks: list[int], frame: pd.Dat
     if df is None or df.empty:
         return {"skipped": _skipped(g, rank_traces)}
     settled = df[df["settled"]]
-    source = str((rank_traces[0].table.telemetry or {}).get("source") or "NVML")
+    first = rank_traces[0].table.telemetry
+    source = first.source if first is not None else "NVML"
     return {"source": source, "interval_s": g.interval, "averaging_s": g.averaging,
             "samples": int(len(df)), "settled_samples": int(len(settled)),
             "unsettled": None if len(settled) else _unsettled(g.longest_s, g.averaging, source),
@@ -149,24 +150,24 @@ class _Samples:
         return self.busy_s / self.span_s if self.span_s > 0 else None
 
     def add(self, rt: RankTrace, rank: int, frame: pd.DataFrame) -> None:
-        rec = rt.table.telemetry or {}
-        if rec.get("skipped"):
-            self.skipped.append(rec["skipped"])
+        rec = rt.table.telemetry
+        if rec is not None and rec.skipped:
+            self.skipped.append(rec.skipped)
         df = aligned_samples(rt.table, rt.windows)
-        if df is None:
+        if df is None:  # no samples (and so a record)
             return
         w = rt.windows
         steps = frame.loc[(frame["rank"] == rank) & (frame["worker"] == rt.table.worker), "step"].to_numpy()
         self.parts.append(df[np.isin(df["window"].to_numpy(), np.flatnonzero(np.isin(w.step, steps)))])
         offset, how = clock_offset_ns(rt.table, rt.windows)
         self.align.append({"rank": rank, "offset_us": offset / 1000.0, "source": how})
-        self.devices += [{**d, "rank": rank} for d in rec.get("devices") or []]
-        self.busy_s += rec.get("sampler_busy_s") or 0.0
+        self.devices += [{**d, "rank": rank} for d in rec.devices]
+        self.busy_s += rec.sampler_busy_s or 0.0
         if len(w.step):
             window_s = (int(w.end.max()) - int(w.start.min())) / 1e9
             self.span_s += window_s
             self.longest_s = max(self.longest_s, window_s)
-        self.interval = rec.get("interval_s") or self.interval
+        self.interval = rec.interval_s or self.interval
         self.averaging = max(self.averaging, averaging_s(rt.table))
 
 
@@ -184,7 +185,7 @@ def _skipped(g: _Samples, rank_traces: list[RankTrace]) -> str:
     if not g.parts:
         return g.skipped[0] if g.skipped else "no telemetry record in the traces (perfscope profile records it on a " \
             "CUDA device)"
-    taken = sum(len((rt.table.telemetry or {}).get("samples") or []) for rt in rank_traces)
+    taken = sum(len(rt.table.telemetry.samples) for rt in rank_traces if rt.table.telemetry is not None)
     return (f"{taken} telemetry samples, none inside the counted steps (their clock does not meet the trace's, or "
             "they were taken outside the profiled window)")
 

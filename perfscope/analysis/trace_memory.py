@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from perfscope.analysis.nesting import MAX_SWEPT, by_start, innermost
+from perfscope.record.schema import TraceMemoryDevice, TraceMemoryOperator, TraceMemoryRank, TraceMemoryStep
 from perfscope.trace.kinds import EventKind
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ def _level_before(ts: np.ndarray, level: np.ndarray, at: np.ndarray, start: floa
 
 
 def _step_rows(ts: np.ndarray, level: np.ndarray, size: np.ndarray, start_level: float, steps: np.ndarray,
-               lo: np.ndarray, hi: np.ndarray) -> list[dict]:
+               lo: np.ndarray, hi: np.ndarray) -> list[TraceMemoryStep]:
     """Per counted step ``[lo, hi)`` (ns): its peak level, its growth (level at its end less at its
     start; None when the level before it is unknown) and its allocations (``size`` > 0)."""
     at_start = _level_before(ts, level, lo, start_level)
@@ -66,9 +67,9 @@ def _step_rows(ts: np.ndarray, level: np.ndarray, size: np.ndarray, start_level:
         seen = np.concatenate([[at_start[k]], level[a[k]:b[k]]])
         seen = seen[~np.isnan(seen)]
         growth = at_end[k] - at_start[k]
-        rows.append({"step": int(steps[k]), "peak_allocated_bytes": int(seen.max()) if seen.size else None,
-                     "growth_bytes": None if np.isnan(growth) else int(growth),
-                     "allocations": int((size[a[k]:b[k]] > 0).sum())})
+        rows.append(TraceMemoryStep(step=int(steps[k]), peak_allocated_bytes=int(seen.max()) if seen.size else None,
+                                    growth_bytes=None if np.isnan(growth) else int(growth),
+                                    allocations=int((size[a[k]:b[k]] > 0).sum())))
     return rows
 
 
@@ -129,12 +130,12 @@ def _top_operators(rt: RankTrace, events: pd.DataFrame, in_steps: np.ndarray) ->
     by = pd.DataFrame({"name": names, "bytes": size}).groupby("name")["bytes"].agg(["count", "sum"])
     by = by.sort_values(["sum", "count"], ascending=False).head(TOP_OPERATORS)
     total = float(size.sum())
-    return [{"name": str(n), "allocations": int(r["count"]), "bytes": int(r["sum"]),
-             "share": float(r["sum"]) / total} for n, r in by.iterrows()]
+    return [TraceMemoryOperator(name=str(n), allocations=int(r["count"]), bytes=int(r["sum"]),
+                                share=float(r["sum"]) / total) for n, r in by.iterrows()]
 
 
 def _device_view(rt: RankTrace, device: str, events: pd.DataFrame, steps: np.ndarray, lo: np.ndarray,
-                 hi: np.ndarray) -> dict:
+                 hi: np.ndarray) -> TraceMemoryDevice:
     ts = events["ts_ns"].to_numpy()
     allocated, reserved, relative = _levels(events)
     size = events["bytes"].to_numpy()
@@ -144,7 +145,7 @@ def _device_view(rt: RankTrace, device: str, events: pd.DataFrame, steps: np.nda
     for a, b in zip(np.searchsorted(ts, lo), np.searchsorted(ts, hi)):
         in_steps[a:b] = True
     rows = _step_rows(ts, allocated, size, start, steps, lo, hi)
-    peaks = [r["peak_allocated_bytes"] for r in rows if r["peak_allocated_bytes"] is not None]
+    peaks = [r.peak_allocated_bytes for r in rows if r.peak_allocated_bytes is not None]
     begin, end = float(lo.min()), float(hi.max())
     first_level = _level_before(ts, allocated, np.array([begin]), start)[0]
     last_level = _level_before(ts, allocated, np.array([end]), start)[0]
@@ -154,22 +155,21 @@ def _device_view(rt: RankTrace, device: str, events: pd.DataFrame, steps: np.nda
         r_start = _level_before(ts, reserved, lo, np.nan)
         candidates = np.concatenate([r_in, r_start[~np.isnan(r_start)]])
         peak_reserved = int(candidates.max()) if candidates.size else None
-    return {
-        "device": device, "relative": relative, "events": int(in_steps.sum()),
+    return TraceMemoryDevice(
+        device=device, relative=relative, events=int(in_steps.sum()),
         # the profiler counts the CPU allocator's bytes from its own start: not the process's memory
-        "since_profiler_start": device == "cpu",
-        "allocations": int((in_steps & (size > 0)).sum()),
-        "allocated_bytes": int(size[in_steps & (size > 0)].sum()),
-        "peak_allocated_bytes": max(peaks) if peaks else None,
-        "peak_reserved_bytes": peak_reserved,
-        "growth_bytes": None if np.isnan(last_level - first_level) else int(last_level - first_level),
-        "steps": rows,
-        "curve": _curve(ts, allocated, reserved, begin, end, start),
-        "top_operators": _top_operators(rt, events, in_steps),
-    }
+        since_profiler_start=device == "cpu",
+        allocations=int((in_steps & (size > 0)).sum()),
+        allocated_bytes=int(size[in_steps & (size > 0)].sum()),
+        peak_allocated_bytes=max(peaks) if peaks else None,
+        peak_reserved_bytes=peak_reserved,
+        growth_bytes=None if np.isnan(last_level - first_level) else int(last_level - first_level),
+        steps=rows,
+        curve=_curve(ts, allocated, reserved, begin, end, start),
+        top_operators=_top_operators(rt, events, in_steps))
 
 
-def trace_memory_view(rank_traces: list[RankTrace], ranks: list[int], frame: pd.DataFrame) -> list[dict] | None:
+def trace_memory_view(rank_traces: list[RankTrace], ranks: list[int], frame: pd.DataFrame) -> list[TraceMemoryRank] | None:
     """``details.trace_memory``: per trace with ``[memory]`` instants in its counted steps, per
     device, the allocator's bytes over those steps; None when no trace has any.
 
@@ -206,10 +206,10 @@ def trace_memory_view(rank_traces: list[RankTrace], ranks: list[int], frame: pd.
         devices = []
         for device, events in memory.groupby("device", sort=True):
             view = _device_view(rt, str(device), events.reset_index(drop=True), steps, lo, hi)
-            if view["events"]:
+            if view.events:
                 devices.append(view)
         if devices:
             # the device with most allocated first: the GPU of a GPU trace, the host of a CPU one
-            devices.sort(key=lambda d: -d["allocated_bytes"])
-            out.append({"rank": int(rank), "worker": rt.table.worker, "devices": devices})
+            devices.sort(key=lambda d: -d.allocated_bytes)
+            out.append(TraceMemoryRank(rank=int(rank), worker=rt.table.worker, devices=devices))
     return out or None

@@ -24,11 +24,11 @@ import numpy as np
 from perfscope.analysis.chunked import row_chunks
 from perfscope.analysis.intervals import Intervals, union, window_segments
 from perfscope.analysis.partition import gpu_parts, gpu_sets
+from perfscope.record.schema import OtherWaits, WaitCause
 from perfscope.trace.kinds import GPU_KINDS, EventKind, is_gpu_work_call, is_stream_wait, is_sync_call
 
 if TYPE_CHECKING:
     from perfscope.analysis.rank_trace import RankTrace
-    from perfscope.record.schema import OtherWaits
 
 SYNC, CROSS_STREAM, UNSHOWN = "host synchronisation", "cross-stream wait", "not shown in the trace"
 CAUSES = (SYNC, CROSS_STREAM, UNSHOWN)
@@ -159,16 +159,17 @@ def wait_shares(waits: OtherWaits) -> list[tuple[str, float, list[tuple[str, obj
     return out
 
 
-def merge_waits(parts: list[dict | None]) -> dict | None:
-    """Sum :func:`other_waits` over traces (None when none is a GPU trace)."""
+def merge_waits(parts: list[dict | None]) -> OtherWaits | None:
+    """Sum :func:`other_waits` over traces into the record's ``details.other_waits`` (None when
+    none is a GPU trace)."""
     parts = [p for p in parts if p]
     if not parts:
         return None
-    out = {"other_idle_us": sum(p["other_idle_us"] for p in parts), "causes": {}}
+    causes = {}
     for c in CAUSES:
         calls: dict = {}
         for p in parts:
             for k, v in p["causes"][c]["calls"].items():
                 calls[k] = calls.get(k, 0.0) + v
-        out["causes"][c] = {"us": sum(p["causes"][c]["us"] for p in parts), "calls": _top(calls)}
-    return out
+        causes[c] = WaitCause(us=sum(p["causes"][c]["us"] for p in parts), calls=_top(calls))
+    return OtherWaits(other_idle_us=sum(p["other_idle_us"] for p in parts), causes=causes)

@@ -60,7 +60,7 @@ def _finish(analysis, out_dir: Path, open_report: bool = False, as_json: bool = 
         print(line, file=sys.stderr)
     if open_report:
         _open_in_browser(paths["report"])
-    damaged = [s for s in analysis.skipped if s.get("damaged")]
+    damaged = [s for s in analysis.skipped if s.damaged]
     if damaged:
         files = "1 trace file holds damage and was" if len(damaged) == 1 else f"{len(damaged)} trace files hold damage and were"
         print(f"perfscope: {files} left out (see the warnings above); the outputs describe the others", file=sys.stderr)

@@ -207,14 +207,27 @@ class QualityEntry(_Record):
     reason: Annotated[str | None, Meta(description='in words')] = None
     unit: Annotated[str | None, Meta(description='`event`, `string`, `value`, `byte`, `file`, `header field`, `line` (of a whole-run record)')] = None
     count: Annotated[Number | None, Meta(description='how many units')] = None
-    traces: Annotated[Number | None, Meta(description=(
-        "how many traces have it (absent in a trace's own entries)"))] = None
+    traces: Annotated[Number | None, Meta(description='how many traces have it')] = None
     examples: Annotated[dict[str, Number] | None, Meta(description=(
         'up to five event names, categories or field names, with counts'))] = None
 
 
-class DistributedInfo(_Record):
-    """`traces[].distributed_info`: the trace's own `distributedInfo`, where it has one."""
+class TraceQuality(_Record):
+    """`traces[].data_quality[]` (*v2*): one trace's entry of a kind of problem (`docs/metrics.md`,
+    "Repairs"); `data_quality[]` sums them over the traces."""
+
+    action: Annotated[str | None, Meta(description='as `data_quality[].action`')] = None
+    reason: Annotated[str | None, Meta(description='in words')] = None
+    count: Annotated[Number | None, Meta(description='how many units')] = None
+    unit: Annotated[str | None, Meta(description='as `data_quality[].unit`')] = None
+    examples: Annotated[dict[str, Number] | None, Meta(description=(
+        'up to five event names, categories or field names, with counts'))] = None
+
+
+# Sparse: an object holds only what the trace holds (a field it lacks is absent, not null).
+class DistributedInfo(_Record, omit_defaults=True):
+    """`traces[].distributed_info`: the trace's own `distributedInfo`, where it has one (its
+    `backend`, `rank`, `world_size` and `nccl_version`, those it holds)."""
 
     backend: Annotated[str | None, Meta(description='`nccl`, `gloo` ...')] = None
     rank: Annotated[Whole | None, Meta(description='the rank it records')] = None
@@ -222,9 +235,9 @@ class DistributedInfo(_Record):
     nccl_version: Annotated[str | None, Meta(description="NCCL's version")] = None
 
 
-class MemoryCapacity(_Record):
+class MemoryCapacity(_Record, omit_defaults=True):
     """`traces[].memory_capacity` (*v2*): the memory `perfscope profile` recorded in the trace's
-    host record (`{}` without one)."""
+    host record, the figures it holds (`{}` without one)."""
 
     host_total_bytes: Annotated[NonNeg | None, Meta(description="the host's memory")] = None
     device_total_bytes: Annotated[NonNeg | None, Meta(description="the device's memory")] = None
@@ -259,7 +272,7 @@ class TraceEntry(_Record):
         "*v2*: the host record's energy counter: `source` (NVML, RAPL), `unit` (GPU, machine), `machine`; "
         "or `why` none was read"))] = None
     warnings: Annotated[list[str] | None, Meta(description="this file's warnings")] = None
-    data_quality: Annotated[list[QualityEntry] | None, Meta(description=(
+    data_quality: Annotated[list[TraceQuality] | None, Meta(description=(
         "*v2*: this file's entries, as `data_quality[]` without `traces`"))] = None
 
 
@@ -374,8 +387,8 @@ class Straggler(_Record):
     basis: Annotated[str | None, Meta(description=(
         '`arrival`: it arrives last, on one clock; `collective waits`: the clocks disagree and it waits '
         'least'))] = None
-    steps: Annotated[Whole | None, Meta(description='steps compared')] = None
     steps_last: Annotated[Whole | None, Meta(description='steps it was last in')] = None
+    steps: Annotated[Whole | None, Meta(description='steps compared')] = None
     median_late_us: Annotated[Number | None, Meta(description='null on the `collective waits` basis')] = None
     median_others_wait_us: Annotated[Number | None, Meta(description="the others' median wait")] = None
 
@@ -440,10 +453,10 @@ class TraceMemoryDevice(_Record):
     device: Annotated[str | None, Meta(description='`cuda:0`, `cpu`...')] = None
     relative: Annotated[bool | None, Meta(description=(
         'the trace has no allocator totals (2021 format): levels are changes since its first instant'))] = None
+    events: Annotated[Whole | None, Meta(description='instants in the counted steps')] = None
     since_profiler_start: Annotated[bool | None, Meta(description=(
         "`cpu`: the profiler counts the CPU allocator's bytes from its own start, so levels are what was "
         "allocated since then, never the process's memory (its resident set is `details.memory`)"))] = None
-    events: Annotated[Whole | None, Meta(description='instants in the counted steps')] = None
     allocations: Annotated[Whole | None, Meta(description='allocations among them')] = None
     allocated_bytes: Annotated[NonNeg | None, Meta(description='bytes those allocations took')] = None
     peak_allocated_bytes: Annotated[Number | None, Meta(description='the highest allocated level')] = None
@@ -640,29 +653,27 @@ class GpuEfficiency(_Record):
         'a GPU with Tensor Cores (7.0 or more) whose run launched none: `details.facts.no_tensor_cores` is set'))] = None
 
 
-class _OperatorTimes(_Record):
-    """The figures an operator's row and each of its input shapes give (`docs/metrics.md`, Operators)."""
+# The figures an operator's row and each of its input shapes give (`docs/metrics.md`, Operators),
+# between the row's name (or the shape's input dims) and its shapes, as the analysis writes them.
+_OPERATOR_TIMES = [
+    ("calls", _d(Whole | None, "calls"), None),
+    ("host_us", _d(NonNeg | None, "host time, nested operators included"), None),
+    ("host_self_us", _d(NonNeg | None, "host time less the operators nested in it"), None),
+    ("device_us", _d(NonNeg | None, "GPU time of the kernels, copies and memsets it and the operators nested in it "
+                     "launched"), None),
+    ("device_self_us", _d(NonNeg | None, "GPU time of what it launched itself"), None),
+]
 
-    calls: Annotated[Whole | None, Meta(description='calls')] = None
-    host_us: Annotated[NonNeg | None, Meta(description='host time, nested operators included')] = None
-    host_self_us: Annotated[NonNeg | None, Meta(description='host time less the operators nested in it')] = None
-    device_us: Annotated[NonNeg | None, Meta(description=(
-        'GPU time of the kernels, copies and memsets it and the operators nested in it launched'))] = None
-    device_self_us: Annotated[NonNeg | None, Meta(description='GPU time of what it launched itself')] = None
+OperatorShape = msgspec.defstruct(
+    "OperatorShape", [("input_dims", _d(str | None, "the profiler's `Input Dims`, as compact JSON"), None),
+                      *_OPERATOR_TIMES], bases=(_Record,), module=__name__)
+OperatorShape.__doc__ = "`details.operators.rows[].shapes[]`: the calls of an operator with one input shape."
 
-
-class OperatorShape(_OperatorTimes):
-    """`details.operators.rows[].shapes[]`: the calls of an operator with one input shape."""
-
-    input_dims: Annotated[str | None, Meta(description="the profiler's `Input Dims`, as compact JSON")] = None
-
-
-class OperatorRow(_OperatorTimes):
-    """`details.operators.rows[]`: one operator name over the counted steps, all ranks."""
-
-    name: Annotated[str | None, Meta(description='the operator')] = None
-    shapes: Annotated[list[OperatorShape] | None, Meta(description=(
-        'the 3 input shapes with most time (empty without `record_shapes`)'))] = None
+OperatorRow = msgspec.defstruct(
+    "OperatorRow", [("name", _d(str | None, "the operator"), None), *_OPERATOR_TIMES,
+                    ("shapes", _d(list[OperatorShape] | None, "the 3 input shapes with most time (empty without "
+                                  "`record_shapes`)"), None)], bases=(_Record,), module=__name__)
+OperatorRow.__doc__ = "`details.operators.rows[]`: one operator name over the counted steps, all ranks."
 
 
 class Operators(_Record):
@@ -767,9 +778,9 @@ class Nodes(_Record):
     count: Annotated[Whole | None, Meta(description='nodes')] = None
     nodes: Annotated[list[NodeRow] | None, Meta(description='per node')] = None
     straggler_node: Annotated[StragglerNode | None, Meta(description='null otherwise')] = None
+    problems: Annotated[list[str] | None, Meta(description='what could not be told apart')] = None
     process_groups: Annotated[ProcessGroups | None, Meta(description="the job's process groups")] = None
     link: Annotated[Link | None, Meta(description='the inter-node link')] = None
-    problems: Annotated[list[str] | None, Meta(description='what could not be told apart')] = None
 
 
 class OptimizerStep(_Record):
@@ -884,16 +895,6 @@ class Details(_Record):
     """`details`: run-level detail, over the counted steps (those the verdict uses), all ranks;
     for a provisional verdict, over the steps it classifies."""
 
-    advice: Annotated[Advice | None, Meta(description='the advice per class')] = None
-    cost: Annotated[Cost | None, Meta(description='*v2*: the cost per step, below (with `--price-per-hour`)')] = None
-    energy: Annotated[Energy | None, Meta(description='*v2*: the energy per step, below')] = None
-    knobs: Annotated[dict[str, list[str]] | None, Meta(description=(
-        '*v2*: per class, the configuration keys its advice names (`perfscope profile --config`, `perfscope tune`), '
-        'in its order; empty where the advice names none'))] = None
-    scope: Annotated[str | None, Meta(description=(
-        "*v2*: the steps the tables below are over: `counted` (the verdict's), `provisional` (the host-contended "
-        "steps a provisional verdict classified), `withheld` (no step has a verdict: every step with a length, "
-        "each left out of the verdict for the reason its row gives)"))] = None
     what_if: Annotated[list[WhatIf] | None, Meta(description='the what-ifs, below')] = None
     top_kernels: Annotated[list[TopRow] | None, Meta(description=(
         'GPU runs: the 20 kernels with the largest total time'))] = None
@@ -904,26 +905,20 @@ class Details(_Record):
     idle_gaps: Annotated[IdleGaps | None, Meta(description='GPU runs: idle gaps by length')] = None
     other_waits: Annotated[OtherWaits | None, Meta(description='GPU runs: what `other` idle waited on')] = None
     ranks: Annotated[list[RankRow] | None, Meta(description='per rank')] = None
-    slowest_rank: Annotated[Whole | None, Meta(description=(
-        'the rank with the largest median compute time; null for one rank'))] = None
     straggler: Annotated[Straggler | None, Meta(description='the rank the others wait for')] = None
-    last_counts: Annotated[dict[str, Number] | None, Meta(description=(
-        '*v2*: how many steps each rank (as text) was the last to arrive'))] = None
+    nodes: Annotated[Nodes | None, Meta(description='a job over several nodes')] = None
     memory: Annotated[Memory | None, Meta(description='peak memory and headroom')] = None
     trace_memory: Annotated[list[TraceMemoryRank] | None, Meta(description=(
         "*v2*: the allocator's instants in the traces, per trace and device"))] = None
-    operators: Annotated[Operators | None, Meta(description=(
-        '*v2*: the operators by name and input shape: calls, host and device time'))] = None
     run_steps: Annotated[list[RunSteps] | None, Meta(description=(
         '*v2*: every step of the run, timed outside the profiler, per rank'))] = None
-    mfu: Annotated[Mfu | None, Meta(description='*v2*: model FLOPs utilisation')] = None
-    modules: Annotated[Modules | None, Meta(description='*v2*: time per nn.Module (forward)')] = None
     gpu_efficiency: Annotated[GpuEfficiency | None, Meta(description=(
         "*v2*: GPU runs: the kernels' SM efficiency, occupancy and Tensor Core share"))] = None
+    mfu: Annotated[Mfu | None, Meta(description='*v2*: model FLOPs utilisation')] = None
+    operators: Annotated[Operators | None, Meta(description=(
+        '*v2*: the operators by name and input shape: calls, host and device time'))] = None
+    modules: Annotated[Modules | None, Meta(description='*v2*: time per nn.Module (forward)')] = None
     telemetry: Annotated[Telemetry | None, Meta(description='GPU samples (NVML)')] = None
-    nodes: Annotated[Nodes | None, Meta(description='a job over several nodes')] = None
-    facts: Annotated[Facts | None, Meta(description='run facts')] = None
-    host_cpu: Annotated[HostCpu | None, Meta(description='who held the cores')] = None
     collectives_matched: Annotated[Number | None, Meta(description=(
         '*v2*: collectives matched across all ranks (null for one rank)'))] = None
     collectives_unmatched: Annotated[Number | None, Meta(description='*v2*: those some rank lacks')] = None
@@ -931,6 +926,22 @@ class Details(_Record):
         '*v2*: why collectives could not be matched (null when they were, or for one rank)'))] = None
     clocks_agree: Annotated[bool | None, Meta(description=(
         "*v2*: whether the ranks' clocks pass the check of `docs/metrics.md`"))] = None
+    last_counts: Annotated[dict[str, Number] | None, Meta(description=(
+        '*v2*: how many steps each rank (as text) was the last to arrive'))] = None
+    slowest_rank: Annotated[Whole | None, Meta(description=(
+        'the rank with the largest median compute time; null for one rank'))] = None
+    advice: Annotated[Advice | None, Meta(description='the advice per class')] = None
+    knobs: Annotated[dict[str, list[str]] | None, Meta(description=(
+        '*v2*: per class, the configuration keys its advice names (`perfscope profile --config`, `perfscope tune`), '
+        'in its order; empty where the advice names none'))] = None
+    facts: Annotated[Facts | None, Meta(description='run facts')] = None
+    scope: Annotated[str | None, Meta(description=(
+        "*v2*: the steps the tables below are over: `counted` (the verdict's), `provisional` (the host-contended "
+        "steps a provisional verdict classified), `withheld` (no step has a verdict: every step with a length, "
+        "each left out of the verdict for the reason its row gives)"))] = None
+    host_cpu: Annotated[HostCpu | None, Meta(description='who held the cores')] = None
+    cost: Annotated[Cost | None, Meta(description='*v2*: the cost per step, below (with `--price-per-hour`)')] = None
+    energy: Annotated[Energy | None, Meta(description='*v2*: the energy per step, below')] = None
 
 
 # --- steps -----------------------------------------------------------------------------------
@@ -1079,8 +1090,8 @@ SECTIONS = (
     ("details.nodes.process_groups", ProcessGroups), ("details.nodes.process_groups.groups[]", ProcessGroup),
     ("details.nodes.link", Link), ("details.facts", Facts), ("details.facts.optimizer_step", OptimizerStep),
     ("details.host_cpu", HostCpu), ("details.cost", Cost), ("details.energy", Energy),
-    ("data_quality[]", QualityEntry), ("traces[]", TraceEntry), ("traces[].distributed_info", DistributedInfo),
-    ("traces[].memory_capacity", MemoryCapacity),
+    ("data_quality[]", QualityEntry), ("traces[]", TraceEntry), ("traces[].data_quality[]", TraceQuality),
+    ("traces[].distributed_info", DistributedInfo), ("traces[].memory_capacity", MemoryCapacity),
     ("skipped[]", Skipped), ("steps[]", Step),
 )
 assert MODES == ("gpu", "cpu")  # the step columns above are listed for these two modes

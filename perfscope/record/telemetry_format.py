@@ -21,6 +21,8 @@ is read as its source's.
 
 from __future__ import annotations
 
+import msgspec
+
 TELEMETRY_KEY = "perfscope_telemetry"
 VERSION = 1
 FIELDS = ("unix_ns", "device", "gpu_util_pct", "mem_util_pct", "mem_used_bytes", "power_mw", "sm_clock_mhz",
@@ -58,6 +60,22 @@ def _in_range(field: str, v) -> bool:
     return _number(v) and low <= v <= high
 
 
+class TelemetryRecord(msgspec.Struct, kw_only=True):
+    """A trace's telemetry record as read (:func:`parse`): ``skipped`` (why nothing was sampled,
+    and nothing else set), or the ``source``, ``interval_s`` (seconds between samples, None where
+    not usable), ``averaging_s`` (how far back a reading reaches, s), ``sampler_busy_s`` (the
+    sampler's reading time, s, None where not usable), ``devices`` (``index``, ``name``, ``uuid``)
+    and ``samples`` (dicts keyed by :data:`FIELDS`, the usable ones)."""
+
+    skipped: str | None = None
+    source: str = "NVML"
+    interval_s: float | None = None
+    averaging_s: float = 0.0
+    sampler_busy_s: float | None = None
+    devices: list[dict] = msgspec.field(default_factory=list)
+    samples: list[dict] = msgspec.field(default_factory=list)
+
+
 def _text(v, limit: int) -> str | None:
     return v[:limit] if isinstance(v, str) else None
 
@@ -76,33 +94,32 @@ def _usable(sample, devices: int) -> bool:
             and all(_in_range(f, v) for f, v in zip(FIELDS[2:], sample[2:])))
 
 
-def parse(value) -> tuple[dict, list[str]]:
+def parse(value) -> tuple[TelemetryRecord, list[str]]:
     """The telemetry record, checked, and what was refused.
 
     Returns:
-        ``({"skipped": why}, problems)`` (the record says why, or is no record this version reads),
-        or ``({"source", "interval_s", "averaging_s", "sampler_busy_s", "devices", "samples"}, problems)`` with
-        ``samples`` a list of dicts keyed by :data:`FIELDS`: samples of the wrong type or with a
-        value outside :data:`RANGES` are left out and counted in ``problems`` (each problem a
+        ``(record, problems)``: a :class:`TelemetryRecord` with ``skipped`` set where the record
+        says why or is no record this version reads; else its samples, those of the wrong type or
+        with a value outside :data:`RANGES` left out and counted in ``problems`` (each problem a
         phrase; the caller says they were ignored).
     """
     if not isinstance(value, dict) or value.get("version") != VERSION:
-        return {"skipped": "the trace's telemetry record is not one this perfscope reads"}, [
+        return TelemetryRecord(skipped="the trace's telemetry record is not one this perfscope reads"), [
             "not perfscope's telemetry record"]
     if isinstance(value.get("skipped"), str):
-        return {"skipped": value["skipped"][:300]}, []
+        return TelemetryRecord(skipped=value["skipped"][:300]), []
     devices = _devices(value.get("devices"))
     fields = value.get("fields")
     raw = value.get("samples")
     if fields != list(FIELDS) or not isinstance(raw, list):
-        return {"skipped": "the trace's telemetry record has no usable fields or samples"}, [
+        return TelemetryRecord(skipped="the trace's telemetry record has no usable fields or samples"), [
             "telemetry record without its fields or samples"]
     samples, problems = _samples(raw, len(devices))
     interval, busy = value.get("interval_s"), value.get("sampler_busy_s")
     source = str(value.get("source") or "NVML")[:40]
-    return {"source": source, "interval_s": float(interval) if _number(interval) and interval > 0 else None,
-            "averaging_s": _averaging(value.get("averaging_s"), source), "sampler_busy_s": _busy(busy),
-            "devices": devices, "samples": samples}, problems
+    return TelemetryRecord(source=source, interval_s=float(interval) if _number(interval) and interval > 0 else None,
+                           averaging_s=_averaging(value.get("averaging_s"), source), sampler_busy_s=_busy(busy),
+                           devices=devices, samples=samples), problems
 
 
 def _busy(busy) -> float | None:

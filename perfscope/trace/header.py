@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from perfscope.record import host_steps, job_facts, telemetry_format
 from perfscope.record.host_steps import HOST_STEPS_KEY
 from perfscope.errors import TraceFormatError
-from perfscope.record.telemetry_format import TELEMETRY_KEY
+from perfscope.record.telemetry_format import TELEMETRY_KEY, TelemetryRecord
 
 MERGED_KEY = "perfscope_merged"  # perfscope merge's header key (perfscope/trace/merge.py)
 from perfscope.record.job_facts import JOB_KEY
@@ -45,7 +45,7 @@ class Header:
         host: The host name: the job record's, else the profiler's ``host_name``; None if neither.
         ddp: The rank's DDP gradient buckets and timings (:mod:`perfscope.record.job_facts`), or None.
         loader: The rank's first DataLoader's workers and cores (:mod:`perfscope.record.job_facts`), or None.
-        telemetry: The GPU telemetry record (:func:`perfscope.record.telemetry_format.parse`), ``{}``
+        telemetry: The GPU telemetry record (:func:`perfscope.record.telemetry_format.parse`), None
             when the trace has none.
         memory_capacity: The host's and device's memory as ``perfscope profile`` recorded them
             (:func:`perfscope.record.host_steps.parse_capacity`; bytes), ``{}`` when not recorded.
@@ -68,7 +68,7 @@ class Header:
     loader: dict | None = None
     memory_capacity: dict = field(default_factory=dict)
     energy: dict = field(default_factory=dict)
-    telemetry: dict = field(default_factory=dict)
+    telemetry: TelemetryRecord | None = None
     flops: StepFlops | None = None
     warnings: list[str] = field(default_factory=list)
 

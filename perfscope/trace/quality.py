@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from perfscope.record.schema import TraceQuality
 from perfscope.text import named, plural
 
 # A day in microseconds: no event of a profiling window lasts that long (windows are seconds to
@@ -65,9 +66,10 @@ class QualityEntry:
             return f"{plural(self.count, self.unit)} {self.reason}{ex}"
         return f"{plural(self.count, self.unit)} {self.action}: {self.reason}{ex}"
 
-    def to_dict(self) -> dict:
-        return {"action": self.action, "reason": self.reason, "count": int(self.count), "unit": self.unit,
-                "examples": {str(k): int(v) for k, v in self.examples.items()}}
+    def to_record(self) -> TraceQuality:
+        """The entry as ``summary.json``'s ``traces[].data_quality[]`` holds it."""
+        return TraceQuality(action=self.action, reason=self.reason, count=int(self.count), unit=self.unit,
+                            examples={str(k): int(v) for k, v in self.examples.items()})
 
 
 @dataclass
@@ -99,8 +101,9 @@ class DataQuality:
         """One line per entry that changed or left out data, prefixed with the file name."""
         return [f"{where}: {e.sentence()}" for e in self.entries if e.action in WARN_ACTIONS]
 
-    def to_list(self) -> list[dict]:
-        return [e.to_dict() for e in self.entries]
+    def to_list(self) -> list[TraceQuality]:
+        """The entries as ``summary.json``'s ``traces[].data_quality`` holds them."""
+        return [e.to_record() for e in self.entries]
 
 
 _MIX_CHUNK = 1 << 20  # rows mixed at a time (each key's int64 form is a temporary of this size)

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from perfscope.record.telemetry_format import TelemetryRecord
 from perfscope.trace.kinds import EventKind
 from perfscope.trace.quality import DataQuality
 
@@ -112,7 +113,7 @@ class TraceTable:
     loader: dict | None = None
     memory_capacity: dict = field(default_factory=dict)
     energy: dict = field(default_factory=dict)
-    telemetry: dict = field(default_factory=dict)
+    telemetry: TelemetryRecord | None = None
     flops: object = None
     dropped_correlations: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64), repr=False)
     memory: pd.DataFrame | None = field(default=None, repr=False)

@@ -69,7 +69,7 @@ def _telemetry_bars(prep, r) -> list[Bar] | None:
     if df is None:
         return None
     ts = df["ts_ns"].to_numpy()
-    interval = (prep.table.telemetry.get("interval_s") or 0.1) * 1e9
+    interval = (prep.table.telemetry.interval_s or 0.1) * 1e9
     bars = []
     for k in np.flatnonzero((ts < r.hi) & (ts + interval > r.lo)):
         util = df["gpu_util_pct"].iloc[k]
