@@ -19,6 +19,7 @@ from tracekit import analyze
 from perfscope import steptime
 from perfscope.runtime.config import KEYS
 from perfscope.record import answer
+from perfscope.record.job_facts import LoaderRecord
 from perfscope.record.schema import Facts
 from perfscope.record.answer import Answer, answer_of
 
@@ -116,5 +117,5 @@ def test_fsdp1_and_a_loader_at_its_cores_name_no_key():
     from perfscope.analysis.verdict import knobs_for
 
     assert knobs_for("comm", "gpu", Facts(fsdp=1)) == ()
-    assert knobs_for("io", "cpu", Facts(loader={"num_workers": 8, "cores": 8})) == ()
-    assert knobs_for("io", "cpu", Facts(loader={"num_workers": 2, "cores": 8}))[0] == "num_workers"
+    assert knobs_for("io", "cpu", Facts(loader=LoaderRecord(num_workers=8, cores=8))) == ()
+    assert knobs_for("io", "cpu", Facts(loader=LoaderRecord(num_workers=2, cores=8)))[0] == "num_workers"

@@ -147,7 +147,7 @@ def test_job_records_that_contradict_each_other_are_said(tmp_path):
 
 def test_comm_advice_of_a_job_over_nodes_puts_the_hierarchical_all_reduce_and_forecast_first(tmp_path):
     a = _job(tmp_path)
-    assert a.details.facts.job["nnodes"] == 2 and a.details.facts.p2p_comm_share == 0.0
+    assert a.details.facts.job.nnodes == 2 and a.details.facts.p2p_comm_share == 0.0
     advice = a.details.advice.comm
     assert advice.startswith("The job spans 2 nodes") and "hierarchical_allreduce" in advice
     assert "perfscope forecast" in advice and "bucket_cap_mb" in advice  # the usual knobs follow

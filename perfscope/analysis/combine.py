@@ -27,7 +27,7 @@ from perfscope.analysis.provisional import SPIN_ADVICE_LINE, provisional_verdict
 from perfscope.analysis.rank_trace import RankTrace
 from perfscope.analysis.run_view import read_run_records
 from perfscope.analysis.summary import Analysis
-from perfscope.record.schema import Details, DistributedInfo, Facts, MemoryCapacity, TraceEntry
+from perfscope.record.schema import Details, DistributedInfo, Facts, JobLayout, MemoryCapacity, TraceEntry
 from perfscope.analysis.telemetry import step_columns, throttle_warning
 from perfscope.analysis.verdict import CLASSES, RunVerdict, classify, cost_fractions, no_verdict, run_verdict
 from perfscope.fileid import fingerprint
@@ -254,7 +254,8 @@ def _job_facts(rank_traces: list[RankTrace], ranks: list[int]) -> Facts:
         cuda_graphs=any(rt.table.name_flag(is_graph_launch)[rt.table.kind == EventKind.RUNTIME].any() for rt in rank_traces),
         ddp=next((rt.table.ddp for rt in by_rank if rt.table.ddp), None),
         loader=next((rt.table.loader for rt in by_rank if rt.table.loader), None),
-        job=next(({k: rt.table.node[k] for k in ("nnodes", "local_world_size")} for rt in by_rank if rt.table.node), None),
+        job=next((JobLayout(nnodes=rt.table.node.nnodes, local_world_size=rt.table.node.local_world_size)
+                  for rt in by_rank if rt.table.node), None),
         no_tensor_cores=no_tensor_cores(rank_traces),
         # channels_last is advice for convolutions only (a transformer's compute advice leaves it out)
         convolutions=any(rt.table.name_flag(is_convolution).any() for rt in rank_traces),

@@ -42,7 +42,7 @@ def node_of_ranks(rank_traces: list[RankTrace], ranks: list[int]) -> tuple[dict[
 
     Returns ``({}, None)`` when the traces do not tell nodes apart (one node, or no record).
     """
-    recorded = {r: rt.table.node["node_rank"] for rt, r in zip(rank_traces, ranks) if rt.table.node}
+    recorded = {r: rt.table.node.node_rank for rt, r in zip(rank_traces, ranks) if rt.table.node}
     if len(recorded) == len(ranks) and len(set(recorded.values())) > 1:
         return recorded, "perfscope"
     hosts = {r: rt.table.host for rt, r in zip(rank_traces, ranks)}
@@ -168,10 +168,10 @@ def _contradictions(rank_traces: list[RankTrace], ranks: list[int], nodes: dict[
     """What the job records say against each other (each one line), for the warnings."""
     out = []
     records = {r: rt.table.node for rt, r in zip(rank_traces, ranks) if rt.table.node}
-    counts = sorted({n["nnodes"] for n in records.values()})
+    counts = sorted({n.nnodes for n in records.values()})
     if len(counts) > 1:
         out.append(f"the ranks' job records disagree on the number of nodes ({', '.join(map(str, counts))})")
-    moved = [r for r, n in records.items() if n["node_rank"] != r // max(n["local_world_size"], 1)]
+    moved = [r for r, n in records.items() if n.node_rank != r // max(n.local_world_size, 1)]
     if moved:
         out.append(f"rank(s) {', '.join(map(str, sorted(moved)[:8]))} are not on the node torchrun's numbering puts them "
                    "on (rank // ranks per node): the node view follows the records")
@@ -210,12 +210,12 @@ def link_use(rank_traces: list[RankTrace], nodes: dict[int, int], node_rows: lis
         return None
     n = len(set(nodes.values()))
     g = max(1, round(len(nodes) / n))
-    hierarchical = "hierarchical" in (ddp.get("comm_hook") or "")
-    size = ddp["gradient_bytes"]
+    hierarchical = "hierarchical" in (ddp.comm_hook or "")
+    size = ddp.gradient_bytes
     per_node = (2 * (n - 1) / n if hierarchical else 2 * (n * g - 1) / (n * g)) * size
     rates = {row.node: per_node * 8 / (row.median_comm_us / 1e6) for row in node_rows if row.median_comm_us}
     rates = {k: v for k, v in rates.items() if v <= MAX_BITS_PER_S}  # beyond, the times are not a link's
     slowest = min(rates, key=rates.get) if rates else None
-    return Link(gradient_bytes=size, buckets=len(ddp["bucket_bytes"]), comm_hook=ddp.get("comm_hook"),
+    return Link(gradient_bytes=size, buckets=len(ddp.bucket_bytes), comm_hook=ddp.comm_hook,
                 algorithm="hierarchical" if hierarchical else "flat ring", inter_node_bytes_per_step=per_node,
                 achieved_bits_per_s={str(k): v for k, v in rates.items()}, slowest_link_node=slowest)

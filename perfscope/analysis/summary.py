@@ -164,16 +164,16 @@ def _cost(analysis, run: dict, step_time: float | None, details: Details) -> dic
     price = run.get("price_per_hour")
     if price is None:
         return None
-    job = details.facts.job or {}
+    job = details.facts.job
     runs = [r.total_s for r in details.run_steps or [] if r.total_s]
     return cost_view(price_per_hour=float(price), step_time_us=step_time, shares=analysis.verdict.fractions,
-                     mode=analysis.mode, world_size=int(run["world_size"]), nnodes=int(job.get("nnodes") or 1),
+                     mode=analysis.mode, world_size=int(run["world_size"]), nnodes=int(job.nnodes or 1) if job else 1,
                      batch_size=_batch_size(details), run_seconds=max(runs) if runs else None)
 
 
 def _batch_size(details: Details) -> int | None:
     """Samples a rank's step takes: the first DataLoader's batch size ``perfscope profile`` recorded."""
-    batch = (details.facts.loader or {}).get("batch_size")
+    batch = details.facts.loader.batch_size if details.facts.loader else None
     return batch if isinstance(batch, int) and batch > 0 else None
 
 

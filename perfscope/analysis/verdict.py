@@ -37,13 +37,14 @@ CHANNELS_LAST_CLAUSE = {"gpu": ", channels_last for convolutions (channels_last:
 
 
 def _loader_cores(facts: Facts) -> tuple[int, int] | None:
-    """``(num_workers, cores a rank)`` of the script's first DataLoader (``facts["loader"]``, what
+    """``(num_workers, cores a rank)`` of the script's first DataLoader (``facts.loader``, what
     ``perfscope profile`` recorded; the node's cores are shared by its ranks), or None unknown."""
-    loader = facts.loader or {}
-    workers, cores = loader.get("num_workers"), loader.get("cores")
+    if facts.loader is None:
+        return None
+    workers, cores = facts.loader.num_workers, facts.loader.cores
     if not (isinstance(workers, int) and isinstance(cores, int) and cores > 0):
         return None
-    ranks = (facts.job or {}).get("local_world_size")
+    ranks = facts.job.local_world_size if facts.job else None
     return workers, (max(1, cores // ranks) if isinstance(ranks, int) and ranks > 0 else cores)
 
 
@@ -86,7 +87,7 @@ def _comm_case(facts: Facts) -> str:
     share = facts.p2p_comm_share
     if isinstance(share, (int, float)) and share >= P2P_SHARE:
         return "p2p"
-    nodes = (facts.job or {}).get("nnodes")
+    nodes = facts.job.nnodes if facts.job else None
     return "nodes" if isinstance(nodes, int) and nodes > 1 else "ddp"
 
 
@@ -99,7 +100,7 @@ def _comm_advice(text: str, facts: Facts) -> str:
     if case == "p2p":
         return _P2P_ADVICE
     if case == "nodes":
-        nodes = facts.job["nnodes"]
+        nodes = facts.job.nnodes
         return (f"The job spans {nodes} nodes, and the link between them is the slow one: turn on hierarchical_allreduce "
                 "(reduce within each node first, so one copy per node crosses the link; perfscope tune tries it) and run "
                 f"perfscope forecast on this output to see the step at other link speeds. Then: {text[0].lower()}{text[1:]}")

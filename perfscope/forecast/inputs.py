@@ -11,8 +11,8 @@ import statistics
 from perfscope import steptime
 from perfscope.errors import PerfscopeError
 from perfscope.forecast.model import Link
-from perfscope.record.job_facts import MAX_BUCKET_BYTES, MAX_BUCKETS, MAX_COUNT, MAX_TIME_US
-from perfscope.record.schema import Facts, Run
+from perfscope.record.job_facts import MAX_BUCKET_BYTES, MAX_BUCKETS, MAX_COUNT, MAX_TIME_US, DdpRecord
+from perfscope.record.schema import Facts, JobLayout, Run
 from perfscope.record.view import Record, record_of
 
 # Backward takes about twice the forward's arithmetic (one matmul for the input gradient, one for
@@ -108,8 +108,8 @@ def from_summary(summary: dict | Record, *, gradient_mb: float | None = None) ->
     facts = (record.details.facts if record.details is not None else None) or Facts()
     ddp = facts.ddp
     buckets = _buckets(ddp, gradient_mb)
-    world, nodes, per_node = _layout(record.run or Run(), facts.job or {})
-    backward_us = ddp.get("backward_compute_us") if ddp else None
+    world, nodes, per_node = _layout(record.run or Run(), facts.job or JobLayout())
+    backward_us = ddp.backward_compute_us if ddp else None
     if backward_us:
         backward, source = _number(backward_us, "details.facts.ddp.backward_compute_us") / 1e6, \
             "DDP's measured backward time"
@@ -145,10 +145,10 @@ def _step_times(steps: list[dict]) -> tuple[float, float]:
     return compute, comm
 
 
-def _buckets(ddp: dict | None, gradient_mb: float | None) -> tuple[int, ...]:
+def _buckets(ddp: DdpRecord | None, gradient_mb: float | None) -> tuple[int, ...]:
     """DDP's gradient buckets (bytes): as recorded, else ``gradient_mb`` in DDP's default 25 MiB buckets."""
-    if ddp and ddp.get("bucket_bytes") is not None:
-        buckets = ddp["bucket_bytes"]
+    if ddp and ddp.bucket_bytes is not None:
+        buckets = ddp.bucket_bytes
         if not (isinstance(buckets, list) and 0 < len(buckets) <= MAX_BUCKETS
                 and all(type(b) is int and 0 < b <= MAX_BUCKET_BYTES for b in buckets)):
             raise PerfscopeError("malformed summary: details.facts.ddp.bucket_bytes is not a list of positive byte "
@@ -161,10 +161,10 @@ def _buckets(ddp: dict | None, gradient_mb: float | None) -> tuple[int, ...]:
                          "profile --nproc-per-node N, or give the gradient size with --gradient-mb")
 
 
-def _layout(run: Run, job: dict) -> tuple[int, int, int]:
+def _layout(run: Run, job: JobLayout) -> tuple[int, int, int]:
     """(world size, nodes, ranks per node) of the profiled job (``job``: ``details.facts.job``)."""
     world = _count(run.world_size, "run.world_size") or 1
-    per_node = _count(job.get("local_world_size"), "details.facts.job.local_world_size") \
+    per_node = _count(job.local_world_size, "details.facts.job.local_world_size") \
         or _count(run.nproc_per_node, "run.nproc_per_node") or world
-    nodes = _count(job.get("nnodes"), "details.facts.job.nnodes") or max(1, world // max(per_node, 1))
+    nodes = _count(job.nnodes, "details.facts.job.nnodes") or max(1, world // max(per_node, 1))
     return world, nodes, per_node

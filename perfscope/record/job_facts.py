@@ -26,6 +26,11 @@ The header key :data:`JOB_KEY` holds ``{"version": 1, "node": {...}, "ddp": {...
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import msgspec
+from msgspec import Meta
+
 JOB_KEY = "perfscope_job"
 VERSION = 1
 NODE_FIELDS = ("node_rank", "nnodes", "local_rank", "local_world_size")
@@ -44,7 +49,49 @@ def _whole(v, high: int = MAX_COUNT) -> bool:
     return type(v) is int and 0 <= v <= high
 
 
-def parse(value) -> tuple[dict | None, dict | None, dict | None, list[str]]:
+class _Part(msgspec.Struct, kw_only=True):
+    """A part of the job record as read (:func:`parse`); in ``summary.json`` each field may be
+    absent (older summaries), so each has a default."""
+
+
+class NodeRecord(_Part):
+    """Where a rank sits in the job (the trace table's ``node``)."""
+
+    node_rank: Annotated[int | None, Meta(description="torchrun's `GROUP_RANK`")] = None
+    nnodes: Annotated[int | None, Meta(description='nodes of the job')] = None
+    local_rank: Annotated[int | None, Meta(description='the rank on its node')] = None
+    local_world_size: Annotated[int | None, Meta(description='ranks a node')] = None
+    host: Annotated[str | None, Meta(description='the host name')] = None
+
+
+class DdpRecord(_Part):
+    """`details.facts.ddp` (*v2*): the first rank's DDP record (the first `DistributedDataParallel`
+    the script built, from DDP's own logging data)."""
+
+    bucket_bytes: Annotated[list[int] | None, Meta(description=(
+        "each gradient bucket's size in bytes, in the order DDP all-reduces them"))] = None
+    gradient_bytes: Annotated[int | None, Meta(description='their sum')] = None
+    bucket_cap_bytes: Annotated[int | None, Meta(description="DDP's bucket cap")] = None
+    comm_hook: Annotated[str | None, Meta(description='the communication hook, by name')] = None
+    world_size: Annotated[int | None, Meta(description='the ranks it all-reduces over')] = None
+    backward_compute_us: Annotated[float | None, Meta(description=(
+        "DDP's average backward compute over the iterations it sampled (null until it sampled one)"))] = None
+    backward_comm_us: Annotated[float | None, Meta(description='first bucket ready to last bucket reduced')] = None
+    backward_overlap_us: Annotated[float | None, Meta(description='the part of it during backward compute')] = None
+
+
+class LoaderRecord(_Part):
+    """`details.facts.loader` (*v2*): the first DataLoader the script iterated (`perfscope profile`)."""
+
+    num_workers: Annotated[int | None, Meta(description='its worker processes')] = None
+    cores: Annotated[int | None, Meta(description='the CPUs the process may run on (its affinity)')] = None
+    prefetch_factor: Annotated[int | None, Meta(description='batches a worker loads ahead (null without workers)')] = None
+    batch_size: Annotated[int | None, Meta(description='samples a batch (null for a batch sampler)')] = None
+    persistent_workers: Annotated[bool | None, Meta(description='workers kept between epochs')] = None
+    pin_memory: Annotated[bool | None, Meta(description='batches in page-locked memory')] = None
+
+
+def parse(value) -> tuple[NodeRecord | None, DdpRecord | None, LoaderRecord | None, list[str]]:
     """``(node, ddp, loader, problems)`` from the header value under :data:`JOB_KEY`.
 
     Args:
@@ -68,7 +115,7 @@ def parse(value) -> tuple[dict | None, dict | None, dict | None, list[str]]:
     return node, ddp, loader, problems
 
 
-def _loader(loader) -> dict | None:
+def _loader(loader) -> LoaderRecord | None:
     """The loader record with its worker and core counts in range, else None; another field of
     the wrong type becomes None."""
     if not (isinstance(loader, dict) and _whole(loader.get("num_workers")) and _whole(loader.get("cores"))
@@ -77,19 +124,19 @@ def _loader(loader) -> dict | None:
     flag = {k: loader.get(k) if isinstance(loader.get(k), bool) else None for k in ("persistent_workers", "pin_memory")}
     count = {k: loader.get(k) if _whole(loader.get(k)) and loader.get(k) > 0 else None
              for k in ("prefetch_factor", "batch_size")}
-    return {"num_workers": loader["num_workers"], "cores": loader["cores"], **count, **flag}
+    return LoaderRecord(num_workers=loader["num_workers"], cores=loader["cores"], **count, **flag)
 
 
-def _node(node) -> dict | None:
+def _node(node) -> NodeRecord | None:
     """The node record with its four counts in range (a rank below its count), else None."""
     if not (isinstance(node, dict) and all(_whole(node.get(k)) for k in NODE_FIELDS)):
         return None
     if node["node_rank"] >= max(node["nnodes"], 1) or node["local_rank"] >= max(node["local_world_size"], 1):
         return None
-    return {**{k: node[k] for k in NODE_FIELDS}, "host": node.get("host") if isinstance(node.get("host"), str) else None}
+    return NodeRecord(**{k: node[k] for k in NODE_FIELDS}, host=node.get("host") if isinstance(node.get("host"), str) else None)
 
 
-def _ddp(ddp) -> dict | None:
+def _ddp(ddp) -> DdpRecord | None:
     """The DDP record with its buckets positive byte counts (at most 2**50 in all), else None;
     a field of the wrong type or out of range becomes None."""
     buckets = ddp.get("bucket_bytes") if isinstance(ddp, dict) else None
@@ -97,10 +144,10 @@ def _ddp(ddp) -> dict | None:
         return None
     times = {k: _time(ddp.get(k)) for k in DDP_TIMES_US}
     hook, cap, world = ddp.get("comm_hook"), ddp.get("bucket_cap_bytes"), ddp.get("world_size")
-    return {"bucket_bytes": list(buckets), "gradient_bytes": int(sum(buckets)),
-            "bucket_cap_bytes": cap if _whole(cap, MAX_BUCKET_BYTES) else None,
-            "comm_hook": hook if isinstance(hook, str) else None,
-            "world_size": world if _whole(world) else None, **times}
+    return DdpRecord(bucket_bytes=list(buckets), gradient_bytes=int(sum(buckets)),
+                     bucket_cap_bytes=cap if _whole(cap, MAX_BUCKET_BYTES) else None,
+                     comm_hook=hook if isinstance(hook, str) else None, world_size=world if _whole(world) else None,
+                     **times)
 
 
 def _buckets(buckets) -> bool:

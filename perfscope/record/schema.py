@@ -19,6 +19,7 @@ import msgspec
 from msgspec import Meta
 
 from perfscope.classes import MODES, OTHER, TABLE
+from perfscope.record.job_facts import DdpRecord, LoaderRecord
 
 SCHEMA = "perfscope.summary"
 SCHEMA_VERSION = 2
@@ -804,18 +805,21 @@ class OptimizerStep(_Record):
     speedup: Annotated[Number | None, Meta(description='step time now over without')] = None
 
 
+class JobLayout(_Record):
+    """`details.facts.job` (*v2*): the job's layout, from the first rank's job record."""
+
+    nnodes: Annotated[Whole | None, Meta(description='nodes of the job')] = None
+    local_world_size: Annotated[Whole | None, Meta(description='ranks a node')] = None
+
+
 class Facts(_Record):
     """`details.facts`: run facts the verdicts and the tools read, each null when not recorded."""
 
     cuda_graphs: Annotated[bool | None, Meta(description='kernels replayed from CUDA graphs')] = None
-    ddp: Annotated[dict[str, Any] | None, Meta(description=(
-        "*v2*: the first rank's DDP record: `bucket_bytes`, `gradient_bytes`, `bucket_cap_bytes`, "
-        "`comm_hook`, `world_size`, DDP's own `backward_compute_us`, `backward_comm_us`, "
-        '`backward_overlap_us`'))] = None
-    loader: Annotated[dict[str, Any] | None, Meta(description=(
-        '*v2*: the first DataLoader the script iterated (`perfscope profile`): `num_workers`, `prefetch_factor`, '
-        '`persistent_workers`, `pin_memory`, `batch_size`, and `cores` (the CPUs the process may run on)'))] = None
-    job: Annotated[dict[str, Any] | None, Meta(description='*v2*: `nnodes`, `local_world_size`')] = None
+    ddp: Annotated[DdpRecord | None, Meta(description="*v2*: the first rank's DDP record, below")] = None
+    loader: Annotated[LoaderRecord | None, Meta(description=(
+        '*v2*: the first DataLoader the script iterated, below'))] = None
+    job: Annotated[JobLayout | None, Meta(description="*v2*: the job's layout, below")] = None
     no_tensor_cores: Annotated[Number | None, Meta(description=(
         '*v2*: the compute capability (7.0 or more) of a GPU whose kernels include none that runs on Tensor '
         'Cores; null otherwise'))] = None
@@ -1088,7 +1092,8 @@ SECTIONS = (
     ("details.telemetry", Telemetry),
     ("details.nodes", Nodes), ("details.nodes.nodes[]", NodeRow), ("details.nodes.straggler_node", StragglerNode),
     ("details.nodes.process_groups", ProcessGroups), ("details.nodes.process_groups.groups[]", ProcessGroup),
-    ("details.nodes.link", Link), ("details.facts", Facts), ("details.facts.optimizer_step", OptimizerStep),
+    ("details.nodes.link", Link), ("details.facts", Facts), ("details.facts.ddp", DdpRecord),
+    ("details.facts.loader", LoaderRecord), ("details.facts.job", JobLayout), ("details.facts.optimizer_step", OptimizerStep),
     ("details.host_cpu", HostCpu), ("details.cost", Cost), ("details.energy", Energy),
     ("data_quality[]", QualityEntry), ("traces[]", TraceEntry), ("traces[].data_quality[]", TraceQuality),
     ("traces[].distributed_info", DistributedInfo), ("traces[].memory_capacity", MemoryCapacity),

@@ -16,7 +16,7 @@ from perfscope.errors import TraceFormatError
 from perfscope.record.telemetry_format import TELEMETRY_KEY, TelemetryRecord
 
 MERGED_KEY = "perfscope_merged"  # perfscope merge's header key (perfscope/trace/merge.py)
-from perfscope.record.job_facts import JOB_KEY
+from perfscope.record.job_facts import JOB_KEY, DdpRecord, LoaderRecord, NodeRecord
 from perfscope.record import step_flops
 from perfscope.record.step_flops import FLOPS_KEY, StepFlops
 from perfscope.trace.columns import is_number
@@ -62,10 +62,10 @@ class Header:
     distributed_info: dict = field(default_factory=dict)
     device_properties: list = field(default_factory=list)
     host_steps: dict = field(default_factory=dict)
-    node: dict | None = None
+    node: NodeRecord | None = None
     host: str | None = None
-    ddp: dict | None = None
-    loader: dict | None = None
+    ddp: DdpRecord | None = None
+    loader: LoaderRecord | None = None
     memory_capacity: dict = field(default_factory=dict)
     energy: dict = field(default_factory=dict)
     telemetry: TelemetryRecord | None = None
@@ -98,7 +98,7 @@ def read_header(raw: RawTrace) -> Header:
     _rank_from_name(h, raw.worker, name)
     h.device_properties = _devices(data, name, h.warnings)
     _perfscope_records(h, data, name)
-    host = (h.node or {}).get("host") or data.get("host_name")
+    host = (h.node.host if h.node else None) or data.get("host_name")
     h.host = host[:200] if isinstance(host, str) and host else None
     return h
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from perfscope.record.job_facts import DdpRecord, LoaderRecord, NodeRecord
 from perfscope.record.telemetry_format import TelemetryRecord
 from perfscope.trace.kinds import EventKind
 from perfscope.trace.quality import DataQuality
@@ -107,10 +108,10 @@ class TraceTable:
     device_properties: list = field(default_factory=list)
     distributed_info: dict = field(default_factory=dict)
     host_steps: dict = field(default_factory=dict)
-    node: dict | None = None
+    node: NodeRecord | None = None
     host: str | None = None
-    ddp: dict | None = None
-    loader: dict | None = None
+    ddp: DdpRecord | None = None
+    loader: LoaderRecord | None = None
     memory_capacity: dict = field(default_factory=dict)
     energy: dict = field(default_factory=dict)
     telemetry: TelemetryRecord | None = None
