@@ -53,6 +53,10 @@ def _with_fractions(metrics: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([metrics, pd.DataFrame(fracs, index=metrics.index)], axis=1)
 
 
+# What of a trace's distributedInfo the record keeps (the rest, pg_config..., the analysis reads).
+_DISTRIBUTED_INFO = frozenset(f.name for f in msgspec.structs.fields(DistributedInfo))
+
+
 def _trace_facts(rt: RankTrace, rank: int) -> TraceEntry:
     """The record's ``traces[]`` entry of one analyzed trace."""
     t = rt.table
@@ -68,9 +72,6 @@ def _trace_facts(rt: RankTrace, rank: int) -> TraceEntry:
         base_time_ns=t.base_time_ns, host_steps_recorded=len(t.host_steps),
         memory_capacity=MemoryCapacity(**t.memory_capacity), energy=dict(t.energy),
         warnings=t.warnings + rt.warnings, data_quality=rt.quality.to_list())
-
-
-_DISTRIBUTED_INFO = frozenset(f.name for f in msgspec.structs.fields(DistributedInfo))
 
 
 HOST_COLUMNS = {"wall_us": "host_wall_us", "thread_cpu_us": "host_thread_cpu_us",

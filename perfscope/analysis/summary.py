@@ -16,7 +16,7 @@ import pandas as pd
 from perfscope import steptime
 from perfscope.analysis.cost import cost_view, energy_view
 from perfscope.analysis.verdict import RunVerdict
-from perfscope.record.schema import SCHEMA, SCHEMA_VERSION, Details, QualityEntry, Skipped, TraceEntry
+from perfscope.record.schema import SCHEMA, SCHEMA_VERSION, Cost, Details, QualityEntry, Skipped, TraceEntry
 
 
 @dataclass(kw_only=True)
@@ -159,7 +159,7 @@ def build_summary(analysis: Analysis) -> dict:
     }
 
 
-def _cost(analysis, run: dict, step_time: float | None, details: Details) -> dict | None:
+def _cost(analysis, run: dict, step_time: float | None, details: Details) -> Cost | None:
     """``details.cost`` (:func:`perfscope.analysis.cost.cost_view`) at the run's price, if given."""
     price = run.get("price_per_hour")
     if price is None:
