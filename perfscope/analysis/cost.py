@@ -114,10 +114,10 @@ def energy_view(rows: list[dict], traces: list[TraceEntry], world_size: int, bat
     out = Energy(source=source, unit=unit, counters=len(counted) or None)
     if not counted:
         out.why = "no step has an energy reading"
-    elif batch_size:
-        out.per_step_j = float(sum(counted))
+        return out
+    out.per_step_j = float(sum(counted))
+    if batch_size:
         out.per_1000_samples_j = out.per_step_j * 1000.0 / (batch_size * world_size)
     else:
-        out.per_step_j = float(sum(counted))
         out.why = "per 1,000 samples: the batch size is unknown"
     return out

@@ -19,7 +19,6 @@ step's split is coarse; summed over the window it is not.
 
 from __future__ import annotations
 
-
 import numpy as np
 import pandas as pd
 

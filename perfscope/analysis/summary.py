@@ -88,8 +88,8 @@ def _clean_tree(value):
     sparse struct's, ``omit_defaults``, without the fields it lacks), as msgspec encodes them."""
     if isinstance(value, msgspec.Struct):
         sparse = value.__struct_config__.omit_defaults
-        return {f.encode_name: _clean_tree(getattr(value, f.name)) for f in msgspec.structs.fields(value)
-                if not (sparse and getattr(value, f.name) is None)}
+        items = ((f.encode_name, getattr(value, f.name)) for f in msgspec.structs.fields(value))
+        return {name: _clean_tree(v) for name, v in items if not (sparse and v is None)}
     if isinstance(value, dict):
         return {k: _clean_tree(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
