@@ -26,6 +26,7 @@ import optuna
 from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState
 
+from perfscope.tuner.attrs import BaselineRun
 from perfscope.tuner.space import SearchSpace, build_space, rule_based_guess
 from perfscope.tuner.sampler import CoordinateSampler
 from perfscope.tuner.study import DuplicateTrial, TuningStudy, trial_verdict
@@ -55,7 +56,7 @@ def probe(spec: TrialSpec, work: Path) -> dict:
 def loader_settings(facts: dict, config) -> dict:
     """``loader_workers``/``prefetch_factor`` for run_trial, from TuningStudy.loader_settings itself."""
     session = TuningStudy(None, None, Path("."))  # only .baseline is read
-    session.baseline = {"facts": facts}
+    session.baseline = BaselineRun(facts=facts)
     return session.loader_settings(config)
 
 
@@ -203,12 +204,11 @@ def run_study(kind: str, seed: int, space: SearchSpace, facts: dict, table: dict
         sampler = CoordinateSampler(space, sampler)
     study = optuna.create_study(direction="maximize", sampler=sampler)
     base_key = key_of(space, space.baseline_params)
-    baseline = {"value": replay.observed(base_key), "unit": "samples/s", "step_values": [], "losses": [],
-                "facts": facts, "verdict": space.verdict}
+    baseline = BaselineRun(value=replay.observed(base_key), facts=facts, verdict=space.verdict)
     replay.keys.append(base_key)
     if kind == "random-plain":
         study.add_trial(optuna.trial.create_trial(params=space.baseline_params, distributions=space.distributions,
-                                                  value=baseline["value"]))
+                                                  value=baseline.value))
         while len(replay.keys) < budget:
             trial = study.ask()
             key = key_of(space, space.suggest(trial))

@@ -20,6 +20,7 @@ import pytest
 from optuna.trial import TrialState
 from tunekit import ROOT, tune_env
 
+from perfscope.tuner.attrs import BaselineRun
 from perfscope.errors import PerfscopeError
 from perfscope.runtime.config import load_config
 from perfscope.testing.record import check_tune_record
@@ -301,8 +302,8 @@ def test_a_second_worker_waits_for_the_setup_on_an_injected_clock(tmp_path):
         if len(polls) == 7:  # the other worker stores its setup during the second poll
             owner = TuningStudy(study, TrialSpec(script="train.py", script_args=()), tmp_path / "other")
             owner.store_setup(build_space(CPU_FACTS, {"io": 0.8, "compute": 0.2}, "io-bound"),
-                              {"value": 100.0, "unit": "samples/s", "step_values": [100.0], "losses": [],
-                               "verdict": "io-bound", "fractions": {}, "facts": CPU_FACTS}, guess=None)
+                              BaselineRun(value=100.0, unit="samples/s", step_values=[100.0], losses=[],
+                               verdict="io-bound", fractions={}, facts=CPU_FACTS), guess=None)
 
     assert session.wait_for_setup(10.0, 2.0, clock=lambda: now[0], sleep=set_up_by_the_other_worker)
     assert len(polls) == 7 and session.space is not None

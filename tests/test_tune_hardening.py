@@ -20,9 +20,10 @@ from optuna.trial import TrialState
 from storagekit import study_name
 from tunekit import ROOT, copy_script, read_record, run_tune, stderr_lines, wait_no_processes, wait_until
 
+from perfscope.tuner.attrs import BaselineRun
 from perfscope.tuner import failure as tuner_failure
 from perfscope.runtime.config import load_config
-from perfscope.tuner.command import check_same_command
+from perfscope.tuner.command import CommandChanged, check_same_command
 from perfscope.tuner.failure import failure_line, seconds_text
 from perfscope.outlock import FolderBusy, FolderLock
 from perfscope.tuner.output import OutputLog
@@ -61,8 +62,8 @@ def chatty_study(tmp_path: Path, *args: str, storage=None):
     study = optuna.create_study(storage=storage, study_name=study_name(), direction="maximize")
     session = TuningStudy(study, chatty_spec(tmp_path, *args), tmp_path / "trials", storage=storage)
     session.store_setup(build_space(FACTS, {"io": 0.5, "compute": 0.5}, "io-bound"),
-                        {"value": 100.0, "unit": "samples/s", "step_values": [100.0], "losses": [],
-                         "verdict": "io-bound", "fractions": {}, "facts": FACTS}, guess=None)
+                        BaselineRun(value=100.0, unit="samples/s", step_values=[100.0], losses=[],
+                         verdict="io-bound", fractions={}, facts=FACTS), guess=None)
     return study, session
 
 
@@ -367,6 +368,18 @@ def test_resuming_with_another_measurement_is_refused(tmp_path, option, value):
     default = {"--steps-per-trial": "8", "--warmup-steps": "3", "--seed": "0", "--target-rse": "0.05"}[option]
     assert f"measures its trials with {option} {default}, not {value}" in line, line
     assert not (out / "trials").exists()  # nothing ran
+
+
+def test_a_script_of_the_same_name_in_another_folder_is_named_in_full(tmp_path):
+    study = optuna.create_study(direction="maximize")
+    made = SimpleNamespace(script="/a/train.py", script_args=(), nproc_per_node=None, warmup_steps=3,
+                           measure_steps=8, seed=0, target_rse=0.05, measure_cap_s=20.0, study_name="s")
+    check_same_command(study, made, space_attr=SPACE_ATTR)
+    study.add_trial(optuna.trial.create_trial(value=1.0))
+    with pytest.raises(CommandChanged, match="made for `perfscope tune /a/train.py`, not `perfscope tune /b/train.py`"):
+        check_same_command(study, SimpleNamespace(**{**vars(made), "script": "/b/train.py"}), space_attr=SPACE_ATTR)
+    with pytest.raises(CommandChanged, match="made for `perfscope tune train.py`, not `perfscope tune train.py -- x`"):
+        check_same_command(study, SimpleNamespace(**{**vars(made), "script_args": ("x",)}), space_attr=SPACE_ATTR)
 
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage:UserWarning")  # ask() stands in for a worker

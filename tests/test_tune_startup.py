@@ -10,6 +10,7 @@ import types
 import pytest
 
 from perfscope.tuner import prove as prove_mod
+from perfscope.tuner.attrs import BaselineRun
 from perfscope.tuner.runner import TrialRunner
 from perfscope.tuner.startup import extra_seconds, weigh
 from perfscope.tuner.trial import TrialSpec
@@ -43,7 +44,7 @@ def test_extra_seconds_are_the_candidates_beyond_the_baselines():
 
 def _session(tmp_path):
     trial = types.SimpleNamespace(number=1, value=150.0, user_attrs={"config": {"compile": "default"}})
-    return types.SimpleNamespace(baseline={"value": 100.0}, feasible_trials=lambda: [trial],
+    return types.SimpleNamespace(baseline=BaselineRun(value=100.0), feasible_trials=lambda: [trial],
                                  space=types.SimpleNamespace(knobs=["compile"], at_top=lambda config: []),
                                  spec=TrialSpec(script="train.py", script_args=(), runner=_FakeRuns()),
                                  work_dir=tmp_path,

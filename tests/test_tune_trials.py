@@ -6,6 +6,7 @@ import optuna
 import pytest
 
 from tunekit import copy_script, wait_no_processes
+from perfscope.tuner.attrs import BaselineRun
 from perfscope.testing.trials import check_runner
 from perfscope.tuner.runner import ProcessRunner
 from perfscope.tuner.space import build_space
@@ -66,8 +67,8 @@ def test_oom_and_hang_trials_are_infeasible_and_the_study_completes(tmp_path):
     space = build_space(FACTS, {"io": 0.5, "compute": 0.5}, "io-bound")
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=0))
     session = TuningStudy(study, spec, tmp_path / "trials")
-    session.store_setup(space, {"value": 100.0, "unit": "samples/s", "step_values": [100.0], "losses": [],
-                                "verdict": "io-bound", "fractions": {}, "facts": FACTS}, guess=None)
+    session.store_setup(space, BaselineRun(value=100.0, unit="samples/s", step_values=[100.0], losses=[],
+                                verdict="io-bound", fractions={}, facts=FACTS), guess=None)
     study.enqueue_trial({"num_workers": 2, "prefetch_factor": 8})  # allocates too much
     study.enqueue_trial({"num_workers": 1, "prefetch_factor": 2})  # hangs
     study.enqueue_trial({"num_workers": 2, "prefetch_factor": 2})  # fine
@@ -99,8 +100,8 @@ def test_a_configuration_whose_loss_departs_is_unsafe_and_not_feasible(tmp_path)
     assert "amp_level" in [k.name for k in space.knobs]
     study = optuna.create_study(direction="maximize")
     session = TuningStudy(study, spec, tmp_path / "trials")
-    session.store_setup(space, {"value": base.value, "unit": base.unit, "step_values": base.step_values,
-                                "losses": base.losses, "verdict": "compute-bound", "fractions": {}, "facts": facts},
+    session.store_setup(space, BaselineRun(value=base.value, unit=base.unit, step_values=base.step_values,
+                                losses=base.losses, verdict="compute-bound", fractions={}, facts=facts),
                         guess=None)
     study.enqueue_trial(dict(space.baseline_params, amp_level="O1"))
     study.optimize(session.objective, n_trials=1)
@@ -129,8 +130,8 @@ def test_ctrl_c_after_the_run_marks_the_trial_interrupted_and_it_is_queued_again
     space = build_space(FACTS, {"io": 0.5, "compute": 0.5}, "io-bound")
     study = optuna.create_study(direction="maximize")
     session = TuningStudy(study, spec, tmp_path / "trials")
-    session.store_setup(space, {"value": 100.0, "unit": "samples/s", "step_values": [100.0], "losses": [],
-                                "verdict": "io-bound", "fractions": {}, "facts": FACTS}, guess=None)
+    session.store_setup(space, BaselineRun(value=100.0, unit="samples/s", step_values=[100.0], losses=[],
+                                verdict="io-bound", fractions={}, facts=FACTS), guess=None)
     study.enqueue_trial({"num_workers": 1, "prefetch_factor": 2})
 
     def ctrl_c(outcome):  # Ctrl-C lands while the finished run is analysed, outside the run itself

@@ -11,6 +11,7 @@ import pytest
 
 from test_tune_hardening import one_error_line
 from tunekit import run_tune
+from perfscope.tuner.attrs import BaselineRun
 from perfscope.tuner.space import build_space
 from perfscope.tuner.study import CATCH, TuningStudy
 from perfscope.tuner.runner import TrialRunner
@@ -91,8 +92,8 @@ def test_a_trial_that_measured_nothing_is_stored_failed_counted_and_not_measured
                                 step_samples=[16, 16], step_seconds=[0.01, 0.01], drawn_samples=32)
 
     session = TuningStudy(study, TrialSpec(script="s.py", script_args=(), runner=Unmeasured()), tmp_path / "trials")
-    session.store_setup(space, {"value": 100.0, "unit": "samples/s", "step_values": [100.0], "losses": [],
-                                "verdict": "io-bound", "fractions": {}, "facts": FACTS}, guess=None)
+    session.store_setup(space, BaselineRun(value=100.0, unit="samples/s", step_values=[100.0], losses=[],
+                                verdict="io-bound", fractions={}, facts=FACTS), guess=None)
     params = dict(space.baseline_params, num_workers=2)
     study.enqueue_trial(params)
     study.enqueue_trial(params)  # proposed again: not run a second time

@@ -49,8 +49,10 @@ def check_same_command(study: optuna.Study, options, *, space_attr: str) -> None
     if stored is None or (stored != command and fresh):
         study.set_user_attr(COMMAND_ATTR, command)
     elif stored != command:
-        raise CommandChanged(f"study {options.study_name!r} was made for `{words(stored)}`, not `{words(command)}`; "
-                             "pass another --study-name or --out to start a new one")
+        # the same words for both: the scripts differ by their folder, so name them in full
+        full = words(stored) == words(command)
+        raise CommandChanged(f"study {options.study_name!r} was made for `{words(stored, full=full)}`, not "
+                             f"`{words(command, full=full)}`; pass another --study-name or --out to start a new one")
     _check_same_measurement(study, options, measurement, fresh)
 
 
@@ -73,10 +75,11 @@ def _check_same_measurement(study: optuna.Study, options, measurement: dict, fre
                              "--study-name or --out to start a new one")
 
 
-def words(command: dict) -> str:
-    """A stored command as the user would type it."""
+def words(command: dict, *, full: bool = False) -> str:
+    """A stored command as the user would type it (``full``: the script's whole path, not its name)."""
     ranks = f" --nproc-per-node {command['nproc_per_node']}" if command.get("nproc_per_node") else ""
     if command.get("nnodes"):
         ranks = f" --nnodes {command['nnodes']}" + ranks
     args = f" -- {' '.join(command['args'])}" if command.get("args") else ""
-    return f"perfscope tune{ranks} {Path(command['script']).name}{args}"
+    script = command["script"] if full else Path(command["script"]).name
+    return f"perfscope tune{ranks} {script}{args}"

@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from perfscope.tuner.window import window_throughput
 from perfscope.record.run_facts import run_facts
+from perfscope.tuner.attrs import BaselineRun
 
 OBJECTIVES = ("time", "cost", "energy")
 
@@ -85,24 +86,23 @@ def per_1000(price_per_hour: float, devices: int, throughput: float) -> float | 
     return price_per_hour * devices / 3600.0 / throughput * 1000.0 if throughput > 0 else None
 
 
-def cost_of(*, price_per_hour: float | None, baseline: dict, recommendation: dict | None, nproc_per_node: int | None,
+def cost_of(*, price_per_hour: float | None, baseline: BaselineRun, recommendation: dict | None, nproc_per_node: int | None,
             nnodes: int) -> dict | None:
     """``tune.json``'s ``cost``: the baseline's cost per 1,000 samples and, for a proven faster
     configuration, the winner's with the saving and its interval; None without a price.
 
     Args:
         price_per_hour: USD an hour per device (GPU), or per machine for CPU runs.
-        baseline: The study's baseline (``value``, ``unit``, ``facts``).
+        baseline: The study's baseline.
         recommendation: The answer (``status``, ``speedup``, ``ci_low``, ``ci_high``) or None.
     """
-    value = baseline.get("value")
-    if price_per_hour is None or not isinstance(value, (int, float)) or value <= 0:
+    value = baseline.value
+    if price_per_hour is None or value is None or not value > 0:
         return None
     from perfscope.analysis.cost import priced_devices
 
-    n = priced_devices(gpu=run_facts(baseline.get("facts")).cuda,
-                       world_size=(nproc_per_node or 1) * nnodes, nnodes=nnodes)
-    per = "samples" if baseline.get("unit") == "samples/s" else "steps"
+    n = priced_devices(gpu=run_facts(baseline.facts).cuda, world_size=(nproc_per_node or 1) * nnodes, nnodes=nnodes)
+    per = "samples" if baseline.unit == "samples/s" else "steps"
     out = {"price_per_hour": price_per_hour, "devices": n, "per": f"1000 {per}",
            "baseline": per_1000(price_per_hour, n, float(value)), "best": None, "saving": None,
            "saving_low": None, "saving_high": None}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+from perfscope.tuner.attrs import trial_attrs
 from perfscope.tuner.options import TuneOptions
 from perfscope.tuner.study import TuningStudy, counts_as_finished
 
@@ -15,7 +16,7 @@ def plan_line(session: TuningStudy, options: TuneOptions) -> str | None:
     then the confirmation's rounds (``confirm_top`` candidates and the baseline in each, from
     ``confirm_min_rounds`` to ``confirm_rounds``), each run about as long as the baseline's run;
     bounded by ``--time-budget`` and ``--confirm-budget``. None where the baseline's time is unknown."""
-    run_s = float((session.baseline or {}).get("duration_s") or 0.0)
+    run_s = float(session.baseline.duration_s or 0.0) if session.baseline is not None else 0.0
     if run_s <= 0 or not session.space.knobs:
         return None
     left = max(options.trials - session.finished_count(), 0)
@@ -37,7 +38,7 @@ def budget_cut(session: TuningStudy, options: TuneOptions, elapsed_s: float) -> 
     the trials left at the pace so far (the time spent over the trials that ran, the baseline's
     profile and every start-up included)."""
     finished = [t for t in session.study.get_trials(deepcopy=False) if counts_as_finished(t)]
-    tried = {k for t in finished for k in (t.user_attrs.get("config") or {})}
+    tried = {k for t in finished for k in trial_attrs(t).changes}
     untried = [k.name for k in session.space.knobs if k.name not in tried]
     per_trial = elapsed_s / max(len(finished), 1)
     needed = elapsed_s + max(options.trials - len(finished), 0) * per_trial

@@ -9,6 +9,8 @@ from collections.abc import Callable
 
 import optuna
 
+from perfscope.tuner.attrs import trial_attrs
+
 
 class Progress:
     """A tqdm bar advanced by an Optuna callback after each trial.
@@ -57,10 +59,10 @@ class Progress:
         from perfscope.text import safe
         from perfscope.tuner.pruner import best_feasible_value
 
-        unit = (self.session.baseline or {}).get("unit", "samples/s")
-        failure = trial.user_attrs.get("failure") or {}
-        if failure.get("kind"):
-            what = f"failed ({failure['kind']})"
+        unit = _unit(self.session)
+        failure = trial_attrs(trial).failure_kind
+        if failure:
+            what = f"failed ({failure})"
         elif trial.state == optuna.trial.TrialState.PRUNED:
             what = "pruned (slower than the best so far)"
         elif trial.value is not None:
@@ -75,16 +77,20 @@ class Progress:
     def _postfix(self, trial: optuna.trial.FrozenTrial | None = None) -> None:
         from perfscope.tuner.pruner import best_feasible_value
 
-        unit = (self.session.baseline or {}).get("unit", "samples/s")
+        unit = _unit(self.session)
         best = best_feasible_value(self.session.study)
         parts = {"best": f"{best:.4g} {unit}" if best is not None else "-"}
         if self.options.time_budget_s is not None:
             left = self.options.time_budget_s - (self.clock() - self.started)
             parts["left"] = f"{max(0.0, left):.0f} s"
         if trial is not None:
-            failure = trial.user_attrs.get("failure") or {}
-            parts["last"] = failure.get("kind") or trial.state.name.lower()
+            parts["last"] = trial_attrs(trial).failure_kind or trial.state.name.lower()
         self.bar.set_postfix(parts, refresh=False)
+
+
+def _unit(session) -> str:
+    """The objective's unit: the baseline's (``samples/s`` until it is known)."""
+    return session.baseline.unit if session.baseline is not None else "samples/s"
 
 
 def still_running(what: str):

@@ -16,6 +16,7 @@ from perfscope.tuner.objective import better_word
 from perfscope.tuner.startup import StartUp, from_runs
 from perfscope.tuner.runner import run_configuration, runner_of
 from perfscope.record.run_facts import run_facts
+from perfscope.tuner.attrs import trial_attrs
 
 
 _DECIDED = {"cleared": "faster", "below": "not faster", "round budget": "undecided at the last round",
@@ -84,7 +85,7 @@ def prove(session, options, notes: list[str]) -> tuple[dict | None, dict]:
 
     results = confirm_candidates(
         baseline_run,
-        {t.number: measure(config_from_dict(t.user_attrs["config"]), f"trial-{t.number}") for t in candidates},
+        {t.number: measure(config_from_dict(trial_attrs(t).changes), f"trial-{t.number}") for t in candidates},
         rounds=options.confirm_rounds, min_rounds=options.confirm_min_rounds, confidence=options.confidence,
         min_gain=options.min_gain, budget_s=options.confirm_budget_s, clock=clock, on_round=progress,
     )
@@ -103,9 +104,10 @@ def prove(session, options, notes: list[str]) -> tuple[dict | None, dict]:
     line = c.describe(better_word(options.objective))
     if startup is not None:
         line += f"; {startup.text()}" + ("" if options.run_steps else " (--run-steps N weighs it against your run)")
-    recommendation = {"status": "faster", "trial": t.number, "config": t.user_attrs["config"], "speedup": c.speedup,
+    config = trial_attrs(t).changes
+    recommendation = {"status": "faster", "trial": t.number, "config": config, "speedup": c.speedup,
                       "ci_low": c.ci_low, "ci_high": c.ci_high, "rounds": c.rounds, "line": line,
-                      "hint": range_hint(session.space, t.user_attrs["config"]),
+                      "hint": range_hint(session.space, config),
                       "startup": startup.to_dict() if startup is not None else None}
     return confirmation, recommendation
 
@@ -113,10 +115,10 @@ def prove(session, options, notes: list[str]) -> tuple[dict | None, dict]:
 def _candidates(session, options) -> list:
     """The best few feasible trials, one per configuration, that beat the baseline in the search
     by more than ``min_gain`` (at most ``confirm_top``)."""
-    floor = float(session.baseline["value"]) * (1 + options.min_gain)
+    floor = float(session.baseline.value) * (1 + options.min_gain)
     candidates, seen = [], set()
     for t in session.feasible_trials():
-        key = tuple(sorted((t.user_attrs.get("config") or {}).items()))
+        key = tuple(sorted(trial_attrs(t).changes.items()))
         if not key or key in seen or t.value <= floor:
             continue
         seen.add(key)
@@ -149,7 +151,7 @@ def _judge(candidates: list, results: dict, runs: dict, options, entries: list) 
     best, outweighed = None, []
     for t in candidates:
         c = results.get(t.number)
-        entry = {"trial": t.number, "config": t.user_attrs["config"], "baseline": None, "candidate": None,
+        entry = {"trial": t.number, "config": trial_attrs(t).changes, "baseline": None, "candidate": None,
                  "speedup": None, "ci_low": None, "ci_high": None, "faster": False, "rounds": 0, "level": None,
                  "decided_by": "failed", "startup": None}
         entries.append(entry)

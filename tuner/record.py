@@ -11,11 +11,14 @@ import math
 import shlex
 from pathlib import Path
 
+import msgspec
 import orjson
 from optuna.trial import TrialState
 
 from perfscope.version import __version__
 from perfscope.atomic import write_bytes_atomic
+from perfscope.record.run_facts import run_facts
+from perfscope.tuner.attrs import BaselineRun, Failure, TrialAttrs, trial_attrs
 from perfscope.tuner.objective import cost_of
 
 SCHEMA = "perfscope.tune"
@@ -31,45 +34,44 @@ def _finite(value) -> float | None:
 def trial_entry(t, retried: bool = False) -> dict:
     """One trial of the study as a ``tune.json`` entry (``retried``: a later trial retries it, as
     the storage does for a trial whose worker stopped sending heartbeats)."""
-    attrs = t.user_attrs
-    failure = _failure(t, retried)
+    attrs = trial_attrs(t)
+    failure = _failure(t, attrs, retried)
     return {
         "number": t.number,
         "state": _STATES.get(t.state, t.state.name.lower()),
-        "role": attrs.get("role", "search"),
+        "role": attrs.role or "search",
         "params": dict(t.params),
-        "config": attrs.get("config") or {},
+        "config": attrs.changes,
         "value": _finite(_value(t, failure)),
-        "step_values": [v for v in (_finite(x) for x in attrs.get("step_values") or []) if v is not None],
-        "feasible": bool(attrs.get("feasible")) and t.state == TrialState.COMPLETE,
-        "failure": failure,
-        "numerics": attrs.get("numerics") or {"status": "not-visible", "detail": "not measured"},
-        "verdict": attrs.get("verdict"),
-        "memory": attrs.get("memory") if isinstance(attrs.get("memory"), dict) else None,
-        "duration_s": _finite(attrs.get("duration_s")),
-        "window": attrs.get("window"),
-        "threads": attrs.get("threads"),
+        "step_values": [v for v in map(_finite, attrs.step_values or []) if v is not None],
+        "feasible": bool(attrs.feasible) and t.state == TrialState.COMPLETE,
+        "failure": msgspec.to_builtins(failure),
+        "numerics": attrs.numerics or {"status": "not-visible", "detail": "not measured"},
+        "verdict": attrs.verdict,
+        "memory": attrs.memory,
+        "duration_s": _finite(attrs.duration_s),
+        "window": attrs.window,
+        "threads": attrs.threads,
     }
 
 
-def _failure(t, retried: bool) -> dict | None:
+def _failure(t, attrs: TrialAttrs, retried: bool) -> Failure | None:
     """The trial's failure as recorded, else, for a failed trial, lost (Optuna's heartbeat check
     failed it: it has no ``fail_reason``; ``retried``: its configuration was queued again) or a
     crash inside perfscope."""
-    failure = t.user_attrs.get("failure")
-    if t.state != TrialState.FAIL or failure:
-        return failure
+    if t.state != TrialState.FAIL or attrs.failure is not None:
+        return attrs.failure
     if "fail_reason" not in t.system_attrs:
         again = "; its configuration was queued again" if retried else ""
-        return {"kind": "lost", "reason": f"its worker stopped sending heartbeats (killed, or its machine lost){again}"}
-    return {"kind": "crash", "reason": t.system_attrs.get("fail_reason") or "the trial raised an error in perfscope"}
+        return Failure(kind="lost", reason=f"its worker stopped sending heartbeats (killed, or its machine lost){again}")
+    return Failure(kind="crash", reason=t.system_attrs["fail_reason"] or "the trial raised an error in perfscope")
 
 
-def _value(t, failure: dict | None):
+def _value(t, failure: Failure | None):
     """A pruned trial's last reported value; none for a failed run (an unsafe one keeps its value)."""
     if t.state == TrialState.PRUNED:
         return t.intermediate_values[t.last_step] if t.last_step is not None else None
-    if failure and failure.get("kind") != "unsafe":
+    if failure is not None and failure.kind != "unsafe":
         return None  # the run failed: stored failed, with no value
     return t.value
 
@@ -91,11 +93,11 @@ def build(*, options, session, storage: str, notes: list[str], confirmation: dic
           recommendation: dict | None = None, after: dict | None = None, interrupted: bool = False) -> dict:
     """The ``tune.json`` record of the study as it stands (``interrupted``: Ctrl-C or SIGTERM
     ended the run before its answer)."""
-    baseline = dict(session.baseline or {})
+    baseline = session.baseline or BaselineRun()  # none yet: interrupted while it ran
     stored = session.study.get_trials(deepcopy=False)
-    retried = {t.system_attrs.get("failed_trial") for t in stored}
+    retried = {t.system_attrs["failed_trial"] for t in stored if "failed_trial" in t.system_attrs}
     trials = [trial_entry(t, t.number in retried) for t in stored
-              if (t.user_attrs.get("failure") or {}).get("kind") != "duplicate"]  # never run
+              if trial_attrs(t).failure_kind != "duplicate"]  # never run
     base_trial = next((t["number"] for t in trials if t["role"] == "baseline"), None)
     return {
         "schema": SCHEMA,
@@ -107,15 +109,14 @@ def build(*, options, session, storage: str, notes: list[str], confirmation: dic
         "nproc_per_node": options.nproc_per_node,
         "study": {"name": options.study_name, "storage": storage, "trials_target": options.trials,
                   "direction": "maximize"},
-        "objective": {"name": options.objective, "unit": baseline.get("unit", "samples/s"),
+        "objective": {"name": options.objective, "unit": baseline.unit,
                       "warmup_steps": options.warmup_steps,
                       "measure_steps": options.measure_steps, "target_rse": options.target_rse,
                       "measure_cap_s": options.measure_cap_s, "statistic": "window"},
-        "baseline": {"trial": base_trial, "value": _finite(baseline.get("value")), "verdict": baseline.get("verdict"),
-                     "window": baseline.get("window"), "threads": (baseline.get("facts") or {}).get("threads"),
-                     "fractions": baseline.get("fractions"), "step_time_us": _finite(baseline.get("step_time_us")),
-                     "summary": baseline.get("summary"),
-                     "report": baseline.get("report")},
+        "baseline": {"trial": base_trial, "value": _finite(baseline.value), "verdict": baseline.verdict,
+                     "window": baseline.window, "threads": msgspec.to_builtins(run_facts(baseline.facts).threads),
+                     "fractions": baseline.fractions, "step_time_us": _finite(baseline.step_time_us),
+                     "summary": baseline.summary, "report": baseline.report},
         "space": session.space.describe() if session.space is not None else None,
         "trials": trials,
         "importances": importances(session.study),

@@ -18,7 +18,9 @@ import json
 import math
 import os
 import random
+from typing import Any
 
+import msgspec
 import optuna
 from optuna.distributions import (
     BaseDistribution,
@@ -31,6 +33,7 @@ from optuna.distributions import (
 
 from perfscope.analysis.verdict import CLASSES as VERDICT_CLASSES
 from perfscope.analysis.verdict import THRESHOLDS as VERDICT_THRESHOLDS
+from perfscope.errors import PerfscopeError
 from perfscope.record.run_facts import RunFacts, run_facts
 from perfscope.runtime.config import AccelConfig, config_from_dict
 from perfscope.runtime.groups import GROUPS, Knob, KnobGroup, owner
@@ -155,15 +158,51 @@ class SearchSpace:
 
     @classmethod
     def from_json(cls, text: str) -> SearchSpace:
-        """Inverse of :meth:`to_json`."""
-        data = json.loads(text)
-        knobs = [Knob(name=k["name"], serves=_serves(k), distribution=json_to_distribution(k["distribution"]),
-                      baseline=k["baseline"], when=(k["when"][0], tuple(k["when"][1])) if k["when"] else None,
-                      group=k.get("group") or _owner_name(k["name"]))
-                 for k in data["knobs"]]
-        order = [_LEGACY_SERVES.get(b, b) for b in data["order"]]
-        titles = data.get("titles") or {g.name: g.title for g in GROUPS if any(k.group == g.name for k in knobs)}
-        return cls(knobs=knobs, excluded=data["excluded"], order=order, verdict=data["verdict"], titles=titles)
+        """Inverse of :meth:`to_json` (spaces stored by earlier versions too).
+
+        Raises:
+            SpaceUnreadable: ``text`` is not a stored space.
+        """
+        try:
+            data = msgspec.json.decode(text, type=_StoredSpace)
+            knobs = [Knob(name=k.name, serves=_serves(k), distribution=json_to_distribution(k.distribution),
+                          baseline=k.baseline, when=(k.when[0], tuple(k.when[1])) if k.when else None,
+                          group=k.group or _owner_name(k.name))
+                     for k in data.knobs]
+        except (msgspec.ValidationError, msgspec.DecodeError, ValueError, KeyError, TypeError) as e:
+            raise SpaceUnreadable(f"the study's stored search space is unreadable ({e}); pass another --study-name "
+                                  "or --out to start a new study") from None
+        order = [_LEGACY_SERVES.get(b, b) for b in data.order]
+        titles = data.titles or {g.name: g.title for g in GROUPS if any(k.group == g.name for k in knobs)}
+        return cls(knobs=knobs, excluded=data.excluded, order=order, verdict=data.verdict, titles=titles)
+
+
+class SpaceUnreadable(PerfscopeError):
+    """The study's stored search space is not one perfscope wrote (hand-edited, or damaged)."""
+
+
+class _StoredKnob(msgspec.Struct, kw_only=True):
+    """A knob as :meth:`SearchSpace.to_json` stores it; ``groups`` (no ``serves``, no ``group``):
+    as versions before the groups named bottlenecks stored it."""
+
+    name: str
+    distribution: str
+    """Optuna's JSON of it (``optuna.distributions.distribution_to_json``)."""
+    baseline: Any = None
+    when: tuple[str, list[Any]] | None = None
+    group: str | None = None
+    serves: list[str] | None = None
+    groups: list[str] | None = None
+
+
+class _StoredSpace(msgspec.Struct, kw_only=True):
+    """The space as :meth:`SearchSpace.to_json` stores it in the study."""
+
+    verdict: str
+    order: list[str]
+    excluded: dict[str, str]
+    knobs: list[_StoredKnob]
+    titles: dict[str, str] | None = None
 
 
 def _owner_name(key: str) -> str:
@@ -174,10 +213,10 @@ def _owner_name(key: str) -> str:
         return ""
 
 
-def _serves(stored: dict) -> tuple[str, ...]:
-    if "serves" in stored:
-        return tuple(stored["serves"])
-    return tuple(_LEGACY_SERVES.get(g, g) for g in stored.get("groups") or ())
+def _serves(stored: _StoredKnob) -> tuple[str, ...]:
+    if stored.serves is not None:
+        return tuple(stored.serves)
+    return tuple(_LEGACY_SERVES.get(g, g) for g in stored.groups or ())
 
 
 def _baseline(space: SearchSpace, name: str):

@@ -21,10 +21,12 @@ import time
 import warnings
 from pathlib import Path
 
+import msgspec
 import optuna
 from optuna.trial import TrialState
 
 from perfscope.process.keeper import pid_alive
+from perfscope.tuner.attrs import BaselineRun, baseline_run, trial_attrs
 from perfscope.tuner.numerics import at_same_samples, check_losses
 from perfscope.tuner.profiled import memory_of, trial_verdict
 from perfscope.tuner.pruner import FEASIBLE_ATTR
@@ -67,8 +69,8 @@ def counts_as_finished(t: optuna.trial.FrozenTrial) -> bool:
     """A trial that used a run of the budget: complete, pruned, or failed while measuring."""
     if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
         return True
-    failure = t.user_attrs.get("failure") or {}
-    return t.state == TrialState.FAIL and bool(failure) and failure.get("kind") not in NOT_COUNTED
+    kind = trial_attrs(t).failure_kind
+    return t.state == TrialState.FAIL and kind is not None and kind not in NOT_COUNTED
 
 
 def heartbeat_timing(storage) -> tuple[float, float] | None:
@@ -103,7 +105,7 @@ class TuningStudy:
         self.spec = spec
         self.work_dir = Path(work_dir)
         self.space: SearchSpace | None = None
-        self.baseline: dict | None = None
+        self.baseline: BaselineRun | None = None
         self.duplicates_in_a_row = 0
         self.exhausted: str | None = None
         """Why the search stopped early (None: it did not)."""
@@ -117,7 +119,7 @@ class TuningStudy:
         if SPACE_ATTR not in attrs or BASELINE_ATTR not in attrs:
             return False
         self.space = SearchSpace.from_json(attrs[SPACE_ATTR])
-        self.baseline = attrs[BASELINE_ATTR]
+        self.baseline = baseline_run(attrs[BASELINE_ATTR])
         return True
 
     def wait_for_setup(self, timeout_s: float, poll_s: float = 2.0, *, clock=time.monotonic, sleep=time.sleep) -> bool:
@@ -130,30 +132,30 @@ class TuningStudy:
             sleep(poll_s)
         return self.load_setup()
 
-    def store_setup(self, space: SearchSpace, baseline: dict, guess: dict | None) -> None:
+    def store_setup(self, space: SearchSpace, baseline: BaselineRun, guess: dict | None) -> None:
         """Record the space and the baseline as trial 0, and enqueue the rule-based guess."""
         self.space, self.baseline = space, baseline
         self.study.set_user_attr(SPACE_ATTR, space.to_json())
         self.study.add_trial(optuna.trial.create_trial(
             params=space.baseline_params,
             distributions=space.distributions,
-            value=baseline["value"],
-            user_attrs={"role": "baseline", "config": {}, "step_values": baseline["step_values"],
-                        "unit": baseline["unit"], "verdict": baseline.get("verdict"),
-                        "fractions": baseline.get("fractions"), "numerics": {"status": "ok", "detail": "the reference"},
+            value=baseline.value,
+            user_attrs={"role": "baseline", "config": {}, "step_values": baseline.step_values,
+                        "unit": baseline.unit, "verdict": baseline.verdict,
+                        "fractions": baseline.fractions, "numerics": {"status": "ok", "detail": "the reference"},
                         FEASIBLE_ATTR: True, "worker": worker_id(),
-                        "duration_s": baseline.get("duration_s")},
+                        "duration_s": baseline.duration_s},
             constraints={CONSTRAINT: 0.0},
         ))
         if guess is not None:
             self.study.enqueue_trial(guess, user_attrs={"role": "guess"}, skip_if_exists=True)
         # Last: its presence tells other workers the setup is complete.
-        self.study.set_user_attr(BASELINE_ATTR, baseline)
+        self.study.set_user_attr(BASELINE_ATTR, msgspec.to_builtins(baseline))
 
     def loader_settings(self, config) -> dict:
         """``loader_workers`` and ``prefetch_factor`` a configuration runs with (its own settings,
         else the baseline's), as keyword arguments of :func:`perfscope.tuner.trial.run_trial`."""
-        loader = run_facts((self.baseline or {}).get("facts")).dataloader
+        loader = run_facts(self.baseline.facts if self.baseline is not None else None).dataloader
         workers, prefetch = (loader.num_workers, loader.prefetch_factor) if loader is not None else (None, None)
         if config is not None and config.num_workers is not None:
             workers = config.num_workers
@@ -176,11 +178,11 @@ class TuningStudy:
         done = set(self.study.user_attrs.get(REQUEUED_ATTR, []))
         queued = []
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
-            failure = t.user_attrs.get("failure") or {}
-            if failure.get("kind") == "interrupted" and t.number not in done and t.params:
+            attrs = trial_attrs(t)
+            if attrs.failure_kind == "interrupted" and t.number not in done and t.params:
                 # Not skip_if_exists: the failed trial itself has these parameters, so Optuna
                 # would skip every re-queue (REQUEUED_ATTR already queues each trial once).
-                self.study.enqueue_trial(t.params, user_attrs={"role": t.user_attrs.get("role", "search")})
+                self.study.enqueue_trial(t.params, user_attrs={"role": attrs.role or "search"})
                 queued.append(t.number)
         if queued:
             self.study.set_user_attr(REQUEUED_ATTR, sorted(done | set(queued)))
@@ -193,8 +195,8 @@ class TuningStudy:
         host = socket.gethostname()
         study_id = None
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            worker = t.user_attrs.get("worker") or {}
-            if worker.get("host") == host and not pid_alive(int(worker.get("pid") or 0)):
+            worker = trial_attrs(t).worker
+            if worker is not None and worker.host == host and not pid_alive(worker.pid or 0):
                 study_id = self.storage.get_study_id_from_name(self.study.study_name) if study_id is None else study_id
                 trial_id = self.storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
                 # The reason first: a finished trial takes no more attributes.
@@ -223,7 +225,7 @@ class TuningStudy:
             optuna.storages.fail_stale_trials(self.study)
         # failed meanwhile with neither a failure of ours nor an error Optuna caught: the heartbeat check's
         return sorted(t.number for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-                      if t.number in running and not t.user_attrs.get("failure") and "fail_reason" not in t.system_attrs)
+                      if t.number in running and trial_attrs(t).failure is None and "fail_reason" not in t.system_attrs)
 
     def settle_running_trials(self, *, say=print, clock=time.monotonic, sleep=time.sleep) -> list[int]:
         """At the end of this worker's search: fail the trials of workers that died, also those
@@ -342,14 +344,14 @@ class TuningStudy:
         for t in self.study.get_trials(deepcopy=False):
             if t.number == number or not (t.state == TrialState.RUNNING or counts_as_finished(t)):
                 continue
-            if sorted((t.user_attrs.get("config") or {}).items()) == key:
+            if sorted(trial_attrs(t).changes.items()) == key:
                 return t.number
         return None
 
     def _batch_ratio(self, trial: optuna.Trial) -> float:
         """The trial's batch size over the baseline's (1 when it keeps the script's)."""
-        new = (trial.user_attrs.get("config") or {}).get("batch_size")
-        loader = run_facts(self.baseline.get("facts")).dataloader
+        new = trial_attrs(trial).changes.get("batch_size")
+        loader = run_facts(self.baseline.facts).dataloader
         old = loader.batch_size if loader is not None else None
         return new / old if new and old else 1.0
 
@@ -368,7 +370,7 @@ class TuningStudy:
         if outcome.ok:
             # The same steps in both (trials with DataLoader workers warm up longer).
             first, last = self.spec.warmup_steps, self.spec.warmup_steps + self.spec.measure_steps
-            numerics = check_losses(*at_same_samples(self.baseline.get("losses") or [], outcome.losses, first, last,
+            numerics = check_losses(*at_same_samples(self.baseline.losses, outcome.losses, first, last,
                                                      self._batch_ratio(trial)))
             trial.set_user_attr("numerics", numerics.to_dict())
             if numerics.unsafe:
@@ -389,5 +391,5 @@ class TuningStudy:
     def feasible_trials(self) -> list[optuna.trial.FrozenTrial]:
         """Complete feasible trials, best first."""
         trials = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                  if t.user_attrs.get(FEASIBLE_ATTR) and t.value is not None]
+                  if trial_attrs(t).feasible and t.value is not None]
         return sorted(trials, key=lambda t: -t.value)

@@ -20,6 +20,7 @@ from perfscope.redact import redact, url_secrets
 from perfscope.runtime.config import config_from_dict
 from perfscope.text import safe
 from perfscope.tuner import record as tune_record
+from perfscope.tuner.attrs import BaselineRun, Worker, worker_of
 from perfscope.tuner.command import check_same_command
 from perfscope.tuner.objective import require_energy_counter
 from perfscope.outlock import FolderLock
@@ -117,7 +118,7 @@ def _tune_with(spec: TrialSpec, storage, options: TuneOptions, started: float) -
     session = TuningStudy(study, spec, out / "trials", storage=storage)
     _ensure_setup(session, created, options)
     if options.trial_timeout_s is None:  # a trial may take a few times the baseline's time
-        session.spec = dataclasses.replace(spec, timeout_s=max(60.0, 4.0 * float(session.baseline.get("duration_s") or 60.0) + 30.0))
+        session.spec = dataclasses.replace(spec, timeout_s=max(60.0, 4.0 * float(session.baseline.duration_s or 60.0) + 30.0))
     _print_space(session)
     plan = plan_line(session, options)
     if plan:
@@ -127,7 +128,7 @@ def _tune_with(spec: TrialSpec, storage, options: TuneOptions, started: float) -
     if requeued:
         print(f"perfscope: resuming: trial(s) {', '.join(map(str, requeued))} were cut short and are queued again")
     _note_stale(session, notes)
-    if not any(v is not None for v in session.baseline.get("losses") or []):
+    if not any(v is not None for v in session.baseline.losses):
         line = ("the numerics guard did not run: no loss was seen (perfscope sees the loss passed to "
                 "perfscope.backward or to backward() of a scalar), so trials are compared on speed only")
         print(f"perfscope: {safe(line)}")
@@ -219,10 +220,10 @@ def _open_study(storage, options: TuneOptions) -> tuple[optuna.Study, bool]:
 
 def _setup_owner_may_be_running(study: optuna.Study) -> bool:
     """Whether the worker that took on the study's setup may still be doing it (so wait for it)."""
-    owner = study.user_attrs.get(SETUP_BY_ATTR) or {}
-    if owner.get("host") != socket.gethostname():
-        return bool(owner)  # another machine: only its heartbeat-less word; wait, with the timeout
-    return owner.get("pid") != os.getpid() and pid_alive(int(owner.get("pid") or 0))
+    owner = worker_of(study.user_attrs.get(SETUP_BY_ATTR))
+    if owner.host != socket.gethostname():
+        return owner != Worker()  # another machine: only its heartbeat-less word; wait, with the timeout
+    return owner.pid != os.getpid() and pid_alive(owner.pid or 0)
 
 
 def _set_up(session: TuningStudy, options: TuneOptions, out: Path) -> None:
@@ -234,17 +235,15 @@ def _set_up(session: TuningStudy, options: TuneOptions, out: Path) -> None:
           f"{BASELINE_PROFILE_STEPS} profiled steps)...", flush=True)
     outcome = _run_baseline(session.spec, out / "trials" / "baseline")
     verdict, fractions, summary = trial_verdict(outcome)
-    baseline = {
-        "value": outcome.value, "unit": outcome.unit, "step_values": outcome.step_values,
-        "losses": outcome.losses, "verdict": verdict, "fractions": fractions, "facts": outcome.facts,
-        "step_time_us": step_time_of(summary),
-        "duration_s": round(outcome.duration_s, 3), "data_wait": outcome.data_wait, "window": outcome.window,
-    }
+    baseline = BaselineRun(value=outcome.value, unit=outcome.unit, step_values=outcome.step_values,
+                           losses=outcome.losses, verdict=verdict, fractions=fractions, facts=outcome.facts,
+                           step_time_us=step_time_of(summary), duration_s=round(outcome.duration_s, 3),
+                           data_wait=outcome.data_wait, window=outcome.window)
     if summary is not None:
         from perfscope.outputs import write_outputs
 
         write_outputs(summary, out / "baseline")
-        baseline["summary"], baseline["report"] = "baseline/summary.json", "baseline/report.html"
+        baseline.summary, baseline.report = "baseline/summary.json", "baseline/report.html"
     cleanup_traces(outcome)
     print(safe(f"perfscope: baseline {outcome.value:.4g} {outcome.unit} ({noise_text(outcome)}), "
                f"verdict {verdict_text(verdict, summary, outcome)}"))
@@ -392,7 +391,7 @@ def _profile_after(session: TuningStudy, options: TuneOptions, recommendation: d
 
         confirmed = {"ratio": recommendation.get("speedup"), "low": recommendation.get("ci_low"),
                      "high": recommendation.get("ci_high"), "rounds": recommendation.get("rounds"),
-                     "unit": (session.baseline or {}).get("unit")}
+                     "unit": session.baseline.unit if session.baseline is not None else None}
         reports.write_diff(load_summary(baseline_summary), summary, out / "diff.html", "baseline", "best",
                            speedup=confirmed)
         after["diff"] = "diff.html"
