@@ -81,8 +81,8 @@ def test_cuda_not_initialised_is_left_alone(monkeypatch):
 def test_record_parsing_refuses_what_is_not_memory():
     steps, _ = parse({"steps": [{"step": 1, "wall_us": 10, "thread_cpu_us": 5, "peak_rss_bytes": 123,
                                  "device_peak_reserved_bytes": -4, "device_peak_allocated_bytes": 2**70}]})
-    assert steps[1]["peak_rss_bytes"] == 123
-    assert steps[1]["device_peak_reserved_bytes"] is None and steps[1]["device_peak_allocated_bytes"] is None
+    assert steps[1].peak_rss_bytes == 123
+    assert steps[1].device_peak_reserved_bytes is None and steps[1].device_peak_allocated_bytes is None
     assert parse_capacity({"memory": {"host_total_bytes": 8 * GIB, "device_total_bytes": "80G", "device": 3}}) == {
         "host_total_bytes": 8 * GIB}
     assert parse_capacity({"steps": []}) == {} and parse_capacity(None) == {}

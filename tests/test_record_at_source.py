@@ -60,3 +60,26 @@ def test_a_file_left_out_of_a_directory_is_a_skipped_entry(tmp_path):
     (skipped,) = a.skipped
     assert isinstance(skipped, Skipped) and skipped.path.endswith("rank1.json")
     assert a.summary()["skipped"] == [_encoded(skipped)]
+
+
+def test_the_kineto_header_is_read_once_into_structs_its_damaged_parts_as_absent(tmp_path):
+    from perfscope.trace.header import Device, ProcessGroupConfig
+    from perfscope.trace.load import read_table
+
+    devices = [{"name": "NVIDIA A100", "totalGlobalMem": 80 * 2**30, "computeMajor": 8, "computeMinor": 0,
+                "warpSize": 32}, {"name": ["x"], "totalGlobalMem": "big", "computeMajor": 9.5}, "not a device"]
+    groups = [{"pg_name": "0", "pg_desc": "default_pg", "pg_size": 2, "ranks": [0, 1]}, {"pg_name": 1, "ranks": "0,1"},
+              7]
+    path = write_trace(tmp_path / "rank0.json", [step(1, 0, 100), cpu_op("aten::mm", 10, 50)],
+                       deviceProperties=devices,
+                       distributedInfo={"rank": 0, "world_size": 2, "backend": "nccl", "pg_config": groups})
+    table = read_table(path)
+    assert table.device_properties == [
+        Device(name="NVIDIA A100", total_memory_bytes=80 * 2**30, compute_major=8, compute_minor=0, warp_size=32),
+        Device()]  # every field of the second of the wrong type; the third not an object
+    assert table.process_groups == [ProcessGroupConfig(pg_name="0", pg_desc="default_pg", pg_size=2, ranks=[0, 1]),
+                                    ProcessGroupConfig(pg_name=1)]
+    assert any("2 deviceProperties entries" in w for w in table.warnings)
+    (trace,) = perfscope.analyze(path).summary()["traces"]
+    assert trace["devices"] == ["NVIDIA A100"]
+    assert trace["distributed_info"] == {"backend": "nccl", "rank": 0, "world_size": 2}  # pg_config read apart

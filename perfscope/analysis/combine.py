@@ -27,11 +27,11 @@ from perfscope.analysis.provisional import SPIN_ADVICE_LINE, provisional_verdict
 from perfscope.analysis.rank_trace import RankTrace
 from perfscope.analysis.run_view import read_run_records
 from perfscope.analysis.summary import Analysis
-from perfscope.record.schema import Details, DistributedInfo, Facts, JobLayout, MemoryCapacity, TraceEntry
+from perfscope.record.schema import Details, Facts, JobLayout, TraceEntry
 from perfscope.analysis.telemetry import step_columns, throttle_warning
 from perfscope.analysis.verdict import CLASSES, RunVerdict, classify, cost_fractions, no_verdict, run_verdict
 from perfscope.fileid import fingerprint
-from perfscope.record.host_steps import MEMORY_FIELDS
+from perfscope.record.host_steps import MEMORY_FIELDS, HostStep
 from perfscope.steptime import WAITFREE
 from perfscope.trace.kinds import (EventKind, fsdp_version, is_collective_range, is_comm_kernel, is_convolution,
                                    is_graph_launch)
@@ -53,10 +53,6 @@ def _with_fractions(metrics: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([metrics, pd.DataFrame(fracs, index=metrics.index)], axis=1)
 
 
-# What of a trace's distributedInfo the record keeps (the rest, pg_config..., the analysis reads).
-_DISTRIBUTED_INFO = frozenset(f.name for f in msgspec.structs.fields(DistributedInfo))
-
-
 def _trace_facts(rt: RankTrace, rank: int) -> TraceEntry:
     """The record's ``traces[]`` entry of one analyzed trace."""
     t = rt.table
@@ -66,14 +62,13 @@ def _trace_facts(rt: RankTrace, rank: int) -> TraceEntry:
         fingerprint=fingerprint(t.path) if t.path else None,
         worker=t.worker, rank=rank, rank_source=t.rank_source, world_size=t.world_size, mode=rt.mode,
         events=t.n_events, has_step_markers=rt.has_markers, truncated=t.truncated,
-        devices=[d.get("name") for d in t.device_properties if isinstance(d.get("name"), str)],
-        distributed_info=DistributedInfo(**{k: v for k, v in t.distributed_info.items() if k in _DISTRIBUTED_INFO
-                                            and isinstance(v, (str, int, float))}),
-        base_time_ns=t.base_time_ns, host_steps_recorded=len(t.host_steps),
-        memory_capacity=MemoryCapacity(**t.memory_capacity), energy=dict(t.energy),
+        devices=[d.name for d in t.device_properties if d.name is not None],
+        distributed_info=t.distributed_info, base_time_ns=t.base_time_ns, host_steps_recorded=len(t.host_steps),
+        memory_capacity=t.memory_capacity, energy=dict(t.energy),
         warnings=t.warnings + rt.warnings, data_quality=rt.quality.to_list())
 
 
+_NO_HOST_STEP = HostStep()
 HOST_COLUMNS = {"wall_us": "host_wall_us", "thread_cpu_us": "host_thread_cpu_us",
                 "process_cpu_us": "host_process_cpu_us", "run_queue_us": "host_run_queue_us",
                 "machine_busy_us": "host_machine_busy_us", "workers_cpu_us": "host_workers_cpu_us",
@@ -83,8 +78,8 @@ HOST_COLUMNS = {"wall_us": "host_wall_us", "thread_cpu_us": "host_thread_cpu_us"
 
 def _host_columns(rt: RankTrace) -> pd.DataFrame:
     """The host record of each step (``perfscope.record.host_steps``), NaN where the trace has none."""
-    recs = [rt.table.host_steps.get(int(s), {}) for s in rt.steps]
-    frame = pd.DataFrame({col: [r.get(f) if r.get(f) is not None else np.nan for r in recs]
+    recs = [rt.table.host_steps.get(int(s), _NO_HOST_STEP) for s in rt.steps]
+    frame = pd.DataFrame({col: [v if (v := getattr(r, f)) is not None else np.nan for r in recs]
                           for f, col in HOST_COLUMNS.items()}, index=rt.metrics.index)
     # e.g. no CUDA: no device columns; a record of an earlier version: no CPU split
     unmeasured = [c for c in (*MEMORY_FIELDS, "host_machine_busy_us", "host_workers_cpu_us", "host_cores",

@@ -141,7 +141,7 @@ def judge(table: TraceTable, steps: StepWindows, launches: Launches, metrics: pd
         last_kept = int(table.ts_ns[-1])  # rows keep the file's order: the last complete event
         _set(ev, steps.end > last_kept, INCOMPLETE,
              f"the file is truncated: events after {_ms(last_kept)} into the trace may be lost")
-        devices = [d for d in table.device_properties if isinstance(d, dict)]
+        devices = table.device_properties
         if devices and not table.mask(*GPU_KINDS).any():
             # Writers put GPU activity after the CPU events: a cut there loses all of it.
             _set(ev, np.ones(n, bool), INCOMPLETE, f"the file is truncated and holds no GPU event although its "
@@ -365,13 +365,13 @@ def _host_contended(table: TraceTable, steps: StepWindows, metrics: pd.DataFrame
             continue
         if rec is None:  # before the record's first step (its cap keeps the last ones)
             continue
-        wall, cpu, queue = rec["wall_us"], rec["thread_cpu_us"], rec["run_queue_us"]
+        wall, cpu, queue = rec.wall_us, rec.thread_cpu_us, rec.run_queue_us
         if wall <= 0:
             continue
         ev.core_wait_us[i] = core_wait_us(wall, cpu, queue, float(explained[i]))
         spun = mode == "cpu" and workers_waited(rec)  # a GPU step's math does not run on intra-op threads
         if spun:  # CPU time its own wait does not show: the provisional verdict must hold without it too
-            ev.spin_us[i] = min(rec["sibling_run_queue_us"], wall)
+            ev.spin_us[i] = min(rec.sibling_run_queue_us, wall)
         if ev.status[i] != OK:
             continue
         if queue is not None:
@@ -381,8 +381,8 @@ def _host_contended(table: TraceTable, steps: StepWindows, metrics: pd.DataFrame
                 ev.reason[i] = (f"of the step's {wall / 1000:.1f} ms the training thread waited {100 * queue / wall:.0f}% "
                                 f"for a core, ran {100 * cpu / wall:.0f}% and slept or waited for data the rest")
                 if spun:
-                    ev.reason[i] += (f"; its {int(rec['intra_op_threads'])} intra-op threads waited up to "
-                                     f"{100 * rec['sibling_run_queue_us'] / wall:.0f}% for cores, while it may have "
+                    ev.reason[i] += (f"; its {int(rec.intra_op_threads)} intra-op threads waited up to "
+                                     f"{100 * rec.sibling_run_queue_us / wall:.0f}% for cores, while it may have "
                                      "spun for them in CPU time its own wait does not show")
             continue
         ran = f"ran on a CPU for {100 * cpu / wall:.0f}% of the step's {wall / 1000:.1f} ms"

@@ -20,6 +20,7 @@ import numpy as np
 
 from perfscope.trace.events import NO_FIGURE, SM_FILL_SCALE
 from perfscope.trace.kinds import EventKind
+from perfscope.trace.header import Device
 from perfscope.trace.table import TraceTable
 from perfscope.record.schema import GpuEfficiency
 
@@ -66,17 +67,16 @@ def kernel_sums(t: TraceTable, kernels: np.ndarray, window_us: float) -> dict:
     return sums
 
 
-def _nvidia(d: dict) -> bool:
+def _nvidia(d: Device) -> bool:
     # ROCm writes its devices in the same fields (an MI250 as computeMajor 9, warpSize 64)
-    return d.get("warpSize", 32) == 32 and not re.search(r"AMD|Radeon|Instinct", str(d.get("name", "")))
+    return d.warp_size in (None, 32) and not re.search(r"AMD|Radeon|Instinct", d.name or "")
 
 
 def capability(t: TraceTable) -> float | None:
     """The highest CUDA compute capability in the trace's ``deviceProperties`` (7.0, 8.0...), or
     None (no properties, or not NVIDIA devices)."""
-    caps = [d.get("computeMajor") + d.get("computeMinor", 0) / 10 for d in t.device_properties
-            if isinstance(d, dict) and type(d.get("computeMajor")) is int and type(d.get("computeMinor", 0)) is int
-            and _nvidia(d)]
+    caps = [d.compute_major + (d.compute_minor or 0) / 10 for d in t.device_properties
+            if d.compute_major is not None and _nvidia(d)]
     return max(caps) if caps else None
 
 

@@ -31,14 +31,11 @@ def _peak(frame: pd.DataFrame, col: str) -> float | None:
 
 
 def _device_capacity(rt: RankTrace) -> int | None:
-    cap = rt.table.memory_capacity.get("device_total_bytes")
+    cap = rt.table.memory_capacity.device_total_bytes
     if cap:
         return int(cap)
-    for d in rt.table.device_properties:  # Kineto's deviceProperties of a GPU trace
-        total = d.get("totalGlobalMem")
-        if type(total) is int and total > 0:
-            return total
-    return None
+    # Kineto's deviceProperties of a GPU trace
+    return next((d.total_memory_bytes for d in rt.table.device_properties if (d.total_memory_bytes or 0) > 0), None)
 
 
 def memory_view(rank_traces: list[RankTrace], ranks: list[int], frame: pd.DataFrame) -> dict | None:
@@ -103,7 +100,7 @@ def _host_row(rt: RankTrace, rank: int, mine: pd.DataFrame, problems: list[str])
     """A rank's resident-set peak and its machine's memory."""
     peak = _peak(mine, "peak_rss_bytes")
     return {"rank": rank, "host": rt.table.host, "peak_rss_bytes": peak,
-            "capacity_bytes": rt.table.memory_capacity.get("host_total_bytes"), "_peak": peak}
+            "capacity_bytes": rt.table.memory_capacity.host_total_bytes, "_peak": peak}
 
 
 def _headroom(rows: list[dict], *, shared_by_host: bool) -> None:

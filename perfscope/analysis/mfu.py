@@ -222,7 +222,7 @@ def _flops_of_traces(rank_traces) -> dict:
             found["per_rank"].append(shapes[0])
             found["by_op"].update(shapes[1])
             found["source"] = found["source"] or "shapes"
-        names = [d.get("name") for d in rt.table.device_properties if isinstance(d, dict) and d.get("name")]
+        names = [d.name for d in rt.table.device_properties if d.name]
         found["devices"].update(names[:1])
     return found
 

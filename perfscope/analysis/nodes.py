@@ -98,13 +98,10 @@ def subgroup_count(rank_traces: list[RankTrace]) -> int:
     seen = set()
     for rt in rank_traces:
         world = rt.table.world_size
-        for pg in rt.table.distributed_info.get("pg_config") or []:
-            if not isinstance(pg, dict):
-                continue
-            ranks = pg.get("ranks")
-            size = len(ranks) if isinstance(ranks, list) else pg.get("pg_size")
-            if type(size) is int and world is not None and 0 < size < world:
-                seen.add(str(pg.get("pg_name")))
+        for pg in rt.table.process_groups:
+            size = len(pg.ranks) if pg.ranks is not None else pg.pg_size
+            if size is not None and world is not None and 0 < size < world:
+                seen.add(str(pg.pg_name))
     return len(seen)
 
 
@@ -112,14 +109,13 @@ def process_groups(rank_traces: list[RankTrace], nodes: dict[int, int]) -> Proce
     """The job's process groups (from any trace's ``pg_config``) as inside one node or across."""
     seen: dict[str, dict] = {}
     for rt in rank_traces:
-        for pg in rt.table.distributed_info.get("pg_config") or []:
-            ranks = pg.get("ranks") if isinstance(pg, dict) else None
-            if not isinstance(ranks, list) or not all(type(r) is int for r in ranks):
+        for pg in rt.table.process_groups:
+            if pg.ranks is None or not all(type(r) is int for r in pg.ranks):
                 continue
-            on = {nodes.get(r) for r in ranks}
+            on = {nodes.get(r) for r in pg.ranks}
             span = "unknown" if None in on else ("intra-node" if len(on) == 1 else "inter-node")
-            seen.setdefault(str(pg.get("pg_name")), ProcessGroup(
-                name=str(pg.get("pg_name"))[:80], desc=str(pg.get("pg_desc", ""))[:80], size=len(ranks), span=span))
+            seen.setdefault(str(pg.pg_name), ProcessGroup(
+                name=str(pg.pg_name)[:80], desc=(pg.pg_desc or "")[:80], size=len(pg.ranks), span=span))
     groups = list(seen.values())
     return ProcessGroups(groups=groups[:64], intra_node=sum(g.span == "intra-node" for g in groups),
                          inter_node=sum(g.span == "inter-node" for g in groups))

@@ -42,9 +42,9 @@ def clock_offset_ns(t: TraceTable, w: StepWindows) -> tuple[int, str]:
     """(trace clock - sample clock, ns) and how it was found (``"step starts"`` or ``"clocks"``)."""
     diffs = []
     for i, step in enumerate(w.step):
-        host = t.host_steps.get(int(step)) or {}
-        if host.get("start_unix_ns"):
-            diffs.append(int(t.absolute_ns(int(w.start[i]))) - int(host["start_unix_ns"]))
+        host = t.host_steps.get(int(step))
+        if host is not None and host.start_unix_ns:
+            diffs.append(int(t.absolute_ns(int(w.start[i]))) - host.start_unix_ns)
     if diffs:
         return int(np.median(diffs)), "step starts"
     return 0, "clocks"

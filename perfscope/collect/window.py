@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from perfscope.collect.host import cuda_in_use
 from perfscope.collect.schedule import MAX_ACTIVE, ProfileSchedule
 from perfscope.record.host_steps import MAX_STEPS as HOST_RECORD_STEPS
-from perfscope.record.host_steps import waited_for_core
+from perfscope.record.host_steps import host_step, waited_for_core
 
 # A lengthened window records at most this many times the planned steps (and at least 20 in all):
 # the profiler keeps every event of the window in memory until it is written.
@@ -120,7 +120,8 @@ class Window:
         now = self._clock()
         # A GPU run's math is not on the intra-op workers: their waits do not make its steps unclean.
         workers = not cuda_in_use(self._cuda)
-        judged = [waited_for_core(r, workers=workers) for r in self._records() if self._first <= r.get("step", -1) < step]
+        judged = [waited_for_core(r, workers=workers) for r in map(host_step, self._records())
+                  if r.step is not None and self._first <= r.step < step]
         self._clean = sum(j is False for j in judged)
         unknown = any(j is None for j in judged)
         if self._since is None:

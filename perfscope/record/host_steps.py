@@ -42,6 +42,12 @@ The record's ``memory`` object holds the capacities: ``host_total_bytes``, and o
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import msgspec
+
+from perfscope.record.lenient import lenient
+
 HOST_STEPS_KEY = "perfscope_host_steps"
 VERSION = 1
 FIELDS = ("wall_us", "thread_cpu_us", "process_cpu_us", "run_queue_us")
@@ -84,7 +90,41 @@ def queue_wait_us(wall: float, cpu: float, queue: float) -> float:
     return min(queue, max(wall - cpu, 0.0))
 
 
-def waited_for_core(entry: dict, *, workers: bool = True) -> bool | None:
+# The range each figure can take; outside it the figure is not a measurement (a damaged or
+# hand-edited record) and reads as absent.
+_Us = Annotated[float, msgspec.Meta(ge=0, le=MAX_US)]
+_Bytes = Annotated[int, msgspec.Meta(ge=0, le=MAX_BYTES)]
+_Joules = Annotated[float, msgspec.Meta(ge=0, le=MAX_J)]
+
+
+class HostStep(msgspec.Struct, kw_only=True, frozen=True):
+    """One step's entry of the host record (the module docstring names each figure), read
+    leniently (:mod:`perfscope.record.lenient`): a figure of the wrong type or out of its range
+    is None, as one the record lacks."""
+
+    step: int | None = None
+    wall_us: _Us | None = None
+    thread_cpu_us: _Us | None = None
+    process_cpu_us: _Us | None = None
+    run_queue_us: _Us | None = None
+    machine_busy_us: _Us | None = None
+    workers_cpu_us: _Us | None = None
+    cores: _Us | None = None
+    sibling_run_queue_us: _Us | None = None
+    intra_op_threads: _Us | None = None
+    peak_rss_bytes: _Bytes | None = None
+    device_peak_allocated_bytes: _Bytes | None = None
+    device_peak_reserved_bytes: _Bytes | None = None
+    energy_j: _Joules | None = None
+    start_unix_ns: Annotated[int, msgspec.Meta(gt=0)] | None = None
+
+
+def host_step(entry) -> HostStep:
+    """An entry of the host record (any JSON value; the collector's own entries too) as :class:`HostStep`."""
+    return lenient(entry, HostStep)
+
+
+def waited_for_core(entry: HostStep, *, workers: bool = True) -> bool | None:
     """Whether a host record entry's step waited for a core :data:`RUN_QUEUE_SHARE` of its wall
     time or more; None where its entry cannot tell (no run-queue figure, no wall time). The trace
     can still decide those (the analysis's rule without the run-queue figure needs it).
@@ -92,20 +132,20 @@ def waited_for_core(entry: dict, *, workers: bool = True) -> bool | None:
     ``workers``: whether its intra-op workers' waits count too (:func:`workers_waited`): on a CPU
     step, where the math runs on them; not on a GPU step, whose math does not (as the analysis's
     rule, :mod:`perfscope.analysis.evidence`)."""
-    wall, cpu, queue = entry.get("wall_us"), entry.get("thread_cpu_us"), entry.get("run_queue_us")
+    wall, cpu, queue = entry.wall_us, entry.thread_cpu_us, entry.run_queue_us
     if queue is None or cpu is None or not wall or wall <= 0:
         return None
     return queue_wait_us(wall, cpu, queue) >= RUN_QUEUE_SHARE * wall or (workers and workers_waited(entry))
 
 
-def workers_waited(entry: dict) -> bool:
+def workers_waited(entry: HostStep) -> bool:
     """Whether a step's intra-op workers (more than one intra-op thread) waited for a core
     :data:`RUN_QUEUE_SHARE` of its wall time or more (the longest wait of the process's other
     threads). The training thread then spun at the end of each parallel operator until they
     came, and that spinning is CPU time: its own run-queue figure does not show it, and it cannot
     be taken out of the step (measured on 2 cores beside 4 busy processes: 5-30x the quiet CPU
     time of the thread, against a run-queue figure of 2-3x)."""
-    wall, threads, wait = entry.get("wall_us"), entry.get("intra_op_threads"), entry.get("sibling_run_queue_us")
+    wall, threads, wait = entry.wall_us, entry.intra_op_threads, entry.sibling_run_queue_us
     return bool(threads and threads > 1 and wait is not None and wall and wall > 0 and wait >= RUN_QUEUE_SHARE * wall)
 
 
@@ -113,29 +153,21 @@ def _number(v, high: float = MAX_US) -> bool:
     return type(v) in (int, float) and v == v and 0 <= v <= high
 
 
-def parse(value) -> tuple[dict[int, dict], int]:
-    """The host record by step number, and how many entries were unusable.
+def parse(value) -> tuple[dict[int, HostStep], int]:
+    """The host record by step number, and how many entries were unusable (not an object, no
+    step number, no wall or thread CPU time; a step number given twice keeps its last entry).
 
     Args:
         value: The header value under :data:`HOST_STEPS_KEY` (any JSON value).
 
     Returns:
-        ``({step: {field: float or None}}, unusable)``; ``({}, -1)`` when ``value`` is not
-        such a record at all.
+        ``({step: HostStep}, unusable)``; ``({}, -1)`` when ``value`` is not such a record at all.
     """
     steps = value.get("steps") if isinstance(value, dict) else None
     if not isinstance(steps, list):
         return {}, -1
-    out: dict[int, dict] = {}
-    for s in steps:
-        if not isinstance(s, dict) or type(s.get("step")) is not int:
-            continue
-        row = {f: float(s[f]) if _number(s.get(f)) else None for f in (*FIELDS, *CPU_FIELDS, *THREAD_FIELDS)}
-        row.update({f: int(s[f]) if _number(s.get(f), MAX_BYTES) else None for f in MEMORY_FIELDS})
-        row.update({f: float(s[f]) if _number(s.get(f), MAX_J) else None for f in ENERGY_FIELDS})
-        row["start_unix_ns"] = s["start_unix_ns"] if type(s.get("start_unix_ns")) is int and s["start_unix_ns"] > 0 else None
-        if row["wall_us"] is not None and row["thread_cpu_us"] is not None:
-            out[s["step"]] = row
+    read = (host_step(s) for s in steps if isinstance(s, dict))
+    out = {s.step: s for s in read if s.step is not None and s.wall_us is not None and s.thread_cpu_us is not None}
     return out, len(steps) - len(out)
 
 

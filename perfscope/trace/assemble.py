@@ -183,7 +183,7 @@ def assemble(rows: Rows, raw: RawTrace, fingerprints: Callable[[np.ndarray], lis
         shape_id=smallest_int(shape_id), shapes=shapes,
         names=names, threads=threads, origin_us=origin, base_time_ns=header.base_time_ns, rank=header.rank,
         rank_source=header.rank_source, world_size=header.world_size, device_properties=header.device_properties,
-        distributed_info=header.distributed_info, host_steps=header.host_steps,
+        distributed_info=header.distributed_info, process_groups=header.process_groups, host_steps=header.host_steps,
         node=header.node, host=header.host, ddp=header.ddp, loader=header.loader, memory_capacity=header.memory_capacity, energy=header.energy,
         telemetry=header.telemetry, flops=header.flops, dropped_correlations=dropped_correlations, memory=memory_frame(rows.memory, origin, threads), path=raw.path, worker=raw.worker,
         truncated=raw.truncated, quality=quality, warnings=quality.warnings(raw.path.name) + header.warnings,

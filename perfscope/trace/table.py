@@ -16,8 +16,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from perfscope.record.host_steps import HostStep
 from perfscope.record.job_facts import DdpRecord, LoaderRecord, NodeRecord
+from perfscope.record.schema import DistributedInfo, MemoryCapacity
 from perfscope.record.telemetry_format import TelemetryRecord
+from perfscope.trace.header import Device, ProcessGroupConfig
 from perfscope.trace.kinds import EventKind
 from perfscope.trace.quality import DataQuality
 
@@ -58,8 +61,9 @@ class TraceTable:
         rank: Rank from ``distributedInfo`` or the file name; None when unknown.
         rank_source: ``"distributedInfo"``, ``"file name"`` or None.
         world_size: From ``distributedInfo``; None when unknown.
-        device_properties: ``deviceProperties`` of the file (list of dicts), possibly empty.
-        distributed_info: ``distributedInfo`` of the file, possibly empty.
+        device_properties: ``deviceProperties`` of the file (:class:`perfscope.trace.header.Device`), possibly empty.
+        distributed_info: What the record keeps of the file's ``distributedInfo``, possibly empty.
+        process_groups: Its ``pg_config`` (:class:`perfscope.trace.header.ProcessGroupConfig`), possibly empty.
         host_steps: What ``perfscope profile`` measured of the host per step (CPU time, run-queue
             wait), by step number; empty for traces recorded otherwise.
         node, host, ddp, loader: The rank's node, host name, DDP buckets and first DataLoader
@@ -105,14 +109,15 @@ class TraceTable:
     rank: int | None = None
     rank_source: str | None = None
     world_size: int | None = None
-    device_properties: list = field(default_factory=list)
-    distributed_info: dict = field(default_factory=dict)
-    host_steps: dict = field(default_factory=dict)
+    device_properties: list[Device] = field(default_factory=list)
+    distributed_info: DistributedInfo = field(default_factory=DistributedInfo)
+    process_groups: list[ProcessGroupConfig] = field(default_factory=list)
+    host_steps: dict[int, HostStep] = field(default_factory=dict)
     node: NodeRecord | None = None
     host: str | None = None
     ddp: DdpRecord | None = None
     loader: LoaderRecord | None = None
-    memory_capacity: dict = field(default_factory=dict)
+    memory_capacity: MemoryCapacity = field(default_factory=MemoryCapacity)
     energy: dict = field(default_factory=dict)
     telemetry: TelemetryRecord | None = None
     flops: object = None
