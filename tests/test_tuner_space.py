@@ -267,11 +267,11 @@ def test_without_a_verdict_every_applicable_knob_is_searched_not_left_out_at_zer
 
 
 # ---------------------------------------------------------------------------------------------
-# The baseline's verdict in words (tuner/tune.py verdict_text)
+# The baseline's verdict in words (tuner/profiled.py verdict_text)
 
 def test_the_baseline_verdict_says_why_there_is_none():
     from perfscope.tuner.trial import TrialOutcome
-    from perfscope.tuner.tune import verdict_text
+    from perfscope.tuner.profiled import verdict_text
 
     ended = TrialOutcome(status="ok", losses=[1.0] * 30)
     text = verdict_text(None, None, ended)

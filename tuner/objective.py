@@ -103,16 +103,22 @@ def cost_of(*, price_per_hour: float | None, baseline: BaselineRun, recommendati
 
     n = priced_devices(gpu=run_facts(baseline.facts).cuda, world_size=(nproc_per_node or 1) * nnodes, nnodes=nnodes)
     per = "samples" if baseline.unit == "samples/s" else "steps"
-    out = {"price_per_hour": price_per_hour, "devices": n, "per": f"1000 {per}",
-           "baseline": per_1000(price_per_hour, n, float(value)), "best": None, "saving": None,
-           "saving_low": None, "saving_high": None}
+    cost = per_1000(price_per_hour, n, float(value))
+    return {"price_per_hour": price_per_hour, "devices": n, "per": f"1000 {per}", "baseline": cost,
+            **_saving(cost, recommendation)}
+
+
+def _saving(cost: float, recommendation: dict | None) -> dict:
+    """``best`` (the proven faster configuration's cost per 1,000) and ``saving`` with its
+    interval, ``1 - 1 / speed-up`` (``docs/tune.md``, "Objective"); None where nothing was
+    proven faster, the interval None where it has no ends."""
     rec = recommendation or {}
-    if rec.get("status") == "faster" and rec.get("speedup"):
-        out["best"] = out["baseline"] / rec["speedup"]
-        out["saving"] = 1.0 - 1.0 / rec["speedup"]
-        if rec.get("ci_low") and rec.get("ci_high"):
-            out["saving_low"], out["saving_high"] = 1.0 - 1.0 / rec["ci_low"], 1.0 - 1.0 / rec["ci_high"]
-    return out
+    speedup, low, high = rec.get("speedup"), rec.get("ci_low"), rec.get("ci_high")
+    if rec.get("status") != "faster" or not speedup:
+        return {"best": None, "saving": None, "saving_low": None, "saving_high": None}
+    bounded = bool(low and high)
+    return {"best": cost / speedup, "saving": 1.0 - 1.0 / speedup, "saving_low": 1.0 - 1.0 / low if bounded else None,
+            "saving_high": 1.0 - 1.0 / high if bounded else None}
 
 
 def cost_line(cost: dict | None) -> str | None:

@@ -41,75 +41,98 @@ def prove(session, options, notes: list[str]) -> tuple[dict | None, dict]:
     Raises:
         ConfirmationError: the baseline failed during the confirmation.
     """
-    keep = {"status": "keep-current", "trial": None, "config": {}, "speedup": None, "ci_low": None, "ci_high": None}
     candidates = _candidates(session, options)
     if not candidates:
-        keep["line"] = _nothing_to_confirm(session, options)
-        return None, keep
-    spec = session.spec
-    work = session.work_dir / f"confirm-{os.getpid()}"  # other workers may confirm at the same time
+        return None, _keep(line=_nothing_to_confirm(session, options))
     print(f"perfscope: confirming trial(s) {', '.join(str(t.number) for t in candidates)} against the baseline "
           f"in interleaved rounds until each is decided ({options.confirm_min_rounds} to {options.confirm_rounds} "
           "rounds)...", flush=True)
-
-    runs: dict[str, list] = {}  # name -> (compile seconds, median step seconds) of each run
-
-    def measure(config: AccelConfig | None, name: str):
-        def run() -> float | None:
-            outcome = run_configuration(spec, config, work / name, profile_steps=0,
-                                        on_progress=still_running(f"confirmation run of {name}"),
-                                        **session.loader_settings(config))
-            if not outcome.ok or outcome.value is None:
-                notes.append(f"confirmation run of {name} failed ({outcome.status}): {outcome.reason}")
-                return None
-            compiled = run_facts(outcome.facts).compiler.compile_s
-            runs.setdefault(name, []).append((compiled, statistics.median(outcome.step_seconds or [0.0])))
-            return outcome.value
-        return run
-
-    def baseline_run() -> float:
-        value = measure(None, "baseline")()
-        if value is None:
-            raise ConfirmationError("the baseline failed during confirmation; see the notes in tune.json")
-        return value
-
-    clock = runner_of(spec).clock
+    runs = _Runs(session, notes)
+    clock = runner_of(session.spec).clock
     started = clock()
-
-    def progress(number: int, looked: dict) -> None:
-        parts = [f"trial {key}: {interval_text(c.speedup, c.ci_low, c.ci_high, c.baseline, c.candidate)}"
-                 + (f", {_DECIDED[c.decided_by]}" if c.decided_by in _DECIDED else "")
-                 for key, c in looked.items() if c is not None]
-        print(f"perfscope: confirmation round {number} done ({clock() - started:.0f} s)"
-              + (f": {'; '.join(parts)}" if parts else ""), flush=True)
-
     results = confirm_candidates(
-        baseline_run,
-        {t.number: measure(config_from_dict(trial_attrs(t).changes), f"trial-{t.number}") for t in candidates},
+        runs.baseline, {t.number: runs.of(config_from_dict(trial_attrs(t).changes), f"trial-{t.number}")
+                        for t in candidates},
         rounds=options.confirm_rounds, min_rounds=options.confirm_min_rounds, confidence=options.confidence,
-        min_gain=options.min_gain, budget_s=options.confirm_budget_s, clock=clock, on_round=progress,
+        min_gain=options.min_gain, budget_s=options.confirm_budget_s, clock=clock,
+        on_round=lambda number, looked: print(_round_line(number, looked, clock() - started), flush=True),
     )
     used = max((c.rounds for c in results.values() if c is not None), default=0)
     confirmation = {"rounds": used, "max_rounds": options.confirm_rounds, "min_rounds": options.confirm_min_rounds,
                     "budget_s": options.confirm_budget_s, "confidence": options.confidence,
                     "min_gain": options.min_gain, "candidates": []}
-    best, outweighed = _judge(candidates, results, runs, options, confirmation["candidates"])
+    best, outweighed = _judge(candidates, results, runs.steps, options, confirmation["candidates"])
+    return confirmation, _recommendation(best, outweighed, confirmation["candidates"], session, options, notes)
+
+
+def _keep(**more) -> dict:
+    """A recommendation to keep the current settings (``more``: its line, the undecided candidate)."""
+    return {"status": "keep-current", "trial": None, "config": {}, "speedup": None, "ci_low": None, "ci_high": None,
+            **more}
+
+
+def _recommendation(best: tuple | None, outweighed: list[str], entries: list[dict], session, options,
+                    notes: list[str]) -> dict:
+    """The recommendation from :func:`_judge`'s verdict on the confirmation's ``entries``."""
     if best is None:
-        undecided = None if outweighed else _undecided(confirmation["candidates"], options)
+        undecided = None if outweighed else _undecided(entries, options)
         if undecided is not None:
-            return confirmation, {**keep, **undecided}
-        keep["line"] = _none_faster(confirmation["candidates"], outweighed, options, notes)
-        return confirmation, keep
+            return _keep(**undecided)
+        return _keep(line=_none_faster(entries, outweighed, options, notes))
     t, c, startup = best
     line = c.describe(better_word(options.objective))
     if startup is not None:
         line += f"; {startup.text()}" + ("" if options.run_steps else " (--run-steps N weighs it against your run)")
     config = trial_attrs(t).changes
-    recommendation = {"status": "faster", "trial": t.number, "config": config, "speedup": c.speedup,
-                      "ci_low": c.ci_low, "ci_high": c.ci_high, "rounds": c.rounds, "line": line,
-                      "hint": range_hint(session.space, config),
-                      "startup": startup.to_dict() if startup is not None else None}
-    return confirmation, recommendation
+    return {"status": "faster", "trial": t.number, "config": config, "speedup": c.speedup, "ci_low": c.ci_low,
+            "ci_high": c.ci_high, "rounds": c.rounds, "line": line, "hint": range_hint(session.space, config),
+            "startup": startup.to_dict() if startup is not None else None}
+
+
+class _Runs:
+    """The confirmation's runs, each through the study's runner, in a folder of this worker's (other
+    workers may confirm at the same time); a failed one is noted (``notes``: the record's)."""
+
+    def __init__(self, session, notes: list[str]) -> None:
+        self.session, self.notes = session, notes
+        self.work = session.work_dir / f"confirm-{os.getpid()}"
+        self.steps: dict[str, list] = {}
+        """Run name -> (compile seconds, median step seconds) of each of its runs: the start-up cost."""
+
+    def of(self, config: AccelConfig | None, name: str):
+        """A run of ``config`` (None: the script's own settings), as :func:`confirm_candidates` takes
+        it: its value, None where it failed."""
+        return lambda: self.run(config, name)
+
+    def run(self, config: AccelConfig | None, name: str) -> float | None:
+        outcome = run_configuration(self.session.spec, config, self.work / name, profile_steps=0,
+                                    on_progress=still_running(f"confirmation run of {name}"),
+                                    **self.session.loader_settings(config))
+        if not outcome.ok or outcome.value is None:
+            self.notes.append(f"confirmation run of {name} failed ({outcome.status}): {outcome.reason}")
+            return None
+        compiled = run_facts(outcome.facts).compiler.compile_s
+        self.steps.setdefault(name, []).append((compiled, statistics.median(outcome.step_seconds or [0.0])))
+        return outcome.value
+
+    def baseline(self) -> float:
+        """A run of the baseline.
+
+        Raises:
+            ConfirmationError: it failed.
+        """
+        value = self.run(None, "baseline")
+        if value is None:
+            raise ConfirmationError("the baseline failed during confirmation; see the notes in tune.json")
+        return value
+
+
+def _round_line(number: int, looked: dict, seconds: float) -> str:
+    """``perfscope: confirmation round 2 done (41 s): trial 3: ...`` after each round."""
+    parts = [f"trial {key}: {interval_text(c.speedup, c.ci_low, c.ci_high, c.baseline, c.candidate)}"
+             + (f", {_DECIDED[c.decided_by]}" if c.decided_by in _DECIDED else "")
+             for key, c in looked.items() if c is not None]
+    return f"perfscope: confirmation round {number} done ({seconds:.0f} s)" + (f": {'; '.join(parts)}" if parts else "")
 
 
 def _candidates(session, options) -> list:
@@ -186,15 +209,20 @@ def _undecided(entries: list, options) -> dict | None:
         return None
     e = max(open_, key=lambda e: e["speedup"])
     ended, option = _BUDGETS[e["decided_by"]]
-    low, high = e.get("ci_low"), e.get("ci_high")
-    bounded = low is not None and high is not None and low > 0 and high / low <= WIDE_INTERVAL
-    interval = f", interval {low:.2f}x-{high:.2f}x" if bounded else ", too few rounds to bound it"
-    line = (f"undecided: trial {e['trial']} measured {e['speedup']:.2f}x in {plural(e['rounds'], 'round')}{interval}, when "
+    line = (f"undecided: trial {e['trial']} measured {e['speedup']:.2f}x in {plural(e['rounds'], 'round')}"
+            f"{_interval_words(e.get('ci_low'), e.get('ci_high'))}, when "
             f"{ended} ended it before the interval cleared {1 + options.min_gain:.2f}x; keep your current settings "
             f"for now, or run the same command again with a larger {option} to decide it (the study keeps every "
             "trial)")
     candidate = {k: e.get(k) for k in ("trial", "config", "speedup", "ci_low", "ci_high", "rounds", "decided_by")}
     return {"status": "undecided", "line": line, "candidate": candidate}
+
+
+def _interval_words(low: float | None, high: float | None) -> str:
+    """``, interval 1.05x-1.31x``, or that the rounds were too few where it is missing or wider than
+    :data:`perfscope.tuner.confirm.WIDE_INTERVAL`."""
+    bounded = low is not None and high is not None and low > 0 and high / low <= WIDE_INTERVAL
+    return f", interval {low:.2f}x-{high:.2f}x" if bounded else ", too few rounds to bound it"
 
 
 def _none_faster(entries: list, outweighed: list[str], options, notes: list[str]) -> str:

@@ -17,12 +17,11 @@ from optuna.trial import TrialState
 
 from perfscope.version import __version__
 from perfscope.atomic import write_bytes_atomic
+from perfscope.record import tune_schema as schema
 from perfscope.record.run_facts import run_facts
 from perfscope.tuner.attrs import BaselineRun, Failure, TrialAttrs, trial_attrs
 from perfscope.tuner.objective import cost_of
 
-SCHEMA = "perfscope.tune"
-SCHEMA_VERSION = 1
 _STATES = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned", TrialState.FAIL: "failed",
            TrialState.RUNNING: "running", TrialState.WAITING: "waiting"}
 
@@ -98,25 +97,21 @@ def build(*, options, session, storage: str, notes: list[str], confirmation: dic
     retried = {t.system_attrs["failed_trial"] for t in stored if "failed_trial" in t.system_attrs}
     trials = [trial_entry(t, t.number in retried) for t in stored
               if trial_attrs(t).failure_kind != "duplicate"]  # never run
-    base_trial = next((t["number"] for t in trials if t["role"] == "baseline"), None)
     return {
-        "schema": SCHEMA,
-        "schema_version": SCHEMA_VERSION,
+        "schema": schema.SCHEMA,
+        "schema_version": schema.SCHEMA_VERSION,
         "perfscope_version": __version__,
         "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(),
         "script": options.script,
         "args": list(options.script_args),
         "nproc_per_node": options.nproc_per_node,
-        "study": {"name": options.study_name, "storage": storage, "trials_target": options.trials,
-                  "direction": "maximize"},
-        "objective": {"name": options.objective, "unit": baseline.unit,
-                      "warmup_steps": options.warmup_steps,
-                      "measure_steps": options.measure_steps, "target_rse": options.target_rse,
-                      "measure_cap_s": options.measure_cap_s, "statistic": "window"},
-        "baseline": {"trial": base_trial, "value": _finite(baseline.value), "verdict": baseline.verdict,
-                     "window": baseline.window, "threads": msgspec.to_builtins(run_facts(baseline.facts).threads),
-                     "fractions": baseline.fractions, "step_time_us": _finite(baseline.step_time_us),
-                     "summary": baseline.summary, "report": baseline.report},
+        "study": _plain(schema.Study(name=options.study_name, storage=storage, trials_target=options.trials,
+                                     direction="maximize")),
+        "objective": _plain(schema.Objective(
+            name=options.objective, unit=baseline.unit, warmup_steps=options.warmup_steps,
+            measure_steps=options.measure_steps, target_rse=options.target_rse, measure_cap_s=options.measure_cap_s,
+            statistic="window")),
+        "baseline": _baseline_entry(baseline, trials),
         "space": session.space.describe() if session.space is not None else None,
         "trials": trials,
         "importances": importances(session.study),
@@ -129,6 +124,20 @@ def build(*, options, session, storage: str, notes: list[str], confirmation: dic
         "resume": resume_command(options) if interrupted and recommendation is None else None,
         "notes": list(notes),
     }
+
+
+def _baseline_entry(baseline: BaselineRun, trials: list[dict]) -> dict:
+    """``tune.json``'s ``baseline``: the study's stored baseline, and its trial among ``trials``."""
+    return _plain(schema.Baseline(
+        trial=next((t["number"] for t in trials if t["role"] == "baseline"), None), value=_finite(baseline.value),
+        verdict=baseline.verdict, window=baseline.window, threads=run_facts(baseline.facts).threads,
+        fractions=baseline.fractions, step_time_us=_finite(baseline.step_time_us), summary=baseline.summary,
+        report=baseline.report))
+
+
+def _plain(part: msgspec.Struct) -> dict:
+    """A part of the record as plain data (its fields in the schema's order)."""
+    return msgspec.to_builtins(part)
 
 
 def _decided_by(confirmation: dict | None, recommendation: dict | None, interrupted: bool) -> str | None:

@@ -15,7 +15,6 @@ import optuna
 import sqlalchemy.exc
 
 from perfscope.errors import PerfscopeError
-from perfscope.record.view import record_of
 from perfscope.redact import redact, url_secrets
 from perfscope.runtime.config import config_from_dict
 from perfscope.text import safe
@@ -32,7 +31,7 @@ from perfscope.tuner.pruner import SlowerThanBestPruner
 from perfscope.tuner.results import RunOutputs
 from perfscope.tuner.space import build_space, rule_based_guess
 from perfscope.tuner.storage import StorageError, describe_storage, open_storage
-from perfscope.tuner.profiled import memory_of, step_time_of, trial_verdict
+from perfscope.tuner.profiled import memory_of, step_time_of, trial_verdict, verdict_text
 from perfscope.tuner.study import (
     CATCH as STUDY_CATCH,
     SPACE_ATTR,
@@ -117,22 +116,7 @@ def _tune_with(spec: TrialSpec, storage, options: TuneOptions, started: float) -
     check_same_command(study, options, space_attr=SPACE_ATTR)
     session = TuningStudy(study, spec, out / "trials", storage=storage)
     _ensure_setup(session, created, options)
-    if options.trial_timeout_s is None:  # a trial may take a few times the baseline's time
-        session.spec = dataclasses.replace(spec, timeout_s=max(60.0, 4.0 * float(session.baseline.duration_s or 60.0) + 30.0))
-    _print_space(session)
-    plan = plan_line(session, options)
-    if plan:
-        print(f"perfscope: {safe(plan)}")
-    notes: list[str] = []
-    requeued = session.requeue_lost_trials()
-    if requeued:
-        print(f"perfscope: resuming: trial(s) {', '.join(map(str, requeued))} were cut short and are queued again")
-    _note_stale(session, notes)
-    if not any(v is not None for v in session.baseline.losses):
-        line = ("the numerics guard did not run: no loss was seen (perfscope sees the loss passed to "
-                "perfscope.backward or to backward() of a scalar), so trials are compared on speed only")
-        print(f"perfscope: {safe(line)}")
-        notes.append(line)
+    notes = _before_search(session, options)
     storage_text = describe_storage(options.storage, out)
     record_args = {"options": options, "session": session, "storage": storage_text}
     confirmation = recommendation = after = None
@@ -163,6 +147,29 @@ def _tune_with(spec: TrialSpec, storage, options: TuneOptions, started: float) -
                                recommendation=recommendation, after=after)
     outputs.write(record, recommendation, comment=f"{comment}: {recommendation['line']}")
     return record
+
+
+def _before_search(session: TuningStudy, options: TuneOptions) -> list[str]:
+    """What follows from the baseline before the search (the trials' time limit, the space and the
+    plan told, lost trials queued again); returns the record's first notes."""
+    if options.trial_timeout_s is None:  # a trial may take a few times the baseline's time
+        timeout_s = max(60.0, 4.0 * float(session.baseline.duration_s or 60.0) + 30.0)
+        session.spec = dataclasses.replace(session.spec, timeout_s=timeout_s)
+    _print_space(session)
+    plan = plan_line(session, options)
+    if plan:
+        print(f"perfscope: {safe(plan)}")
+    notes: list[str] = []
+    requeued = session.requeue_lost_trials()
+    if requeued:
+        print(f"perfscope: resuming: trial(s) {', '.join(map(str, requeued))} were cut short and are queued again")
+    _note_stale(session, notes)
+    if not any(v is not None for v in session.baseline.losses):
+        line = ("the numerics guard did not run: no loss was seen (perfscope sees the loss passed to "
+                "perfscope.backward or to backward() of a scalar), so trials are compared on speed only")
+        print(f"perfscope: {safe(line)}")
+        notes.append(line)
+    return notes
 
 
 def _ensure_setup(session: TuningStudy, created: bool, options: TuneOptions) -> None:
@@ -275,36 +282,6 @@ def _run_baseline(spec: TrialSpec, work: Path):
         raise TuneError(f"the baseline run failed ({outcome.status}): {outcome.reason}{hint} "
                         f"(output: {work / 'output.log'})")
     return outcome
-
-
-def verdict_text(verdict: str | None, summary: dict | None, outcome=None) -> str:
-    """The baseline's verdict in words: provisional where it is, and why there is none.
-
-    Args:
-        verdict, summary: The baseline's verdict and summary record (None: no trace analysed).
-        outcome: The baseline's :class:`~perfscope.tuner.trial.TrialOutcome`: when it wrote no
-            trace because the script ended before its profiled steps, the words say so.
-    """
-    if summary is None:
-        return _unknown_text(outcome)
-    overall = record_of(summary).overall_or_empty()
-    if verdict is None:
-        return f"none ({overall.reason or 'no step could be classified'}; every applicable knob is searched)"
-    if overall.provisional is True:
-        return (f"{verdict}, provisional (busy host: {100 * (overall.core_wait_share or 0.0):.0f}% of the "
-                "profiled steps waiting for a core)")
-    return verdict
-
-
-def _unknown_text(outcome) -> str:
-    """Why the baseline has no verdict when no trace was analysed: the script ended before its
-    profiled steps (no trace written), or the trace could not be read."""
-    if outcome is not None and not outcome.trace_files:
-        ran = len(outcome.losses) if outcome.losses else None
-        more = f" (it ran {ran} steps; try `-- --steps {2 * ran}`)" if ran else ""
-        return ("unknown (the script ended before its profiled steps: let it run longer, its arguments after --"
-                f"{more}; every applicable knob is searched)")
-    return "unknown (the profiled steps' trace could not be read: every applicable knob is searched)"
 
 
 def _print_space(session: TuningStudy) -> None:

@@ -177,6 +177,35 @@ def _print_recommendation(record: dict, best_path: Path) -> None:
         print(f"next: {safe(rec['hint'])}")
 
 
+def _options(tune_mod, args, script: str, script_args: list[str], nodes):
+    """The :class:`perfscope.tuner.tune.TuneOptions` of the command line (checked by it)."""
+    stem = Path(script).stem
+    out_dir, best_path = _outputs(args.out, stem)
+    return tune_mod.TuneOptions(
+        script=os.path.abspath(script), script_args=tuple(script_args), out_dir=out_dir, best_path=best_path,
+        study_name=args.study_name or f"tune-{stem}", trials=args.trials, time_budget_s=args.time_budget,
+        warmup_steps=args.warmup_steps, measure_steps=args.steps_per_trial, profile_steps=args.profile_steps,
+        target_rse=args.target_rse or None, measure_cap_s=args.measure_cap,
+        nproc_per_node=args.nproc_per_node, storage=args.storage, seed=args.seed, confirm_top=args.confirm_top,
+        confirm_rounds=args.confirm_rounds, confirm_min_rounds=args.confirm_min_rounds,
+        confirm_budget_s=args.confirm_budget, min_gain=args.min_gain, trial_timeout_s=args.trial_timeout,
+        run_steps=args.run_steps, progress=not args.no_progress, nodes=nodes, command=getattr(args, "command_line", ()),
+        objective=args.objective, price_per_hour=args.price_per_hour,
+    )
+
+
+def _interrupted_line(options, started: float) -> str:
+    """What an interrupted tune says last: how to resume, and whether ``tune.json`` holds what
+    finished (written since ``started``, a ``time.time()``)."""
+    from perfscope.tuner.record import resume_command
+
+    record_file = options.out_dir / "tune.json"
+    written = record_file.is_file() and record_file.stat().st_mtime >= started
+    where = f" ({record_file} holds what finished)" if written else " (no trial had finished)"
+    return safe(f"perfscope: interrupted; finished trials are kept in the study; to resume: "
+                f"{resume_command(options)}{where}")
+
+
 def cmd_tune(args, script_args: list[str], open_in_browser) -> int:
     """Run ``perfscope tune``; returns the exit status (130 after Ctrl-C)."""
     from perfscope.collect.script import check_script
@@ -189,19 +218,8 @@ def cmd_tune(args, script_args: list[str], open_in_browser) -> int:
         from perfscope.tuner.nodes import follow
 
         return follow(nodes, args.nproc_per_node, os.path.abspath(script), tuple(script_args))
-    stem = Path(script).stem
-    out_dir, best_path = _outputs(args.out, stem)
-    options = tune_mod.TuneOptions(
-        script=os.path.abspath(script), script_args=tuple(script_args), out_dir=out_dir, best_path=best_path,
-        study_name=args.study_name or f"tune-{stem}", trials=args.trials, time_budget_s=args.time_budget,
-        warmup_steps=args.warmup_steps, measure_steps=args.steps_per_trial, profile_steps=args.profile_steps,
-        target_rse=args.target_rse or None, measure_cap_s=args.measure_cap,
-        nproc_per_node=args.nproc_per_node, storage=args.storage, seed=args.seed, confirm_top=args.confirm_top,
-        confirm_rounds=args.confirm_rounds, confirm_min_rounds=args.confirm_min_rounds,
-        confirm_budget_s=args.confirm_budget, min_gain=args.min_gain, trial_timeout_s=args.trial_timeout,
-        run_steps=args.run_steps, progress=not args.no_progress, nodes=nodes, command=getattr(args, "command_line", ()),
-        objective=args.objective, price_per_hour=args.price_per_hour,
-    )
+    options = _options(tune_mod, args, script, script_args, nodes)
+    out_dir, best_path = options.out_dir, options.best_path
     ensure_writable_dir(out_dir)  # after the options are known good: a refused command leaves nothing
     started = time.time()
     stopped_by: list[int] = []
@@ -214,13 +232,7 @@ def cmd_tune(args, script_args: list[str], open_in_browser) -> int:
     try:
         record = tune_mod.tune(options)
     except KeyboardInterrupt:
-        record_file = out_dir / "tune.json"
-        written = record_file.is_file() and record_file.stat().st_mtime >= started
-        where = f" ({record_file} holds what finished)" if written else " (no trial had finished)"
-        from perfscope.tuner.record import resume_command
-
-        print(safe(f"perfscope: interrupted; finished trials are kept in the study; to resume: "
-                   f"{resume_command(options)}{where}"), file=sys.stderr)
+        print(_interrupted_line(options, started), file=sys.stderr)
         return 128 + signal.SIGTERM if stopped_by else 130
     except PerfscopeError as e:  # a storage's or a driver's words may quote a URL with its password
         raise PerfscopeError(redact(str(e))) from None
