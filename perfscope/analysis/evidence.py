@@ -52,7 +52,7 @@ from perfscope.analysis.steps import Launches, StepWindows
 from perfscope.analysis.trace_counts import count_quality, events_inside
 from perfscope.analysis.classify import classify, cost_fractions
 from perfscope.text import named, plural
-from perfscope.record.host_steps import RUN_QUEUE_SHARE, queue_wait_us, workers_waited
+from perfscope.record.host_steps import RUN_QUEUE_SHARE, HostStep, queue_wait_us, spin_us
 from perfscope.trace.kinds import (
     GPU_KINDS, EventKind, is_gpu_work_call, is_init_call, is_kernel_launch, is_sync_call, profiler_step_numbers,
 )
@@ -365,32 +365,41 @@ def _host_contended(table: TraceTable, steps: StepWindows, metrics: pd.DataFrame
             continue
         if rec is None:  # before the record's first step (its cap keeps the last ones)
             continue
-        wall, cpu, queue = rec.wall_us, rec.thread_cpu_us, rec.run_queue_us
+        wall = rec.wall_us
         if wall <= 0:
             continue
-        ev.core_wait_us[i] = core_wait_us(wall, cpu, queue, float(explained[i]))
-        spun = mode == "cpu" and workers_waited(rec)  # a GPU step's math does not run on intra-op threads
-        if spun:  # CPU time its own wait does not show: the provisional verdict must hold without it too
-            ev.spin_us[i] = min(rec.sibling_run_queue_us, wall)
-        if ev.status[i] != OK:
-            continue
-        if queue is not None:
-            queue = ev.core_wait_us[i]
-            if queue >= RUN_QUEUE_SHARE * wall or spun:
-                ev.status[i] = HOST_CONTENDED
-                ev.reason[i] = (f"of the step's {wall / 1000:.1f} ms the training thread waited {100 * queue / wall:.0f}% "
-                                f"for a core, ran {100 * cpu / wall:.0f}% and slept or waited for data the rest")
-                if spun:
-                    ev.reason[i] += (f"; its {int(rec.intra_op_threads)} intra-op threads waited up to "
-                                     f"{100 * rec.sibling_run_queue_us / wall:.0f}% for cores, while it may have "
-                                     "spun for them in CPU time its own wait does not show")
-            continue
-        ran = f"ran on a CPU for {100 * cpu / wall:.0f}% of the step's {wall / 1000:.1f} ms"
-        unexplained = wall - min(explained[i], wall)
-        if unexplained > 0 and cpu < HOST_CPU_SHARE * unexplained:
-            ev.status[i] = HOST_CONTENDED
-            ev.reason[i] = (f"the training thread {ran}, less than half of the time no data wait, collective or "
-                            "GPU synchronisation explains (this kernel does not report waits for a core)")
+        ev.core_wait_us[i] = core_wait_us(wall, rec.thread_cpu_us, rec.run_queue_us, float(explained[i]))
+        # CPU time its own wait does not show: the provisional verdict must hold without it too
+        ev.spin_us[i] = spin_us(rec, cpu_step=mode == "cpu")
+        if ev.status[i] == OK:
+            why = _contended_why(rec, float(ev.core_wait_us[i]), float(explained[i]), spun=ev.spin_us[i] > 0)
+            if why is not None:
+                ev.status[i], ev.reason[i] = HOST_CONTENDED, why
+
+
+def _contended_why(rec: HostStep, wait: float, explained: float, *, spun: bool) -> str | None:
+    """Why a step is host-contended, in words; None where it is not. With the kernel's run-queue
+    figure: its training thread's wait for a core (``wait``, µs) is :data:`RUN_QUEUE_SHARE` of the
+    step or more, or its intra-op workers waited (``spun``). Without it: the thread ran less than
+    :data:`HOST_CPU_SHARE` of the time nothing else explains (``explained``: data waits, exposed
+    collectives, GPU synchronisation; µs)."""
+    wall, cpu = rec.wall_us, rec.thread_cpu_us
+    if rec.run_queue_us is not None:
+        if wait < RUN_QUEUE_SHARE * wall and not spun:
+            return None
+        why = (f"of the step's {wall / 1000:.1f} ms the training thread waited {100 * wait / wall:.0f}% "
+               f"for a core, ran {100 * cpu / wall:.0f}% and slept or waited for data the rest")
+        if spun:
+            why += (f"; its {int(rec.intra_op_threads)} intra-op threads waited up to "
+                    f"{100 * rec.sibling_run_queue_us / wall:.0f}% for cores, while it may have "
+                    "spun for them in CPU time its own wait does not show")
+        return why
+    unexplained = wall - min(explained, wall)
+    if unexplained > 0 and cpu < HOST_CPU_SHARE * unexplained:
+        return (f"the training thread ran on a CPU for {100 * cpu / wall:.0f}% of the step's {wall / 1000:.1f} ms, "
+                "less than half of the time no data wait, collective or GPU synchronisation explains (this kernel "
+                "does not report waits for a core)")
+    return None
 
 
 def _sync_us(table: TraceTable, steps: StepWindows) -> np.ndarray:

@@ -150,6 +150,13 @@ def workers_waited(entry: HostStep) -> bool:
     return bool(threads and threads > 1 and wait is not None and wall and wall > 0 and wait >= RUN_QUEUE_SHARE * wall)
 
 
+def spin_us(entry: HostStep, *, cpu_step: bool) -> float:
+    """How long a step's training thread may have spun for its intra-op workers (µs): their
+    longest wait where they waited (:func:`workers_waited`) on a CPU step, else 0 -- a GPU
+    step's math does not run on them."""
+    return min(entry.sibling_run_queue_us, entry.wall_us) if cpu_step and workers_waited(entry) else 0.0
+
+
 def _number(v, high: float = MAX_US) -> bool:
     return type(v) in (int, float) and v == v and 0 <= v <= high
 
