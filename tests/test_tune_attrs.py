@@ -1,10 +1,12 @@
 """What the tuner keeps in its study is read once into structs: a trial's user attributes
-leniently (a damaged attribute reads as absent, the trial is still written), the baseline strictly
-(a damaged one stops the run with one line, before any trial compares with it)."""
+leniently (a damaged attribute reads as absent, the trial is still written), the baseline and the
+space strictly (a damaged one stops the run with one line, before any trial compares with it);
+the command it was made for is named so that the user sees what differs."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import msgspec
 import optuna
@@ -13,6 +15,7 @@ from optuna.distributions import IntDistribution
 from optuna.trial import TrialState
 
 from perfscope.errors import PerfscopeError
+from perfscope.tuner.command import CommandChanged, check_same_command
 from perfscope.tuner.attrs import BaselineRun, BaselineUnreadable, Failure, baseline_run, trial_attrs, worker_of
 from perfscope.tuner.record import trial_entry
 from perfscope.tuner.study import BASELINE_ATTR, SPACE_ATTR, TuningStudy, counts_as_finished
@@ -111,3 +114,15 @@ def test_resuming_a_study_whose_setup_is_damaged_says_so_in_one_line(tmp_path: P
 def test_a_damaged_stored_space_is_refused_by_name(text):
     with pytest.raises(SpaceUnreadable, match="stored search space is unreadable"):
         SearchSpace.from_json(text)
+
+
+def test_a_script_of_the_same_name_in_another_folder_is_named_in_full(tmp_path):
+    study = optuna.create_study(direction="maximize")
+    made = SimpleNamespace(script="/a/train.py", script_args=(), nproc_per_node=None, warmup_steps=3,
+                           measure_steps=8, seed=0, target_rse=0.05, measure_cap_s=20.0, study_name="s")
+    check_same_command(study, made, space_attr=SPACE_ATTR)
+    study.add_trial(optuna.trial.create_trial(value=1.0))
+    with pytest.raises(CommandChanged, match="made for `perfscope tune /a/train.py`, not `perfscope tune /b/train.py`"):
+        check_same_command(study, SimpleNamespace(**{**vars(made), "script": "/b/train.py"}), space_attr=SPACE_ATTR)
+    with pytest.raises(CommandChanged, match="made for `perfscope tune train.py`, not `perfscope tune train.py -- x`"):
+        check_same_command(study, SimpleNamespace(**{**vars(made), "script_args": ("x",)}), space_attr=SPACE_ATTR)

@@ -52,7 +52,7 @@ from perfscope.analysis.steps import Launches, StepWindows
 from perfscope.analysis.trace_counts import count_quality, events_inside
 from perfscope.analysis.classify import classify, cost_fractions
 from perfscope.text import named, plural
-from perfscope.record.host_steps import RUN_QUEUE_SHARE, HostStep, queue_wait_us, spin_us
+from perfscope.record.host_steps import RUN_QUEUE_SHARE, HostStep, core_wait_us, spin_us
 from perfscope.trace.kinds import (
     GPU_KINDS, EventKind, is_gpu_work_call, is_init_call, is_kernel_launch, is_sync_call, profiler_step_numbers,
 )
@@ -97,7 +97,8 @@ class Evidence:
     run_reason: str | None = None
     quality: DataQuality = field(default_factory=DataQuality)
     core_wait_us: np.ndarray | None = None
-    """Per step, the training thread's time waiting for a core (µs, :func:`core_wait_us`); NaN
+    """Per step, the training thread's time waiting for a core (µs,
+    :func:`perfscope.record.host_steps.core_wait_us`); NaN
     where the step has no host record, None where the trace has none at all."""
     spin_us: np.ndarray | None = None
     """Per step, the most the training thread may have spun at the end of parallel operators for
@@ -329,23 +330,6 @@ def _initialisation(table: TraceTable, steps: StepWindows, ev: Evidence) -> None
     _set(ev, share >= INIT_SHARE, INITIALISATION, reason)
 
 
-def core_wait_us(wall: float, cpu: float, queue: float | None, explained: float) -> float:
-    """The time (µs) a step's training thread waited for a core: the kernel's run-queue figure
-    (``schedstat`` ``run_delay``) where it reports one, bounded by the time the thread was off the
-    CPU (the kernel books a wait when the thread next runs, so a step's figure can hold some of the
-    previous step's); else the time it neither ran nor spent in waits that ``explained`` covers
-    (data, collectives, GPU synchronisation): descheduled, as far as the trace can tell.
-
-    Args:
-        wall, cpu: The step's wall time and the thread's CPU time (µs).
-        queue: The run-queue wait (µs), or None where the kernel does not report it.
-        explained: Time the thread waited for something other than a core (µs).
-    """
-    if queue is not None:
-        return queue_wait_us(wall, cpu, queue)
-    return max(wall - min(explained, wall) - cpu, 0.0)
-
-
 def _host_contended(table: TraceTable, steps: StepWindows, metrics: pd.DataFrame, mode: str, ev: Evidence) -> None:
     host = table.host_steps
     if not host:
@@ -368,7 +352,7 @@ def _host_contended(table: TraceTable, steps: StepWindows, metrics: pd.DataFrame
         wall = rec.wall_us
         if wall <= 0:
             continue
-        ev.core_wait_us[i] = core_wait_us(wall, rec.thread_cpu_us, rec.run_queue_us, float(explained[i]))
+        ev.core_wait_us[i] = core_wait_us(rec, float(explained[i]))
         # CPU time its own wait does not show: the provisional verdict must hold without it too
         ev.spin_us[i] = spin_us(rec, cpu_step=mode == "cpu")
         if ev.status[i] == OK:

@@ -150,6 +150,18 @@ def workers_waited(entry: HostStep) -> bool:
     return bool(threads and threads > 1 and wait is not None and wall and wall > 0 and wait >= RUN_QUEUE_SHARE * wall)
 
 
+def core_wait_us(entry: HostStep, explained: float) -> float:
+    """The time (µs) a step's training thread waited for a core: the kernel's run-queue figure
+    where it reports one (:func:`queue_wait_us`); else the time the thread neither ran nor spent in
+    waits that ``explained`` covers (data, collectives, GPU synchronisation, as the trace shows
+    them; µs): descheduled, as far as the trace can tell. ``entry`` has its wall and CPU time
+    (:func:`parse` keeps no entry without them)."""
+    wall, cpu = entry.wall_us, entry.thread_cpu_us
+    if entry.run_queue_us is not None:
+        return queue_wait_us(wall, cpu, entry.run_queue_us)
+    return max(wall - min(explained, wall) - cpu, 0.0)
+
+
 def spin_us(entry: HostStep, *, cpu_step: bool) -> float:
     """How long a step's training thread may have spun for its intra-op workers (µs): their
     longest wait where they waited (:func:`workers_waited`) on a CPU step, else 0 -- a GPU
