@@ -126,3 +126,14 @@ def test_a_script_of_the_same_name_in_another_folder_is_named_in_full(tmp_path):
         check_same_command(study, SimpleNamespace(**{**vars(made), "script": "/b/train.py"}), space_attr=SPACE_ATTR)
     with pytest.raises(CommandChanged, match="made for `perfscope tune train.py`, not `perfscope tune train.py -- x`"):
         check_same_command(study, SimpleNamespace(**{**vars(made), "script_args": ("x",)}), space_attr=SPACE_ATTR)
+
+
+@pytest.mark.parametrize("stored", ["train.py", {"script": 3, "args": "x"}, {"script": "/a/train.py", "nnodes": "2"}])
+def test_a_damaged_stored_command_is_named_not_a_crash(stored):
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr("perfscope.command", stored)
+    study.add_trial(optuna.trial.create_trial(value=1.0))
+    made = SimpleNamespace(script="/a/train.py", script_args=(), nproc_per_node=None, warmup_steps=3,
+                           measure_steps=8, seed=0, target_rse=0.05, measure_cap_s=20.0, study_name="s")
+    with pytest.raises(CommandChanged, match=r"was made for `perfscope tune .*`, not `perfscope tune (/a/)?train.py`"):
+        check_same_command(study, made, space_attr=SPACE_ATTR)

@@ -11,15 +11,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import optuna
 
 from perfscope.errors import PerfscopeError
+from perfscope.record.lenient import lenient
 
 COMMAND_ATTR = "perfscope.command"
 MEASUREMENT_ATTR = "perfscope.measurement"
 # The options that decide what a trial measures, by their name in the stored attribute.
 MEASUREMENT_OPTIONS = {"warmup_steps": "--warmup-steps", "measure_steps": "--steps-per-trial", "seed": "--seed",
                        "target_rse": "--target-rse", "measure_cap_s": "--measure-cap"}
+
+
+class StoredCommand(msgspec.Struct, kw_only=True):
+    """The command a study was made for, as stored in it (``nnodes`` only for several nodes:
+    studies made before multi-node tuning hold none). Read leniently: a part of the wrong type
+    reads as absent, so a damaged one differs from any command and is named, not a crash."""
+
+    script: str | None = None
+    args: list[str] | None = None
+    nproc_per_node: int | None = None
+    nnodes: int | None = None
 
 
 class CommandChanged(PerfscopeError):
@@ -49,6 +62,7 @@ def check_same_command(study: optuna.Study, options, *, space_attr: str) -> None
     if stored is None or (stored != command and fresh):
         study.set_user_attr(COMMAND_ATTR, command)
     elif stored != command:
+        stored, command = lenient(stored, StoredCommand), lenient(command, StoredCommand)
         # the same words for both: the scripts differ by their folder, so name them in full
         full = words(stored) == words(command)
         raise CommandChanged(f"study {options.study_name!r} was made for `{words(stored, full=full)}`, not "
@@ -64,7 +78,7 @@ def _check_same_measurement(study: optuna.Study, options, measurement: dict, fre
         CommandChanged: naming each option whose value differs.
     """
     measured = study.user_attrs.get(MEASUREMENT_ATTR)
-    if measured is None or fresh:
+    if not isinstance(measured, dict) or fresh:  # none stored, or not one perfscope wrote: this one
         study.set_user_attr(MEASUREMENT_ATTR, measurement)
         return
     changed = [f"{flag} {measured.get(key)}, not {measurement[key]}" for key, flag in MEASUREMENT_OPTIONS.items()
@@ -75,11 +89,11 @@ def _check_same_measurement(study: optuna.Study, options, measurement: dict, fre
                              "--study-name or --out to start a new one")
 
 
-def words(command: dict, *, full: bool = False) -> str:
+def words(command: StoredCommand, *, full: bool = False) -> str:
     """A stored command as the user would type it (``full``: the script's whole path, not its name)."""
-    ranks = f" --nproc-per-node {command['nproc_per_node']}" if command.get("nproc_per_node") else ""
-    if command.get("nnodes"):
-        ranks = f" --nnodes {command['nnodes']}" + ranks
-    args = f" -- {' '.join(command['args'])}" if command.get("args") else ""
-    script = command["script"] if full else Path(command["script"]).name
-    return f"perfscope tune{ranks} {script}{args}"
+    ranks = f" --nproc-per-node {command.nproc_per_node}" if command.nproc_per_node else ""
+    if command.nnodes:
+        ranks = f" --nnodes {command.nnodes}" + ranks
+    args = f" -- {' '.join(command.args)}" if command.args else ""
+    script = command.script or "(no script)"
+    return f"perfscope tune{ranks} {script if full else Path(script).name}{args}"
