@@ -51,14 +51,8 @@ from perfscope.record.lenient import lenient
 
 HOST_STEPS_KEY = "perfscope_host_steps"
 VERSION = 1
-FIELDS = ("wall_us", "thread_cpu_us", "process_cpu_us", "run_queue_us")
-# Who held the cores (absent in records of earlier versions): perfscope.analysis.host_cpu.
-CPU_FIELDS = ("machine_busy_us", "workers_cpu_us", "cores")
-# The intra-op workers (absent in records of earlier versions): a training thread's CPU time holds its
-# spinning at the end of each parallel operator while a worker waits for a core.
-THREAD_FIELDS = ("sibling_run_queue_us", "intra_op_threads")
+FIELDS = ("wall_us", "thread_cpu_us", "process_cpu_us", "run_queue_us")  # in every version's entries
 MEMORY_FIELDS = ("peak_rss_bytes", "device_peak_allocated_bytes", "device_peak_reserved_bytes")
-ENERGY_FIELDS = ("energy_j",)
 # Joules above this in one step are not a measurement (a megawatt for a quarter of an hour).
 MAX_J = 1e9
 # Sizes above this are not memory a step can hold (a hand-edited or damaged record): left out.
@@ -108,9 +102,12 @@ class HostStep(msgspec.Struct, kw_only=True, frozen=True):
     thread_cpu_us: _Us | None = None
     process_cpu_us: _Us | None = None
     run_queue_us: _Us | None = None
+    # Who held the cores (absent in records of earlier versions): perfscope.analysis.host_cpu.
     machine_busy_us: _Us | None = None
     workers_cpu_us: _Us | None = None
     cores: _Us | None = None
+    # The intra-op workers (absent in records of earlier versions): a training thread's CPU time
+    # holds its spinning at the end of each parallel operator while a worker waits for a core.
     sibling_run_queue_us: _Us | None = None
     intra_op_threads: _Us | None = None
     peak_rss_bytes: _Bytes | None = None
