@@ -29,23 +29,13 @@ class Worker(msgspec.Struct, kw_only=True):
     pid: int | None = None
 
 
-class TrialAttrs(msgspec.Struct, kw_only=True):
-    """A trial's user attributes as :class:`perfscope.tuner.study.TuningStudy` sets them (its
-    module docstring lists them). Every field is None where the trial lacks it; numbers stay as
-    stored (``int | float``), so ``tune.json`` writes them as they were measured."""
+class TrialMark(msgspec.Struct, kw_only=True):
+    """What the search reads of a trial's user attributes at every step (its role, configuration,
+    failure, worker and feasibility): the few fields, so that a read over all trials stays cheap."""
 
     role: str | None = None
     config: dict[str, Any] | None = None
-    step_values: list[int | float] | None = None
-    unit: str | None = None
     failure: Failure | None = None
-    numerics: dict[str, Any] | None = None
-    verdict: str | None = None
-    fractions: dict[str, Any] | None = None
-    memory: dict[str, Any] | None = None
-    duration_s: int | float | None = None
-    window: dict[str, Any] | None = None
-    threads: dict[str, Any] | None = None
     worker: Worker | None = None
     feasible: bool | None = None
 
@@ -60,8 +50,31 @@ class TrialAttrs(msgspec.Struct, kw_only=True):
         return self.failure.kind if self.failure is not None else None
 
 
+class TrialAttrs(TrialMark, kw_only=True):
+    """A trial's user attributes as :class:`perfscope.tuner.study.TuningStudy` sets them (its
+    module docstring lists them), for its ``tune.json`` entry. Every field is None where the trial
+    lacks it; numbers stay as stored (``int | float``), so ``tune.json`` writes them as they were
+    measured."""
+
+    step_values: list[int | float] | None = None
+    unit: str | None = None
+    numerics: dict[str, Any] | None = None
+    verdict: str | None = None
+    fractions: dict[str, Any] | None = None
+    memory: dict[str, Any] | None = None
+    duration_s: int | float | None = None
+    window: dict[str, Any] | None = None
+    threads: dict[str, Any] | None = None
+
+
+def trial_mark(trial) -> TrialMark:
+    """``trial``'s (an Optuna trial, frozen or running) user attributes the search reads, as
+    :class:`TrialMark`."""
+    return lenient(trial.user_attrs, TrialMark)
+
+
 def trial_attrs(trial) -> TrialAttrs:
-    """``trial``'s (an Optuna trial, frozen or running) user attributes as :class:`TrialAttrs`."""
+    """``trial``'s user attributes, all of them, as :class:`TrialAttrs` (its ``tune.json`` entry)."""
     return lenient(trial.user_attrs, TrialAttrs)
 
 
@@ -93,8 +106,17 @@ class BaselineRun(msgspec.Struct, kw_only=True):
     report: str | None = None
 
 
-class BaselineUnreadable(PerfscopeError):
-    """The study's stored baseline is not one perfscope wrote (hand-edited, or damaged)."""
+class SetupUnreadable(PerfscopeError):
+    """A part of the study's setup (its baseline, its search space) is not one perfscope wrote
+    (hand-edited, or damaged): the run cannot compare its trials, so it stops before any."""
+
+    def __init__(self, what: str, why: str) -> None:
+        super().__init__(f"the study's stored {what} is unreadable ({why}); pass another --study-name or --out to "
+                         "start a new study")
+
+
+class BaselineUnreadable(SetupUnreadable):
+    """The study's stored baseline is unreadable."""
 
 
 def baseline_run(value: Any) -> BaselineRun:
@@ -106,9 +128,7 @@ def baseline_run(value: Any) -> BaselineRun:
     try:
         run = msgspec.convert(value, BaselineRun)
     except msgspec.ValidationError as e:
-        raise BaselineUnreadable(f"the study's stored baseline is unreadable ({e}); pass another --study-name or "
-                                 "--out to start a new study") from None
+        raise BaselineUnreadable("baseline", str(e)) from None
     if run.value is None:
-        raise BaselineUnreadable("the study's stored baseline is unreadable (it has no value); pass another "
-                                 "--study-name or --out to start a new study")
+        raise BaselineUnreadable("baseline", "it has no value")
     return run

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 
-from perfscope.tuner.attrs import trial_attrs
+from perfscope.tuner.attrs import trial_mark
 from perfscope.tuner.options import TuneOptions
 from perfscope.tuner.study import TuningStudy, counts_as_finished
 
@@ -38,7 +38,7 @@ def budget_cut(session: TuningStudy, options: TuneOptions, elapsed_s: float) -> 
     the trials left at the pace so far (the time spent over the trials that ran, the baseline's
     profile and every start-up included)."""
     finished = [t for t in session.study.get_trials(deepcopy=False) if counts_as_finished(t)]
-    tried = {k for t in finished for k in trial_attrs(t).changes}
+    tried = {k for t in finished for k in trial_mark(t).changes}
     untried = [k.name for k in session.space.knobs if k.name not in tried]
     per_trial = elapsed_s / max(len(finished), 1)
     needed = elapsed_s + max(options.trials - len(finished), 0) * per_trial

@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import optuna
 
-from perfscope.tuner.attrs import trial_attrs
+from perfscope.tuner.attrs import trial_mark
 
 
 class Progress:
@@ -60,7 +60,7 @@ class Progress:
         from perfscope.tuner.pruner import best_feasible_value
 
         unit = _unit(self.session)
-        failure = trial_attrs(trial).failure_kind
+        failure = trial_mark(trial).failure_kind
         if failure:
             what = f"failed ({failure})"
         elif trial.state == optuna.trial.TrialState.PRUNED:
@@ -84,7 +84,7 @@ class Progress:
             left = self.options.time_budget_s - (self.clock() - self.started)
             parts["left"] = f"{max(0.0, left):.0f} s"
         if trial is not None:
-            parts["last"] = trial_attrs(trial).failure_kind or trial.state.name.lower()
+            parts["last"] = trial_mark(trial).failure_kind or trial.state.name.lower()
         self.bar.set_postfix(parts, refresh=False)
 
 

@@ -16,7 +16,7 @@ from perfscope.tuner.objective import better_word
 from perfscope.tuner.startup import StartUp, from_runs
 from perfscope.tuner.runner import run_configuration, runner_of
 from perfscope.record.run_facts import run_facts
-from perfscope.tuner.attrs import trial_attrs
+from perfscope.tuner.attrs import trial_mark
 
 
 _DECIDED = {"cleared": "faster", "below": "not faster", "round budget": "undecided at the last round",
@@ -51,7 +51,7 @@ def prove(session, options, notes: list[str]) -> tuple[dict | None, dict]:
     clock = runner_of(session.spec).clock
     started = clock()
     results = confirm_candidates(
-        runs.baseline, {t.number: runs.of(config_from_dict(trial_attrs(t).changes), f"trial-{t.number}")
+        runs.baseline, {t.number: runs.of(config_from_dict(trial_mark(t).changes), f"trial-{t.number}")
                         for t in candidates},
         rounds=options.confirm_rounds, min_rounds=options.confirm_min_rounds, confidence=options.confidence,
         min_gain=options.min_gain, budget_s=options.confirm_budget_s, clock=clock,
@@ -83,7 +83,7 @@ def _recommendation(best: tuple | None, outweighed: list[str], entries: list[dic
     line = c.describe(better_word(options.objective))
     if startup is not None:
         line += f"; {startup.text()}" + ("" if options.run_steps else " (--run-steps N weighs it against your run)")
-    config = trial_attrs(t).changes
+    config = trial_mark(t).changes
     return {"status": "faster", "trial": t.number, "config": config, "speedup": c.speedup, "ci_low": c.ci_low,
             "ci_high": c.ci_high, "rounds": c.rounds, "line": line, "hint": range_hint(session.space, config),
             "startup": startup.to_dict() if startup is not None else None}
@@ -141,7 +141,7 @@ def _candidates(session, options) -> list:
     floor = float(session.baseline.value) * (1 + options.min_gain)
     candidates, seen = [], set()
     for t in session.feasible_trials():
-        key = tuple(sorted(trial_attrs(t).changes.items()))
+        key = tuple(sorted(trial_mark(t).changes.items()))
         if not key or key in seen or t.value <= floor:
             continue
         seen.add(key)
@@ -174,7 +174,7 @@ def _judge(candidates: list, results: dict, runs: dict, options, entries: list) 
     best, outweighed = None, []
     for t in candidates:
         c = results.get(t.number)
-        entry = {"trial": t.number, "config": trial_attrs(t).changes, "baseline": None, "candidate": None,
+        entry = {"trial": t.number, "config": trial_mark(t).changes, "baseline": None, "candidate": None,
                  "speedup": None, "ci_low": None, "ci_high": None, "faster": False, "rounds": 0, "level": None,
                  "decided_by": "failed", "startup": None}
         entries.append(entry)

@@ -6,7 +6,7 @@ import optuna
 from optuna.pruners import BasePruner
 from optuna.trial import FrozenTrial, TrialState
 
-from perfscope.tuner.attrs import trial_attrs
+from perfscope.tuner.attrs import trial_mark
 
 FEASIBLE_ATTR = "feasible"  # user attribute: the trial ran, and its loss passed the numerics guard
 
@@ -49,5 +49,5 @@ class SlowerThanBestPruner(BasePruner):
 def best_feasible_value(study: optuna.Study) -> float | None:
     """The highest value among complete trials marked feasible, or None."""
     values = [t.value for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-              if t.value is not None and trial_attrs(t).feasible]
+              if t.value is not None and trial_mark(t).feasible]
     return max(values) if values else None

@@ -19,7 +19,7 @@ from perfscope.version import __version__
 from perfscope.atomic import write_bytes_atomic
 from perfscope.record import tune_schema as schema
 from perfscope.record.run_facts import run_facts
-from perfscope.tuner.attrs import BaselineRun, Failure, TrialAttrs, trial_attrs
+from perfscope.tuner.attrs import BaselineRun, Failure, TrialAttrs, trial_attrs, trial_mark
 from perfscope.tuner.objective import cost_of
 
 _STATES = {TrialState.COMPLETE: "complete", TrialState.PRUNED: "pruned", TrialState.FAIL: "failed",
@@ -96,7 +96,7 @@ def build(*, options, session, storage: str, notes: list[str], confirmation: dic
     stored = session.study.get_trials(deepcopy=False)
     retried = {t.system_attrs["failed_trial"] for t in stored if "failed_trial" in t.system_attrs}
     trials = [trial_entry(t, t.number in retried) for t in stored
-              if trial_attrs(t).failure_kind != "duplicate"]  # never run
+              if trial_mark(t).failure_kind != "duplicate"]  # never run
     return {
         "schema": schema.SCHEMA,
         "schema_version": schema.SCHEMA_VERSION,

@@ -27,7 +27,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from perfscope.runtime.config import ConfigError
 from perfscope.runtime.groups.base import within
-from perfscope.tuner.attrs import trial_attrs
+from perfscope.tuner.attrs import trial_mark
 
 # An integer knob with a wide range (num_workers 0..16) is walked over this many values, spread
 # evenly with both ends; TPE can refine between them afterwards.
@@ -132,7 +132,7 @@ class CoordinateSampler(BaseSampler):
 
 def _usable(trial: FrozenTrial) -> bool:
     return (trial.state == TrialState.COMPLETE and trial.value is not None
-            and trial_attrs(trial).feasible is not False)
+            and trial_mark(trial).feasible is not False)
 
 
 def _hashable(value):

@@ -33,10 +33,10 @@ from optuna.distributions import (
 
 from perfscope.analysis.verdict import CLASSES as VERDICT_CLASSES
 from perfscope.analysis.verdict import THRESHOLDS as VERDICT_THRESHOLDS
-from perfscope.errors import PerfscopeError
 from perfscope.record.run_facts import RunFacts, run_facts
 from perfscope.runtime.config import AccelConfig, config_from_dict
 from perfscope.runtime.groups import GROUPS, Knob, KnobGroup, owner
+from perfscope.tuner.attrs import SetupUnreadable
 
 # The bottlenecks a knob can remove: the verdict classes of perfscope.analysis.verdict (``io`` for
 # ``io-bound`` ...), each measured by the summary fraction of the same name.
@@ -169,16 +169,15 @@ class SearchSpace:
                           baseline=k.baseline, when=(k.when[0], tuple(k.when[1])) if k.when else None,
                           group=k.group or _owner_name(k.name))
                      for k in data.knobs]
-        except (msgspec.ValidationError, msgspec.DecodeError, ValueError, KeyError, TypeError) as e:
-            raise SpaceUnreadable(f"the study's stored search space is unreadable ({e}); pass another --study-name "
-                                  "or --out to start a new study") from None
+        except (ValueError, KeyError, TypeError) as e:  # msgspec's DecodeError and ValidationError among them
+            raise SpaceUnreadable("search space", str(e)) from None
         order = [_LEGACY_SERVES.get(b, b) for b in data.order]
         titles = data.titles or {g.name: g.title for g in GROUPS if any(k.group == g.name for k in knobs)}
         return cls(knobs=knobs, excluded=data.excluded, order=order, verdict=data.verdict, titles=titles)
 
 
-class SpaceUnreadable(PerfscopeError):
-    """The study's stored search space is not one perfscope wrote (hand-edited, or damaged)."""
+class SpaceUnreadable(SetupUnreadable):
+    """The study's stored search space is unreadable."""
 
 
 class _StoredKnob(msgspec.Struct, kw_only=True):

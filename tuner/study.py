@@ -26,7 +26,7 @@ import optuna
 from optuna.trial import TrialState
 
 from perfscope.process.keeper import pid_alive
-from perfscope.tuner.attrs import BaselineRun, baseline_run, trial_attrs
+from perfscope.tuner.attrs import BaselineRun, baseline_run, trial_mark
 from perfscope.tuner.numerics import at_same_samples, check_losses
 from perfscope.tuner.profiled import memory_of, trial_verdict
 from perfscope.tuner.pruner import FEASIBLE_ATTR
@@ -69,7 +69,7 @@ def counts_as_finished(t: optuna.trial.FrozenTrial) -> bool:
     """A trial that used a run of the budget: complete, pruned, or failed while measuring."""
     if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
         return True
-    kind = trial_attrs(t).failure_kind
+    kind = trial_mark(t).failure_kind
     return t.state == TrialState.FAIL and kind is not None and kind not in NOT_COUNTED
 
 
@@ -84,6 +84,12 @@ def heartbeat_timing(storage) -> tuple[float, float] | None:
     if not interval:
         return None
     return float(interval), float(storage.grace_period or 2 * interval)
+
+
+def _same_config(measured: list[tuple[int, list]], changes: dict) -> int | None:
+    """The first of ``measured`` (:meth:`TuningStudy._measured_configs`) with ``changes``, or None."""
+    key = sorted(changes.items())
+    return next((number for number, theirs in measured if theirs == key), None)
 
 
 class TuningStudy:
@@ -178,7 +184,7 @@ class TuningStudy:
         done = set(self.study.user_attrs.get(REQUEUED_ATTR, []))
         queued = []
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,)):
-            attrs = trial_attrs(t)
+            attrs = trial_mark(t)
             if attrs.failure_kind == "interrupted" and t.number not in done and t.params:
                 # Not skip_if_exists: the failed trial itself has these parameters, so Optuna
                 # would skip every re-queue (REQUEUED_ATTR already queues each trial once).
@@ -195,7 +201,7 @@ class TuningStudy:
         host = socket.gethostname()
         study_id = None
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            worker = trial_attrs(t).worker
+            worker = trial_mark(t).worker
             if worker is not None and worker.host == host and not pid_alive(worker.pid or 0):
                 study_id = self.storage.get_study_id_from_name(self.study.study_name) if study_id is None else study_id
                 trial_id = self.storage.get_trial_id_from_study_id_trial_number(study_id, t.number)
@@ -225,7 +231,7 @@ class TuningStudy:
             optuna.storages.fail_stale_trials(self.study)
         # failed meanwhile with neither a failure of ours nor an error Optuna caught: the heartbeat check's
         return sorted(t.number for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
-                      if t.number in running and trial_attrs(t).failure is None and "fail_reason" not in t.system_attrs)
+                      if t.number in running and trial_mark(t).failure is None and "fail_reason" not in t.system_attrs)
 
     def settle_running_trials(self, *, say=print, clock=time.monotonic, sleep=time.sleep) -> list[int]:
         """At the end of this worker's search: fail the trials of workers that died, also those
@@ -331,26 +337,27 @@ class TuningStudy:
     def unmeasured_params(self, seed: int, attempts: int = 500) -> dict | None:
         """Parameters of a configuration no trial has measured yet (random draws), or None."""
         rng = random.Random(seed)
+        measured = self._measured_configs(-1)  # read once: the draws are checked against it
         for _ in range(attempts):
             params = self.space.sample(rng)
-            if self.same_config_trial(-1, self.space.to_config(params).changes()) is None:
+            if _same_config(measured, self.space.to_config(params).changes()) is None:
                 return params
         return None
 
     def same_config_trial(self, number: int, changes: dict) -> int | None:
         """A finished (or failed while measuring) or running trial, other than ``number``, with the
         same configuration."""
-        key = sorted(changes.items())
-        for t in self.study.get_trials(deepcopy=False):
-            if t.number == number or not (t.state == TrialState.RUNNING or counts_as_finished(t)):
-                continue
-            if sorted(trial_attrs(t).changes.items()) == key:
-                return t.number
-        return None
+        return _same_config(self._measured_configs(number), changes)
+
+    def _measured_configs(self, number: int) -> list[tuple[int, list]]:
+        """``(trial number, its changes sorted)`` of the finished (or failed while measuring) and
+        running trials other than ``number``, in trial order."""
+        return [(t.number, sorted(trial_mark(t).changes.items())) for t in self.study.get_trials(deepcopy=False)
+                if t.number != number and (t.state == TrialState.RUNNING or counts_as_finished(t))]
 
     def _batch_ratio(self, trial: optuna.Trial) -> float:
         """The trial's batch size over the baseline's (1 when it keeps the script's)."""
-        new = trial_attrs(trial).changes.get("batch_size")
+        new = trial_mark(trial).changes.get("batch_size")
         loader = run_facts(self.baseline.facts).dataloader
         old = loader.batch_size if loader is not None else None
         return new / old if new and old else 1.0
@@ -391,5 +398,5 @@ class TuningStudy:
     def feasible_trials(self) -> list[optuna.trial.FrozenTrial]:
         """Complete feasible trials, best first."""
         trials = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                  if trial_attrs(t).feasible and t.value is not None]
+                  if trial_mark(t).feasible and t.value is not None]
         return sorted(trials, key=lambda t: -t.value)
