@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from perfscope.collect.host import cuda_in_use
 from perfscope.collect.schedule import MAX_ACTIVE, ProfileSchedule
 from perfscope.record.host_steps import MAX_STEPS as HOST_RECORD_STEPS
-from perfscope.record.host_steps import host_step, waited_for_core
+from perfscope.record.host_steps import HostStep, host_step, waited_for_core
 
 # A lengthened window records at most this many times the planned steps (and at least 20 in all):
 # the profiler keeps every event of the window in memory until it is written.
@@ -85,6 +85,7 @@ class Window:
             limit = min(limit, max(schedule.max_steps, self._planned_last))
         self._limit = limit
         self._records = records
+        self._read: dict[int, tuple[dict, HostStep]] = {}  # id -> (entry, read); holding it keeps its id its own
         self._clock, self._say = clock, say
         self.last: int | None = None if extend and schedule.extend_s > 0 and limit > self._planned_last \
             else self._planned_last
@@ -115,12 +116,19 @@ class Window:
             self._answered[step] = self._decide(step)
         return self._answered[step]
 
+    def _host_steps(self) -> list[HostStep]:
+        """The host record's entries so far, each read once: the decisions of later steps see the
+        same entries again, and the training thread waits for them."""
+        read = self._read
+        self._read = {id(r): read.get(id(r)) or (r, host_step(r)) for r in self._records()}
+        return [entry for _, entry in self._read.values()]
+
     def _decide(self, step: int):
         """The action of ``step`` (at or after the planned last step), from the steps before it."""
         now = self._clock()
         # A GPU run's math is not on the intra-op workers: their waits do not make its steps unclean.
         workers = not cuda_in_use(self._cuda)
-        judged = [waited_for_core(r, workers=workers) for r in map(host_step, self._records())
+        judged = [waited_for_core(r, workers=workers) for r in self._host_steps()
                   if r.step is not None and self._first <= r.step < step]
         self._clean = sum(j is False for j in judged)
         unknown = any(j is None for j in judged)
